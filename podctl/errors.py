@@ -1,0 +1,93 @@
+"""podctl's one exception tree.
+
+Every error a user can cause or meet is a PodctlError whose message says what
+happened and what to do, in one or two lines; the CLI prints it without a
+traceback and exits with its `exit_code`. Errors of the libraries underneath
+(google-api-core, requests, asyncssh) are translated where they enter podctl,
+with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
+
+    PodctlError                      exit 1 unless noted
+    ├── UsageError                   exit 2: bad input, fix the command line
+    │   ├── InvalidSliceError        a bad `v5p-N`, `--num-slices`
+    │   └── InvalidValueError        a bad name, zone, duration, label, ...
+    ├── ConfigError                  exit 2: no project, no credentials, bad podctl.toml
+    ├── CloudError                   the Cloud TPU API said no
+    │   ├── NotFoundError            404: no such slice / zone
+    │   ├── AlreadyExistsError       409: the name is taken
+    │   ├── SpecMismatchError        `up` found the name taken by a different spec
+    │   ├── QuotaExceededError       429 with a quota violation: ask for more quota
+    │   ├── StockoutError            operation error code 8: no capacity in the zone
+    │   ├── PermissionDeniedError    403: the account may not do this
+    │   ├── TransientError           429 rate limit / 503 / reset connection, after retries
+    │   ├── SliceLostError           PREEMPTED, SUSPENDED, FAILED while podctl waited
+    │   └── WaitTimeoutError         the slice was not ready by the deadline
+    └── FakeCloudError               the local fake cloud could not start or be reached
+"""
+
+from __future__ import annotations
+
+
+class PodctlError(Exception):
+    """Base of every error podctl raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(PodctlError):
+    exit_code = 2
+
+
+class InvalidSliceError(UsageError):
+    pass
+
+
+class InvalidValueError(UsageError):
+    pass
+
+
+class ConfigError(PodctlError):
+    exit_code = 2
+
+
+class CloudError(PodctlError):
+    pass
+
+
+class NotFoundError(CloudError):
+    pass
+
+
+class AlreadyExistsError(CloudError):
+    pass
+
+
+class SpecMismatchError(CloudError):
+    pass
+
+
+class QuotaExceededError(CloudError):
+    pass
+
+
+class StockoutError(CloudError):
+    pass
+
+
+class PermissionDeniedError(CloudError):
+    pass
+
+
+class TransientError(CloudError):
+    pass
+
+
+class SliceLostError(CloudError):
+    pass
+
+
+class WaitTimeoutError(CloudError):
+    pass
+
+
+class FakeCloudError(PodctlError):
+    pass

@@ -1,0 +1,68 @@
+"""A small client for the fake cloud's admin API, for tests, benchmarks and the CLI."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from podctl.errors import FakeCloudError
+
+
+class FakeAdmin:
+    def __init__(self, admin_url: str, timeout: float = 30.0):
+        self.admin_url = admin_url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.admin_url}/{path}", data=data, method=method,
+            headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            message = json.loads(e.read() or b"{}").get("error", {}).get("message", str(e))
+            raise FakeCloudError(f"fake cloud admin {path}: {message}") from e
+        except OSError as e:
+            raise FakeCloudError(f"the fake cloud at {self.admin_url} does not answer ({e})") from e
+
+    def status(self) -> dict:
+        return self._call("GET", "status")
+
+    def resources(self) -> dict[str, list[str]]:
+        return self._call("GET", "resources")
+
+    def is_empty(self) -> bool:
+        return not any(self.resources().values())
+
+    def stats(self) -> dict:
+        return self._call("GET", "stats")
+
+    def reset_stats(self) -> None:
+        self._call("POST", "stats/reset", {})
+
+    def fail_next(self, count: int, code: int | str = 503) -> None:
+        self._call("POST", "fail", {"count": count, "code": str(code)})
+
+    def preempt(self, name: str, after: float = 0.0) -> None:
+        self._call("POST", "preempt", {"name": name, "after": after})
+
+    def set_capacity(self, chips: int | None, zone: str | None = None) -> dict:
+        return self._call("POST", "capacity", {"chips": chips, **({"zone": zone} if zone else {})})
+
+    def set_quota(self, chips: int | None, project: str | None = None, zone: str | None = None) -> None:
+        body: dict[str, Any] = {"chips": chips}
+        body.update({k: v for k, v in (("project", project), ("zone", zone)) if v})
+        self._call("POST", "quota", body)
+
+    def set_timings(self, **timings: float) -> dict:
+        return self._call("POST", "timings", timings)
+
+    def advance(self, seconds: float) -> None:
+        self._call("POST", "advance", {"seconds": seconds})
+
+    def reset(self) -> None:
+        self._call("POST", "reset", {})

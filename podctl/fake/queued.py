@@ -1,0 +1,243 @@
+"""Queued resources in the fake world: the way large v5p slices are really obtained.
+
+A queued resource asks for one or more nodes (multislice: `multisliceParams`
+with `nodeCount` and `nodeIdPrefix` -> nodes PREFIX-0, PREFIX-1, ...). It is
+accepted at once, waits in WAITING_FOR_RESOURCES until the zone has the chips
+for all its nodes and its validity window is open, then provisions them. A
+preempted one suspends and gives its chips back; one whose window closes first
+fails. These functions take the World as their first argument; world.py calls
+them from its request methods and transitions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from podctl.fake.apierror import (
+    ApiError, invalid, not_found, page, parse_duration, parse_timestamp, precondition, rfc3339,
+)
+
+if TYPE_CHECKING:
+    from podctl.fake.world import World
+
+_QR_FIELDS = {"name", "tpu", "spot", "guaranteed", "queueingPolicy", "reservationName"}
+_QR_TYPE = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource"
+_DELETABLE_WITHOUT_FORCE = {"ACCEPTED", "FAILED", "SUSPENDED"}
+_WAITING = {"ACCEPTED", "WAITING_FOR_RESOURCES"}
+
+
+def _snapshot(qr: dict) -> dict:
+    return {"@type": _QR_TYPE, **qr}
+
+
+def _window(world: World, policy: dict) -> tuple[float, float | None]:
+    """(valid after, valid until) on the world's clock; durations are simulated."""
+    now = world.now()
+    after, until = now, None
+    if "validAfterDuration" in policy:
+        after = now + parse_duration(policy["validAfterDuration"]) / world.time_scale
+    if "validAfterTime" in policy:
+        after = parse_timestamp(policy["validAfterTime"])
+    if "validUntilDuration" in policy:
+        until = now + parse_duration(policy["validUntilDuration"]) / world.time_scale
+    if "validUntilTime" in policy:
+        until = parse_timestamp(policy["validUntilTime"])
+    if "validInterval" in policy:
+        interval = policy["validInterval"]
+        if "startTime" in interval:
+            after = parse_timestamp(interval["startTime"])
+        if "endTime" in interval:
+            until = parse_timestamp(interval["endTime"])
+    if until is not None and until <= after:
+        raise invalid("queueingPolicy: the validity window closes before it opens")
+    return after, until
+
+
+def _planned_nodes(world: World, parent: str, body: dict) -> list[dict]:
+    specs = body.get("tpu", {}).get("nodeSpec", [])
+    if not specs:
+        raise invalid("tpu.node_spec must hold at least one node spec")
+    nodes = []
+    for spec in specs:
+        if spec.get("parent") != parent:
+            raise invalid(f"node_spec.parent {spec.get('parent')!r} must be {parent!r}")
+        template = spec.get("node")
+        if not isinstance(template, dict):
+            raise invalid("node_spec.node is required")
+        multi = spec.get("multisliceParams")
+        if multi and spec.get("nodeId"):
+            raise invalid("node_spec takes node_id or multislice_params, not both")
+        if multi:
+            count, prefix = int(multi.get("nodeCount", 0)), multi.get("nodeIdPrefix", "")
+            if count < 1:
+                raise invalid("multislice_params.node_count must be at least 1")
+            ids = [f"{prefix}-{i}" for i in range(count)]
+        else:
+            ids = [spec.get("nodeId", "")]
+        for node_id in ids:
+            node = world.node_from_body(parent, node_id, template)
+            node["multisliceNode"] = bool(multi) and len(ids) > 1
+            nodes.append(node)
+    return nodes
+
+
+def create(world: World, parent: str, qr_id: str, body: dict) -> dict:
+    project, zone = world.check_parent(parent)
+    unknown = set(body) - _QR_FIELDS
+    if unknown:
+        raise invalid(f"Invalid JSON payload received. Unknown name {sorted(unknown)[0]!r}")
+    name = f"{parent}/queuedResources/{qr_id}"
+    planned = _planned_nodes(world, parent, body)  # also validates ids and accelerators
+    if name in world.queued:
+        raise ApiError(409, "ALREADY_EXISTS", f"Resource '{name}' already exists")
+    for node in planned:
+        if node["name"] in world.nodes or any(
+            node["name"] in q["_node_names"] for q in world.queued.values()
+        ):
+            raise ApiError(409, "ALREADY_EXISTS", f"Resource '{node['name']}' already exists")
+    if "spot" in body and "guaranteed" in body:
+        raise invalid("A queued resource takes one tier: spot or guaranteed")
+    world._check_quota(project, zone, sum(n["_chips"] for n in planned))
+    valid_after, valid_until = _window(world, body.get("queueingPolicy", {}))
+    qr = {k: v for k, v in body.items() if k in _QR_FIELDS}
+    qr.update({
+        "name": name,
+        "createTime": rfc3339(world.now()),
+        "_created": world.now(),
+        "state": {"state": "CREATING", "stateInitiator": "USER"},
+        "_zone": zone,
+        "_node_names": [n["name"] for n in planned],
+        "_chips": sum(n["_chips"] for n in planned),
+        "_valid_after": valid_after,
+        "_valid_until": valid_until,
+    })
+    op = world.new_operation(parent, "create", name)
+    qr["_create_op"] = op["name"]
+    world.queued[name] = qr
+    world.schedule(world.timings.qr_accept, "qr_accepted", name)
+    return op
+
+
+def get(world: World, name: str) -> dict:
+    world.check_parent(name.rpartition("/queuedResources/")[0])
+    if name not in world.queued:
+        raise not_found(name)
+    return world.queued[name]
+
+
+def list_(world: World, parent: str, page_size: int, page_token: str) -> tuple[list, str]:
+    world.check_parent(parent)
+    items = [q for n, q in sorted(world.queued.items()) if n.startswith(parent + "/queuedResources/")]
+    return page(items, page_size, page_token)
+
+
+def delete(world: World, name: str, force: bool) -> dict:
+    qr = get(world, name)
+    state = qr["state"]["state"]
+    if not force and state not in _DELETABLE_WITHOUT_FORCE:
+        raise precondition(
+            f"Queued resource {name} is {state}; it can be deleted only when ACCEPTED, FAILED "
+            "or SUSPENDED, or with force=true (which also deletes its nodes)")
+    op = world.new_operation(name.rpartition("/queuedResources/")[0], "delete", name)
+    qr.setdefault("_delete_ops", []).append(op["name"])
+    if state != "DELETING":
+        qr["state"] = {"state": "DELETING", "stateInitiator": "USER"}
+        nodes = [world.nodes[n] for n in qr["_node_names"] if n in world.nodes]
+        for node in nodes:
+            node["state"] = "DELETING"
+            node.pop("health", None)
+        world.schedule(world.timings.node_delete if nodes else 1.0, "qr_deleted", name)
+    return op
+
+
+def reset(world: World, name: str) -> dict:
+    qr = get(world, name)
+    if qr["state"]["state"] != "SUSPENDED":
+        raise precondition(f"Queued resource {name} is {qr['state']['state']}; only SUSPENDED resets")
+    qr["state"] = {"state": "ACCEPTED", "stateInitiator": "USER"}
+    op = world.new_operation(name.rpartition("/queuedResources/")[0], "reset", name)
+    world.finish(op["name"], response=_snapshot(qr))
+    return op
+
+
+def place_waiting(world: World) -> bool:
+    """Provision waiting queued resources that fit; fail those whose window closed."""
+    changed = False
+    now = world.now()
+    for qr in sorted(world.queued.values(), key=lambda q: q["_created"]):
+        state = qr["state"]["state"]
+        if state not in _WAITING:
+            continue
+        if qr["_valid_until"] is not None and now >= qr["_valid_until"]:
+            qr["state"] = {"state": "FAILED", "stateInitiator": "SERVICE", "failedData": {"error": {
+                "code": 4, "message": "The queued resource's validity window closed before "
+                "capacity became available"}}}
+            changed = True
+        elif now >= qr["_valid_after"] and qr["_chips"] <= world.free_chips(qr["_zone"]):
+            _provision(world, qr)
+            changed = True
+        elif state == "ACCEPTED":
+            qr["state"] = {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "SERVICE"}
+            changed = True
+    return changed
+
+
+def _provision(world: World, qr: dict) -> None:
+    parent = qr["name"].rpartition("/queuedResources/")[0]
+    for spec_node in _planned_nodes(world, parent, qr):
+        spec_node.update({"queuedResource": qr["name"], "_reserved": True})
+        world.nodes[spec_node["name"]] = spec_node
+    qr["state"] = {"state": "PROVISIONING", "stateInitiator": "SERVICE"}
+    world.schedule(world.timings.node_create, "qr_active", qr["name"])
+
+
+def preempt(world: World, qr: dict) -> None:
+    state = qr["state"]["state"]
+    if state not in {"ACTIVE", "PROVISIONING"}:
+        raise precondition(f"Queued resource {qr['name']} is {state}; cannot preempt it")
+    for name in qr["_node_names"]:
+        if name in world.nodes:
+            world.nodes[name]["state"] = "PREEMPTED"
+            world.nodes[name].pop("health", None)
+    qr["state"] = {"state": "SUSPENDING", "stateInitiator": "SERVICE"}
+    world.schedule(world.timings.qr_suspend, "qr_suspended", qr["name"])
+
+
+# ---- transitions (called through world._HANDLERS) ------------------------------------
+
+
+def qr_accepted(world: World, name: str) -> None:
+    qr = world.queued.get(name)
+    if qr is None or qr["state"]["state"] != "CREATING":
+        return
+    qr["state"] = {"state": "ACCEPTED", "stateInitiator": "SERVICE"}
+    world.finish(qr.get("_create_op"), response=_snapshot(qr))
+
+
+def qr_active(world: World, name: str) -> None:
+    qr = world.queued.get(name)
+    if qr is None or qr["state"]["state"] != "PROVISIONING":
+        return
+    for node_name in qr["_node_names"]:
+        world.make_ready(world.nodes[node_name])
+    qr["state"] = {"state": "ACTIVE", "stateInitiator": "SERVICE"}
+
+
+def qr_suspended(world: World, name: str) -> None:
+    qr = world.queued.get(name)
+    if qr is None or qr["state"]["state"] != "SUSPENDING":
+        return
+    for node_name in qr["_node_names"]:
+        world.nodes.pop(node_name, None)
+    qr["state"] = {"state": "SUSPENDED", "stateInitiator": "SERVICE"}
+
+
+def qr_deleted(world: World, name: str) -> None:
+    qr = world.queued.pop(name, None)
+    if qr is None:
+        return
+    for node_name in qr["_node_names"]:
+        world.nodes.pop(node_name, None)
+    world.finish(qr.get("_create_op"), error=(10, f"{name} was deleted before it was accepted"))
+    for op in qr.get("_delete_ops", []):
+        world.finish(op)

@@ -1,0 +1,205 @@
+"""The fake cloud's HTTP server on 127.0.0.1: the Cloud TPU v2 API under /v2/ and
+the admin API (faults, capacity, clock) under /admin/, on one port.
+
+`FakeCloud` is the async core (the daemon runs it in its own loop); `fake_cloud()`
+runs one in a background thread for synchronous callers (tests, notebooks, the
+demo) and tears it down on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+from aiohttp import web
+
+from podctl.errors import FakeCloudError
+from podctl.fake import admin_api, tpu_api, wire
+from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.apierror import ApiError
+from podctl.fake.world import World
+
+DEFAULT_PROJECT = "fake-project"
+DEFAULT_ZONE = "us-central1-a"
+
+
+def require_loopback(host: str) -> None:
+    """The fake cloud never listens beyond this machine."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise FakeCloudError(f"the fake cloud binds to loopback only (127.0.0.1), not {host!r}")
+
+
+def save_world(world: World, path: Path) -> None:
+    """Write the world atomically, readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".world-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(world.to_dict(), f)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def load_world(path: Path) -> World | None:
+    if not path.exists():
+        return None
+    try:
+        return World.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError) as e:
+        raise FakeCloudError(f"the fake cloud's saved state {path} is unreadable ({e}); "
+                             "remove it to start empty") from e
+
+
+class FakeCloud:
+    """One fake cloud: a World, its HTTP server, its ticker, its fault switches."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, world: World | None = None,
+                 state_file: Path | None = None, project: str = DEFAULT_PROJECT,
+                 zone: str = DEFAULT_ZONE, tick_seconds: float = 0.2):
+        require_loopback(host)
+        self.host, self.port = host, port
+        self.state_file = state_file
+        self.world = world or (load_world(state_file) if state_file else None) or World()
+        self.project, self.zone = project, zone
+        self.tick_seconds = tick_seconds
+        self.faults: list[str] = []  # "429", "503" or "drop", one per coming /v2/ call
+        self.calls: Counter[str] = Counter()
+        self._runner: web.AppRunner | None = None
+        self._ticker: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def tpu_api_url(self) -> str:
+        return self.url
+
+    @property
+    def admin_url(self) -> str:
+        return f"{self.url}/admin"
+
+    def describe(self) -> dict[str, Any]:
+        return {"running": True, "tpu_api": self.tpu_api_url, "admin": self.admin_url,
+                "project": self.project, "zone": self.zone, "pid": os.getpid()}
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
+        admin_api.add_routes(app, self)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as e:
+            raise FakeCloudError(f"the fake cloud cannot listen on {self.host}:{self.port}: {e}") from e
+        self.port = site._server.sockets[0].getsockname()[1]  # the ephemeral port chosen
+        self._ticker = asyncio.create_task(self._tick())
+
+    async def stop(self) -> None:
+        if self._ticker:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        if self._runner:
+            await self._runner.cleanup()
+        self.save()
+
+    async def __aenter__(self) -> "FakeCloud":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def save(self) -> None:
+        if self.state_file:
+            save_world(self.world, self.state_file)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_seconds)
+            if self.world.advance():
+                self.save()
+
+    async def _handle_v2(self, request: web.Request) -> web.StreamResponse:
+        ints = "enum-encoding=int" in request.query.get("$alt", "")
+        try:
+            route, groups = tpu_api.match(request.method, request.match_info["tail"])
+            self.calls[route.call] += 1
+            if self.faults:
+                fault = self.faults.pop(0)
+                if fault == "drop":
+                    assert request.transport is not None
+                    request.transport.close()  # the client sees a reset connection
+                    return web.Response()
+                raise _fault_error(fault)
+            body = await _json_body(request)
+            self.world.advance()
+            result = route.handler(self.world, groups, dict(request.query), body)
+            if route.mutates:
+                self.save()
+            return web.json_response(tpu_api.render(result, ints))
+        except ApiError as e:
+            return web.json_response(wire.error_body(e.http_status, e.status, e.message, e.details),
+                                     status=e.http_status)
+
+
+async def _json_body(request: web.Request) -> dict:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as e:
+        raise ApiError(400, "INVALID_ARGUMENT", f"Invalid JSON payload received: {e}") from e
+    if not isinstance(body, dict):
+        raise ApiError(400, "INVALID_ARGUMENT", "Invalid JSON payload received: not an object")
+    return body
+
+
+def _fault_error(fault: str) -> ApiError:
+    if fault == "429":
+        return ApiError(429, "RESOURCE_EXHAUSTED", "Rate Limit Exceeded", [{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
+            "domain": "googleapis.com"}])
+    return ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
+
+
+class _ThreadCloud:
+    """A FakeCloud running in a thread: its URLs, its admin client, its world."""
+
+    def __init__(self, cloud: FakeCloud):
+        self.cloud = cloud
+        self.admin = FakeAdmin(cloud.admin_url)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cloud, name)
+
+
+@contextlib.contextmanager
+def fake_cloud(**kwargs: Any) -> Iterator[_ThreadCloud]:
+    """Run a FakeCloud (ephemeral port by default) in a background thread."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="podctl-fake-cloud", daemon=True)
+    thread.start()
+    cloud = FakeCloud(**kwargs)
+    try:
+        asyncio.run_coroutine_threadsafe(cloud.start(), loop).result(timeout=30)
+        yield _ThreadCloud(cloud)
+    finally:
+        asyncio.run_coroutine_threadsafe(cloud.stop(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()

@@ -1,0 +1,165 @@
+"""The fake Cloud TPU v2 REST API: the paths google-cloud-tpu's REST transport calls.
+
+Each route is (HTTP method, path pattern, call name, handler). A handler takes the
+World, the path's named groups, the query and the JSON body, and returns the JSON
+to answer with (enums still by name; `wire` encodes them as the client asked).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from podctl.fake import queued, wire
+from podctl.fake.apierror import ApiError, invalid, page
+from podctl.fake.world import World
+
+_P = r"(?P<parent>projects/[^/:]+/locations/[^/:]+)"
+Handler = Callable[[World, dict, dict, dict], Any]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern
+    call: str  # e.g. "nodes.get": what the stats count
+    handler: Handler
+    mutates: bool
+
+
+def _int(query: dict, key: str) -> int:
+    try:
+        return int(query.get(key, 0) or 0)
+    except ValueError as e:
+        raise invalid(f"{key} must be a number") from e
+
+
+def _list(kind: str, items_and_token: tuple[list, str]) -> dict:
+    items, token = items_and_token
+    out: dict[str, Any] = {kind: items}
+    if token:
+        out["nextPageToken"] = token
+    return out
+
+
+def _full(g: dict, collection: str) -> str:
+    return f"{g['parent']}/{collection}/{g['id']}"
+
+
+def _locations(w: World, g: dict, q: dict, b: dict) -> dict:
+    items = [{"name": f"projects/{g['project']}/locations/{z}", "locationId": z} for z in w.zones]
+    return _list("locations", page(items, _int(q, "pageSize"), q.get("pageToken", "")))
+
+
+def _location(w: World, g: dict, q: dict, b: dict) -> dict:
+    w.check_parent(g["parent"])
+    return {"name": g["parent"], "locationId": g["parent"].rsplit("/", 1)[-1]}
+
+
+def _list_nodes(w: World, g: dict, q: dict, b: dict) -> dict:
+    return _list("nodes", w.list_nodes(g["parent"], _int(q, "pageSize"), q.get("pageToken", "")))
+
+
+def _create_node(w: World, g: dict, q: dict, b: dict) -> dict:
+    return w.create_node(g["parent"], q.get("nodeId", ""), b)
+
+
+def _update_node(w: World, g: dict, q: dict, b: dict) -> dict:
+    return w.update_node(_full(g, "nodes"), b, q.get("updateMask", ""))
+
+
+def _list_qrs(w: World, g: dict, q: dict, b: dict) -> dict:
+    return _list("queuedResources",
+                 queued.list_(w, g["parent"], _int(q, "pageSize"), q.get("pageToken", "")))
+
+
+def _delete_qr(w: World, g: dict, q: dict, b: dict) -> dict:
+    return queued.delete(w, _full(g, "queuedResources"), q.get("force", "").lower() == "true")
+
+
+def _paged(kind: str, source: Callable[[World, str], list]) -> Handler:
+    def handler(w: World, g: dict, q: dict, b: dict) -> dict:
+        return _list(kind, page(source(w, g["parent"]), _int(q, "pageSize"), q.get("pageToken", "")))
+
+    return handler
+
+
+def _service_identity(w: World, g: dict, q: dict, b: dict) -> dict:
+    project = g["parent"].split("/")[1]
+    w.check_parent(g["parent"])
+    return {"identity": {"email": f"service-{project}@cloud-tpu.iam.gserviceaccount.com"}}
+
+
+def _route(method: str, path: str, call: str, handler: Handler) -> Route:
+    pattern = re.compile("^" + path.replace("{P}", _P).replace("{ID}", r"(?P<id>[^/:]+)") + "$")
+    return Route(method, pattern, call, handler, mutates=method != "GET")
+
+
+ROUTES: list[Route] = [
+    _route("GET", r"projects/(?P<project>[^/:]+)/locations", "locations.list", _locations),
+    _route("GET", r"{P}", "locations.get", _location),
+    _route("POST", r"{P}:generateServiceIdentity", "generateServiceIdentity", _service_identity),
+    _route("GET", r"{P}/nodes", "nodes.list", _list_nodes),
+    _route("POST", r"{P}/nodes", "nodes.create", _create_node),
+    _route("GET", r"{P}/nodes/{ID}", "nodes.get", lambda w, g, q, b: w.get_node(_full(g, "nodes"))),
+    _route("DELETE", r"{P}/nodes/{ID}", "nodes.delete",
+           lambda w, g, q, b: w.delete_node(_full(g, "nodes"))),
+    _route("PATCH", r"{P}/nodes/{ID}", "nodes.patch", _update_node),
+    _route("POST", r"{P}/nodes/{ID}:start", "nodes.start",
+           lambda w, g, q, b: w.start_node(_full(g, "nodes"))),
+    _route("POST", r"{P}/nodes/{ID}:stop", "nodes.stop",
+           lambda w, g, q, b: w.stop_node(_full(g, "nodes"))),
+    _route("POST", r"{P}/nodes/{ID}:getGuestAttributes", "nodes.getGuestAttributes",
+           lambda w, g, q, b: (w.get_node(_full(g, "nodes")), {"guestAttributes": []})[1]),
+    _route("GET", r"{P}/queuedResources", "queuedResources.list", _list_qrs),
+    _route("POST", r"{P}/queuedResources", "queuedResources.create",
+           lambda w, g, q, b: queued.create(w, g["parent"], q.get("queuedResourceId", ""), b)),
+    _route("GET", r"{P}/queuedResources/{ID}", "queuedResources.get",
+           lambda w, g, q, b: queued.get(w, _full(g, "queuedResources"))),
+    _route("DELETE", r"{P}/queuedResources/{ID}", "queuedResources.delete", _delete_qr),
+    _route("POST", r"{P}/queuedResources/{ID}:reset", "queuedResources.reset",
+           lambda w, g, q, b: queued.reset(w, _full(g, "queuedResources"))),
+    _route("GET", r"{P}/acceleratorTypes", "acceleratorTypes.list",
+           _paged("acceleratorTypes", World.accelerator_types)),
+    _route("GET", r"{P}/acceleratorTypes/{ID}", "acceleratorTypes.get",
+           lambda w, g, q, b: w.accelerator_type(_full(g, "acceleratorTypes"))),
+    _route("GET", r"{P}/runtimeVersions", "runtimeVersions.list",
+           _paged("runtimeVersions", World.runtime_versions)),
+    _route("GET", r"{P}/runtimeVersions/{ID}", "runtimeVersions.get",
+           lambda w, g, q, b: w.runtime_version(_full(g, "runtimeVersions"))),
+    _route("GET", r"{P}/operations", "operations.list",
+           _paged("operations", World.list_operations)),
+    _route("GET", r"{P}/operations/{ID}", "operations.get",
+           lambda w, g, q, b: w.get_operation(_full(g, "operations"))),
+    _route("DELETE", r"{P}/operations/{ID}", "operations.delete",
+           lambda w, g, q, b: (w.delete_operation(_full(g, "operations")), {})[1]),
+    _route("POST", r"{P}/operations/{ID}:cancel", "operations.cancel",
+           lambda w, g, q, b: (w.cancel_operation(_full(g, "operations")), {})[1]),
+]
+
+
+def match(method: str, path: str) -> tuple[Route, dict]:
+    """The route for METHOD /v2/PATH and its named groups; ApiError 404 if none."""
+    for route in ROUTES:
+        found = route.pattern.match(path)
+        if found and route.method == method:
+            return route, found.groupdict()
+    raise ApiError(404, "NOT_FOUND", f"No such method: {method} /v2/{path}")
+
+
+def render(result: Any, ints: bool) -> Any:
+    """Encode a handler's answer for the wire, resource by resource."""
+    if isinstance(result, dict):
+        if "tpu" in result and "state" in result:
+            return wire.render_queued_resource(result, ints)
+        if "acceleratorType" in result and "state" in result:
+            return wire.render_node(result, ints)
+        if "acceleratorConfigs" in result:
+            return wire.render_accelerator_type(result, ints)
+        if "done" in result and "metadata" in result:
+            return wire.render_operation(result, ints)
+        return {k: render(v, ints) for k, v in result.items()}
+    if isinstance(result, list):
+        return [render(item, ints) for item in result]
+    return result

@@ -1,0 +1,456 @@
+"""The fake cloud's state: TPU nodes, queued resources and operations in zones with
+capacity and quota, moved between states by a clock.
+
+The world is a plain object that the HTTP layer (tpu_api.py, admin_api.py) calls
+from one event loop; nothing in it blocks or talks to the network. Time is
+`time.time()` plus an offset that tests may advance; every duration in `Timings`
+is in simulated seconds and divided by `time_scale`, so a "10-minute" creation
+takes 10 s at time_scale 60. Transitions are events in a heap, applied in order by
+`advance()`, which the server calls before every request and on a ticker.
+
+Lifecycles (what Cloud TPU does, as far as podctl can see it):
+    node:  CREATING -> READY -> (PREEMPTED) -> DELETING -> gone
+           CREATING -> gone, operation error 8, when the zone has no capacity
+    queued resource: CREATING -> ACCEPTED -> WAITING_FOR_RESOURCES -> PROVISIONING
+           -> ACTIVE -> (SUSPENDING -> SUSPENDED on preemption) -> DELETING -> gone;
+           FAILED when its validity window closes before capacity frees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from podctl import topology
+from podctl.errors import InvalidSliceError
+from podctl.fake import queued, wire
+from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
+
+POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
+RUNTIME_VERSIONS = ("v2-alpha-tpuv5", "tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite")
+_ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_NODE_FIELDS = {
+    "description", "acceleratorType", "acceleratorConfig", "runtimeVersion", "networkConfig",
+    "networkConfigs", "cidrBlock", "serviceAccount", "schedulingConfig", "labels", "metadata",
+    "tags", "dataDisks", "shieldedInstanceConfig", "name",
+}
+_META_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
+_NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
+_EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
+
+
+@dataclass
+class Timings:
+    """How long each transition takes, in simulated seconds."""
+
+    node_create: float = 90.0
+    node_delete: float = 30.0
+    stockout: float = 15.0  # a create that cannot fit fails after this long
+    qr_accept: float = 5.0
+    qr_suspend: float = 20.0
+    node_stop: float = 20.0
+    node_start: float = 30.0
+
+
+@dataclass
+class World:
+    time_scale: float = 1.0
+    clock_offset: float = 0.0
+    timings: Timings = field(default_factory=Timings)
+    zones: tuple[str, ...] = topology.V5P_ZONES
+    default_capacity: int = POD_CHIPS
+    capacity: dict[str, int] = field(default_factory=dict)  # zone -> chips
+    quota: dict[str, int] = field(default_factory=dict)  # "project/zone" -> chips
+    nodes: dict[str, dict] = field(default_factory=dict)
+    queued: dict[str, dict] = field(default_factory=dict)
+    operations: dict[str, dict] = field(default_factory=dict)
+    events: list[list] = field(default_factory=list)  # heap of [due, seq, kind, target]
+    next_ip: int = 2
+    seq: int = 0
+
+    # ---- time ---------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.time() + self.clock_offset
+
+    def _after(self, simulated_seconds: float) -> float:
+        return self.now() + simulated_seconds / self.time_scale
+
+    def schedule(self, simulated_seconds: float, kind: str, target: str) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, [self._after(simulated_seconds), self.seq, kind, target])
+
+    def advance(self) -> bool:
+        """Apply every transition that is due; True if anything changed."""
+        changed = False
+        while self.events and self.events[0][0] <= self.now():
+            _, _, kind, target = heapq.heappop(self.events)
+            _HANDLERS[kind](self, target)
+            changed = True
+        return self._place_queued() or changed
+
+    # ---- capacity and quota ------------------------------------------------
+
+    def zone_capacity(self, zone: str) -> int:
+        return self.capacity.get(zone, self.default_capacity)
+
+    def used_chips(self, zone: str) -> int:
+        return sum(n["_chips"] for n in self.nodes.values() if n["_zone"] == zone and n["_reserved"])
+
+    def free_chips(self, zone: str) -> int:
+        return self.zone_capacity(zone) - self.used_chips(zone)
+
+    def _check_quota(self, project: str, zone: str, chips: int) -> None:
+        limit = self.quota.get(f"{project}/{zone}")
+        if limit is None:
+            return
+        used = sum(
+            n["_chips"] for n in self.nodes.values()
+            if n["_zone"] == zone and n["name"].startswith(f"projects/{project}/")
+        )
+        if used + chips > limit:
+            message = (
+                f"Quota limit 'TPUV5PPodPerProjectPerZoneForTPUAPI' has been exceeded. "
+                f"Limit: {limit} chips in zone {zone}; in use: {used}; requested: {chips}."
+            )
+            raise ApiError(429, "RESOURCE_EXHAUSTED", message, [{
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [{"subject": f"projects/{project}", "description": message}],
+            }])
+
+    # ---- locations and catalog ---------------------------------------------
+
+    def check_parent(self, parent: str) -> tuple[str, str]:
+        match = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)", parent)
+        if not match:
+            raise invalid(f"Invalid parent {parent!r}")
+        project, zone = match.groups()
+        if zone not in self.zones:
+            raise ApiError(404, "NOT_FOUND", f"Location {parent} is not found or access is unauthorized.")
+        return project, zone
+
+    def accelerator_type(self, name: str) -> dict:
+        parent, _, type_id = name.rpartition("/acceleratorTypes/")
+        self.check_parent(parent)
+        try:
+            st = topology.parse_slice(type_id)
+        except InvalidSliceError as e:
+            raise not_found(name) from e
+        return {"name": name, "type": st.name,
+                "acceleratorConfigs": [{"type": "V5P", "topology": st.topology}]}
+
+    def accelerator_types(self, parent: str) -> list[dict]:
+        self.check_parent(parent)
+        return [self.accelerator_type(f"{parent}/acceleratorTypes/{t}") for t in topology.GOOGLE_TABLE]
+
+    def runtime_versions(self, parent: str) -> list[dict]:
+        self.check_parent(parent)
+        return [{"name": f"{parent}/runtimeVersions/{v}", "version": v} for v in RUNTIME_VERSIONS]
+
+    def runtime_version(self, name: str) -> dict:
+        parent, _, version = name.rpartition("/runtimeVersions/")
+        match = [v for v in self.runtime_versions(parent) if v["version"] == version]
+        if not match:
+            raise not_found(name)
+        return match[0]
+
+    # ---- operations ----------------------------------------------------------
+
+    def new_operation(self, parent: str, verb: str, target: str) -> dict:
+        name = f"{parent}/operations/operation-{int(self.now() * 1000)}-{secrets.token_hex(6)}"
+        op = {"name": name, "done": False, "metadata": {
+            "@type": _META_TYPE, "createTime": rfc3339(self.now()), "target": target,
+            "verb": verb, "cancelRequested": False, "apiVersion": "v2",
+        }}
+        self.operations[name] = op
+        return op
+
+    def finish(self, op_name: str | None, *, response: dict | None = None,
+                error: tuple[int, str] | None = None) -> None:
+        op = self.operations.get(op_name or "")
+        if op is None or op["done"]:
+            return
+        op["done"] = True
+        op["metadata"]["endTime"] = rfc3339(self.now())
+        if error:
+            op["error"] = {"code": error[0], "message": error[1]}
+        else:
+            op["response"] = response or {"@type": _EMPTY_TYPE}
+
+    def get_operation(self, name: str) -> dict:
+        if name not in self.operations:
+            raise not_found(name)
+        return self.operations[name]
+
+    def list_operations(self, parent: str) -> list[dict]:
+        self.check_parent(parent)
+        return [op for name, op in sorted(self.operations.items()) if name.startswith(parent + "/")]
+
+    def delete_operation(self, name: str) -> None:
+        self.get_operation(name)
+        del self.operations[name]
+
+    def cancel_operation(self, name: str) -> None:
+        # Best effort, as Google documents it: the request is noted, the work goes on.
+        self.get_operation(name)["metadata"]["cancelRequested"] = True
+
+    # ---- nodes ----------------------------------------------------------------
+
+    def list_nodes(self, parent: str, page_size: int, page_token: str) -> tuple[list, str]:
+        self.check_parent(parent)
+        nodes = [n for name, n in sorted(self.nodes.items()) if name.startswith(parent + "/nodes/")]
+        return page(nodes, page_size, page_token)
+
+    def get_node(self, name: str) -> dict:
+        self.check_parent(name.rpartition("/nodes/")[0])
+        if name not in self.nodes:
+            raise not_found(name)
+        return self.nodes[name]
+
+    def node_from_body(self, parent: str, node_id: str, body: dict) -> dict:
+        unknown = set(body) - _NODE_FIELDS
+        if unknown:
+            raise invalid(f"Invalid JSON payload received. Unknown name {sorted(unknown)[0]!r}")
+        if not _ID.match(node_id or ""):
+            raise invalid(
+                f"Invalid node id {node_id!r}: use 1-63 lowercase letters, digits and hyphens, "
+                "starting with a letter and not ending with a hyphen")
+        slice_type = self._slice_type(body)
+        runtime = body.get("runtimeVersion", "")
+        if runtime not in RUNTIME_VERSIONS:
+            raise invalid(f"Runtime version {runtime!r} is not available; see runtimeVersions")
+        labels = body.get("labels", {})
+        for key, value in labels.items():
+            if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(str(value)):
+                raise invalid(f"Invalid label {key}={value!r}: lowercase letters, digits, _ and -")
+        node = {k: v for k, v in body.items() if k in _NODE_FIELDS}
+        _, zone = self.check_parent(parent)
+        node.update({
+            "name": f"{parent}/nodes/{node_id}",
+            "acceleratorType": slice_type.name,
+            "acceleratorConfig": {"type": "V5P", "topology": slice_type.topology},
+            "state": "CREATING",
+            "createTime": rfc3339(self.now()),
+            "id": str(secrets.randbelow(2**62)),
+            "apiVersion": "V2",
+            "_zone": zone,
+            "_chips": slice_type.chips,
+            "_hosts": slice_type.hosts,
+            "_reserved": False,
+        })
+        return node
+
+    @staticmethod
+    def _slice_type(body: dict) -> topology.SliceType:
+        config = body.get("acceleratorConfig")
+        try:
+            if config:
+                if wire.enum_name(wire.ACCELERATOR_TYPE, config.get("type")) != "V5P":
+                    raise invalid(f"Accelerator {config.get('type')!r} is not offered here (v5p only)")
+                chips = topology.parse_topology(config.get("topology", ""))
+                return topology.parse_slice(f"v5p-{chips * topology.CORES_PER_CHIP}")
+            return topology.parse_slice(body.get("acceleratorType", ""))
+        except (InvalidSliceError, ValueError) as e:
+            raise invalid(f"Invalid accelerator: {e}") from e
+
+    def create_node(self, parent: str, node_id: str, body: dict) -> dict:
+        project, zone = self.check_parent(parent)
+        node = self.node_from_body(parent, node_id, body)
+        if node["name"] in self.nodes:
+            raise ApiError(409, "ALREADY_EXISTS", f"Resource '{node['name']}' already exists")
+        self._check_quota(project, zone, node["_chips"])
+        op = self.new_operation(parent, "create", node["name"])
+        node["_create_op"] = op["name"]
+        if node["_chips"] <= self.free_chips(zone):
+            node["_reserved"] = True
+            self.schedule(self.timings.node_create, "node_ready", node["name"])
+        else:
+            self.schedule(self.timings.stockout, "node_stockout", node["name"])
+        self.nodes[node["name"]] = node
+        return op
+
+    def _endpoints(self, hosts: int) -> list[dict]:
+        # Addresses in a private range, as a VPC hands them out; fake hosts that
+        # answer on them come with the job layer.
+        out = []
+        for _ in range(hosts):
+            n, self.next_ip = self.next_ip, self.next_ip + 1
+            out.append({"ipAddress": f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}", "port": 8470})
+        return out
+
+    def make_ready(self, node: dict) -> None:
+        node["state"], node["health"] = "READY", "HEALTHY"
+        node["networkEndpoints"] = self._endpoints(node["_hosts"])
+
+    def delete_node(self, name: str) -> dict:
+        node = self.get_node(name)
+        if node.get("queuedResource"):
+            raise precondition(
+                f"Node {name} belongs to queued resource {node['queuedResource']}; delete that instead")
+        return self.start_node_deletion(node)
+
+    def start_node_deletion(self, node: dict) -> dict:
+        parent = node["name"].rpartition("/nodes/")[0]
+        op = self.new_operation(parent, "delete", node["name"])
+        node.setdefault("_delete_ops", []).append(op["name"])
+        if node["state"] != "DELETING":
+            node["state"] = "DELETING"
+            node.pop("health", None)
+            self.schedule(self.timings.node_delete, "node_deleted", node["name"])
+        return op
+
+    def update_node(self, name: str, body: dict, update_mask: str) -> dict:
+        node = self.get_node(name)
+        allowed = {"description", "tags", "labels", "metadata"}
+        paths = [p for p in update_mask.split(",") if p]
+        if not paths or set(paths) - allowed:
+            raise invalid(f"update_mask must name some of {sorted(allowed)}, got {update_mask!r}")
+        for path in paths:
+            node[path] = body.get(path, node.get(path))
+        op = self.new_operation(name.rpartition("/nodes/")[0], "update", name)
+        self.finish(op["name"], response={"@type": _NODE_TYPE, **node})
+        return op
+
+    def stop_node(self, name: str) -> dict:
+        node = self.get_node(name)
+        if node["_hosts"] != 1:
+            raise precondition(f"Node {name} has {node['_hosts']} hosts; only single-host nodes stop")
+        if node["state"] != "READY":
+            raise precondition(f"Node {name} is {node['state']}, not READY")
+        node["state"] = "STOPPING"
+        return self._transition_op(node, "stop", self.timings.node_stop, "node_stopped")
+
+    def start_node(self, name: str) -> dict:
+        node = self.get_node(name)
+        if node["state"] != "STOPPED":
+            raise precondition(f"Node {name} is {node['state']}, not STOPPED")
+        node["state"] = "STARTING"
+        return self._transition_op(node, "start", self.timings.node_start, "node_started")
+
+    def _transition_op(self, node: dict, verb: str, seconds: float, event: str) -> dict:
+        op = self.new_operation(node["name"].rpartition("/nodes/")[0], verb, node["name"])
+        node["_transition_op"] = op["name"]
+        self.schedule(seconds, event, node["name"])
+        return op
+
+    # ---- admin: faults and capacity ---------------------------------------------
+
+    def find(self, name: str) -> tuple[str, dict]:
+        """A node or queued resource by full name or bare id -> ("node"|"queued", resource)."""
+        for kind, table in (("queued", self.queued), ("node", self.nodes)):
+            for full, resource in table.items():
+                if name in (full, full.rsplit("/", 1)[-1]):
+                    return kind, resource
+        raise not_found(name)
+
+    def preempt(self, name: str, after: float = 0.0) -> None:
+        """Preempt a node or queued resource now, or `after` simulated seconds."""
+        kind, resource = self.find(name)
+        if after > 0:
+            self.schedule(after, "preempt", resource["name"])
+            return
+        if kind == "queued" or resource.get("queuedResource"):
+            queued.preempt(self, self.queued[resource.get("queuedResource", resource["name"])])
+        elif resource["state"] in {"READY", "CREATING", "STOPPED", "STARTING", "STOPPING"}:
+            resource["state"] = "PREEMPTED"
+            resource.pop("health", None)
+        else:
+            raise precondition(f"Node {resource['name']} is {resource['state']}; cannot preempt it")
+
+    def resources(self) -> dict[str, list[str]]:
+        """Everything that exists and may bill: what tests assert is empty at the end."""
+        return {"nodes": sorted(self.nodes), "queued_resources": sorted(self.queued)}
+
+    def _place_queued(self) -> bool:
+        return queued.place_waiting(self)
+
+    # ---- persistence --------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["zones"] = list(self.zones)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "World":
+        data = dict(data)
+        data["timings"] = Timings(**data.get("timings", {}))
+        data["zones"] = tuple(data.get("zones", topology.V5P_ZONES))
+        return cls(**data)
+
+
+# ---- transitions ----------------------------------------------------------------
+
+
+def _node_ready(world: World, name: str) -> None:
+    node = world.nodes.get(name)
+    if node is None or node["state"] != "CREATING":
+        return
+    world.make_ready(node)
+    world.finish(node.get("_create_op"), response={"@type": _NODE_TYPE, **node})
+
+
+def _node_stockout(world: World, name: str) -> None:
+    node = world.nodes.pop(name, None)
+    if node is None:
+        return
+    world.finish(node.get("_create_op"), error=(8, (
+        f'There is no more capacity in the zone "{node["_zone"]}"; you can try in another zone '
+        "where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)")))
+    for op in node.get("_delete_ops", []):
+        world.finish(op)
+
+
+def _node_deleted(world: World, name: str) -> None:
+    node = world.nodes.pop(name, None)
+    if node is None:
+        return
+    world.finish(node.get("_create_op"), error=(10, f"Node {name} was deleted while it was created"))
+    for op in node.get("_delete_ops", []):
+        world.finish(op)
+
+
+def _node_stopped(world: World, name: str) -> None:
+    node = world.nodes.get(name)
+    if node and node["state"] == "STOPPING":
+        node["state"] = "STOPPED"
+        world.finish(node.pop("_transition_op", None), response={"@type": _NODE_TYPE, **node})
+
+
+def _node_started(world: World, name: str) -> None:
+    node = world.nodes.get(name)
+    if node and node["state"] == "STARTING":
+        node["state"] = "READY"
+        world.finish(node.pop("_transition_op", None), response={"@type": _NODE_TYPE, **node})
+
+
+def _preempt_event(world: World, name: str) -> None:
+    try:
+        world.preempt(name)
+    except ApiError:
+        pass  # deleted or already gone before the preemption came due
+
+
+def _queued_event(kind: str) -> Callable[[World, str], None]:
+    def handler(world: World, name: str) -> None:
+        getattr(queued, kind)(world, name)
+
+    return handler
+
+
+_HANDLERS: dict[str, Callable[[World, str], None]] = {
+    "node_ready": _node_ready,
+    "node_stockout": _node_stockout,
+    "node_deleted": _node_deleted,
+    "node_stopped": _node_stopped,
+    "node_started": _node_started,
+    "preempt": _preempt_event,
+    **{kind: _queued_event(kind) for kind in ("qr_accepted", "qr_active", "qr_suspended", "qr_deleted")},
+}
