@@ -1,0 +1,3 @@
+from podctl.cli.main import main
+
+main()

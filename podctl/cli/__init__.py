@@ -1,0 +1,1 @@
+"""podctl's command line: thin, it parses, calls the library and renders."""

@@ -1,0 +1,78 @@
+"""podctl fake start | stop | status: the local fake cloud as a background daemon."""
+
+from __future__ import annotations
+
+import click
+
+from podctl.cli.common import guarded
+
+
+def _settings() -> object:
+    from podctl import settings
+
+    return settings.resolve(backend="fake")
+
+
+@click.group()
+def fake() -> None:
+    """The local fake cloud: Cloud TPU API on 127.0.0.1, shared by every podctl command."""
+
+
+@fake.command()
+@click.option("--time-scale", type=float, default=None,
+              help="Simulated seconds per real second (default 60: a 90 s creation takes 1.5 s).")
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
+def start(time_scale: float | None, as_json: bool) -> None:
+    """Start the fake cloud's daemon (nothing happens if it runs)."""
+
+    def action() -> None:
+        from podctl.cli.render import emit_json
+        from podctl.errors import InvalidValueError
+        from podctl.fake import daemon
+
+        if time_scale is not None and time_scale <= 0:
+            raise InvalidValueError("--time-scale must be positive.")
+        settings = _settings()
+        info = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone,
+                            time_scale=time_scale)
+        if as_json:
+            emit_json(info)
+        else:
+            click.echo(f"fake cloud running: Cloud TPU API {info['tpu_api']} (project "
+                       f"{info['project']}, zone {info['zone']}, pid {info['pid']})")
+
+    guarded(action)
+
+
+@fake.command()
+def stop() -> None:
+    """Stop the fake cloud's daemon; its slices are kept for the next start."""
+
+    def action() -> None:
+        from podctl.fake import daemon
+
+        stopped = daemon.stop(_settings().fake_dir)
+        click.echo("fake cloud stopped" if stopped else "fake cloud was not running")
+
+    guarded(action)
+
+
+@fake.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: running, tpu_api, project, zone.")
+def status(as_json: bool) -> None:
+    """Say whether the fake cloud runs, and where."""
+
+    def action() -> None:
+        from podctl.cli.render import emit_json
+        from podctl.fake import daemon
+
+        info = daemon.status(_settings().fake_dir)
+        if as_json:
+            emit_json(info)
+        elif info["running"]:
+            click.echo(f"fake cloud running: Cloud TPU API {info['tpu_api']} (project "
+                       f"{info['project']}, zone {info['zone']}, pid {info['pid']})")
+        else:
+            click.echo("fake cloud not running (`podctl fake start`)")
+
+    guarded(action)

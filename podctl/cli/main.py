@@ -1,0 +1,39 @@
+"""The `podctl` command. Only click is imported at start so that `podctl --help`
+stays fast; every command imports the library it needs when it runs."""
+
+from __future__ import annotations
+
+import click
+
+from podctl.cli import fake_cmds, slice_cmds
+from podctl.cli.common import Context
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--backend", type=click.Choice(["gcp", "fake"]), default=None,
+              help="Google Cloud, or the local fake cloud (default: $PODCTL_BACKEND, podctl.toml, gcp).")
+@click.version_option(package_name="podctl")
+@click.pass_context
+def cli(ctx: click.Context, backend: str | None) -> None:
+    """Run JAX training jobs on Cloud TPU v5p Pod slices.
+
+    \b
+    podctl up --slice v5p-64          create (or reuse) a slice and wait until it is ready
+    podctl ls                         the slices in the zone, with their states
+    podctl status NAME                one slice: state, health, hosts, topology, age
+    podctl down NAME                  delete a slice (queued resources with force)
+    podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
+    """
+    ctx.obj = Context(backend)
+
+
+for _command in (*slice_cmds.COMMANDS, fake_cmds.fake):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    cli(prog_name="podctl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""How the CLI shows slices and progress: tables for people, JSON for programs.
+
+Without a terminal there are no spinners and no colours: progress becomes one
+plain line per change of state on stderr, and stdout carries only the result.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Iterable
+
+import click
+
+MAX_HOSTS_SHOWN = 16
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Without a terminal, rich would wrap at 80 columns; a pipe gets whole lines.
+    width = None if stream.isatty() else 250
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def _age(info: Any) -> str:
+    from podctl.durations import format_duration
+
+    return format_duration(info.age_seconds)
+
+
+def slice_table(slices: Iterable[Any]) -> None:
+    from rich.table import Table, box
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("NAME", "KIND", "STATE", "TYPE", "TOPOLOGY", "CHIPS", "HOSTS", "TIER", "AGE", "PODCTL"):
+        table.add_column(column, justify="right" if column in {"CHIPS", "HOSTS"} else "left")
+    for s in slices:
+        kind = "queued" if s.kind == "queued-resource" else "node"
+        count = f"{s.num_slices} x " if s.num_slices > 1 else ""
+        table.add_row(s.name, kind, s.state, f"{count}{s.accelerator_type}", s.topology,
+                      str(s.chips), str(len(s.hosts)), s.tier, _age(s), "yes" if s.managed else "no")
+    _console().print(table)
+
+
+def slice_detail(info: Any) -> None:
+    rows = [
+        ("name", info.name),
+        ("kind", info.kind),
+        ("state", info.state + ("" if info.ready or info.state != "ACTIVE" else " (nodes not ready)")),
+        ("health", info.health or "-"),
+        ("type", f"{info.num_slices} x {info.accelerator_type}" if info.num_slices > 1
+         else info.accelerator_type),
+        ("topology", info.topology),
+        ("chips", f"{info.chips} on {len(info.hosts)} hosts"),
+        ("tier", info.tier),
+        ("zone", f"{info.zone} (project {info.project})"),
+        ("runtime", info.runtime_version),
+        ("age", _age(info)),
+        ("labels", ", ".join(f"{k}={v}" for k, v in sorted(info.labels.items())) or "-"),
+    ]
+    if info.error:
+        rows.append(("error", info.error))
+    if info.valid_until:
+        rows.append(("valid until", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info.valid_until))))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value}")
+    hosts = info.hosts
+    if hosts:
+        click.echo("hosts")
+        for h in hosts[:MAX_HOSTS_SHOWN]:
+            where = f"{h.ip}:{h.port}" + (f" (external {h.external_ip})" if h.external_ip else "")
+            click.echo(f"  slice {h.slice_index} worker {h.worker:<4} {where}")
+        if len(hosts) > MAX_HOSTS_SHOWN:
+            click.echo(f"  ... and {len(hosts) - MAX_HOSTS_SHOWN} more (--json lists all)")
+
+
+class ProgressReporter:
+    """Called with a state while podctl waits: a spinner on a terminal, else one line
+    per state change on stderr."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.started = time.monotonic()
+        self.last: str | None = None
+        self._status: Any = None
+        self.tty = sys.stderr.isatty()
+
+    def __enter__(self) -> "ProgressReporter":
+        if self.tty:
+            self._status = _console(stderr=True).status(f"{self.what} ...")
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(None, None, None)
+
+    def __call__(self, state: str) -> None:
+        elapsed = time.monotonic() - self.started
+        if self._status is not None:
+            self._status.update(f"{self.what}: {state} ({elapsed:.0f}s)")
+        elif state != self.last:
+            click.echo(f"podctl: {self.what}: {state} ({elapsed:.0f}s)", err=True)
+        self.last = state

@@ -1,0 +1,196 @@
+"""podctl up / ls / status / down."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import click
+
+from podctl.cli.common import Context, guarded
+
+pass_context = click.make_pass_decorator(Context)
+
+
+def where_options(fn: Callable) -> Callable:
+    fn = click.option("--zone", default=None, help="Zone (default: $CLOUDSDK_COMPUTE_ZONE, "
+                      "podctl.toml, gcloud config).")(fn)
+    return click.option("--project", default=None, help="Google Cloud project (default: "
+                        "$CLOUDSDK_CORE_PROJECT, podctl.toml, gcloud config).")(fn)
+
+
+def json_option(fn: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable; see README).")(fn)
+
+
+def _open(ctx: Context, project: str | None, zone: str | None) -> tuple[Any, Any]:
+    from podctl.cloud.connect import connect
+
+    settings = ctx.settings(project, zone)
+    return settings, connect(settings)
+
+
+@click.command()
+@click.option("--slice", "slice_name", required=True, metavar="v5p-N",
+              help="Slice type: v5p-N, N TensorCores (v5p-8 ... v5p-12288).")
+@click.option("--name", default=None, help="Slice name (default: USER-v5p-N, so a second `up` reuses it).")
+@where_options
+@click.option("--queued", is_flag=True, help="Ask through a queued resource, which waits for capacity.")
+@click.option("--spot", is_flag=True, help="Spot capacity: cheaper, and may be preempted.")
+@click.option("--guaranteed", is_flag=True, help="Guaranteed tier of a queued resource.")
+@click.option("--num-slices", default=1, show_default=True, type=int,
+              help="Multislice: K slices joined over the data-center network (queued).")
+@click.option("--valid-for", default=None, metavar="DURATION",
+              help="How long a queued resource may wait for capacity (e.g. 6h).")
+@click.option("--runtime-version", default=None, help="TPU VM runtime (default: v2-alpha-tpuv5).")
+@click.option("--no-wait", is_flag=True, help="Return once the slice is asked for.")
+@click.option("--timeout", default="30m", show_default=True, metavar="DURATION",
+              help="Give up waiting (and delete what this `up` created) after this long.")
+@json_option
+@pass_context
+def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zone: str | None,
+       queued: bool, spot: bool, guaranteed: bool, num_slices: int, valid_for: str | None,
+       runtime_version: str | None, no_wait: bool, timeout: str, as_json: bool) -> None:
+    """Create a slice, or reuse the one of the same name and spec, and wait until it is ready."""
+
+    def action() -> None:
+        from podctl import topology
+        from podctl._sync import run_sync
+        from podctl.cli.render import ProgressReporter, emit_json, slice_detail
+        from podctl.cloud import names
+        from podctl.cloud.sshkey import ensure_ssh_key
+        from podctl.cloud.types import SliceSpec
+        from podctl.cloud.up import UpRequest
+        from podctl.cloud.up import up as up_step
+        from podctl.cloud.wait import WaitPolicy
+        from podctl.durations import parse_duration
+        from podctl.errors import InvalidValueError
+
+        if spot and guaranteed:
+            raise InvalidValueError("--spot and --guaranteed are two tiers: choose one.")
+        tier = "spot" if spot else "guaranteed" if guaranteed else "on-demand"
+        spec = SliceSpec.build(
+            slice_name, num_slices=num_slices, queued=queued, tier=tier,
+            valid_for_seconds=parse_duration(valid_for, "--valid-for") if valid_for else None,
+            runtime_version=runtime_version or topology.DEFAULT_RUNTIME_VERSION)
+        wait_seconds = parse_duration(timeout, "--timeout")
+        slice_name_final = names.validate_name(name or names.default_name(spec), spec.num_slices)
+        if not spec.slice_type.in_google_table:
+            click.echo(f"podctl: note: {spec.slice_type.name} ({spec.slice_type.topology}) is not in "
+                       "Google's table of v5p sizes; Cloud TPU may refuse it.", err=True)
+        settings, api = _open(ctx, project, zone)
+        key = ensure_ssh_key(settings.config_dir)
+        request = UpRequest(parent=settings.parent, name=slice_name_final, spec=spec,
+                            ssh_keys=key.metadata_entry, owner=names.owner(), wait=not no_wait,
+                            policy=WaitPolicy(timeout=wait_seconds))
+        with ProgressReporter(f"{slice_name_final} ({spec.describe()})") as progress:
+            result = run_sync(up_step(api, request, progress=progress))
+        if as_json:
+            emit_json({**result.info.to_json(), "created": result.created})
+            return
+        verb = "created" if result.created else "reused"
+        state = "ready" if result.info.ready else result.info.state
+        click.echo(f"{verb} {result.info.name}: {state}")
+        slice_detail(result.info)
+
+    guarded(action)
+
+
+@click.command(name="ls")
+@where_options
+@json_option
+@pass_context
+def ls(ctx: Context, project: str | None, zone: str | None, as_json: bool) -> None:
+    """List the slices (nodes and queued resources) in the zone."""
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.cli.render import emit_json, slice_table
+        from podctl.cloud.describe import list_slices
+
+        settings, api = _open(ctx, project, zone)
+        slices = run_sync(list_slices(api, settings.parent))
+        if as_json:
+            emit_json([s.to_json() for s in slices])
+        elif not slices:
+            click.echo(f"no slices in {settings.zone} (project {settings.project})")
+        else:
+            slice_table(slices)
+
+    guarded(action)
+
+
+@click.command()
+@click.argument("name")
+@where_options
+@json_option
+@pass_context
+def status(ctx: Context, name: str, project: str | None, zone: str | None, as_json: bool) -> None:
+    """Show one slice: state, health, hosts with IPs, topology, age, labels."""
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.cli.render import emit_json, slice_detail
+        from podctl.cloud.describe import describe
+
+        settings, api = _open(ctx, project, zone)
+        info = run_sync(describe(api, settings.parent, name))
+        if as_json:
+            emit_json(info.to_json())
+        else:
+            slice_detail(info)
+
+    guarded(action)
+
+
+@click.command()
+@click.argument("name")
+@where_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--no-wait", is_flag=True, help="Return once the deletion has started.")
+@click.option("--timeout", default="30m", show_default=True, metavar="DURATION",
+              help="Give up waiting for the deletion after this long.")
+@json_option
+@pass_context
+def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bool, no_wait: bool,
+         timeout: str, as_json: bool) -> None:
+    """Delete a slice (a queued resource with its nodes), PREEMPTED and SUSPENDED ones too."""
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.cli.render import ProgressReporter, emit_json
+        from podctl.cloud import describe, terminate
+        from podctl.cloud.wait import WaitPolicy, wait_deleted
+        from podctl.durations import parse_duration
+        from podctl.errors import UsageError
+
+        wait_seconds = parse_duration(timeout, "--timeout")
+        settings, api = _open(ctx, project, zone)
+        info = run_sync(describe.describe(api, settings.parent, name))
+        if not yes:
+            if not sys.stdin.isatty():
+                raise UsageError(f"not on a terminal: add --yes to delete {name}.")
+            what = f"{info.name} ({info.num_slices} x {info.accelerator_type}, {info.chips} chips, {info.state})"
+            if not click.confirm(f"Delete {what}?", default=False):
+                raise UsageError("nothing deleted.")
+
+        async def delete_and_wait() -> Any:
+            deleted = await terminate.delete(api, settings.parent, info)
+            if not no_wait:
+                with ProgressReporter(f"deleting {name}") as progress:
+                    await wait_deleted(api, settings.parent, deleted.name, kind=deleted.kind,
+                                       policy=WaitPolicy(timeout=wait_seconds), progress=progress)
+            return deleted
+
+        deleted = run_sync(delete_and_wait())
+        if as_json:
+            emit_json({"name": deleted.name, "kind": deleted.kind, "deleted": not no_wait,
+                       "deleting": no_wait, "state_before": deleted.state})
+        else:
+            click.echo(f"{'deleting' if no_wait else 'deleted'} {deleted.name} "
+                       f"({deleted.kind}, was {deleted.state})")
+
+    guarded(action)
+
+
+COMMANDS = (up, ls, status, down)

@@ -1,0 +1,134 @@
+"""TpuApi: the narrow async face of google-cloud-tpu's TpuClient (REST transport).
+
+Every call runs the blocking client in a worker thread, is counted (so tests and
+benchmarks can show that waiting does not hammer the API), is retried with
+capped exponential backoff and jitter when its error can pass (429 rate limit,
+503, a reset connection), and has its errors translated to podctl's. The
+client's own retries are switched off (`retry=None`) so that this is the only
+retry policy and every HTTP request is counted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from google.api_core import operation as lro
+from google.cloud import tpu_v2
+from tenacity import (
+    AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from podctl.cloud.translate import translate
+from podctl.errors import TransientError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """For one API call: how often and how long to retry errors that pass."""
+
+    attempts: int = 6
+    initial: float = 0.5
+    maximum: float = 10.0
+    deadline: float = 120.0
+
+
+class TpuApi:
+    def __init__(self, client: tpu_v2.TpuClient, *, endpoint: str, retry: RetryPolicy = RetryPolicy(),
+                 sleep: Callable[[float], Any] = asyncio.sleep):
+        self.client = client
+        self.endpoint = endpoint
+        self.retry = retry
+        self._sleep = sleep
+        self.calls: Counter[str] = Counter()  # by method, each HTTP request once
+
+    async def _call(self, method: str, what: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        async def once() -> T:
+            self.calls[method] += 1
+            try:
+                return await asyncio.to_thread(fn, **kwargs)
+            except Exception as e:  # translated below; nothing else escapes
+                raise translate(e, what) from e
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retry.attempts) | stop_after_delay(self.retry.deadline),
+            wait=wait_exponential_jitter(initial=self.retry.initial, max=self.retry.maximum),
+            retry=retry_if_exception_type(TransientError),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        return await retrying(once)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    # ---- nodes ---------------------------------------------------------------------
+
+    async def get_node(self, name: str) -> tpu_v2.Node:
+        return await self._call("nodes.get", f"reading {name}", self.client.get_node,
+                                name=name, retry=None)
+
+    async def list_nodes(self, parent: str, page_size: int = 0) -> list[tpu_v2.Node]:
+        return await self._list("nodes.list", f"listing nodes in {parent}", self.client.list_nodes,
+                                tpu_v2.ListNodesRequest(parent=parent, page_size=page_size), "nodes")
+
+    async def create_node(self, parent: str, node_id: str, node: tpu_v2.Node) -> lro.Operation:
+        return await self._call("nodes.create", f"creating node {node_id}", self.client.create_node,
+                                parent=parent, node_id=node_id, node=node, retry=None)
+
+    async def delete_node(self, name: str) -> lro.Operation:
+        return await self._call("nodes.delete", f"deleting {name}", self.client.delete_node,
+                                name=name, retry=None)
+
+    # ---- queued resources -----------------------------------------------------------
+
+    async def get_queued_resource(self, name: str) -> tpu_v2.QueuedResource:
+        return await self._call("queuedResources.get", f"reading {name}",
+                                self.client.get_queued_resource, name=name, retry=None)
+
+    async def list_queued_resources(self, parent: str, page_size: int = 0) -> list[tpu_v2.QueuedResource]:
+        request = tpu_v2.ListQueuedResourcesRequest(parent=parent, page_size=page_size)
+        return await self._list("queuedResources.list", f"listing queued resources in {parent}",
+                                self.client.list_queued_resources, request, "queued_resources")
+
+    async def create_queued_resource(self, parent: str, qr_id: str,
+                                     qr: tpu_v2.QueuedResource) -> lro.Operation:
+        return await self._call("queuedResources.create", f"creating queued resource {qr_id}",
+                                self.client.create_queued_resource, parent=parent,
+                                queued_resource_id=qr_id, queued_resource=qr, retry=None)
+
+    async def delete_queued_resource(self, name: str, force: bool) -> lro.Operation:
+        request = tpu_v2.DeleteQueuedResourceRequest(name=name, force=force)
+        return await self._call("queuedResources.delete", f"deleting {name}",
+                                self.client.delete_queued_resource, request=request, retry=None)
+
+    # ---- catalog and operations ------------------------------------------------------
+
+    async def get_accelerator_type(self, name: str) -> tpu_v2.AcceleratorType:
+        return await self._call("acceleratorTypes.get", f"looking up {name}",
+                                self.client.get_accelerator_type, name=name, retry=None)
+
+    async def poll(self, operation: lro.Operation) -> bool:
+        """Refresh a long-running operation once (one GET); True when it has finished."""
+        return await self._call("operations.get", f"polling {operation.operation.name}",
+                                operation.done, retry=None)
+
+    async def _list(self, method: str, what: str, fn: Callable[..., Any], request: Any,
+                    field: str) -> list:
+        """Follow nextPageToken page by page, each page one counted, retried call."""
+        items: list = []
+        token = ""
+        while True:
+            request.page_token = token
+            pager = await self._call(method, what, fn, request=request, retry=None)
+            page = next(iter(pager.pages))  # this call's page; the next is fetched here
+            items.extend(getattr(page, field))
+            token = page.next_page_token
+            if not token:
+                return items

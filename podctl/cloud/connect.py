@@ -1,0 +1,48 @@
+"""Backend selection: a TpuApi for Google Cloud or for the local fake cloud.
+
+This is the one place (besides the demo and tests) that knows the fake exists:
+with backend "fake" it starts the fake cloud's daemon if it is not running and
+points the real client at it. The seam is the network address, nothing else.
+"""
+
+from __future__ import annotations
+
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.cloud import tpu_v2
+
+from podctl.cloud.api import RetryPolicy, TpuApi
+from podctl.cloud.translate import translate
+from podctl.settings import Settings
+
+GOOGLE_ENDPOINT = "tpu.googleapis.com"
+_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+
+
+def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
+                     retry: RetryPolicy = RetryPolicy()) -> TpuApi:
+    """A TpuApi on the REST transport at ENDPOINT (e.g. the fake's http://127.0.0.1:PORT)."""
+    client = tpu_v2.TpuClient(
+        transport="rest",
+        credentials=credentials or AnonymousCredentials(),
+        client_options=ClientOptions(api_endpoint=endpoint),
+    )
+    return TpuApi(client, endpoint=endpoint, retry=retry)
+
+
+def fake_endpoint(settings: Settings) -> str:
+    from podctl.fake import daemon
+
+    return daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["tpu_api"]
+
+
+def connect(settings: Settings) -> TpuApi:
+    if settings.backend == "fake":
+        return api_for_endpoint(fake_endpoint(settings))
+    import google.auth
+
+    try:
+        credentials, _ = google.auth.default(scopes=_SCOPES)
+    except Exception as e:  # DefaultCredentialsError and friends
+        raise translate(e, "loading Application Default Credentials") from e
+    return api_for_endpoint(GOOGLE_ENDPOINT, credentials)

@@ -1,0 +1,106 @@
+"""Protobufs of the Cloud TPU API -> podctl's dataclasses (types.py)."""
+
+from __future__ import annotations
+
+import time
+
+from google.cloud import tpu_v2
+
+from podctl.cloud.types import Host, NodeInfo, SliceInfo, Tier
+from podctl.errors import InvalidSliceError
+from podctl.topology import parse_slice
+
+
+def short(name: str) -> str:
+    """projects/p/locations/z/nodes/x -> x"""
+    return name.rsplit("/", 1)[-1]
+
+
+def _seconds(timestamp: object) -> float:
+    # proto-plus gives DatetimeWithNanoseconds; an unset timestamp is the epoch.
+    return timestamp.timestamp() if hasattr(timestamp, "timestamp") else 0.0
+
+
+def _enum(value: object) -> str | None:
+    name = getattr(value, "name", None)
+    return None if name is None or name.endswith("UNSPECIFIED") else name
+
+
+def node_info(node: tpu_v2.Node, slice_index: int = 0) -> NodeInfo:
+    hosts = tuple(
+        Host(slice_index=slice_index, worker=i, ip=ep.ip_address, port=ep.port,
+             external_ip=ep.access_config.external_ip or None)
+        for i, ep in enumerate(node.network_endpoints)
+    )
+    return NodeInfo(
+        name=short(node.name),
+        state=_enum(node.state) or "UNKNOWN",
+        health=_enum(node.health),
+        accelerator_type=node.accelerator_type,
+        topology=node.accelerator_config.topology or _topology(node.accelerator_type),
+        hosts=hosts,
+        spot=node.scheduling_config.spot or node.scheduling_config.preemptible,
+        created=_seconds(node.create_time),
+        labels=dict(node.labels),
+        queued_resource=short(node.queued_resource) if node.queued_resource else None,
+    )
+
+
+def _topology(accelerator_type: str) -> str:
+    try:
+        return parse_slice(accelerator_type).topology
+    except InvalidSliceError:  # not a v5p node; show no topology rather than fail
+        return ""
+
+
+def _location(name: str) -> tuple[str, str]:
+    parts = name.split("/")
+    return parts[1], parts[3]
+
+
+def slice_from_node(node: tpu_v2.Node) -> SliceInfo:
+    info = node_info(node)
+    project, zone = _location(node.name)
+    return SliceInfo(
+        name=info.name, project=project, zone=zone, kind="node", state=info.state,
+        accelerator_type=info.accelerator_type, topology=info.topology, num_slices=1,
+        tier="spot" if info.spot else "on-demand", created=info.created, labels=info.labels,
+        nodes=(info,), runtime_version=node.runtime_version, observed=time.time(),
+    )
+
+
+def queued_node_ids(qr: tpu_v2.QueuedResource) -> list[str]:
+    """The node ids a queued resource asks for, in slice order."""
+    ids = []
+    for spec in qr.tpu.node_spec:
+        multi = spec.multislice_params
+        if multi.node_count:
+            ids.extend(f"{multi.node_id_prefix}-{i}" for i in range(multi.node_count))
+        else:
+            ids.append(spec.node_id)
+    return ids
+
+
+def slice_from_queued_resource(qr: tpu_v2.QueuedResource, nodes: dict[str, tpu_v2.Node]) -> SliceInfo:
+    """A queued resource with whichever of its nodes exist (by short id)."""
+    project, zone = _location(qr.name)
+    template = qr.tpu.node_spec[0].node
+    ids = queued_node_ids(qr)
+    infos = tuple(node_info(nodes[i], index) for index, i in enumerate(ids) if i in nodes)
+    tier: Tier = "spot" if "spot" in qr else "guaranteed" if "guaranteed" in qr else "on-demand"
+    failed = qr.state.failed_data.error.message if "failed_data" in qr.state else None
+    policy = qr.queueing_policy
+    valid_until = None
+    if "valid_until_time" in policy:
+        valid_until = _seconds(policy.valid_until_time)
+    elif "valid_until_duration" in policy:
+        valid_until = _seconds(qr.create_time) + policy.valid_until_duration.total_seconds()
+    return SliceInfo(
+        name=short(qr.name), project=project, zone=zone, kind="queued-resource",
+        state=_enum(qr.state.state) or "UNKNOWN", accelerator_type=template.accelerator_type,
+        topology=template.accelerator_config.topology or _topology(template.accelerator_type),
+        num_slices=len(ids), tier=tier,
+        created=_seconds(qr.create_time), labels=dict(template.labels), nodes=infos,
+        error=failed or None, runtime_version=template.runtime_version,
+        valid_until=valid_until, observed=time.time(),
+    )

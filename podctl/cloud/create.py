@@ -1,0 +1,71 @@
+"""Create a slice: a plain node, or a queued resource (single slice or multislice)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+from google.api_core import operation as lro
+from google.cloud import tpu_v2
+
+from podctl.cloud.api import TpuApi
+from podctl.cloud.describe import Kind
+from podctl.cloud.types import SliceSpec
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    parent: str
+    name: str
+    spec: SliceSpec
+    labels: dict[str, str]
+    ssh_keys: str  # the node's `ssh-keys` metadata
+
+
+@dataclass(frozen=True)
+class Creation:
+    name: str
+    kind: Kind
+    operation: lro.Operation
+
+
+def node_template(request: CreateRequest) -> tpu_v2.Node:
+    spec = request.spec
+    node = tpu_v2.Node(
+        accelerator_type=spec.slice_type.name,
+        runtime_version=spec.runtime_version,
+        labels=request.labels,
+        metadata={"ssh-keys": request.ssh_keys},
+        description=f"podctl {spec.describe()}",
+    )
+    if spec.tier == "spot" and not spec.queued:  # a queued resource carries its tier itself
+        node.scheduling_config = tpu_v2.SchedulingConfig(spot=True)
+    return node
+
+
+def queued_resource(request: CreateRequest) -> tpu_v2.QueuedResource:
+    spec = request.spec
+    node_spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=request.parent, node=node_template(request))
+    if spec.num_slices > 1:  # nodes NAME-0 ... NAME-(K-1)
+        node_spec.multislice_params = tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+            node_count=spec.num_slices, node_id_prefix=request.name)
+    else:
+        node_spec.node_id = request.name
+    qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[node_spec]))
+    if spec.tier == "spot":
+        qr.spot = tpu_v2.QueuedResource.Spot()
+    elif spec.tier == "guaranteed":
+        qr.guaranteed = tpu_v2.QueuedResource.Guaranteed()
+    if spec.valid_for_seconds is not None:
+        qr.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(
+            valid_until_duration=datetime.timedelta(seconds=spec.valid_for_seconds))
+    return qr
+
+
+async def create(api: TpuApi, request: CreateRequest) -> Creation:
+    """Ask for the slice; returns at once with the operation to wait on."""
+    if request.spec.queued:
+        op = await api.create_queued_resource(request.parent, request.name, queued_resource(request))
+        return Creation(request.name, "queued-resource", op)
+    op = await api.create_node(request.parent, request.name, node_template(request))
+    return Creation(request.name, "node", op)

@@ -1,0 +1,64 @@
+"""Describe and list slices: a slice is a node, or a queued resource with its nodes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from google.cloud import tpu_v2
+
+from podctl.cloud.api import TpuApi
+from podctl.cloud.convert import queued_node_ids, short, slice_from_node, slice_from_queued_resource
+from podctl.cloud.types import SliceInfo
+from podctl.errors import NotFoundError
+
+Kind = Literal["node", "queued-resource"]
+
+
+async def _nodes_of(api: TpuApi, parent: str, qr: tpu_v2.QueuedResource) -> dict[str, tpu_v2.Node]:
+    ids = queued_node_ids(qr)
+    if len(ids) == 1:  # one GET beats listing a zone that may hold many nodes
+        try:
+            return {ids[0]: await api.get_node(f"{parent}/nodes/{ids[0]}")}
+        except NotFoundError:
+            return {}
+    wanted = set(ids)
+    return {short(n.name): n for n in await api.list_nodes(parent) if short(n.name) in wanted}
+
+
+async def describe(api: TpuApi, parent: str, name: str, kind: Kind | None = None) -> SliceInfo:
+    """The slice NAME in PARENT; NotFoundError if there is none.
+
+    Without KIND, a queued resource of that name is looked for first, then a node.
+    """
+    if kind in (None, "queued-resource"):
+        try:
+            qr = await api.get_queued_resource(f"{parent}/queuedResources/{name}")
+        except NotFoundError:
+            if kind == "queued-resource":
+                raise
+        else:
+            return slice_from_queued_resource(qr, await _nodes_of(api, parent, qr))
+    try:
+        return slice_from_node(await api.get_node(f"{parent}/nodes/{name}"))
+    except NotFoundError as e:
+        zone = parent.rsplit("/", 1)[-1]
+        raise NotFoundError(f"no slice named {name!r} in {zone}; `podctl ls` lists them.") from e
+
+
+async def find(api: TpuApi, parent: str, name: str) -> SliceInfo | None:
+    try:
+        return await describe(api, parent, name)
+    except NotFoundError:
+        return None
+
+
+async def list_slices(api: TpuApi, parent: str, page_size: int = 0) -> list[SliceInfo]:
+    """Every slice in the zone: queued resources (with their nodes) and plain nodes."""
+    qrs, nodes = await asyncio.gather(api.list_queued_resources(parent, page_size),
+                                      api.list_nodes(parent, page_size))
+    by_id = {short(n.name): n for n in nodes}
+    slices = [slice_from_queued_resource(qr, by_id) for qr in qrs]
+    owned = {node_id for qr in qrs for node_id in queued_node_ids(qr)}
+    slices += [slice_from_node(n) for n in nodes if short(n.name) not in owned]
+    return sorted(slices, key=lambda s: s.name)

@@ -1,0 +1,38 @@
+"""Delete a slice and, if asked, wait until it is gone.
+
+A queued resource is deleted with force=true, which takes its nodes with it; a
+node that belongs to a queued resource is deleted through that resource. A
+PREEMPTED node or SUSPENDED queued resource still holds quota, so it is deleted
+like any other.
+"""
+
+from __future__ import annotations
+
+from podctl.cloud import describe
+from podctl.cloud.api import TpuApi
+from podctl.cloud.types import SliceInfo
+from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_deleted
+
+
+async def delete(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:
+    """Start deleting INFO's slice; returns the slice as it was found."""
+    if info.kind == "node" and info.nodes and info.nodes[0].queued_resource:
+        info = await describe.describe(api, parent, info.nodes[0].queued_resource, "queued-resource")
+    if info.state == "DELETING":
+        return info  # already on its way; a second request would only be refused
+    if info.kind == "queued-resource":
+        await api.delete_queued_resource(f"{parent}/queuedResources/{info.name}", force=True)
+    else:
+        await api.delete_node(f"{parent}/nodes/{info.name}")
+    return info
+
+
+async def terminate(api: TpuApi, parent: str, name: str, *, wait: bool = True,
+                    policy: WaitPolicy = WaitPolicy(), clock: Clock = Clock(),
+                    progress: Progress | None = None) -> SliceInfo:
+    """Delete the slice NAME (NotFoundError if none) and wait until it is gone."""
+    info = await delete(api, parent, await describe.describe(api, parent, name))
+    if wait:
+        await wait_deleted(api, parent, info.name, kind=info.kind, policy=policy, clock=clock,
+                           progress=progress)
+    return info

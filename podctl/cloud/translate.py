@@ -1,0 +1,85 @@
+"""Google's errors -> podctl's, at the one place they enter (see errors.py).
+
+google-api-core raises one exception class per HTTP status; requests raises its
+own for a connection that fails. Quota and rate limiting both arrive as 429: a
+quota violation carries a QuotaFailure detail (or says "Quota"), and is final;
+a bare rate limit passes, so it becomes a TransientError that callers retry.
+A stockout is not an HTTP error at all but a failed operation with code 8.
+"""
+
+from __future__ import annotations
+
+import re
+
+import requests
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+
+from podctl.errors import (
+    AlreadyExistsError, CloudError, ConfigError, NotFoundError, PermissionDeniedError,
+    PodctlError, QuotaExceededError, StockoutError, TransientError,
+)
+
+_URL_PREFIX = re.compile(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ")
+_RESOURCE_EXHAUSTED = 8
+_QUOTA_HINT = "request more in the console (IAM & Admin > Quotas) or use a smaller slice"
+
+
+def _message(e: gexc.GoogleAPICallError) -> str:
+    return _URL_PREFIX.sub("", e.message or str(e)).strip()
+
+
+def _is_quota(e: gexc.GoogleAPICallError) -> bool:
+    details = getattr(e, "details", None) or []
+    if any(isinstance(d, dict) and d.get("@type", "").endswith("google.rpc.QuotaFailure")
+           for d in details):
+        return True
+    return "quota" in _message(e).lower()
+
+
+def translate(e: BaseException, what: str) -> PodctlError:
+    """A library error met while doing WHAT (e.g. "creating node x") -> a PodctlError."""
+    if isinstance(e, PodctlError):
+        return e
+    if isinstance(e, (requests.ConnectionError, requests.Timeout)):
+        return TransientError(f"cannot reach the Cloud TPU API while {what}: {e.__class__.__name__}")
+    if isinstance(e, auth_exc.DefaultCredentialsError):
+        return ConfigError("no Google Cloud credentials: run `gcloud auth application-default "
+                           "login` or set GOOGLE_APPLICATION_CREDENTIALS (or use --backend fake).")
+    if isinstance(e, auth_exc.GoogleAuthError):
+        return ConfigError(f"Google Cloud credentials were refused while {what}: {e}. "
+                           "Run `gcloud auth application-default login` again.")
+    if not isinstance(e, gexc.GoogleAPICallError):
+        return CloudError(f"unexpected error while {what}: {e}")
+    text = _message(e)
+    if isinstance(e, gexc.NotFound):
+        return NotFoundError(f"not found while {what}: {text}")
+    if isinstance(e, (gexc.Conflict, gexc.AlreadyExists)):
+        return AlreadyExistsError(f"already exists ({what}): {text}")
+    if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
+        return PermissionDeniedError(f"permission denied while {what}: {text}. The account "
+                                     "needs the TPU Admin role (roles/tpu.admin) in this project.")
+    if isinstance(e, gexc.Unauthenticated):
+        return ConfigError(f"not signed in to Google Cloud ({text}): run "
+                           "`gcloud auth application-default login`.")
+    if isinstance(e, (gexc.TooManyRequests, gexc.ResourceExhausted)):
+        if _is_quota(e):
+            return QuotaExceededError(f"quota exceeded while {what}: {text}; {_QUOTA_HINT}.")
+        return TransientError(f"rate limited while {what}: {text}")
+    if isinstance(e, (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.GatewayTimeout,
+                      gexc.DeadlineExceeded, gexc.BadGateway)):
+        return TransientError(f"the Cloud TPU API failed for a moment while {what}: {text}")
+    return CloudError(f"the Cloud TPU API refused {what}: {text}")
+
+
+def translate_operation_error(e: BaseException, what: str, zone: str) -> PodctlError:
+    """The error of a finished long-running operation (stockout is code 8)."""
+    code = getattr(e, "grpc_status_code", None)
+    number = getattr(code, "value", (None,))[0] if code is not None else None
+    if isinstance(e, gexc.ResourceExhausted) or number == _RESOURCE_EXHAUSTED:
+        if _is_quota(e):  # type: ignore[arg-type]
+            return translate(e, what)
+        return StockoutError(
+            f"no v5p capacity in {zone} right now (stockout) while {what}. Try another zone "
+            "(--zone), a queued resource that waits for capacity (--queued), or later.")
+    return translate(e, what)

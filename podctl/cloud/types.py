@@ -1,0 +1,176 @@
+"""The dataclasses that cross the provisioning layer: what to create, what exists.
+
+Nothing above `podctl/cloud/` sees a protobuf or an API dict; it sees these.
+`SliceInfo.to_json()` is the stable shape of `podctl up/ls/status --json`
+(documented in README.md): add keys, never rename or remove them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from podctl.errors import InvalidValueError
+from podctl.topology import DEFAULT_RUNTIME_VERSION, MultiSlice, SliceType, parse_multislice
+
+Tier = Literal["on-demand", "spot", "guaranteed"]
+TIERS: tuple[Tier, ...] = ("on-demand", "spot", "guaranteed")
+
+# States in which a slice holds chips and bills (or may soon).
+BILLABLE_STATES = {"CREATING", "READY", "PREEMPTED", "STOPPING", "STARTING", "RESTARTING",
+                   "REPAIRING", "PROVISIONING", "ACTIVE", "SUSPENDING"}
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """What `up` asks for: K slices of one v5p type, as a node or a queued resource."""
+
+    slice_type: SliceType
+    num_slices: int = 1
+    queued: bool = False
+    tier: Tier = "on-demand"
+    valid_for_seconds: int | None = None
+    runtime_version: str = DEFAULT_RUNTIME_VERSION
+
+    @classmethod
+    def build(cls, slice_name: str, *, num_slices: int = 1, queued: bool = False,
+              tier: Tier = "on-demand", valid_for_seconds: int | None = None,
+              runtime_version: str = DEFAULT_RUNTIME_VERSION) -> "SliceSpec":
+        """Validate a request; multislice is only offered through queued resources."""
+        multi = parse_multislice(slice_name, num_slices)
+        if tier not in TIERS:
+            raise InvalidValueError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}.")
+        queued = queued or num_slices > 1
+        if tier == "guaranteed" and not queued:
+            raise InvalidValueError("--guaranteed is a queued-resource tier: add --queued.")
+        if valid_for_seconds is not None and not queued:
+            raise InvalidValueError("--valid-for applies to queued resources: add --queued.")
+        return cls(multi.slice_type, num_slices, queued, tier, valid_for_seconds, runtime_version)
+
+    @property
+    def multislice(self) -> MultiSlice:
+        return MultiSlice(self.slice_type, self.num_slices)
+
+    def describe(self) -> str:
+        count = f"{self.num_slices} x " if self.num_slices > 1 else ""
+        kind = "queued resource" if self.queued else "node"
+        return f"{count}{self.slice_type.name} ({self.tier} {kind})"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One TPU VM of a slice: the job layer's SSH target."""
+
+    slice_index: int
+    worker: int
+    ip: str
+    port: int
+    external_ip: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slice": self.slice_index, "worker": self.worker, "ip": self.ip,
+                "port": self.port, "external_ip": self.external_ip}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One Cloud TPU node (one slice of a multislice)."""
+
+    name: str  # the short node id
+    state: str
+    health: str | None
+    accelerator_type: str
+    topology: str
+    hosts: tuple[Host, ...]
+    spot: bool
+    created: float  # epoch seconds
+    labels: dict[str, str]
+    queued_resource: str | None  # the short id of the queued resource that owns it
+
+
+@dataclass(frozen=True)
+class SliceInfo:
+    """What podctl knows of one slice: a node, or a queued resource with its nodes."""
+
+    name: str
+    project: str
+    zone: str
+    kind: Literal["node", "queued-resource"]
+    state: str  # the node's state, or the queued resource's (ACTIVE = its nodes are up)
+    accelerator_type: str
+    topology: str
+    num_slices: int
+    tier: Tier
+    created: float
+    labels: dict[str, str]
+    nodes: tuple[NodeInfo, ...] = ()
+    error: str | None = None  # why a queued resource failed
+    runtime_version: str = DEFAULT_RUNTIME_VERSION
+    valid_until: float | None = None
+    observed: float = field(default_factory=time.time)
+
+    @property
+    def managed(self) -> bool:
+        return self.labels.get("podctl-managed") == "true"
+
+    @property
+    def hosts(self) -> tuple[Host, ...]:
+        return tuple(h for node in self.nodes for h in node.hosts)
+
+    @property
+    def ready(self) -> bool:
+        return (self.state in {"READY", "ACTIVE"} and len(self.nodes) == self.num_slices
+                and all(n.state == "READY" for n in self.nodes))
+
+    @property
+    def chips(self) -> int:
+        return self.slice_type.chips * self.num_slices
+
+    @property
+    def slice_type(self) -> SliceType:
+        from podctl.topology import parse_slice
+
+        return parse_slice(self.accelerator_type)
+
+    @property
+    def age_seconds(self) -> float:
+        return max(0.0, self.observed - self.created)
+
+    @property
+    def health(self) -> str | None:
+        healths = {n.health for n in self.nodes}
+        if not healths:
+            return None
+        return healths.pop() if len(healths) == 1 else "MIXED"
+
+    @property
+    def billable(self) -> bool:
+        return self.state in BILLABLE_STATES or any(n.state in BILLABLE_STATES for n in self.nodes)
+
+    def matches(self, spec: SliceSpec) -> list[str]:
+        """How this slice differs from SPEC, in words; empty if it is the same."""
+        diffs = []
+        if self.accelerator_type != spec.slice_type.name:
+            diffs.append(f"type {self.accelerator_type}, not {spec.slice_type.name}")
+        if self.num_slices != spec.num_slices:
+            diffs.append(f"{self.num_slices} slices, not {spec.num_slices}")
+        if (self.kind == "queued-resource") != spec.queued:
+            diffs.append(f"a {self.kind}, not a {'queued-resource' if spec.queued else 'node'}")
+        if self.tier != spec.tier:
+            diffs.append(f"tier {self.tier}, not {spec.tier}")
+        return diffs
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "project": self.project, "zone": self.zone, "kind": self.kind,
+            "state": self.state, "ready": self.ready, "health": self.health,
+            "accelerator_type": self.accelerator_type, "topology": self.topology,
+            "num_slices": self.num_slices, "chips": self.chips, "hosts": len(self.hosts),
+            "tier": self.tier, "runtime_version": self.runtime_version,
+            "created": self.created, "age_seconds": round(self.age_seconds, 1),
+            "managed": self.managed, "labels": dict(self.labels), "error": self.error,
+            "valid_until": self.valid_until,
+            "nodes": [{"name": n.name, "state": n.state, "health": n.health,
+                       "hosts": [h.to_json() for h in n.hosts]} for n in self.nodes],
+        }

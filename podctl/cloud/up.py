@@ -1,0 +1,122 @@
+"""`up`: the idempotent composition of the lifecycle steps.
+
+    find -> (reuse: check spec, wait) | (check zone -> create -> wait)
+
+A second `up` with the same name and spec reuses the slice; a different spec is
+refused. A slice this call created is deleted again if the wait fails, times out
+or is interrupted (Ctrl-C), so a failed `up` never leaves chips billing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from podctl import topology
+from podctl.cloud import create as create_step
+from podctl.cloud import describe, terminate
+from podctl.cloud.api import TpuApi
+from podctl.cloud.names import podctl_labels, validate_name
+from podctl.cloud.types import SliceInfo, SliceSpec
+from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
+from podctl.errors import (
+    AlreadyExistsError, CloudError, InvalidValueError, NotFoundError, PodctlError, SliceLostError,
+    SpecMismatchError,
+)
+
+_DEAD = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "FAILED", "TERMINATED"}
+
+
+@dataclass(frozen=True)
+class UpRequest:
+    parent: str
+    name: str
+    spec: SliceSpec
+    ssh_keys: str
+    owner: str
+    wait: bool = True
+    policy: WaitPolicy = WaitPolicy()
+
+
+@dataclass(frozen=True)
+class UpResult:
+    info: SliceInfo
+    created: bool  # False: an existing slice of the same spec was reused
+
+
+async def check_zone(api: TpuApi, parent: str) -> None:
+    """One call that tells a zone without v5p (or no such zone) before anything is created."""
+    try:
+        await api.get_accelerator_type(f"{parent}/acceleratorTypes/v5p-8")
+    except NotFoundError as e:
+        zone = parent.rsplit("/", 1)[-1]
+        raise InvalidValueError(f"zone {zone!r} offers no TPU v5p (or does not exist); v5p zones "
+                                f"include {', '.join(topology.V5P_ZONES[:2])}.") from e
+
+
+def _check_reusable(info: SliceInfo, spec: SliceSpec) -> None:
+    if not info.managed:
+        raise SpecMismatchError(f"a slice named {info.name!r} exists but was not created by podctl; "
+                                "choose another --name.")
+    diffs = info.matches(spec)
+    if diffs:
+        raise SpecMismatchError(
+            f"slice {info.name!r} exists with another spec ({'; '.join(diffs)}); choose another "
+            f"--name, or `podctl down {info.name}` first.")
+    if info.state in _DEAD or any(n.state == "PREEMPTED" for n in info.nodes):
+        raise SliceLostError(f"slice {info.name!r} is {info.state}; `podctl down {info.name}`, "
+                             "then `podctl up` again.")
+    if info.state == "DELETING":
+        raise SliceLostError(f"slice {info.name!r} is being deleted; wait for it, then `podctl up` again.")
+
+
+async def _reuse(api: TpuApi, request: UpRequest, info: SliceInfo, clock: Clock,
+                 progress: Progress | None) -> UpResult:
+    _check_reusable(info, request.spec)
+    if request.wait and not info.ready:
+        info = await wait_ready(api, request.parent, request.name, kind=info.kind,
+                                policy=request.policy, clock=clock, progress=progress)
+    return UpResult(info, created=False)
+
+
+async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
+             progress: Progress | None = None) -> UpResult:
+    validate_name(request.name, request.spec.num_slices)
+    existing = await describe.find(api, request.parent, request.name)
+    if existing:
+        return await _reuse(api, request, existing, clock, progress)
+    await check_zone(api, request.parent)
+    create_request = create_step.CreateRequest(
+        parent=request.parent, name=request.name, spec=request.spec,
+        labels=podctl_labels(request.owner), ssh_keys=request.ssh_keys)
+    try:
+        creation = await create_step.create(api, create_request)
+    except AlreadyExistsError:  # another `up` won the race: treat it as found
+        info = await describe.describe(api, request.parent, request.name)
+        return await _reuse(api, request, info, clock, progress)
+    if not request.wait:
+        info = await describe.describe(api, request.parent, request.name, creation.kind)
+        return UpResult(info, created=True)
+    try:
+        info = await wait_ready(
+            api, request.parent, request.name, kind=creation.kind,
+            operation=creation.operation if creation.kind == "node" else None,
+            policy=request.policy, clock=clock, progress=progress)
+    except BaseException:
+        await _delete_quietly(api, request.parent, request.name)
+        raise
+    return UpResult(info, created=True)
+
+
+async def _delete_quietly(api: TpuApi, parent: str, name: str) -> None:
+    """Undo a creation whose wait failed; shielded, so a second Ctrl-C cannot skip it."""
+    async def undo() -> None:
+        try:
+            await terminate.terminate(api, parent, name, wait=False)
+        except NotFoundError:
+            pass  # the creation failed on its own (a stockout leaves nothing)
+        except PodctlError as e:
+            raise CloudError(f"{name} could not be deleted after a failed `up` ({e}); "
+                             f"run `podctl down {name}` so that it does not bill.") from e
+
+    await asyncio.shield(undo())

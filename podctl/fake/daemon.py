@@ -1,0 +1,154 @@
+"""The fake cloud as a background daemon, shared by separate CLI invocations.
+
+    podctl fake start | stop | status [--json]
+
+The daemon lives in a state directory (`$PODCTL_STATE_DIR/fake` by default):
+`daemon.json` says where it listens (written once it does), `world.json` holds
+the world across restarts (0600), `daemon.log` its output, `lock` serialises
+starts so that two commands that both find it stopped start one daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from podctl.errors import FakeCloudError
+from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.server import FakeCloud
+
+DEFAULT_TIME_SCALE = 60.0  # a simulated minute per second: `up` of a v5p-4096 in seconds
+_START_TIMEOUT = 20.0
+
+
+def _info_path(state_dir: Path) -> Path:
+    return state_dir / "daemon.json"
+
+
+@contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def status(state_dir: Path) -> dict:
+    """{"running": False} or the daemon's description, checked against the live process."""
+    path = _info_path(state_dir)
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"running": False, "state_dir": str(state_dir)}
+    if not _alive(int(info.get("pid", 0))):
+        return {"running": False, "state_dir": str(state_dir)}
+    try:
+        live = FakeAdmin(info["admin"], timeout=5).status()
+    except FakeCloudError:
+        return {"running": False, "state_dir": str(state_dir), "pid": info.get("pid")}
+    return {**live, "state_dir": str(state_dir)}
+
+
+def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None = None) -> dict:
+    """Start the daemon unless it runs; returns its status."""
+    with _locked(state_dir):
+        current = status(state_dir)
+        if current["running"]:
+            return current
+        _info_path(state_dir).unlink(missing_ok=True)
+        scale = time_scale or float(os.environ.get("PODCTL_FAKE_TIME_SCALE", DEFAULT_TIME_SCALE))
+        log = open(state_dir / "daemon.log", "ab")
+        os.chmod(state_dir / "daemon.log", 0o600)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "podctl.fake.daemon", "--state-dir", str(state_dir),
+             "--project", project, "--zone", zone, "--time-scale", str(scale)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise FakeCloudError(f"the fake cloud daemon exited at start (code "
+                                     f"{process.returncode}); see {state_dir / 'daemon.log'}")
+            current = status(state_dir)
+            if current["running"]:
+                return current
+            time.sleep(0.05)
+        process.kill()
+        raise FakeCloudError(f"the fake cloud daemon did not start in {_START_TIMEOUT:.0f} s; "
+                             f"see {state_dir / 'daemon.log'}")
+
+
+def stop(state_dir: Path, timeout: float = 15.0) -> bool:
+    """Stop the daemon (it saves its world first); False if it was not running."""
+    with _locked(state_dir):
+        current = status(state_dir)
+        pid = current.get("pid")
+        if not pid or not _alive(int(pid)):
+            _info_path(state_dir).unlink(missing_ok=True)
+            return False
+        os.kill(int(pid), signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(int(pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(int(pid)):
+            os.kill(int(pid), signal.SIGKILL)
+        _info_path(state_dir).unlink(missing_ok=True)
+        return True
+
+
+async def _serve(state_dir: Path, project: str, zone: str, time_scale: float) -> None:
+    cloud = FakeCloud(state_file=state_dir / "world.json", project=project, zone=zone)
+    cloud.world.time_scale = time_scale
+    await cloud.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    info = {**cloud.describe(), "state_dir": str(state_dir), "started": time.time()}
+    tmp = _info_path(state_dir).with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, _info_path(state_dir))
+    try:
+        await stopping.wait()
+    finally:
+        await cloud.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m podctl.fake.daemon")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--zone", required=True)
+    parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
+    args = parser.parse_args(argv)
+    os.umask(0o077)
+    asyncio.run(_serve(args.state_dir, args.project, args.zone, args.time_scale))
+
+
+if __name__ == "__main__":
+    main()

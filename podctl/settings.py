@@ -1,0 +1,115 @@
+"""Where podctl works: backend, project and zone, and its own directories.
+
+Each value comes from the first of: a command-line flag, the environment
+(`PODCTL_BACKEND`, `CLOUDSDK_CORE_PROJECT`, `CLOUDSDK_COMPUTE_ZONE`), `podctl.toml`
+in the current directory, and, against Google Cloud, the active gcloud
+configuration (read from its files, without running gcloud). The fake backend
+falls back to its own project and zone instead of gcloud's.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from podctl.errors import ConfigError, InvalidValueError
+
+BACKENDS = ("gcp", "fake")
+FAKE_PROJECT = "fake-project"
+FAKE_ZONE = "us-central1-a"
+_PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str
+    project: str
+    zone: str
+    config_dir: Path
+    state_dir: Path
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}"
+
+    @property
+    def fake_dir(self) -> Path:
+        return self.state_dir / "fake"
+
+
+def _home_dir(env: Mapping[str, str], own: str, xdg: str, default: str) -> Path:
+    if env.get(own):
+        return Path(env[own])
+    base = Path(env[xdg]) if env.get(xdg) else Path.home() / default
+    return base / "podctl"
+
+
+def config_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """Keys and user settings: $PODCTL_CONFIG_DIR, else $XDG_CONFIG_HOME/podctl."""
+    return _home_dir(env, "PODCTL_CONFIG_DIR", "XDG_CONFIG_HOME", ".config")
+
+
+def state_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """The fake cloud's daemon and other state: $PODCTL_STATE_DIR, else $XDG_STATE_HOME/podctl."""
+    return _home_dir(env, "PODCTL_STATE_DIR", "XDG_STATE_HOME", ".local/state")
+
+
+def read_podctl_toml(directory: Path) -> dict:
+    path = directory / "podctl.toml"
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid TOML ({e}); fix or remove it.") from e
+    return data.get("podctl", data)
+
+
+def read_gcloud_config(env: Mapping[str, str]) -> dict[str, str]:
+    """The active gcloud configuration's project and zone, from its INI files."""
+    root = Path(env["CLOUDSDK_CONFIG"]) if env.get("CLOUDSDK_CONFIG") else Path.home() / ".config/gcloud"
+    name = env.get("CLOUDSDK_ACTIVE_CONFIG_NAME")
+    if not name:
+        active = root / "active_config"
+        name = active.read_text().strip() if active.exists() else "default"
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(root / "configurations" / f"config_{name}")
+    except configparser.Error:
+        return {}
+    out = {}
+    if parser.has_option("core", "project"):
+        out["project"] = parser.get("core", "project")
+    if parser.has_option("compute", "zone"):
+        out["zone"] = parser.get("compute", "zone")
+    return out
+
+
+def resolve(*, backend: str | None = None, project: str | None = None, zone: str | None = None,
+            env: Mapping[str, str] = os.environ, cwd: Path | None = None) -> Settings:
+    toml = read_podctl_toml(cwd or Path.cwd())
+    backend = backend or env.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
+    if backend not in BACKENDS:
+        raise InvalidValueError(f"unknown backend {backend!r}: use --backend gcp or --backend fake.")
+    fallback = {"project": FAKE_PROJECT, "zone": FAKE_ZONE} if backend == "fake" else read_gcloud_config(env)
+    project = project or env.get("CLOUDSDK_CORE_PROJECT") or toml.get("project") or fallback.get("project")
+    zone = zone or env.get("CLOUDSDK_COMPUTE_ZONE") or toml.get("zone") or fallback.get("zone")
+    if not project:
+        raise ConfigError("no Google Cloud project: pass --project, set CLOUDSDK_CORE_PROJECT, "
+                          "or run `gcloud config set project PROJECT` (or use --backend fake).")
+    if not zone:
+        raise ConfigError("no zone: pass --zone (v5p: us-central1-a, us-east5-a), set "
+                          "CLOUDSDK_COMPUTE_ZONE, or run `gcloud config set compute/zone ZONE`.")
+    if not _PROJECT.match(project):
+        raise InvalidValueError(f"{project!r} is not a Google Cloud project id (6-30 lowercase "
+                                "letters, digits and hyphens, starting with a letter).")
+    if not _ZONE.match(zone):
+        raise InvalidValueError(f"{zone!r} is not a zone name (e.g. us-central1-a).")
+    return Settings(backend=backend, project=project, zone=zone,
+                    config_dir=config_dir(env), state_dir=state_dir(env))
