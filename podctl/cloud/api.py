@@ -57,7 +57,7 @@ class TpuApi:
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retry.attempts) | stop_after_delay(self.retry.deadline),
-            wait=wait_exponential_jitter(initial=self.retry.initial, max=self.retry.maximum),
+            wait=wait_exponential_jitter(multiplier=self.retry.initial, max=self.retry.maximum),
             retry=retry_if_exception_type(TransientError),
             sleep=self._sleep,
             reraise=True,

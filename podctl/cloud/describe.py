@@ -15,7 +15,13 @@ from podctl.errors import NotFoundError
 Kind = Literal["node", "queued-resource"]
 
 
+# Queued-resource states in which its nodes may exist; in the others, asking is a wasted call.
+_WITH_NODES = {"PROVISIONING", "ACTIVE", "SUSPENDING", "DELETING", "FAILED"}
+
+
 async def _nodes_of(api: TpuApi, parent: str, qr: tpu_v2.QueuedResource) -> dict[str, tpu_v2.Node]:
+    if qr.state.state.name not in _WITH_NODES:
+        return {}
     ids = queued_node_ids(qr)
     if len(ids) == 1:  # one GET beats listing a zone that may hold many nodes
         try:

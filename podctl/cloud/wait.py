@@ -53,7 +53,7 @@ async def wait_until(probe: Callable[[], Awaitable[T | None]], *, what: str,
     counts as "not yet"; any other error ends the wait. At the deadline: WaitTimeoutError.
     """
     deadline = clock.now() + policy.timeout
-    backoff = wait_exponential_jitter(initial=policy.initial, max=policy.maximum, jitter=policy.jitter)
+    backoff = wait_exponential_jitter(multiplier=policy.initial, max=policy.maximum, jitter=policy.jitter)
 
     def wait(state: RetryCallState) -> float:
         return max(0.0, min(backoff(state), deadline - clock.now()))

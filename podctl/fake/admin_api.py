@@ -5,7 +5,7 @@
     GET  /admin/resources                   every node and queued resource that exists
     GET  /admin/stats                       Cloud TPU API calls served, by call
     POST /admin/stats/reset
-    POST /admin/fail      {count, code}     the next COUNT /v2/ calls fail: 429, 503 or "drop"
+    POST /admin/fail      {count, code}     the next COUNT /v2/ calls fail: 403, 429, 503, "drop"
     POST /admin/preempt   {name, after?}    preempt a node / queued resource now or later
     POST /admin/capacity  {zone, chips}     chips free to TPUs in a zone (null: a whole pod)
     POST /admin/quota     {project, zone, chips}   the project's chip quota (null: none)
@@ -33,8 +33,8 @@ Action = Callable[["FakeCloud", dict], Any]
 
 def _fail(cloud: FakeCloud, body: dict) -> dict:
     code, count = str(body.get("code", "503")), int(body.get("count", 1))
-    if code not in {"429", "503", "drop"} or count < 0:
-        raise invalid("fail takes count >= 0 and code 429, 503 or drop")
+    if code not in {"403", "429", "503", "drop"} or count < 0:
+        raise invalid("fail takes count >= 0 and code 403, 429, 503 or drop")
     cloud.faults = [code] * count
     return {"pending_faults": len(cloud.faults)}
 

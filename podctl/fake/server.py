@@ -73,7 +73,7 @@ class FakeCloud:
         self.world = world or (load_world(state_file) if state_file else None) or World()
         self.project, self.zone = project, zone
         self.tick_seconds = tick_seconds
-        self.faults: list[str] = []  # "429", "503" or "drop", one per coming /v2/ call
+        self.faults: list[str] = []  # "403", "429", "503" or "drop", one per coming /v2/ call
         self.calls: Counter[str] = Counter()
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task | None = None
@@ -170,6 +170,9 @@ async def _json_body(request: web.Request) -> dict:
 
 
 def _fault_error(fault: str) -> ApiError:
+    if fault == "403":
+        return ApiError(403, "PERMISSION_DENIED",
+                        "Permission 'tpu.nodes.create' denied on resource (or it may not exist).")
     if fault == "429":
         return ApiError(429, "RESOURCE_EXHAUSTED", "Rate Limit Exceeded", [{
             "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
