@@ -20,6 +20,7 @@ from tenacity import wait_exponential_jitter
 
 from podctl.cloud import describe
 from podctl.cloud.api import TpuApi
+from podctl.cloud.convert import slice_from_node
 from podctl.cloud.describe import Kind
 from podctl.cloud.translate import translate_operation_error
 from podctl.cloud.types import SliceInfo
@@ -53,6 +54,7 @@ async def wait_until(probe: Callable[[], Awaitable[T | None]], *, what: str,
     counts as "not yet"; any other error ends the wait. At the deadline: WaitTimeoutError.
     """
     deadline = clock.now() + policy.timeout
+    await clock.sleep(min(policy.initial, policy.timeout))  # nothing is ready the moment it is asked for
     backoff = wait_exponential_jitter(multiplier=policy.initial, max=policy.maximum, jitter=policy.jitter)
 
     def wait(state: RetryCallState) -> float:
@@ -101,7 +103,7 @@ async def wait_ready(api: TpuApi, parent: str, name: str, *, kind: Kind | None =
     """
     zone = parent.rsplit("/", 1)[-1]
     if operation is not None:
-        async def poll_operation() -> bool | None:
+        async def poll_operation() -> SliceInfo | bool | None:
             if not await api.poll(operation):
                 if progress:
                     progress("CREATING")
@@ -109,9 +111,13 @@ async def wait_ready(api: TpuApi, parent: str, name: str, *, kind: Kind | None =
             error = operation.exception()
             if error is not None:
                 raise translate_operation_error(error, f"creating {name}", zone) from error
-            return True
+            # The finished operation carries the node: no GET needed when it is ready.
+            info = slice_from_node(operation.result())
+            return info if info.ready else True
 
-        await wait_until(poll_operation, what=f"waiting for {name}", policy=policy, clock=clock)
+        done = await wait_until(poll_operation, what=f"waiting for {name}", policy=policy, clock=clock)
+        if isinstance(done, SliceInfo):
+            return done
 
     async def poll_slice() -> SliceInfo | None:
         try:
