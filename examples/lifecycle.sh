@@ -8,6 +8,6 @@ podctl fake start
 trap 'podctl down demo-v5p-4096 --yes >/dev/null 2>&1 || true; podctl fake stop' EXIT
 podctl up --slice v5p-4096 --name demo-v5p-4096
 podctl ls
-podctl status demo-v5p-4096 --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(f"{s[\"name\"]}: {s[\"state\"]}, {s[\"hosts\"]} hosts, topology {s[\"topology\"]}")'
+podctl status demo-v5p-4096 --json | python3 -c 'import json, sys; s = json.load(sys.stdin); print("%s: %s, %d hosts, topology %s" % (s["name"], s["state"], s["hosts"], s["topology"]))'
 podctl down demo-v5p-4096 --yes
 podctl ls

@@ -92,8 +92,8 @@ def test_queued_multislice_and_env_backend(podctl):
     up = json.loads(proc.stdout)
     assert (up["kind"], up["num_slices"], up["hosts"], up["tier"]) == ("queued-resource", 2, 2, "spot")
     assert up["valid_until"] is not None
-    # no terminal: progress is plain lines on stderr, no spinner control codes
-    assert "\x1b" not in proc.stderr and "podctl: ms" in proc.stderr
+    # no terminal: no spinner control codes, no colours
+    assert "\x1b" not in proc.stderr + proc.stdout
     podctl("down", "ms", "--yes", env=env)
 
 
@@ -166,3 +166,27 @@ def test_help_is_fast_to_import():
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_readme_main_command_runs(tmp_path):
+    """README's main job, `bash examples/lifecycle.sh`, runs and leaves nothing behind."""
+    env = isolated_environ(tmp_path)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(["bash", str(repo / "examples" / "lifecycle.sh")], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "demo-v5p-4096: READY, 512 hosts, topology 8x16x16" in proc.stdout
+    assert "fake cloud stopped" in proc.stdout
+
+
+def test_progress_without_a_terminal_is_one_plain_line_per_state(capsys):
+    from podctl.cli.render import ProgressReporter
+
+    with ProgressReporter("q1") as progress:
+        for state in ("ACCEPTED", "WAITING_FOR_RESOURCES", "WAITING_FOR_RESOURCES", "PROVISIONING"):
+            progress(state)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(": ")[2].split(" (")[0] for line in lines] == [
+        "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING"]
+    assert all(line.startswith("podctl: q1: ") and "\x1b" not in line for line in lines)
