@@ -129,3 +129,20 @@ def test_two_starts_at_once_make_one_daemon(tmp_path):
     finally:
         subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env, check=True,
                        capture_output=True)
+
+
+def test_a_stale_daemon_file_never_signals_a_stranger(tmp_path):
+    from podctl.fake import daemon
+
+    state = tmp_path / "fake"
+    state.mkdir()
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        (state / "daemon.json").write_text(json.dumps(
+            {"pid": stranger.pid, "admin": "http://127.0.0.1:9/admin", "tpu_api": "http://127.0.0.1:9"}))
+        assert daemon.status(state) == {"running": False, "state_dir": str(state)}
+        assert daemon.stop(state) is False
+        assert stranger.poll() is None  # still alive
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -265,3 +265,89 @@ def test_waiting_ten_simulated_minutes_takes_few_calls(api, fake):
     assert api.total_calls <= 30, api.calls
     fake.admin.set_timings(node_delete=1)
     run(down(api, "ten"))
+
+
+def test_interrupt_while_the_create_call_is_in_flight_deletes(api, fake):
+    """The create request is answered after the task was cancelled: the slice exists,
+    carries this call's label, and is deleted."""
+    fake.admin.set_timings(node_create=1e6)
+
+    async def interrupted() -> None:
+        task = asyncio.create_task(up(api, request("inflight")))
+        while api.calls["nodes.create"] < 1:
+            await asyncio.sleep(0.005)
+        fake.admin.set_latency(0)  # let the answer through; the task is cancelled meanwhile
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    fake.admin.set_latency(0.3)
+    run(interrupted())
+    run(wait_deleted(api, PARENT, "inflight", policy=FAST))
+
+
+def test_lost_create_answer_is_recognised_as_ours(api, fake):
+    """The create went through but its answer was lost; the retry gets 409. The label
+    unique to the call says the slice is ours: it counts as created, so the failed
+    wait deletes it (a reused slice would be left alone)."""
+    fake.admin.set_timings(node_create=1e6)
+    fake.admin.fail_next(1, "lose", call="nodes.create")
+    api.calls.clear()
+    policy = WaitPolicy(initial=0.02, maximum=0.05, jitter=0.0, timeout=0.2)
+    with pytest.raises(WaitTimeoutError):
+        run(up(api, request("lost", policy=policy)))
+    assert api.calls["nodes.create"] == 2 and api.calls["nodes.delete"] == 1
+    run(wait_deleted(api, PARENT, "lost", policy=FAST))
+
+
+def test_spot_node_preempted_while_creating_fails_fast(api, fake):
+    fake.admin.set_timings(node_create=1e6)
+
+    async def go():
+        task = asyncio.create_task(up(api, request("early", tier="spot")))
+        while api.calls["operations.get"] < 1:
+            await asyncio.sleep(0.005)
+        fake.admin.preempt("early")
+        await task
+
+    with pytest.raises(Exception, match="preempted while it was being created"):
+        run(go())
+    run(wait_deleted(api, PARENT, "early", policy=FAST))
+
+
+def test_a_node_cannot_take_a_waiting_queued_resources_node_id(api, fake):
+    fake.admin.set_capacity(0)
+    run(up(api, request("qq", queued=True, wait=False)))
+    with pytest.raises(AlreadyExistsError):
+        run(api.create_node(PARENT, "qq", tpu_v2.Node(accelerator_type="v5p-8",
+                                                      runtime_version="v2-alpha-tpuv5")))
+    run(down(api, "qq"))
+
+
+def test_multislice_name_taken_by_a_node_says_which(api, fake):
+    run(api.create_node(PARENT, "ms2-1", tpu_v2.Node(accelerator_type="v5p-8",
+                                                     runtime_version="v2-alpha-tpuv5")))
+    with pytest.raises(AlreadyExistsError, match="ms2-0 ... ms2-1"):
+        run(up(api, request("ms2", num_slices=2)))
+    fake.admin.advance(1000)
+    run(down(api, "ms2-1"))
+
+
+def test_operation_polls_are_counted_once_each(api, fake):
+    fake.admin.set_timings(node_create=1e6)
+    op = run(api.create_node(PARENT, "poll", tpu_v2.Node(accelerator_type="v5p-8",
+                                                         runtime_version="v2-alpha-tpuv5")))
+    fake.admin.reset_stats()
+    api.calls.clear()
+    fake.admin.fail_next(2, 503)
+    assert run(api.poll(op)) is False
+    assert api.calls["operations.get"] == fake.admin.stats()["by_call"]["operations.get"] == 3
+    run(down(api, "poll"))
+
+
+def test_deleting_a_node_of_a_queued_resource_deletes_the_resource(api, fake):
+    run(up(api, request("own", num_slices=2)))
+    node = run(describe.describe(api, PARENT, "own-0"))
+    assert run(terminate.owning_slice(api, PARENT, node)).name == "own"
+    run(terminate.terminate(api, PARENT, "own-0", policy=FAST))
+    assert fake.admin.is_empty()

@@ -167,6 +167,7 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
         wait_seconds = parse_duration(timeout, "--timeout")
         settings, api = _open(ctx, project, zone)
         info = run_sync(describe.describe(api, settings.parent, name))
+        info = run_sync(terminate.owning_slice(api, settings.parent, info))
         if not yes:
             if not sys.stdin.isatty():
                 raise UsageError(f"not on a terminal: add --yes to delete {name}.")

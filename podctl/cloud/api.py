@@ -11,11 +11,13 @@ retry policy and every HTTP request is counted once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from google.api_core import operation as lro
+from google.api_core.retry import Retry
 from google.cloud import tpu_v2
 from tenacity import (
     AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
@@ -26,6 +28,8 @@ from podctl.cloud.translate import translate
 from podctl.errors import TransientError
 
 T = TypeVar("T")
+_NO_RETRY = Retry(predicate=lambda error: False)
+CALL_TIMEOUT = 60.0  # seconds for one create or delete request
 
 
 @dataclass(frozen=True)
@@ -47,11 +51,20 @@ class TpuApi:
         self._sleep = sleep
         self.calls: Counter[str] = Counter()  # by method, each HTTP request once
 
-    async def _call(self, method: str, what: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
+    async def _call(self, method: str, what: str, fn: Callable[..., T], /, *, mutates: bool = False,
+                    **kwargs: Any) -> T:
         async def once() -> T:
             self.calls[method] += 1
+            call = asyncio.ensure_future(asyncio.to_thread(fn, **kwargs))
             try:
-                return await asyncio.to_thread(fn, **kwargs)
+                return await asyncio.shield(call)
+            except asyncio.CancelledError:
+                if mutates:
+                    # A create or delete that was sent is seen through, so that whoever
+                    # handles the cancellation finds the world as the call left it.
+                    with contextlib.suppress(Exception):
+                        await call
+                raise
             except Exception as e:  # translated below; nothing else escapes
                 raise translate(e, what) from e
 
@@ -80,11 +93,13 @@ class TpuApi:
 
     async def create_node(self, parent: str, node_id: str, node: tpu_v2.Node) -> lro.Operation:
         return await self._call("nodes.create", f"creating node {node_id}", self.client.create_node,
-                                parent=parent, node_id=node_id, node=node, retry=None)
+                                parent=parent, node_id=node_id, node=node, retry=None,
+                                mutates=True, timeout=CALL_TIMEOUT)
 
     async def delete_node(self, name: str) -> lro.Operation:
         return await self._call("nodes.delete", f"deleting {name}", self.client.delete_node,
-                                name=name, retry=None)
+                                name=name, retry=None,
+                                mutates=True, timeout=CALL_TIMEOUT)
 
     # ---- queued resources -----------------------------------------------------------
 
@@ -101,12 +116,14 @@ class TpuApi:
                                      qr: tpu_v2.QueuedResource) -> lro.Operation:
         return await self._call("queuedResources.create", f"creating queued resource {qr_id}",
                                 self.client.create_queued_resource, parent=parent,
-                                queued_resource_id=qr_id, queued_resource=qr, retry=None)
+                                queued_resource_id=qr_id, queued_resource=qr, retry=None,
+                                mutates=True, timeout=CALL_TIMEOUT)
 
     async def delete_queued_resource(self, name: str, force: bool) -> lro.Operation:
         request = tpu_v2.DeleteQueuedResourceRequest(name=name, force=force)
         return await self._call("queuedResources.delete", f"deleting {name}",
-                                self.client.delete_queued_resource, request=request, retry=None)
+                                self.client.delete_queued_resource, request=request, retry=None,
+                                mutates=True, timeout=CALL_TIMEOUT)
 
     # ---- catalog and operations ------------------------------------------------------
 
@@ -116,8 +133,9 @@ class TpuApi:
 
     async def poll(self, operation: lro.Operation) -> bool:
         """Refresh a long-running operation once (one GET); True when it has finished."""
+        # retry=None would mean the operations client's default retry; this one never retries.
         return await self._call("operations.get", f"polling {operation.operation.name}",
-                                operation.done, retry=None)
+                                operation.done, retry=_NO_RETRY)
 
     async def _list(self, method: str, what: str, fn: Callable[..., Any], request: Any,
                     field: str) -> list:

@@ -13,6 +13,8 @@ from podctl.errors import InvalidValueError
 # not ending with a hyphen. A multislice NAME also names its nodes NAME-0, NAME-1, ...
 _NODE_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 63
+# Set by `up` to a value unique to the call, so that it can tell its own slice from another's.
+REQUEST_LABEL = "podctl-request"
 
 
 def validate_name(name: str, num_slices: int = 1) -> str:

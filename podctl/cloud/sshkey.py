@@ -4,8 +4,11 @@ into every slice's `ssh-keys` metadata so that the job layer can reach its hosts
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from podctl.errors import ConfigError
 
 SSH_USER = "podctl"
 KEY_NAME = "podctl_ed25519"
@@ -23,13 +26,22 @@ class SshKey:
 
 
 def _write_private(path: Path, data: bytes) -> bool:
-    """Create PATH with mode 0600 only if it does not exist; False if another won."""
+    """Create PATH (mode 0600) whole or not at all; False if another process was first.
+
+    The bytes go to a temporary file that is then hard-linked into place, so no
+    reader ever sees a half-written key, even with podctl killed in between.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    finally:
+        os.unlink(tmp)
     return True
 
 
@@ -44,7 +56,11 @@ def ensure_ssh_key(config_dir: Path) -> SshKey:
         key = asyncssh.generate_private_key("ssh-ed25519", comment="podctl")
         _write_private(path, key.export_private_key())
     os.chmod(path, 0o600)  # an older copy with looser modes is tightened, as ssh demands
-    key = asyncssh.read_private_key(path)
+    try:
+        key = asyncssh.read_private_key(path)
+    except (asyncssh.KeyImportError, OSError) as e:
+        raise ConfigError(f"podctl's SSH key {path} is unreadable ({e}); remove it (and "
+                          f"{path}.pub) and podctl makes a new one.") from e
     public = key.export_public_key().decode().split()
     pub_path = key_dir / f"{KEY_NAME}.pub"
     if not pub_path.exists():

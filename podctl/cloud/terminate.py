@@ -14,10 +14,16 @@ from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_deleted
 
 
+async def owning_slice(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:
+    """What deleting INFO deletes: a node of a queued resource goes with the whole resource."""
+    if info.kind == "node" and info.nodes and info.nodes[0].queued_resource:
+        return await describe.describe(api, parent, info.nodes[0].queued_resource, "queued-resource")
+    return info
+
+
 async def delete(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:
     """Start deleting INFO's slice; returns the slice as it was found."""
-    if info.kind == "node" and info.nodes and info.nodes[0].queued_resource:
-        info = await describe.describe(api, parent, info.nodes[0].queued_resource, "queued-resource")
+    info = await owning_slice(api, parent, info)
     if info.state == "DELETING":
         return info  # already on its way; a second request would only be refused
     if info.kind == "queued-resource":

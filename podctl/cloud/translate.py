@@ -30,11 +30,16 @@ def _message(e: gexc.GoogleAPICallError) -> str:
 
 
 def _is_quota(e: gexc.GoogleAPICallError) -> bool:
+    """A quota that more waiting will not lift; Google words per-minute rate limits as
+    "Quota exceeded for quota metric ... per minute", with reason RATE_LIMIT_EXCEEDED."""
+    text = _message(e).lower()
+    if getattr(e, "reason", None) == "RATE_LIMIT_EXCEEDED" or "per minute" in text:
+        return False
     details = getattr(e, "details", None) or []
     if any(isinstance(d, dict) and d.get("@type", "").endswith("google.rpc.QuotaFailure")
            for d in details):
         return True
-    return "quota" in _message(e).lower()
+    return "quota" in text
 
 
 def translate(e: BaseException, what: str) -> PodctlError:
@@ -64,7 +69,7 @@ def translate(e: BaseException, what: str) -> PodctlError:
                            "`gcloud auth application-default login`.")
     if isinstance(e, (gexc.TooManyRequests, gexc.ResourceExhausted)):
         if _is_quota(e):
-            return QuotaExceededError(f"quota exceeded while {what}: {text}; {_QUOTA_HINT}.")
+            return QuotaExceededError(f"quota exceeded while {what}: {text.rstrip('.')}; {_QUOTA_HINT}.")
         return TransientError(f"rate limited while {what}: {text}")
     if isinstance(e, (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.GatewayTimeout,
                       gexc.DeadlineExceeded, gexc.BadGateway)):

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from podctl.errors import InvalidValueError
-from podctl.topology import DEFAULT_RUNTIME_VERSION, MultiSlice, SliceType, parse_multislice
+from podctl.topology import (
+    DEFAULT_RUNTIME_VERSION, MultiSlice, SliceType, parse_multislice, parse_topology,
+)
 
 Tier = Literal["on-demand", "spot", "guaranteed"]
 TIERS: tuple[Tier, ...] = ("on-demand", "spot", "guaranteed")
@@ -125,13 +127,8 @@ class SliceInfo:
 
     @property
     def chips(self) -> int:
-        return self.slice_type.chips * self.num_slices
-
-    @property
-    def slice_type(self) -> SliceType:
-        from podctl.topology import parse_slice
-
-        return parse_slice(self.accelerator_type)
+        """From the topology, so that a v5e or v6e node in the same zone lists too."""
+        return parse_topology(self.topology) * self.num_slices if self.topology else 0
 
     @property
     def age_seconds(self) -> float:

@@ -9,14 +9,18 @@ or is interrupted (Ctrl-C), so a failed `up` never leaves chips billing.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import secrets
+import signal
+import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 from podctl import topology
 from podctl.cloud import create as create_step
 from podctl.cloud import describe, terminate
 from podctl.cloud.api import TpuApi
-from podctl.cloud.names import podctl_labels, validate_name
+from podctl.cloud.names import REQUEST_LABEL, podctl_labels, validate_name
 from podctl.cloud.types import SliceInfo, SliceSpec
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
 from podctl.errors import (
@@ -86,37 +90,71 @@ async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
     if existing:
         return await _reuse(api, request, existing, clock, progress)
     await check_zone(api, request.parent)
+    # A label unique to this call tells, after a lost response or an interrupt,
+    # whether a slice of this name is the one this call created.
+    token = secrets.token_hex(6)
     create_request = create_step.CreateRequest(
         parent=request.parent, name=request.name, spec=request.spec,
-        labels=podctl_labels(request.owner), ssh_keys=request.ssh_keys)
+        labels={**podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys)
+    operation = None
     try:
         creation = await create_step.create(api, create_request)
-    except AlreadyExistsError:  # another `up` won the race: treat it as found
-        info = await describe.describe(api, request.parent, request.name)
-        return await _reuse(api, request, info, clock, progress)
+        kind, operation = creation.kind, creation.operation
+    except AlreadyExistsError as e:
+        info = await _taken_by(api, request, e)
+        if info.labels.get(REQUEST_LABEL) != token:  # another `up` won the race
+            return await _reuse(api, request, info, clock, progress)
+        kind = info.kind  # ours: a retried create whose first try went through
+    except BaseException:  # interrupted or failed: the create may still have gone through
+        await _undo(api, request.parent, request.name, token, progress)
+        raise
     if not request.wait:
-        info = await describe.describe(api, request.parent, request.name, creation.kind)
+        info = await describe.describe(api, request.parent, request.name, kind)
         return UpResult(info, created=True)
     try:
         info = await wait_ready(
-            api, request.parent, request.name, kind=creation.kind,
-            operation=creation.operation if creation.kind == "node" else None,
+            api, request.parent, request.name, kind=kind,
+            operation=operation if kind == "node" else None,
             policy=request.policy, clock=clock, progress=progress)
     except BaseException:
-        await _delete_quietly(api, request.parent, request.name)
+        await _undo(api, request.parent, request.name, token, progress)
         raise
     return UpResult(info, created=True)
 
 
-async def _delete_quietly(api: TpuApi, parent: str, name: str) -> None:
-    """Undo a creation whose wait failed; shielded, so a second Ctrl-C cannot skip it."""
-    async def undo() -> None:
+async def _taken_by(api: TpuApi, request: UpRequest, conflict: AlreadyExistsError) -> SliceInfo:
+    try:
+        return await describe.describe(api, request.parent, request.name)
+    except NotFoundError:
+        nodes = (f" or one of its node ids {request.name}-0 ... {request.name}-"
+                 f"{request.spec.num_slices - 1}" if request.spec.num_slices > 1 else "")
+        raise AlreadyExistsError(f"the name {request.name!r}{nodes} is taken by a node that is not "
+                                 "this slice; choose another --name.") from conflict
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """While podctl undoes a creation, a second Ctrl-C must not cut the undo short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+async def _undo(api: TpuApi, parent: str, name: str, token: str, progress: Progress | None) -> None:
+    """Delete the slice NAME if this call created it (its label carries TOKEN)."""
+    with _sigint_ignored():
         try:
-            await terminate.terminate(api, parent, name, wait=False)
-        except NotFoundError:
-            pass  # the creation failed on its own (a stockout leaves nothing)
+            info = await describe.find(api, parent, name)
+            if info is None or info.labels.get(REQUEST_LABEL) != token:
+                return  # nothing was created (a stockout leaves nothing), or not by us
+            if progress:
+                progress(f"deleting {name}, which this failed `up` created")
+            await terminate.delete(api, parent, info)
         except PodctlError as e:
             raise CloudError(f"{name} could not be deleted after a failed `up` ({e}); "
                              f"run `podctl down {name}` so that it does not bill.") from e
-
-    await asyncio.shield(undo())

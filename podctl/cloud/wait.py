@@ -64,7 +64,7 @@ async def wait_until(probe: Callable[[], Awaitable[T | None]], *, what: str,
         outcome = state.outcome
         if outcome is not None and outcome.failed:
             raise outcome.exception()  # type: ignore[misc]
-        raise WaitTimeoutError(f"gave up {what} after {policy.timeout:.0f} s; raise --timeout, "
+        raise WaitTimeoutError(f"gave up {what} after {policy.timeout:g} s; raise --timeout, "
                                "or check `podctl status NAME`.")
 
     retrying = AsyncRetrying(

@@ -5,7 +5,9 @@
     GET  /admin/resources                   every node and queued resource that exists
     GET  /admin/stats                       Cloud TPU API calls served, by call
     POST /admin/stats/reset
-    POST /admin/fail      {count, code}     the next COUNT /v2/ calls fail: 403, 429, 503, "drop"
+    POST /admin/fail      {count, code, call?}   the next COUNT /v2/ calls (of CALL) fail: 403, 429, 503,
+                                            "drop" (reset, not done), "lose" (done, answer lost)
+    POST /admin/latency   {seconds}         added to every /v2/ call
     POST /admin/preempt   {name, after?}    preempt a node / queued resource now or later
     POST /admin/capacity  {zone, chips}     chips free to TPUs in a zone (null: a whole pod)
     POST /admin/quota     {project, zone, chips}   the project's chip quota (null: none)
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
-from podctl.fake import wire
+from podctl.fake import tpu_api, wire
 from podctl.fake.apierror import ApiError, invalid
 from podctl.fake.world import Timings, World
 
@@ -33,10 +35,21 @@ Action = Callable[["FakeCloud", dict], Any]
 
 def _fail(cloud: FakeCloud, body: dict) -> dict:
     code, count = str(body.get("code", "503")), int(body.get("count", 1))
-    if code not in {"403", "429", "503", "drop"} or count < 0:
-        raise invalid("fail takes count >= 0 and code 403, 429, 503 or drop")
-    cloud.faults = [code] * count
+    if code not in {"403", "429", "503", "drop", "lose"} or count < 0:
+        raise invalid("fail takes count >= 0 and code 403, 429, 503, drop or lose")
+    call = body.get("call")
+    if call is not None and not any(route.call == call for route in tpu_api.ROUTES):
+        raise invalid(f"no call named {call!r}; e.g. nodes.create, operations.get")
+    cloud.faults = [(code, call)] * count
     return {"pending_faults": len(cloud.faults)}
+
+
+def _latency(cloud: FakeCloud, body: dict) -> dict:
+    seconds = float(body.get("seconds", 0))
+    if seconds < 0:
+        raise invalid("latency must be >= 0")
+    cloud.latency = seconds
+    return {"latency": seconds}
 
 
 def _preempt(cloud: FakeCloud, body: dict) -> dict:
@@ -89,6 +102,7 @@ def _reset(cloud: FakeCloud, body: dict) -> dict:
     cloud.world = World()
     cloud.faults.clear()
     cloud.calls.clear()
+    cloud.latency = 0.0
     return {}
 
 
@@ -103,7 +117,7 @@ _GET: dict[str, Action] = {
     "stats": lambda cloud, body: {"calls": sum(cloud.calls.values()), "by_call": dict(cloud.calls)},
 }
 _POST: dict[str, Action] = {
-    "fail": _fail, "preempt": _preempt, "capacity": _capacity, "quota": _quota,
+    "fail": _fail, "latency": _latency, "preempt": _preempt, "capacity": _capacity, "quota": _quota,
     "timings": _timings, "advance": _advance, "reset": _reset, "stats/reset": _reset_stats,
 }
 

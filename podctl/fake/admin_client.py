@@ -44,8 +44,12 @@ class FakeAdmin:
     def reset_stats(self) -> None:
         self._call("POST", "stats/reset", {})
 
-    def fail_next(self, count: int, code: int | str = 503) -> None:
-        self._call("POST", "fail", {"count": count, "code": str(code)})
+    def fail_next(self, count: int, code: int | str = 503, call: str | None = None) -> None:
+        """The next COUNT Cloud TPU calls (only those named CALL, if given) fail with CODE."""
+        self._call("POST", "fail", {"count": count, "code": str(code), "call": call})
+
+    def set_latency(self, seconds: float) -> None:
+        self._call("POST", "latency", {"seconds": seconds})
 
     def preempt(self, name: str, after: float = 0.0) -> None:
         self._call("POST", "preempt", {"name": name, "after": after})

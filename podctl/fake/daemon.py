@@ -57,20 +57,36 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def status(state_dir: Path) -> dict:
-    """{"running": False} or the daemon's description, checked against the live process."""
-    path = _info_path(state_dir)
+def _is_daemon(pid: int, state_dir: Path) -> bool:
+    """Is PID this state directory's daemon? A pid in a stale daemon.json may since
+    belong to anything; only a process whose command line says so is ever signalled."""
     try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {"running": False, "state_dir": str(state_dir)}
-    if not _alive(int(info.get("pid", 0))):
-        return {"running": False, "state_dir": str(state_dir)}
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"podctl.fake.daemon" in argv and str(state_dir).encode() in argv
+
+
+def status(state_dir: Path) -> dict:
+    """{"running": False} or the daemon's description, checked against the live process.
+
+    A daemon that lives but does not answer is reported with "hung": true.
+    """
+    down = {"running": False, "state_dir": str(state_dir)}
+    try:
+        info = json.loads(_info_path(state_dir).read_text())
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return down
     try:
         live = FakeAdmin(info["admin"], timeout=5).status()
     except FakeCloudError:
-        return {"running": False, "state_dir": str(state_dir), "pid": info.get("pid")}
-    return {**live, "state_dir": str(state_dir)}
+        live = {}
+    if live.get("pid") == pid:
+        return {**live, "state_dir": str(state_dir)}
+    if _alive(pid) and _is_daemon(pid, state_dir):
+        return {**down, "hung": True, "pid": pid}
+    return down
 
 
 def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None = None) -> dict:
@@ -79,6 +95,8 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
         current = status(state_dir)
         if current["running"]:
             return current
+        if current.get("hung"):
+            _terminate(int(current["pid"]))
         _info_path(state_dir).unlink(missing_ok=True)
         scale = time_scale or float(os.environ.get("PODCTL_FAKE_TIME_SCALE", DEFAULT_TIME_SCALE))
         log = open(state_dir / "daemon.log", "ab")
@@ -107,17 +125,23 @@ def stop(state_dir: Path, timeout: float = 15.0) -> bool:
     with _locked(state_dir):
         current = status(state_dir)
         pid = current.get("pid")
-        if not pid or not _alive(int(pid)):
+        verified = current["running"] or (pid and _is_daemon(int(pid), state_dir))
+        if not pid or not verified:
             _info_path(state_dir).unlink(missing_ok=True)
             return False
-        os.kill(int(pid), signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(int(pid)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _alive(int(pid)):
-            os.kill(int(pid), signal.SIGKILL)
+        _terminate(int(pid), timeout)
         _info_path(state_dir).unlink(missing_ok=True)
         return True
+
+
+def _terminate(pid: int, timeout: float = 15.0) -> None:
+    """SIGTERM (the daemon saves its world), then SIGKILL if it will not go."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 async def _serve(state_dir: Path, project: str, zone: str, time_scale: float) -> None:

@@ -73,7 +73,11 @@ class FakeCloud:
         self.world = world or (load_world(state_file) if state_file else None) or World()
         self.project, self.zone = project, zone
         self.tick_seconds = tick_seconds
-        self.faults: list[str] = []  # "403", "429", "503" or "drop", one per coming /v2/ call
+        # One per coming /v2/ call: "403", "429", "503" (answered instead), "drop" (the
+        # connection reset before the call is done) or "lose" (reset after it is done).
+        # Each may be for one call only (e.g. "nodes.create"), or for any (None).
+        self.faults: list[tuple[str, str | None]] = []
+        self.latency = 0.0  # seconds added to every /v2/ call
         self.calls: Counter[str] = Counter()
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task | None = None
@@ -139,22 +143,32 @@ class FakeCloud:
         try:
             route, groups = tpu_api.match(request.method, request.match_info["tail"])
             self.calls[route.call] += 1
-            if self.faults:
-                fault = self.faults.pop(0)
-                if fault == "drop":
-                    assert request.transport is not None
-                    request.transport.close()  # the client sees a reset connection
-                    return web.Response()
+            fault = None
+            if self.faults and self.faults[0][1] in (None, route.call):
+                fault = self.faults.pop(0)[0]
+            if fault in {"403", "429", "503"}:
                 raise _fault_error(fault)
+            if fault == "drop":
+                return _drop(request)  # the client sees a reset connection, nothing done
+            if self.latency:
+                await asyncio.sleep(self.latency)
             body = await _json_body(request)
             self.world.advance()
             result = route.handler(self.world, groups, dict(request.query), body)
             if route.mutates:
                 self.save()
+            if fault == "lose":
+                return _drop(request)  # done, but the answer never arrives
             return web.json_response(tpu_api.render(result, ints))
         except ApiError as e:
             return web.json_response(wire.error_body(e.http_status, e.status, e.message, e.details),
                                      status=e.http_status)
+
+
+def _drop(request: web.Request) -> web.Response:
+    assert request.transport is not None
+    request.transport.close()
+    return web.Response()
 
 
 async def _json_body(request: web.Request) -> dict:

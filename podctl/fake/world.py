@@ -111,10 +111,11 @@ class World:
         limit = self.quota.get(f"{project}/{zone}")
         if limit is None:
             return
-        used = sum(
-            n["_chips"] for n in self.nodes.values()
-            if n["_zone"] == zone and n["name"].startswith(f"projects/{project}/")
-        )
+        prefix = f"projects/{project}/locations/{zone}/"
+        used = sum(n["_chips"] for n in self.nodes.values() if n["name"].startswith(prefix))
+        # a queued resource that still waits holds quota for the nodes it asks for
+        used += sum(q["_chips"] for q in self.queued.values() if q["name"].startswith(prefix)
+                    and not any(name in self.nodes for name in q["_node_names"]))
         if used + chips > limit:
             message = (
                 f"Quota limit 'TPUV5PPodPerProjectPerZoneForTPUAPI' has been exceeded. "
@@ -263,7 +264,8 @@ class World:
     def create_node(self, parent: str, node_id: str, body: dict) -> dict:
         project, zone = self.check_parent(parent)
         node = self.node_from_body(parent, node_id, body)
-        if node["name"] in self.nodes:
+        if node["name"] in self.nodes or any(
+                node["name"] in qr["_node_names"] for qr in self.queued.values()):
             raise ApiError(409, "ALREADY_EXISTS", f"Resource '{node['name']}' already exists")
         self._check_quota(project, zone, node["_chips"])
         op = self.new_operation(parent, "create", node["name"])
@@ -359,6 +361,9 @@ class World:
         if kind == "queued" or resource.get("queuedResource"):
             queued.preempt(self, self.queued[resource.get("queuedResource", resource["name"])])
         elif resource["state"] in {"READY", "CREATING", "STOPPED", "STARTING", "STOPPING"}:
+            if resource["state"] == "CREATING":
+                self.finish(resource.get("_create_op"), error=(10, (
+                    f"The node {resource['name']} was preempted while it was being created")))
             resource["state"] = "PREEMPTED"
             resource.pop("health", None)
         else:
