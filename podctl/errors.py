@@ -21,6 +21,10 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   ├── TransientError           429 rate limit / 503 / reset connection, after retries
     │   ├── SliceLostError           PREEMPTED, SUSPENDED, FAILED while podctl waited
     │   └── WaitTimeoutError         the slice was not ready by the deadline
+    ├── StorageError                 GCS said no (bucket missing, permission, unreachable)
+    ├── BundleError                  the working directory cannot be packed (or unpacked)
+    ├── JobError                     a run could not start, or its hosts could not be reached
+    │   └── HostKeyError             a host's SSH key changed since podctl pinned it
     └── FakeCloudError               the local fake cloud could not start or be reached
 """
 
@@ -86,6 +90,22 @@ class SliceLostError(CloudError):
 
 
 class WaitTimeoutError(CloudError):
+    pass
+
+
+class StorageError(PodctlError):
+    pass
+
+
+class BundleError(PodctlError):
+    pass
+
+
+class JobError(PodctlError):
+    pass
+
+
+class HostKeyError(JobError):
     pass
 
 

@@ -22,8 +22,10 @@ from podctl.errors import ConfigError, InvalidValueError
 BACKENDS = ("gcp", "fake")
 FAKE_PROJECT = "fake-project"
 FAKE_ZONE = "us-central1-a"
+FAKE_BUCKET = "podctl-fake"  # made by the fake cloud's GCS emulator at start
 _PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,13 @@ class Settings:
     zone: str
     config_dir: Path
     state_dir: Path
+    bucket: str | None = None  # where runs keep bundles, logs, status, checkpoints
+
+    def require_bucket(self) -> str:
+        if not self.bucket:
+            raise ConfigError("no GCS bucket for runs: pass --bucket, set PODCTL_BUCKET, or put "
+                              "bucket = \"NAME\" in podctl.toml.")
+        return self.bucket
 
     @property
     def parent(self) -> str:
@@ -92,7 +101,8 @@ def read_gcloud_config(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def resolve(*, backend: str | None = None, project: str | None = None, zone: str | None = None,
-            env: Mapping[str, str] = os.environ, cwd: Path | None = None) -> Settings:
+            bucket: str | None = None, env: Mapping[str, str] = os.environ,
+            cwd: Path | None = None) -> Settings:
     toml = read_podctl_toml(cwd or Path.cwd())
     backend = backend or env.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
     if backend not in BACKENDS:
@@ -111,5 +121,12 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
                                 "letters, digits and hyphens, starting with a letter).")
     if not _ZONE.match(zone):
         raise InvalidValueError(f"{zone!r} is not a zone name (e.g. us-central1-a).")
+    bucket = (bucket or env.get("PODCTL_BUCKET") or toml.get("bucket")
+              or (FAKE_BUCKET if backend == "fake" else None))
+    if bucket is not None:
+        bucket = bucket.removeprefix("gs://").rstrip("/")
+        if not _BUCKET.match(bucket):
+            raise InvalidValueError(f"{bucket!r} is not a GCS bucket name (3-63 lowercase letters, "
+                                    "digits, -, _ and .).")
     return Settings(backend=backend, project=project, zone=zone,
-                    config_dir=config_dir(env), state_dir=state_dir(env))
+                    config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket)
