@@ -16,10 +16,11 @@ class Context:
     def __init__(self, backend: str | None):
         self.backend = backend
 
-    def settings(self, project: str | None = None, zone: str | None = None) -> Any:
+    def settings(self, project: str | None = None, zone: str | None = None,
+                 bucket: str | None = None) -> Any:
         from podctl import settings
 
-        return settings.resolve(backend=self.backend, project=project, zone=zone)
+        return settings.resolve(backend=self.backend, project=project, zone=zone, bucket=bucket)
 
 
 def guarded(action: Callable[[], Any]) -> Any:

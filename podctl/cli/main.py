@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from podctl.cli import fake_cmds, slice_cmds
+from podctl.cli import fake_cmds, job_cmds, slice_cmds
 from podctl.cli.common import Context
 
 
@@ -22,12 +22,16 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl ls                         the slices in the zone, with their states
     podctl status NAME                one slice: state, health, hosts, topology, age
     podctl down NAME                  delete a slice (queued resources with force)
+    podctl run NAME train.py [ARGS]   run a script on every host; stream its logs
+    podctl logs RUN_ID [--follow]     replay (and follow) a run's logs from GCS
+    podctl runs                       the runs, with their states
+    podctl exec NAME -- CMD ...       a plain command on every host
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
     """
     ctx.obj = Context(backend)
 
 
-for _command in (*slice_cmds.COMMANDS, fake_cmds.fake):
+for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, fake_cmds.fake):
     cli.add_command(_command)
 
 

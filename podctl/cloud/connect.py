@@ -46,3 +46,29 @@ def connect(settings: Settings) -> TpuApi:
     except Exception as e:  # DefaultCredentialsError and friends
         raise translate(e, "loading Application Default Credentials") from e
     return api_for_endpoint(GOOGLE_ENDPOINT, credentials)
+
+
+def storage_endpoint(settings: Settings) -> str | None:
+    """Where GCS is: None for Google's, the fake's emulator for the fake backend."""
+    if settings.backend != "fake":
+        return None
+    from podctl.fake import daemon
+
+    return daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["gcs"]
+
+
+def job_ports(settings: Settings) -> tuple[int | None, int]:
+    """(SSH port, JAX coordinator port) for the job layer.
+
+    TPU VMs take SSH on 22 and JAX's coordinator on 8482. The fake's hosts all
+    live on 127.0.0.1, so each serves SSH on the port its network endpoint names
+    (None: use it), and each run gets a free coordinator port, so that two runs
+    on two fake slices do not collide.
+    """
+    if settings.backend != "fake":
+        return 22, 8482
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return None, s.getsockname()[1]

@@ -1,0 +1,248 @@
+"""podctl run / logs / runs / exec."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from podctl.cli.common import Context, guarded
+from podctl.cli.slice_cmds import json_option, pass_context, where_options
+
+EXIT_INTERRUPTED = 130
+
+
+def bucket_option(fn: Any) -> Any:
+    return click.option("--bucket", default=None, help="GCS bucket for bundles, logs and "
+                        "checkpoints (default: $PODCTL_BUCKET, podctl.toml; the fake has its own).")(fn)
+
+
+def _line_printer(stream: Any) -> Any:
+    """One write per line, so lines of different hosts never split or interleave."""
+    def sink(host: int, line: str) -> None:
+        stream.write(f"[host {host:04d}] {line}\n")
+        stream.flush()
+
+    return sink
+
+
+def _notice(text: str) -> None:
+    click.echo(f"podctl: {text}", err=True)
+
+
+def _storage(settings: Any) -> Any:
+    from podctl.cloud.connect import storage_endpoint
+    from podctl.storage import Storage
+
+    return Storage.connect(settings.require_bucket(), endpoint=storage_endpoint(settings))
+
+
+def _ready_slice(settings: Any, api: Any, name: str) -> Any:
+    from podctl._sync import run_sync
+    from podctl.cloud.describe import describe
+    from podctl.errors import JobError
+
+    info = run_sync(describe(api, settings.parent, name))
+    if not info.ready:
+        raise JobError(f"slice {name} is {info.state}, not ready; wait with `podctl up` "
+                       f"(or see `podctl status {name}`).")
+    return info
+
+
+def _pins(settings: Any, info: Any) -> Any:
+    from podctl.jobs.ssh import HostPins, pins_path
+
+    return HostPins(pins_path(settings.config_dir, settings.project, settings.zone, info.name,
+                              info.created))
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("name")
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--workdir", type=click.Path(path_type=Path), default=None,
+              help="Directory to ship (default: the script's directory).")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
+              help="Environment for the script on every host (values are never printed).")
+@click.option("--setup", default=None, metavar="CMD", help="Run once per host per bundle first.")
+@click.option("--hosts", "hosts_text", default="0", show_default=True,
+              help="Whose lines to show: all, or host numbers like 0,3.")
+@click.option("--detach", is_flag=True, help="Return once every host has started.")
+@click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
+@where_options
+@bucket_option
+@json_option
+@pass_context
+def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
+        env_pairs: tuple[str, ...], setup: str | None, hosts_text: str, detach: bool,
+        keep_going: bool, project: str | None, zone: str | None, bucket: str | None,
+        as_json: bool) -> None:
+    """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
+
+    The exit code is the job's: 0 when every host exits 0, else the first failure's.
+    """
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.cli.render import emit_json
+        from podctl.cloud.connect import connect, job_ports
+        from podctl.cloud.sshkey import ensure_ssh_key
+        from podctl.jobs.job import Job, RunRequest, parse_env, parse_hosts
+
+        env = parse_env(list(env_pairs))
+        settings = ctx.settings(project, zone, bucket)
+        api = connect(settings)
+        info = _ready_slice(settings, api, name)
+        ssh_port, coordinator_port = job_ports(settings)
+        request = RunRequest(info=info, script=script, args=list(args), workdir=workdir, env=env,
+                             setup=setup, hosts=parse_hosts(hosts_text, len(info.hosts)),
+                             detach=detach, fail_fast=not keep_going, ssh_port=ssh_port,
+                             coordinator_port=coordinator_port)
+        key = ensure_ssh_key(settings.config_dir)
+        out = sys.stderr if as_json else sys.stdout
+        job = Job(_storage(settings), request, project=settings.project, zone=settings.zone,
+                  private_key=key.private_path, pins=_pins(settings, info), sink=_line_printer(out),
+                  notice=_notice)
+
+        async def go() -> Any:
+            try:
+                spec = await job.prepare()
+                _notice(f"run {job.run_id} on {info.name} ({len(job.targets)} hosts)")
+                await job.start(spec)
+                if detach:
+                    return None
+                return await job.follow()
+            except BaseException:  # Ctrl-C or a failure: nothing keeps running on the hosts
+                await job.stop()
+                raise
+            finally:
+                await job.close()
+
+        try:
+            result = run_sync(go())
+        except KeyboardInterrupt:
+            _notice(f"interrupted; run {job.run_id} stopped on every host")
+            sys.exit(EXIT_INTERRUPTED)
+        if result is None:
+            if as_json:
+                emit_json({"run_id": job.run_id, "state": "running", "hosts": len(job.targets)})
+            else:
+                click.echo(job.run_id)
+            return
+        if as_json:
+            emit_json({"run_id": result.run_id, "exit_code": result.exit_code,
+                       "failed_host": result.failed.host if result.failed else None,
+                       "hosts": {str(h): s.exit_code for h, s in sorted(result.statuses.items())}})
+        if result.failed:
+            _notice(f"run {result.run_id} failed: host {result.failed.host:04d} exited "
+                    f"{result.exit_code}")
+        else:
+            _notice(f"run {result.run_id} succeeded on {len(result.statuses)} hosts")
+        sys.exit(result.exit_code)
+
+    guarded(action)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep reading until the run ends.")
+@click.option("--host", "host_text", default="all", show_default=True, help="N, N,M or all.")
+@where_options
+@bucket_option
+@pass_context
+def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str | None,
+         zone: str | None, bucket: str | None) -> None:
+    """Replay a run's logs from GCS from the start (and follow them with --follow)."""
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.jobs.history import load_record
+        from podctl.jobs.job import parse_hosts
+        from podctl.jobs.logs import LogReader
+
+        settings = ctx.settings(project, zone, bucket)
+        storage = _storage(settings)
+        record = run_sync(load_record(storage, run_id))
+        reader = LogReader(storage, run_id, record.num_hosts, _line_printer(sys.stdout),
+                           parse_hosts(host_text, record.num_hosts))
+        statuses = run_sync(reader.follow(follow=follow))
+        if follow:
+            from podctl.jobs.runs import job_exit_code
+
+            sys.exit(job_exit_code(statuses)[0])
+
+    guarded(action)
+
+
+@click.command(name="runs")
+@where_options
+@bucket_option
+@json_option
+@pass_context
+def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | None,
+             as_json: bool) -> None:
+    """List runs with their state (newest first)."""
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.cli.render import emit_json
+        from podctl.jobs.history import list_runs
+
+        settings = ctx.settings(project, zone, bucket)
+        records = run_sync(list_runs(_storage(settings)))
+        if as_json:
+            emit_json([r.to_json() for r in records])
+            return
+        if not records:
+            click.echo("no runs yet")
+            return
+        import time
+
+        for r in records:
+            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created))
+            code = "-" if r.exit_code is None else str(r.exit_code)
+            click.echo(f"{r.run_id:48s} {r.state:10s} exit {code:>3s}  {r.slice_name} "
+                       f"({r.num_hosts} hosts)  {when} UTC  {r.script or ''}")
+
+    guarded(action)
+
+
+@click.command(name="exec", context_settings={"ignore_unknown_options": True,
+                                              "allow_interspersed_args": False})
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--hosts", "hosts_text", default="all", show_default=True, help="all, or 0,3.")
+@where_options
+@pass_context
+def exec_cmd(ctx: Context, name: str, command: tuple[str, ...], hosts_text: str,
+             project: str | None, zone: str | None) -> None:
+    """Run a plain command on the hosts (no bundle), e.g. podctl exec NAME -- python3 -V."""
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.cloud.connect import connect, job_ports
+        from podctl.cloud.sshkey import ensure_ssh_key
+        from podctl.jobs import launch
+        from podctl.jobs.job import exec_on_hosts, parse_hosts
+
+        settings = ctx.settings(project, zone)
+        info = _ready_slice(settings, connect(settings), name)
+        ssh_port, _ = job_ports(settings)
+        targets = launch.targets_for(info, ssh_port)
+        hosts = parse_hosts(hosts_text, len(targets))
+        key = ensure_ssh_key(settings.config_dir)
+        codes = run_sync(exec_on_hosts(targets, key.private_path, _pins(settings, info),
+                                       list(command), _line_printer(sys.stdout), hosts))
+        failed = [(h, c) for h, c in sorted(codes.items()) if c != 0]
+        if failed:
+            host, code = failed[0]
+            _notice(f"host {host:04d} exited {code}" + (f" ({len(failed)} hosts failed)"
+                                                         if len(failed) > 1 else ""))
+            sys.exit(code)
+
+    guarded(action)
+
+
+COMMANDS = (run, logs, runs_cmd, exec_cmd)

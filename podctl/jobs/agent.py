@@ -1,0 +1,288 @@
+"""podctl's host agent: runs one host's part of a run, detached from the SSH session.
+
+This file is shipped to every host as it is (through GCS, once per version) and
+run there with the host's `python3`; it needs only the standard library and
+google-cloud-storage, and it imports nothing from podctl. It:
+
+  1. reads its config (JSON, mode 0600, written by the launcher over SSH stdin);
+  2. downloads the run's bundle from GCS once per host and unpacks it safely;
+  3. runs the setup (`pip install -r requirements.txt`, `--setup CMD`) once per
+     host per bundle (and setup command), cached by a marker file;
+  4. runs the script (or the command) with the run's environment, in its own
+     process group, stdout and stderr merged line by line;
+  5. appends every line to a local file and ships it to GCS in chunks
+     (logs/host-NNNN/NNNNNN.log, every few seconds and at exit), with heartbeats;
+  6. writes status/host-NNNN.json with the exit code at the end.
+
+SIGTERM (from `podctl` stopping the run, or a TPU VM's preemption notice) is
+passed to the script's process group; the agent still flushes and writes status.
+Environment values are handed to the process as data, never through a shell,
+and never written to any log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+EXIT_SETUP_FAILED = 125
+EXIT_AGENT_FAILED = 124
+TAIL_LINES = 20
+
+
+def host_tag(index: int) -> str:
+    return f"host-{index:04d}"
+
+
+def _storage_client(cfg: dict):
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        return storage.Client.create_anonymous_client()
+    return storage.Client(project=cfg.get("project") or None)
+
+
+def safe_extract(tar_path: Path, dest: Path) -> None:
+    """Unpack TAR_PATH into DEST, refusing anything that would land outside it."""
+    dest = dest.resolve()
+    with tarfile.open(tar_path, "r:gz") as tar:
+        for member in tar.getmembers():
+            target = (dest / member.name).resolve()
+            if member.name.startswith("/") or ".." in Path(member.name).parts:
+                raise ValueError(f"bundle member {member.name!r} escapes the bundle")
+            if not str(target).startswith(str(dest) + os.sep) and target != dest:
+                raise ValueError(f"bundle member {member.name!r} escapes the bundle")
+            if member.issym() or member.islnk():
+                link = (target.parent / member.linkname).resolve()
+                if member.linkname.startswith("/") or not str(link).startswith(str(dest) + os.sep):
+                    raise ValueError(f"bundle link {member.name!r} points outside the bundle")
+            elif not (member.isfile() or member.isdir()):
+                raise ValueError(f"bundle member {member.name!r} is not a file or directory")
+        tar.extractall(dest, filter="data")
+
+
+class LogShipper:
+    """Lines in, GCS chunks out: a local file for every line, an upload every few seconds."""
+
+    def __init__(self, cfg: dict, bucket, run_dir: Path):
+        self.prefix = f"podctl/runs/{cfg['run_id']}"
+        self.tag = host_tag(cfg["host"])
+        self.bucket = bucket
+        self.flush_seconds = float(cfg.get("flush_seconds", 2.0))
+        self.heartbeat_seconds = float(cfg.get("heartbeat_seconds", 10.0))
+        self.local = open(run_dir / "output.log", "a", encoding="utf-8", errors="replace")
+        self.pending: list[str] = []
+        self.lines = 0
+        self.chunk = 0
+        self.phase = "starting"
+        self.lock = threading.Lock()
+        self.tail: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="podctl-log-shipper", daemon=True)
+        self._last_heartbeat = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def line(self, text: str) -> None:
+        text = text.rstrip("\n")
+        with self.lock:
+            self.local.write(text + "\n")
+            self.pending.append(text + "\n")
+            self.lines += 1
+            self.tail = (self.tail + [text])[-TAIL_LINES:]
+
+    def _upload(self, name: str, data: str, content_type: str = "text/plain") -> None:
+        for attempt in range(6):  # GCS hiccups pass; a lost chunk would be a lost line
+            try:
+                self.bucket.blob(name).upload_from_string(data, content_type=content_type)
+                return
+            except Exception as e:  # google.api_core / requests errors alike
+                if attempt == 5:
+                    sys.stderr.write(f"podctl agent: could not upload {name}: {e}\n")
+                    return
+                time.sleep(min(8.0, 0.5 * 2 ** attempt))
+
+    def flush(self) -> None:
+        with self.lock:
+            data, self.pending = "".join(self.pending), []
+            self.local.flush()
+            if data:
+                self.chunk += 1
+                chunk = self.chunk
+        if data:
+            self._upload(f"{self.prefix}/logs/{self.tag}/{chunk:06d}.log", data)
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self._last_heartbeat >= self.heartbeat_seconds:
+            self._last_heartbeat = now
+            beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid()}
+            self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.flush_seconds):
+            self.flush()
+            self.heartbeat()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self.flush()
+        self.local.close()
+
+
+class Agent:
+    def __init__(self, cfg: dict, run_dir: Path):
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.home = Path.home() / ".podctl"
+        self.bucket = _storage_client(cfg).bucket(cfg["bucket"])
+        self.logs = LogShipper(cfg, self.bucket, run_dir)
+        self.child: subprocess.Popen | None = None
+        self.stopping = False
+
+    # ---- signals ------------------------------------------------------------------
+
+    def on_term(self, signum: int, frame: object) -> None:
+        """Pass the stop to the script's whole process group; exit follows it."""
+        self.stopping = True
+        if self.child is not None and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    # ---- steps --------------------------------------------------------------------
+
+    def fetch_bundle(self) -> Path:
+        digest = self.cfg["bundle_hash"]
+        target = self.home / "bundles" / digest
+        if (target / ".podctl-complete").exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            archive = Path(tmp) / "bundle.tar.gz"
+            self.bucket.blob(self.cfg["bundle_object"]).download_to_filename(str(archive))
+            unpacked = Path(tmp) / "tree"
+            unpacked.mkdir()
+            safe_extract(archive, unpacked)
+            (unpacked / ".podctl-complete").write_text(digest)
+            try:
+                os.rename(unpacked, target)
+            except OSError:  # another run of the same bundle won the race
+                if not (target / ".podctl-complete").exists():
+                    raise
+        return target
+
+    def setup(self, tree: Path, env: dict) -> int:
+        steps = []
+        if (tree / "requirements.txt").exists():
+            steps.append("python3 -m pip install --quiet -r requirements.txt")
+        if self.cfg.get("setup"):
+            steps.append(self.cfg["setup"])
+        if not steps:
+            return 0
+        key = hashlib.sha256("\n".join(steps).encode()).hexdigest()[:16]
+        marker = tree / f".podctl-setup-{key}"
+        if marker.exists():
+            self.logs.line("[podctl] setup already done for this bundle; skipped")
+            return 0
+        self.logs.phase = "setup"
+        for step in steps:
+            self.logs.line(f"[podctl] setup: {step}")
+            code = self.run_process(["bash", "-c", step], tree, env)
+            if code != 0:
+                tail = "\n".join(self.logs.tail[-10:])
+                self.logs.line(f"[podctl] setup failed with exit code {code}: {step}")
+                self.write_status(EXIT_SETUP_FAILED, error=f"setup `{step}` exited {code}; last lines:\n{tail}")
+                return EXIT_SETUP_FAILED
+        marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return 0
+
+    def run_process(self, argv: list[str], cwd: Path, env: dict) -> int:
+        self.child = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, bufsize=1, text=True,
+            encoding="utf-8", errors="replace")
+        assert self.child.stdout is not None
+        for line in self.child.stdout:
+            self.logs.line(line)
+        code = self.child.wait()
+        return 128 - code if code < 0 else code  # killed by signal N -> 128 + N
+
+    def environment(self, tree: Path) -> dict:
+        cfg = self.cfg
+        env = dict(os.environ)
+        env.update({
+            "PODCTL_RUN_ID": cfg["run_id"],
+            "PODCTL_PROCESS_ID": str(cfg["process_id"]),
+            "PODCTL_NUM_PROCESSES": str(cfg["num_processes"]),
+            "PODCTL_CHECKPOINT_DIR": cfg["checkpoint_dir"],
+            "PODCTL_BUNDLE_DIR": str(tree),
+            "JAX_COORDINATOR_ADDRESS": cfg["coordinator"],
+            "TPU_WORKER_ID": str(cfg["worker_id"]),
+            "TPU_WORKER_HOSTNAMES": ",".join(cfg["worker_hostnames"]),
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(cfg.get("slice_env", {}))  # MEGASCALE_* for multislice
+        env.update(cfg.get("env", {}))  # the user's --env, last, as data
+        return env
+
+    def write_status(self, code: int, error: str | None = None) -> None:
+        if (self.run_dir / "status.json").exists():
+            return
+        status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
+                  "lines": self.logs.lines, "stopped": self.stopping, "error": error}
+        self.logs.close()
+        self.logs._upload(f"{self.logs.prefix}/status/{self.logs.tag}.json", json.dumps(status),
+                          "application/json")
+        (self.run_dir / "status.json").write_text(json.dumps(status))
+
+    def main(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_term)
+        signal.signal(signal.SIGINT, self.on_term)
+        self.logs.start()
+        self.logs.heartbeat(force=True)
+        try:
+            tree = self.fetch_bundle() if self.cfg.get("bundle_hash") else self.run_dir
+            env = self.environment(tree)
+            code = self.setup(tree, env)
+            if code:
+                return code
+            if self.stopping:
+                code = 128 + signal.SIGTERM
+            else:
+                self.logs.phase = "running"
+                self.logs.heartbeat(force=True)
+                argv = self.cfg.get("command") or ["python3", self.cfg["script"], *self.cfg.get("args", [])]
+                code = self.run_process(argv, tree, env)
+        except Exception as e:  # the agent's own failure: say so in the run's logs and status
+            self.logs.line(f"[podctl] agent failed on {host_tag(self.cfg['host'])}: {e!r}")
+            code = EXIT_AGENT_FAILED
+            self.write_status(code, error=repr(e))
+            return code
+        self.logs.phase = "done"
+        self.write_status(code)
+        return code
+
+
+def main(argv: list[str]) -> int:
+    run_dir = Path(argv[1]).resolve()
+    cfg = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "agent.pid").write_text(str(os.getpid()))
+    return Agent(cfg, run_dir).main()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

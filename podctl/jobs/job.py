@@ -1,0 +1,212 @@
+"""A run from start to end: bundle, agents on every host, logs followed, exit code.
+
+    prepare (bundle + agent in GCS, run.json) -> start (SSH fan-out) ->
+    follow (logs and status from GCS; fail fast; Ctrl-C stops every host) -> record
+
+`podctl exec` is the light sibling: a plain command on the hosts over SSH, its
+output streamed straight back, no bundle, no GCS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shlex
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from podctl.cloud.types import SliceInfo
+from podctl.errors import BundleError, InvalidValueError, JobError
+from podctl.jobs import bundle, launch, runs
+from podctl.jobs.logs import LineSink, LogReader
+from podctl.jobs.runs import HostStatus, RunRecord
+from podctl.jobs.ssh import Fleet, HostPins, Target
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+Notice = Callable[[str], None]
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """["K=V", ...] -> {K: V}; the value is kept as it is, shell characters and all."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise InvalidValueError(f"--env {key if sep else pair!r}: expected KEY=VALUE with KEY "
+                                    "made of letters, digits and _ (e.g. --env WANDB_MODE=offline).")
+        env[key] = value
+    return env
+
+
+def parse_hosts(text: str, num_hosts: int) -> set[int] | None:
+    """"all" -> None; "0" or "0,3" -> {0, 3}; refuses hosts the slice does not have."""
+    if text == "all":
+        return None
+    try:
+        chosen = {int(part) for part in text.split(",") if part.strip()}
+    except ValueError as e:
+        raise InvalidValueError(f"--hosts {text!r}: expected all, or host numbers like 0,3.") from e
+    bad = sorted(h for h in chosen if not 0 <= h < num_hosts)
+    if not chosen or bad:
+        raise InvalidValueError(f"--hosts {text!r}: this slice has hosts 0-{num_hosts - 1}.")
+    return chosen
+
+
+@dataclass
+class RunRequest:
+    info: SliceInfo
+    script: Path
+    args: list[str] = field(default_factory=list)
+    workdir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    setup: str | None = None
+    hosts: set[int] | None = frozenset({0})  # type: ignore[assignment]
+    detach: bool = False
+    fail_fast: bool = True
+    ssh_port: int | None = 22
+    coordinator_port: int = launch.JAX_COORDINATOR_PORT
+    flush_seconds: float = 2.0
+    poll_seconds: float = 0.5
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    exit_code: int
+    failed: HostStatus | None
+    statuses: dict[int, HostStatus]
+
+
+def _script_in_workdir(script: Path, workdir: Path | None) -> tuple[Path, str]:
+    script = script.expanduser()
+    if not script.is_file():
+        raise JobError(f"no script {str(script)!r}: give the path of a Python file.")
+    root = (workdir or script.parent).expanduser().resolve()
+    if not root.is_dir():
+        raise JobError(f"--workdir {str(root)!r} is not a directory.")
+    try:
+        relative = script.resolve().relative_to(root)
+    except ValueError as e:
+        raise BundleError(f"the script {script} is outside the working directory {root}; "
+                          "pass --workdir with a directory that holds it.") from e
+    return root, relative.as_posix()
+
+
+class Job:
+    """One run's moving parts: storage, the fleet of connections, the log reader."""
+
+    def __init__(self, storage: Any, request: RunRequest, *, project: str, zone: str,
+                 private_key: Path, pins: HostPins, sink: LineSink, notice: Notice):
+        self.storage = storage
+        self.request = request
+        self.project, self.zone = project, zone
+        self.private_key, self.pins = private_key, pins
+        self.sink, self.notice = sink, notice
+        info = request.info
+        self.targets: list[Target] = launch.targets_for(info, request.ssh_port)
+        self.run_id = runs.new_run_id(info.name)
+        self.fleet = Fleet(self.targets, private_key, pins)
+        self.record: RunRecord | None = None
+
+    async def _write_record(self) -> None:
+        assert self.record is not None
+        import json
+
+        data = json.dumps(self.record.to_json()).encode()
+        await self.storage.upload_bytes(f"{runs.run_prefix(self.run_id)}/run.json", data,
+                                        content_type="application/json")
+        await self.storage.upload_bytes(f"{runs.INDEX}/{self.run_id}.json", data,
+                                        content_type="application/json")
+
+    async def prepare(self) -> launch.JobSpec:
+        request = self.request
+        root, script = _script_in_workdir(request.script, request.workdir)
+        with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
+            packed = bundle.pack(root, out_dir=Path(tmp))
+            for warning in packed.warnings:
+                self.notice(warning)
+            uploaded = await bundle.upload(self.storage, packed)
+        self.notice(f"bundle {packed.hash[:12]} ({packed.file_count} files, "
+                    f"{packed.size_bytes / 1e6:.1f} MB){' uploaded' if uploaded else ', already in GCS'}")
+        source, sha = launch.agent_source()
+        await self.storage.upload_bytes_if_missing(launch.agent_object(sha), source)
+        self.agent_sha = sha
+        info = request.info
+        self.record = RunRecord(
+            run_id=self.run_id, slice_name=info.name, project=self.project, zone=self.zone,
+            num_hosts=len(self.targets), kind="script", script=script, args=list(request.args),
+            env_keys=sorted(request.env), bundle_hash=packed.hash, created=time.time(),
+            extra={"bucket": self.storage.bucket_name})
+        await self._write_record()
+        return launch.JobSpec(
+            run_id=self.run_id, bucket=self.storage.bucket_name, project=self.project,
+            script=script, args=tuple(request.args), env=dict(request.env), setup=request.setup,
+            bundle_hash=packed.hash, bundle_object=bundle.bundle_object_name(packed.hash),
+            coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds)
+
+    async def start(self, spec: launch.JobSpec) -> None:
+        await self.fleet.open()
+        await launch.start_agents(self.fleet, spec, self.agent_sha)
+        assert self.record is not None
+        self.record.state = "running"
+        await self._write_record()
+
+    async def follow(self) -> RunResult:
+        reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts)
+        stopping = False
+
+        async def on_status(status: HostStatus) -> None:
+            nonlocal stopping
+            if status.exit_code != 0 and not status.stopped and not stopping:
+                what = status.error or f"exit code {status.exit_code}"
+                self.notice(f"{runs.host_tag(status.host).replace('-', ' ')} failed ({what})")
+                if self.request.fail_fast and not reader.done:
+                    stopping = True
+                    self.notice("stopping the other hosts (fail-fast)")
+                    await launch.stop_agents(self.fleet, self.run_id)
+
+        statuses = await reader.follow(poll_seconds=self.request.poll_seconds, on_status=on_status)
+        code, failed = runs.job_exit_code(statuses)
+        assert self.record is not None
+        self.record.state = "succeeded" if code == 0 else "failed"
+        self.record.exit_code, self.record.ended = code, time.time()
+        self.record.failed_host = failed.host if failed else None
+        await self._write_record()
+        return RunResult(self.run_id, code, failed, statuses)
+
+    async def stop(self) -> None:
+        """Ctrl-C: stop the run on every host, and say so in its record."""
+        if self.fleet.connections:
+            await launch.stop_agents(self.fleet, self.run_id)
+        if self.record is not None:
+            self.record.state, self.record.ended = "stopped", time.time()
+            with contextlib.suppress(Exception):
+                await self._write_record()
+
+    async def close(self) -> None:
+        await self.fleet.close()
+
+
+async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins, command: list[str],
+                        sink: LineSink, hosts: set[int] | None) -> dict[int, int]:
+    """Run COMMAND (argv, quoted for the remote shell) on the hosts; stream its lines."""
+    chosen = [t for t in targets if hosts is None or t.index in hosts]
+    line = shlex.join(command)
+    async with Fleet(chosen, private_key, pins) as fleet:
+        async def one(conn: Any, target: Target) -> int:
+            async with conn.create_process(line) as process:
+                async def pump(stream: Any) -> None:
+                    async for text in stream:
+                        sink(target.index, text.rstrip("\n"))
+
+                await asyncio.gather(pump(process.stdout), pump(process.stderr))
+                await process.wait(check=False)
+                status = process.exit_status
+                return status if status is not None and status >= 0 else 255
+
+        codes = await fleet.each(one)
+    return {t.index: code for t, code in zip(chosen, codes)}

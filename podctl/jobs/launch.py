@@ -1,0 +1,154 @@
+"""Start a run on every host: the agent comes from GCS, the config over SSH stdin.
+
+Per host, one SSH exec writes the host's config (0600; it holds the --env values)
+and starts the agent detached (`setsid nohup`), then returns; the agent lives on
+when podctl disconnects. The agent file is uploaded to GCS once per version and
+fetched by each host itself, so the user's uplink carries a few hundred bytes per
+host, not a copy of anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from podctl.cloud.types import SliceInfo
+from podctl.errors import JobError
+from podctl.jobs import runs
+from podctl.jobs.ssh import Fleet, Target
+
+JAX_COORDINATOR_PORT = 8482
+MEGASCALE_PORT = 8080
+AGENT_FILE = Path(__file__).with_name("agent.py")
+
+# Run on the host as `python3 -c BOOT RUN_DIR`: fetch the agent once (checked
+# against its hash), then run it. Standard library plus google-cloud-storage.
+BOOT = """
+import hashlib, json, os, runpy, sys
+from pathlib import Path
+d = Path(sys.argv[1]); cfg = json.loads((d / "config.json").read_text())
+a = Path.home() / ".podctl" / "agents" / (cfg["agent_sha"] + ".py")
+if not a.exists():
+    from google.cloud import storage
+    c = (storage.Client.create_anonymous_client() if os.environ.get("STORAGE_EMULATOR_HOST")
+         else storage.Client(project=cfg.get("project") or None))
+    data = c.bucket(cfg["bucket"]).blob(cfg["agent_object"]).download_as_bytes()
+    if hashlib.sha256(data).hexdigest() != cfg["agent_sha"]:
+        sys.exit("podctl: the agent in GCS does not match its hash")
+    a.parent.mkdir(parents=True, exist_ok=True)
+    t = a.with_name(a.name + ".%d" % os.getpid()); t.write_bytes(data); os.replace(t, a)
+sys.argv = [str(a), str(d)]
+runpy.run_path(str(a), run_name="__main__")
+"""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run on every host; `env` may hold secrets and goes only into configs."""
+
+    run_id: str
+    bucket: str
+    project: str
+    script: str | None = None
+    args: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    setup: str | None = None
+    bundle_hash: str | None = None
+    bundle_object: str | None = None
+    coordinator_port: int = JAX_COORDINATOR_PORT
+    flush_seconds: float = 2.0
+
+
+def agent_source() -> tuple[bytes, str]:
+    data = AGENT_FILE.read_bytes()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def agent_object(sha: str) -> str:
+    return f"podctl/agents/{sha}.py"
+
+
+def targets_for(info: SliceInfo, ssh_port: int | None) -> list[Target]:
+    """The hosts of a slice as job processes; SSH_PORT None means the endpoint's own
+    port (the fake cloud's hosts), else e.g. 22 on TPU VMs."""
+    targets = []
+    for host in info.hosts:
+        address = host.external_ip or host.ip
+        targets.append(Target(index=len(targets), slice_index=host.slice_index, worker=host.worker,
+                              address=address, port=ssh_port if ssh_port is not None else host.port))
+    if not targets:
+        raise JobError(f"slice {info.name} has no hosts; is it READY? (`podctl status {info.name}`)")
+    return targets
+
+
+def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha: str) -> dict[str, Any]:
+    same_slice = [t for t in targets if t.slice_index == target.slice_index]
+    first = targets[0]
+    slices = len({t.slice_index for t in targets})
+    slice_env = {}
+    if slices > 1:
+        slice_env = {"MEGASCALE_COORDINATOR_ADDRESS": f"{first.address}:{MEGASCALE_PORT}",
+                     "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(target.slice_index),
+                     "MEGASCALE_PORT": str(MEGASCALE_PORT)}
+    return {
+        "run_id": spec.run_id, "bucket": spec.bucket, "project": spec.project,
+        "host": target.index, "process_id": target.index, "num_processes": len(targets),
+        "worker_id": target.worker, "worker_hostnames": [t.address for t in same_slice],
+        "coordinator": f"{first.address}:{spec.coordinator_port}",
+        "checkpoint_dir": runs.checkpoint_dir(spec.bucket, spec.run_id),
+        "script": spec.script, "args": list(spec.args), "command": list(spec.command),
+        "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,
+        "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,
+        "agent_sha": agent_sha, "agent_object": agent_object(agent_sha),
+        "flush_seconds": spec.flush_seconds,
+    }
+
+
+def run_dir(run_id: str) -> str:
+    return f"$HOME/.podctl/runs/{shlex.quote(run_id)}"
+
+
+def start_command(run_id: str) -> str:
+    """The shell line that writes stdin to the config and starts the agent detached.
+    Only podctl's own constants reach it, each quoted."""
+    d = run_dir(run_id)
+    return (f"umask 077 && mkdir -p {d} && cat > {d}/config.json && cd {d} && "
+            f"(setsid nohup python3 -c {shlex.quote(BOOT)} \"$PWD\" > agent.out 2>&1 < /dev/null &)"
+            " && echo started")
+
+
+def stop_command(run_id: str) -> str:
+    d = run_dir(run_id)
+    return f"test -f {d}/agent.pid && kill -TERM \"$(cat {d}/agent.pid)\" 2>/dev/null; true"
+
+
+async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str) -> None:
+    command = start_command(spec.run_id)
+
+    async def start(conn: Any, target: Target) -> None:
+        config = json.dumps(host_config(spec, target, fleet.targets, agent_sha))
+        result = await conn.run(command, input=config, check=False)
+        if result.exit_status != 0 or "started" not in (result.stdout or ""):
+            tail = (result.stderr or result.stdout or "").strip().splitlines()[-3:]
+            raise JobError(f"{target.name} did not start the podctl agent (exit "
+                           f"{result.exit_status}): {' | '.join(tail) or 'no output'}")
+
+    await fleet.each(start)
+
+
+async def stop_agents(fleet: Fleet, run_id: str) -> None:
+    """Ask every host's agent to stop (SIGTERM to the script's process group)."""
+    command = stop_command(run_id)
+
+    async def stop(conn: Any, target: Target) -> None:
+        try:
+            await conn.run(command, check=False)
+        except Exception:  # a host that is gone has nothing left to stop
+            pass
+
+    await fleet.each(stop)

@@ -1,0 +1,137 @@
+"""Read a run's logs and status back from GCS, from the start, and follow them.
+
+Each host's agent uploads numbered chunks of whole lines; reading them in number
+order gives every line once, in order, per host, whether the reader is the `run`
+that started the job, a later `podctl logs --follow`, or another machine. The
+run is over when every host has written its status (written after its last
+chunk, so a final read after that misses nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from podctl.jobs import runs
+from podctl.jobs.runs import HostStatus
+
+LineSink = Callable[[int, str], None]
+HOST_LOST_SECONDS = 90.0  # no heartbeat for this long and no status: the host is lost
+EXIT_HOST_LOST = 255
+
+
+@dataclass
+class Progress:
+    next_chunk: dict[int, int] = field(default_factory=dict)  # host -> next chunk number
+    statuses: dict[int, HostStatus] = field(default_factory=dict)
+    heartbeats: dict[int, float] = field(default_factory=dict)
+    lines: dict[int, int] = field(default_factory=dict)
+
+
+def _chunk_number(name: str) -> int:
+    return int(name.rsplit("/", 1)[-1].split(".", 1)[0])
+
+
+class LogReader:
+    """Polls one run's objects; prints new lines of the chosen hosts through SINK."""
+
+    def __init__(self, storage, run_id: str, num_hosts: int, sink: LineSink,
+                 hosts: set[int] | None = None):
+        self.storage = storage
+        self.run_id = run_id
+        self.num_hosts = num_hosts
+        self.sink = sink
+        self.hosts = hosts  # None: all
+        self.progress = Progress()
+        self.started = time.time()
+
+    def shown(self, host: int) -> bool:
+        return self.hosts is None or host in self.hosts
+
+    async def read_logs(self) -> int:
+        """Fetch and emit every chunk not yet seen; returns the number of lines emitted."""
+        objects = await self.storage.list(runs.log_prefix(self.run_id))
+        by_host: dict[int, list[tuple[int, str]]] = {}
+        for obj in objects:
+            parts = obj.name.split("/")
+            host = int(parts[-2].split("-")[1])
+            if self.shown(host):
+                by_host.setdefault(host, []).append((_chunk_number(obj.name), obj.name))
+        emitted = 0
+        for host in sorted(by_host):
+            expected = self.progress.next_chunk.get(host, 1)
+            chunks = sorted(c for c in by_host[host] if c[0] >= expected)
+            # chunks are uploaded one after another, so they are read in unbroken order
+            for number, name in chunks:
+                if number != expected:
+                    break
+                data = await self.storage.download_bytes(name)
+                for line in data.decode("utf-8", errors="replace").splitlines():
+                    self.sink(host, line)
+                    emitted += 1
+                self.progress.lines[host] = self.progress.lines.get(host, 0) + emitted
+                expected += 1
+            self.progress.next_chunk[host] = expected
+        return emitted
+
+    async def read_statuses(self) -> dict[int, HostStatus]:
+        for obj in await self.storage.list(runs.status_prefix(self.run_id)):
+            host = int(obj.name.rsplit("/", 1)[-1].split("-")[1].split(".")[0])
+            if host not in self.progress.statuses:
+                data = json.loads(await self.storage.download_bytes(obj.name))
+                self.progress.statuses[host] = HostStatus(
+                    host=host, exit_code=int(data["exit_code"]), ended=float(data["ended"]),
+                    stopped=bool(data.get("stopped")), error=data.get("error"))
+        return self.progress.statuses
+
+    async def read_heartbeats(self) -> dict[int, float]:
+        for obj in await self.storage.list(runs.heartbeat_prefix(self.run_id)):
+            host = int(obj.name.rsplit("/", 1)[-1].split("-")[1].split(".")[0])
+            self.progress.heartbeats[host] = obj.updated
+        return self.progress.heartbeats
+
+    def lost_hosts(self, now: float) -> list[int]:
+        """Hosts with no status whose agent stopped beating (or never started)."""
+        lost = []
+        for host in range(self.num_hosts):
+            if host in self.progress.statuses:
+                continue
+            last = self.progress.heartbeats.get(host, self.started)
+            if now - last > HOST_LOST_SECONDS:
+                lost.append(host)
+        return lost
+
+    @property
+    def done(self) -> bool:
+        return len(self.progress.statuses) >= self.num_hosts
+
+    async def follow(self, *, poll_seconds: float = 0.5,
+                     on_status: Callable[[HostStatus], Awaitable[None]] | None = None,
+                     follow: bool = True) -> dict[int, HostStatus]:
+        """Emit lines until every host has ended (or once, without FOLLOW)."""
+        seen: set[int] = set()
+        last_beat_check = 0.0
+        while True:
+            statuses = await self.read_statuses()
+            await self.read_logs()
+            for host, status in sorted(statuses.items()):
+                if host not in seen:
+                    seen.add(host)
+                    if on_status:
+                        await on_status(status)
+            if self.done or not follow:
+                await self.read_logs()  # statuses come after the last chunk: drain
+                return statuses
+            now = time.time()
+            if now - last_beat_check > 10:
+                last_beat_check = now
+                await self.read_heartbeats()
+                for host in self.lost_hosts(now):
+                    status = HostStatus(host=host, exit_code=EXIT_HOST_LOST, ended=now,
+                                        error="the host stopped sending heartbeats")
+                    statuses[host] = status
+                    self.progress.statuses[host] = status
+            await asyncio.sleep(poll_seconds)

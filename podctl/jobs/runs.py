@@ -1,0 +1,107 @@
+"""What a run is and where its files live in GCS.
+
+    gs://BUCKET/podctl/runs/RUN_ID/run.json                 what was started, where
+                                  logs/host-NNNN/NNNNNN.log  log chunks, in order
+                                  heartbeat/host-NNNN.json   the agent is alive
+                                  status/host-NNNN.json      exit code, at the end
+                                  checkpoints/               PODCTL_CHECKPOINT_DIR
+    gs://BUCKET/podctl/index/RUN_ID.json                     one small object per run,
+                                                             so `podctl runs` lists cheaply
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+RUNS = "podctl/runs"
+INDEX = "podctl/index"
+_RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,80}-\d{8}-\d{6}-[0-9a-f]{4}$")
+
+RunState = Literal["starting", "running", "succeeded", "failed", "stopped", "lost"]
+
+
+def new_run_id(slice_name: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    return f"{slice_name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def valid_run_id(run_id: str) -> bool:
+    return bool(_RUN_ID.match(run_id))
+
+
+def host_tag(index: int) -> str:
+    return f"host-{index:04d}"
+
+
+def run_prefix(run_id: str) -> str:
+    return f"{RUNS}/{run_id}"
+
+
+def log_prefix(run_id: str, host: int | None = None) -> str:
+    return f"{RUNS}/{run_id}/logs/" + (f"{host_tag(host)}/" if host is not None else "")
+
+
+def status_prefix(run_id: str) -> str:
+    return f"{RUNS}/{run_id}/status/"
+
+
+def heartbeat_prefix(run_id: str) -> str:
+    return f"{RUNS}/{run_id}/heartbeat/"
+
+
+def checkpoint_dir(bucket: str, run_id: str) -> str:
+    return f"gs://{bucket}/{RUNS}/{run_id}/checkpoints"
+
+
+@dataclass
+class RunRecord:
+    """run.json and the index entry: what was started. Env values are never stored
+    here (only their names), since anyone who can list the bucket reads this."""
+
+    run_id: str
+    slice_name: str
+    project: str
+    zone: str
+    num_hosts: int
+    kind: Literal["script", "exec"]
+    script: str | None
+    args: list[str]
+    env_keys: list[str]
+    bundle_hash: str | None
+    created: float
+    state: RunState = "starting"
+    exit_code: int | None = None
+    failed_host: int | None = None
+    ended: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RunRecord":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    host: int
+    exit_code: int
+    ended: float
+    stopped: bool = False
+    error: str | None = None
+
+
+def job_exit_code(statuses: dict[int, HostStatus]) -> tuple[int, HostStatus | None]:
+    """0 when every host exited 0; otherwise the first failure's code (by end time),
+    preferring a host that failed on its own over one that podctl stopped."""
+    failures = [s for s in statuses.values() if s.exit_code != 0]
+    if not failures:
+        return 0, None
+    first = min(failures, key=lambda s: (s.stopped, s.ended, s.host))
+    return first.exit_code, first

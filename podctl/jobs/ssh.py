@@ -1,0 +1,187 @@
+"""SSH to a slice's hosts: one asyncio fan-out with bounded concurrency, connection
+retries with backoff, and host keys pinned per slice.
+
+Hand-written loops start one `ssh` process per host; here one process holds all
+connections, so a 512-host slice costs 512 handshakes and nothing else. Host keys
+are trusted on first use and pinned in a file per slice instance (name + creation
+time, so a re-created slice starts a new file); a key that changes afterwards is
+refused. The key is checked before any command or secret is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from podctl.cloud.sshkey import SSH_USER
+from podctl.errors import HostKeyError, JobError
+
+T = TypeVar("T")
+DEFAULT_CONCURRENCY = 256
+
+
+@dataclass(frozen=True)
+class Target:
+    """One host as a process of the job: its global index and where to reach it."""
+
+    index: int  # the job's process id: slices in order, workers in order
+    slice_index: int
+    worker: int
+    address: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        return f"host {self.index:04d}"
+
+
+class HostPins:
+    """Host keys seen for one slice instance, in a 0600 JSON file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.keys: dict[str, str] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.keys = {}
+        self.new: dict[str, str] = {}
+
+    def check(self, target: Target, key: str) -> None:
+        where = f"{target.address}:{target.port}"
+        pinned = self.keys.get(where)
+        if pinned is None:
+            self.new[where] = key
+        elif pinned != key:
+            raise HostKeyError(
+                f"{target.name} ({where}) offered a different SSH host key than podctl pinned; "
+                f"refusing to connect. If the slice was re-created, remove {self.path}.")
+
+    def save(self) -> None:
+        if not self.new:
+            return
+        self.keys.update(self.new)
+        self.new = {}
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.keys, f, indent=1, sort_keys=True)
+        os.replace(tmp, self.path)
+
+
+def pins_path(config_dir: Path, project: str, zone: str, name: str, created: float) -> Path:
+    return config_dir / "known_hosts" / f"{project}_{zone}_{name}_{int(created)}.json"
+
+
+def _retryable(error: BaseException) -> bool:
+    import asyncssh
+
+    if isinstance(error, asyncssh.PermissionDenied):
+        return False  # the key is wrong; trying again will not make it right
+    return isinstance(error, (OSError, asyncssh.Error, asyncio.TimeoutError))
+
+
+class Fleet:
+    """Connections to the hosts of a run, opened together and closed together."""
+
+    def __init__(self, targets: Iterable[Target], private_key: Path, pins: HostPins, *,
+                 concurrency: int = DEFAULT_CONCURRENCY, attempts: int = 5,
+                 connect_timeout: float = 30.0):
+        self.targets = list(targets)
+        self.private_key = private_key
+        self.pins = pins
+        self.concurrency = max(1, concurrency)
+        self.attempts = attempts
+        self.connect_timeout = connect_timeout
+        self.connections: dict[int, Any] = {}
+        self._key: Any = None
+
+    async def _connect_one(self, target: Target) -> Any:
+        import asyncssh
+
+        async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.attempts), reraise=True,
+                wait=wait_exponential_jitter(multiplier=0.3, max=5.0),
+                retry=retry_if_exception(_retryable)):
+            with attempt:
+                conn = await asyncio.wait_for(asyncssh.connect(
+                    target.address, target.port, username=SSH_USER, client_keys=[self._key],
+                    known_hosts=None, agent_path=None, config=None, preferred_auth="publickey",
+                    keepalive_interval=30), self.connect_timeout)
+        host_key = conn.get_server_host_key()
+        try:
+            self.pins.check(target, host_key.export_public_key().decode().strip())
+        except HostKeyError:
+            conn.close()
+            raise
+        return conn
+
+    async def open(self) -> None:
+        import asyncssh
+
+        self._key = asyncssh.read_private_key(self.private_key)
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one(target: Target) -> None:
+            async with limit:
+                try:
+                    self.connections[target.index] = await self._connect_one(target)
+                except HostKeyError:
+                    raise
+                except asyncssh.PermissionDenied as e:
+                    raise JobError(f"{target.name} ({target.address}:{target.port}) refused "
+                                   "podctl's SSH key; was the slice made by `podctl up`?") from e
+                except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+                    raise JobError(f"cannot reach {target.name} ({target.address}:{target.port}) "
+                                   f"over SSH: {e or e.__class__.__name__}") from e
+
+        try:
+            await _gather_all([one(t) for t in self.targets])
+        except BaseException:
+            await self.close()
+            raise
+        self.pins.save()
+
+    async def each(self, fn: Callable[[Any, Target], Awaitable[T]]) -> list[T]:
+        """Run FN(connection, target) on every host at once; results in target order."""
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one(target: Target) -> T:
+            async with limit:
+                return await fn(self.connections[target.index], target)
+
+        return await _gather_all([one(t) for t in self.targets])
+
+    async def close(self) -> None:
+        for conn in self.connections.values():
+            conn.close()
+        for conn in self.connections.values():
+            with contextlib.suppress(Exception):
+                await conn.wait_closed()
+        self.connections.clear()
+
+    async def __aenter__(self) -> "Fleet":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def _gather_all(coros: list[Awaitable[T]]) -> list[T]:
+    """Like gather, but the first failure cancels the rest (and is what is raised)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
