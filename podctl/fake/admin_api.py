@@ -13,7 +13,11 @@
     POST /admin/quota     {project, zone, chips}   the project's chip quota (null: none)
     POST /admin/timings   {time_scale?, node_create?, ...}   how fast the world moves
     POST /admin/advance   {seconds}         move the clock forward (simulated seconds)
-    POST /admin/reset                       forget everything
+    POST /admin/host_latency {seconds}      delay before each SSH connection to a fake host is
+                                            accepted (a simulated round trip; default 0)
+    POST /admin/drop_host {name, worker}    one host of a READY node vanishes (node stays READY)
+    GET  /admin/hosts                       live fake hosts: {node: {ports, alive, connections, sessions}}
+    POST /admin/reset                       forget everything (world, switches, GCS objects)
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from aiohttp import web
 
 from podctl.fake import tpu_api, wire
-from podctl.fake.apierror import ApiError, invalid
+from podctl.fake.apierror import ApiError, invalid, precondition
 from podctl.fake.world import Timings, World
 
 if TYPE_CHECKING:
@@ -94,7 +98,7 @@ def _advance(cloud: FakeCloud, body: dict) -> dict:
     if seconds < 0:
         raise invalid("the clock only moves forward")
     cloud.world.clock_offset += seconds / cloud.world.time_scale
-    cloud.world.advance()
+    cloud.advance()
     return {"now": cloud.world.now()}
 
 
@@ -103,7 +107,35 @@ def _reset(cloud: FakeCloud, body: dict) -> dict:
     cloud.faults.clear()
     cloud.calls.clear()
     cloud.latency = 0.0
+    if cloud.hosts:
+        cloud.hosts.latency = 0.0
+    if cloud.gcs:
+        cloud.gcs.wipe()
     return {}
+
+
+def _host_latency(cloud: FakeCloud, body: dict) -> dict:
+    seconds = float(body.get("seconds", 0))
+    if seconds < 0:
+        raise invalid("host latency must be >= 0")
+    if cloud.hosts:
+        cloud.hosts.latency = seconds
+    return {"host_latency": seconds}
+
+
+def _drop_host(cloud: FakeCloud, body: dict) -> dict:
+    _, node = cloud.world.find(str(body.get("name", "")))
+    try:
+        assert cloud.hosts is not None
+        cloud.hosts.drop_host(node["name"], int(body.get("worker", 0)))
+    except (KeyError, AssertionError) as e:
+        raise precondition(f"cannot drop that host: {e}") from e
+    return _hosts(cloud, body)
+
+
+def _hosts(cloud: FakeCloud, body: dict) -> dict:
+    return {"nodes": cloud.hosts.describe() if cloud.hosts else {},
+            "host_latency": cloud.hosts.latency if cloud.hosts else 0.0}
 
 
 def _reset_stats(cloud: FakeCloud, body: dict) -> dict:
@@ -115,10 +147,12 @@ _GET: dict[str, Action] = {
     "status": lambda cloud, body: cloud.describe(),
     "resources": lambda cloud, body: cloud.world.resources(),
     "stats": lambda cloud, body: {"calls": sum(cloud.calls.values()), "by_call": dict(cloud.calls)},
+    "hosts": _hosts,
 }
 _POST: dict[str, Action] = {
     "fail": _fail, "latency": _latency, "preempt": _preempt, "capacity": _capacity, "quota": _quota,
     "timings": _timings, "advance": _advance, "reset": _reset, "stats/reset": _reset_stats,
+    "host_latency": _host_latency, "drop_host": _drop_host,
 }
 
 
@@ -127,9 +161,10 @@ def add_routes(app: web.Application, cloud: FakeCloud) -> None:
         async def handle(request: web.Request) -> web.Response:
             try:
                 body = await request.json() if request.can_read_body else {}
-                cloud.world.advance()
+                cloud.advance()
                 result = action(cloud, body if isinstance(body, dict) else {})
                 if mutates:
+                    cloud._sync_hosts()  # e.g. a preempted node's hosts vanish before we answer
                     cloud.save()
                 return web.json_response(result)
             except ApiError as e:

@@ -68,5 +68,17 @@ class FakeAdmin:
     def advance(self, seconds: float) -> None:
         self._call("POST", "advance", {"seconds": seconds})
 
+    def set_host_latency(self, seconds: float) -> None:
+        """Delay each SSH connection to a fake host by SECONDS (a simulated round trip)."""
+        self._call("POST", "host_latency", {"seconds": seconds})
+
+    def drop_host(self, name: str, worker: int) -> dict:
+        """Host WORKER of node NAME vanishes (its processes killed); the node stays READY."""
+        return self._call("POST", "drop_host", {"name": name, "worker": worker})
+
+    def hosts(self) -> dict:
+        """{"nodes": {node name: {ports, alive, connections, sessions}}, "host_latency": s}."""
+        return self._call("GET", "hosts")
+
     def reset(self) -> None:
         self._call("POST", "reset", {})

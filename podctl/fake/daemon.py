@@ -4,8 +4,10 @@
 
 The daemon lives in a state directory (`$PODCTL_STATE_DIR/fake` by default):
 `daemon.json` says where it listens (written once it does), `world.json` holds
-the world across restarts (0600), `daemon.log` its output, `lock` serialises
-starts so that two commands that both find it stopped start one daemon.
+the world across restarts (0600), `hosts/` the fake hosts' host keys and home
+directories, `gcs/` the GCS emulator's objects, `daemon.log` its output, `lock`
+serialises starts so that two commands that both find it stopped start one daemon.
+A restart brings the hosts of READY nodes back (on their old ports when free).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Iterator
 
 from podctl.errors import FakeCloudError
 from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.gcs import DEFAULT_BUCKET
 from podctl.fake.server import FakeCloud
 
 DEFAULT_TIME_SCALE = 60.0  # a simulated minute per second: `up` of a v5p-4096 in seconds
@@ -89,8 +92,12 @@ def status(state_dir: Path) -> dict:
     return down
 
 
-def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None = None) -> dict:
-    """Start the daemon unless it runs; returns its status."""
+def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None = None,
+          bucket: str = DEFAULT_BUCKET) -> dict:
+    """Start the daemon unless it runs; returns its status (with "gcs" and "bucket").
+
+    BUCKET is made in the GCS emulator when the daemon starts; a running daemon
+    keeps the bucket it was started with."""
     with _locked(state_dir):
         current = status(state_dir)
         if current["running"]:
@@ -103,7 +110,7 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
         os.chmod(state_dir / "daemon.log", 0o600)
         process = subprocess.Popen(
             [sys.executable, "-m", "podctl.fake.daemon", "--state-dir", str(state_dir),
-             "--project", project, "--zone", zone, "--time-scale", str(scale)],
+             "--project", project, "--zone", zone, "--time-scale", str(scale), "--bucket", bucket],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + _START_TIMEOUT
@@ -144,14 +151,15 @@ def _terminate(pid: int, timeout: float = 15.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-async def _serve(state_dir: Path, project: str, zone: str, time_scale: float) -> None:
-    cloud = FakeCloud(state_file=state_dir / "world.json", project=project, zone=zone)
+async def _serve(state_dir: Path, project: str, zone: str, time_scale: float, bucket: str) -> None:
+    cloud = FakeCloud(state_file=state_dir / "world.json", project=project, zone=zone,
+                      hosts_root=state_dir / "hosts", gcs_dir=state_dir / "gcs", bucket=bucket)
     cloud.world.time_scale = time_scale
-    await cloud.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(sig, stopping.set)  # before start: a stop always cleans up
+    await cloud.start()
     info = {**cloud.describe(), "state_dir": str(state_dir), "started": time.time()}
     tmp = _info_path(state_dir).with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
@@ -169,9 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--project", required=True)
     parser.add_argument("--zone", required=True)
     parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
+    parser.add_argument("--bucket", default=DEFAULT_BUCKET)
     args = parser.parse_args(argv)
     os.umask(0o077)
-    asyncio.run(_serve(args.state_dir, args.project, args.zone, args.time_scale))
+    asyncio.run(_serve(args.state_dir, args.project, args.zone, args.time_scale, args.bucket))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """The fake cloud's HTTP server on 127.0.0.1: the Cloud TPU v2 API under /v2/ and
-the admin API (faults, capacity, clock) under /admin/, on one port.
+the admin API (faults, capacity, clock) under /admin/, on one port; with it the
+fake hosts (hosts.py: an SSH server per host of every READY node) and the GCS
+emulator (gcs.py), each on its own loopback port.
 
 `FakeCloud` is the async core (the daemon runs it in its own loop); `fake_cloud()`
 runs one in a background thread for synchronous callers (tests, notebooks, the
-demo) and tears it down on exit.
+demo) and tears it down on exit. After every `world.advance()` and every call
+that changes the world, `_sync_hosts()` brings the hosts in line before the
+answer goes out.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import tempfile
 import threading
 from collections import Counter
@@ -25,6 +30,8 @@ from podctl.errors import FakeCloudError
 from podctl.fake import admin_api, tpu_api, wire
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
+from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
+from podctl.fake.hosts import HostManager, raise_nofile_limit
 from podctl.fake.world import World
 
 DEFAULT_PROJECT = "fake-project"
@@ -62,14 +69,25 @@ def load_world(path: Path) -> World | None:
 
 
 class FakeCloud:
-    """One fake cloud: a World, its HTTP server, its ticker, its fault switches."""
+    """One fake cloud: a World, its HTTP server, its ticker, its fault switches, its
+    hosts and its GCS.
+
+    HOSTS_ROOT and GCS_DIR default to a temporary directory removed at stop (the
+    daemon keeps both in its state directory); BUCKET is made in the emulator.
+    """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, world: World | None = None,
                  state_file: Path | None = None, project: str = DEFAULT_PROJECT,
-                 zone: str = DEFAULT_ZONE, tick_seconds: float = 0.2):
+                 zone: str = DEFAULT_ZONE, tick_seconds: float = 0.2,
+                 hosts_root: Path | None = None, gcs_dir: Path | None = None,
+                 bucket: str = DEFAULT_BUCKET):
         require_loopback(host)
         self.host, self.port = host, port
         self.state_file = state_file
+        self.hosts_root, self.gcs_dir, self.bucket = hosts_root, gcs_dir, bucket
+        self.hosts: HostManager | None = None
+        self.gcs: FakeGcs | None = None
+        self._tmp: Path | None = None
         self.world = world or (load_world(state_file) if state_file else None) or World()
         self.project, self.zone = project, zone
         self.tick_seconds = tick_seconds
@@ -94,11 +112,43 @@ class FakeCloud:
     def admin_url(self) -> str:
         return f"{self.url}/admin"
 
+    @property
+    def gcs_url(self) -> str:
+        return self.gcs.url if self.gcs else ""
+
     def describe(self) -> dict[str, Any]:
         return {"running": True, "tpu_api": self.tpu_api_url, "admin": self.admin_url,
-                "project": self.project, "zone": self.zone, "pid": os.getpid()}
+                "project": self.project, "zone": self.zone, "pid": os.getpid(),
+                "gcs": self.gcs_url, "bucket": self.bucket,
+                "hosts_root": str(self.hosts.root) if self.hosts else None}
+
+    def _sync_hosts(self) -> None:
+        if self.hosts is not None:
+            self.hosts.sync(self.world)
+
+    def advance(self) -> bool:
+        """world.advance() and the hosts that follow from it; True if anything changed."""
+        changed = self.world.advance()
+        self._sync_hosts()
+        return changed
 
     async def start(self) -> None:
+        raise_nofile_limit()
+        if self.hosts_root is None or self.gcs_dir is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="podctl-fake-"))
+        try:
+            self.gcs = FakeGcs(self.gcs_dir or self._tmp / "gcs", bucket=self.bucket, host=self.host)
+            self.gcs.start()
+            self.hosts = HostManager(self.hosts_root or self._tmp / "hosts", self.gcs.url)
+            self.hosts.adopt()
+            self.advance()  # READY nodes of a saved world get their hosts back
+            self.save()
+            await self._serve()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _serve(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
         admin_api.add_routes(app, self)
@@ -117,9 +167,20 @@ class FakeCloud:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+            self._ticker = None
         if self._runner:
             await self._runner.cleanup()
+            self._runner = None
+        if self.hosts:
+            await self.hosts.close()  # the world keeps the ports, for a restart
+            self.hosts = None
+        if self.gcs:
+            self.gcs.stop()
+            self.gcs = None
         self.save()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
     async def __aenter__(self) -> "FakeCloud":
         await self.start()
@@ -135,7 +196,7 @@ class FakeCloud:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.tick_seconds)
-            if self.world.advance():
+            if self.advance():
                 self.save()
 
     async def _handle_v2(self, request: web.Request) -> web.StreamResponse:
@@ -153,9 +214,10 @@ class FakeCloud:
             if self.latency:
                 await asyncio.sleep(self.latency)
             body = await _json_body(request)
-            self.world.advance()
+            self.advance()
             result = route.handler(self.world, groups, dict(request.query), body)
             if route.mutates:
+                self._sync_hosts()  # a delete or stop takes the hosts away at once
                 self.save()
             if fault == "lose":
                 return _drop(request)  # done, but the answer never arrives
@@ -200,6 +262,11 @@ class _ThreadCloud:
     def __init__(self, cloud: FakeCloud):
         self.cloud = cloud
         self.admin = FakeAdmin(cloud.admin_url)
+
+    @property
+    def gcs_url(self) -> str:
+        """The GCS emulator: STORAGE_EMULATOR_HOST / api_endpoint for google-cloud-storage."""
+        return self.cloud.gcs_url
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cloud, name)

@@ -72,7 +72,6 @@ class World:
     queued: dict[str, dict] = field(default_factory=dict)
     operations: dict[str, dict] = field(default_factory=dict)
     events: list[list] = field(default_factory=list)  # heap of [due, seq, kind, target]
-    next_ip: int = 2
     seq: int = 0
 
     # ---- time ---------------------------------------------------------------
@@ -278,14 +277,11 @@ class World:
         self.nodes[node["name"]] = node
         return op
 
-    def _endpoints(self, hosts: int) -> list[dict]:
-        # Addresses in a private range, as a VPC hands them out; fake hosts that
-        # answer on them come with the job layer.
-        out = []
-        for _ in range(hosts):
-            n, self.next_ip = self.next_ip, self.next_ip + 1
-            out.append({"ipAddress": f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}", "port": 8470})
-        return out
+    @staticmethod
+    def _endpoints(hosts: int) -> list[dict]:
+        # Every fake host lives on loopback; the server's host manager (hosts.py)
+        # writes each one's SSH port here before any client sees the node READY.
+        return [{"ipAddress": "127.0.0.1", "port": 0} for _ in range(hosts)]
 
     def make_ready(self, node: dict) -> None:
         node["state"], node["health"] = "READY", "HEALTHY"
@@ -385,7 +381,8 @@ class World:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "World":
-        data = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}  # e.g. an older world's next_ip
         data["timings"] = Timings(**data.get("timings", {}))
         data["zones"] = tuple(data.get("zones", topology.V5P_ZONES))
         return cls(**data)

@@ -1,0 +1,82 @@
+"""The fake cloud's GCS: `gcp-storage-emulator` on 127.0.0.1, in a thread.
+
+google-cloud-storage reaches it with `STORAGE_EMULATOR_HOST=URL` (or
+`client_options={"api_endpoint": URL}` and anonymous credentials), tensorstore /
+orbax with `TENSORSTORE_GCS_HTTP_URL=URL`; the fake hosts get both in their
+environment, as real TPU VMs reach real GCS without configuration.
+
+The emulator is a single-threaded `http.server`: we build it from the package's
+own request handler and storage (rather than its `Server`, which hides the port
+it bound) so that it can take an ephemeral port and a deep accept backlog, since
+a 512-host slice may open 512 connections at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from functools import partial
+from http import server
+from pathlib import Path
+
+from podctl.errors import FakeCloudError
+
+DEFAULT_BUCKET = "podctl-fake"  # podctl.settings.FAKE_BUCKET; callers pass theirs in
+
+
+class _Server(server.HTTPServer):
+    request_queue_size = 1024  # the default 5 drops SYNs when many hosts upload at once
+    allow_reuse_address = True
+
+
+class FakeGcs:
+    """One GCS emulator: `start()` binds and serves, `stop()` leaves no thread or port."""
+
+    def __init__(self, data_dir: Path, *, bucket: str = DEFAULT_BUCKET, host: str = "127.0.0.1",
+                 port: int = 0):
+        self.data_dir, self.bucket, self.host, self.port = Path(data_dir), bucket, host, port
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._storage = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        from gcp_storage_emulator.server import RequestHandler
+        from gcp_storage_emulator.storage import Storage
+
+        # Its per-request INFO lines would flood the daemon's log and pytest's capture.
+        logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._storage = Storage(data_dir=str(self.data_dir.resolve()))
+        self.ensure_bucket()
+        try:
+            self._httpd = _Server((self.host, self.port), partial(RequestHandler, self._storage))
+        except OSError as e:
+            raise FakeCloudError(f"the fake GCS cannot listen on {self.host}:{self.port}: {e}") from e
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="podctl-fake-gcs", daemon=True)
+        self._thread.start()
+
+    def ensure_bucket(self) -> None:
+        from gcp_storage_emulator.handlers import buckets
+
+        buckets.create_bucket(self.bucket, self._storage)  # no-op when it exists
+
+    def wipe(self) -> None:
+        """Forget every object and bucket, then make the default bucket again."""
+        if self._storage is not None:
+            self._storage.wipe()
+            self.ensure_bucket()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

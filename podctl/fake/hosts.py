@@ -1,0 +1,330 @@
+"""Fake TPU VM hosts: an SSH server per host of every READY node, each on its own
+loopback port, running commands as local processes in a per-host directory.
+
+The world (world.py) stays pure: it only says which nodes are READY. After every
+`world.advance()` and every request that changes the world, the server calls
+`HostManager.sync(world)`, which is synchronous: it binds (and listens on) the
+sockets of newly READY nodes and writes their ports into `networkEndpoints`
+before any answer leaves, so no client ever sees a READY node without its ports
+(asyncssh starts accepting on those sockets a moment later; until then the kernel
+queues the connections). Nodes that are no longer READY (deleted, preempted,
+stopped, suspended, forgotten) lose their hosts in the same call: listeners
+closed, connections cut, and every process the host started killed. Detached
+processes (setsid, nohup) are found by a token that each host puts into the
+environment of everything it starts (TOKEN_VAR), by scanning /proc/*/environ;
+Linux only. A process that wipes its own environment escapes; nothing else does.
+
+On disk, under the hosts root (HOSTS_ROOT/<project>/<zone>/<node-id>/):
+`.ssh_host_ed25519_key` (one host key per node, kept across daemon restarts),
+`.node-id` (the node's unique id: a re-created node gets a fresh directory and
+key) and `host-NNNN/`, each host's HOME. A node's directory goes when it leaves
+the world.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import threading
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import asyncssh
+
+from podctl.fake.host_ssh import Session, SshServer, authorized_keys
+
+TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
+DEVICES_PER_HOST = 4  # 4 chips per v5p host; JAX sees 4 CPU devices
+_KEY_FILE = ".ssh_host_ed25519_key"
+_ID_FILE = ".node-id"
+_BACKLOG = 128
+log = logging.getLogger(__name__)
+
+
+def raise_nofile_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit: a v5p-12288 has 1,536 listeners."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def kill_tagged(match: Callable[[str], bool]) -> int:
+    """SIGKILL every process whose TOKEN_VAR matches; repeat until a scan finds none
+    new (a process may fork between the scan and the kill). Returns how many."""
+    needle, me, sent = f"{TOKEN_VAR}=".encode(), os.getpid(), set()
+    for _ in range(50):
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) in sent or int(entry.name) == me:
+                continue
+            try:
+                environ = Path(entry.path, "environ").read_bytes()
+            except OSError:
+                continue  # gone, or not ours
+            for item in environ.split(b"\0"):
+                if item.startswith(needle) and match(item[len(needle):].decode(errors="replace")):
+                    found.append(int(entry.name))
+                    break
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        sent.update(found)
+    return len(sent)
+
+
+class Host:
+    """One VM of a node: its port, its listener, its live connections and commands."""
+
+    __slots__ = ("node", "index", "sock", "port", "acceptor", "token", "alive", "conns", "sessions")
+
+    def __init__(self, node: NodeHosts, index: int, sock: socket.socket, token: str):
+        self.node, self.index, self.sock, self.token = node, index, sock, token
+        self.port: int = sock.getsockname()[1]
+        self.acceptor: asyncssh.SSHAcceptor | None = None
+        self.alive = True
+        self.conns: set[asyncssh.SSHServerConnection] = set()
+        self.sessions: set[Session] = set()
+
+    @property
+    def home(self) -> Path:
+        return self.node.directory / f"host-{self.index:04d}"
+
+    def environment(self, user: str, client_env: dict[str, str]) -> dict[str, str]:
+        """What a command sees: the host's identity, never the daemon's own env."""
+        home = self.home
+        env = dict(self.node.base_env)
+        env.update({"HOME": str(home), "USER": user, "TMPDIR": str(home / "tmp"),
+                    "TPU_WORKER_ID": str(self.index), TOKEN_VAR: self.token})
+        # Like Ubuntu's sshd (AcceptEnv LANG LC_*): a client may set only the locale.
+        env.update({k: v for k, v in client_env.items() if k == "LANG" or k.startswith("LC_")})
+        (home / "tmp").mkdir(parents=True, exist_ok=True)
+        return env
+
+    def vanish(self) -> None:
+        """Listener closed, connections cut, command groups killed (no waiting)."""
+        self.alive = False
+        if self.acceptor is not None:
+            self.acceptor.close()
+        for conn in list(self.conns):
+            conn.abort()
+        for session in list(self.sessions):
+            session.kill()
+
+
+class NodeHosts:
+    """The hosts of one READY node, sharing one host key and one server-options object."""
+
+    def __init__(self, manager: HostManager, node: dict, directory: Path, key: asyncssh.SSHKey):
+        self.manager, self.node, self.directory = manager, node, directory
+        self.name, self.id = node["name"], node["id"]
+        self.hosts: list[Host] = []
+        self.by_port: dict[int, Host] = {}
+        self.base_env: dict[str, str] = {}
+        self._keys: tuple[Any, frozenset] = (None, frozenset())
+        self.options = asyncssh.SSHServerConnectionOptions(
+            server_host_keys=[key], server_factory=partial(SshServer, self), encoding=None,
+            allow_pty=False, x11_forwarding=False, agent_forwarding=False, login_timeout=60)
+
+    def authorized(self) -> frozenset[tuple[str, bytes]]:
+        metadata = self.node.get("metadata")
+        text = (metadata or {}).get("ssh-keys", "")
+        if self._keys[0] != text:
+            self._keys = (text, authorized_keys(metadata))
+        return self._keys[1]
+
+    async def listen(self) -> None:
+        await asyncio.gather(*(self._listen(host) for host in self.hosts))
+
+    async def _listen(self, host: Host) -> None:
+        if not host.alive:
+            host.sock.close()
+            return
+        try:
+            acceptor = await asyncssh.listen(sock=host.sock, options=self.options, backlog=_BACKLOG)
+        except (OSError, asyncssh.Error) as e:
+            log.warning("fake host %s/%d cannot serve SSH: %s", self.name, host.index, e)
+            host.sock.close()
+            return
+        host.acceptor = acceptor
+        if not host.alive:
+            acceptor.close()  # it vanished while asyncssh was starting
+
+
+class HostManager:
+    """Every fake host of one fake cloud; see the module docstring."""
+
+    def __init__(self, root: Path, gcs_url: str = "", latency: float = 0.0):
+        self.root, self.gcs_url, self.latency = Path(root), gcs_url, latency
+        self.nodes: dict[str, NodeHosts] = {}
+        self.dirs: dict[str, tuple[str, Path]] = {}  # node name -> (node id, directory)
+        self._tasks: set[asyncio.Future] = set()
+        self.prefix = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def adopt(self) -> int:
+        """At start: kill what a crashed predecessor on this root left running, and
+        remember the node directories on disk so that those of gone nodes are removed."""
+        for directory in self.root.glob("*/*/*"):
+            project, zone, node_id = directory.relative_to(self.root).parts
+            if project.startswith("."):
+                continue  # trash on its way out
+            with contextlib.suppress(OSError):
+                name = f"projects/{project}/locations/{zone}/nodes/{node_id}"
+                self.dirs[name] = ((directory / _ID_FILE).read_text().strip(), directory)
+        return kill_tagged(lambda token: token.startswith(self.prefix + "."))
+
+    def track(self, future: asyncio.Future) -> None:
+        self._tasks.add(future)
+        future.add_done_callback(self._tasks.discard)
+
+    # ---- following the world ---------------------------------------------------
+
+    def sync(self, world: Any) -> None:
+        """Hosts for exactly the READY nodes of WORLD, now (see the module docstring)."""
+        ready = {name: n for name, n in world.nodes.items() if n.get("state") == "READY"}
+        gone = [nh for name, nh in self.nodes.items()
+                if ready.get(name) is not nh.node or ready[name].get("id") != nh.id]
+        if gone:
+            self._vanish(gone)
+        for name, node in ready.items():
+            if name not in self.nodes:
+                self._start(node)
+        live = {name: node.get("id") for name, node in world.nodes.items()}
+        for name, (node_id, directory) in list(self.dirs.items()):
+            if live.get(name) != node_id and name not in self.nodes:
+                del self.dirs[name]
+                self._trash(directory)
+
+    def _vanish(self, nodes: Iterable[NodeHosts]) -> None:
+        tokens = set()
+        for nh in nodes:
+            self.nodes.pop(nh.name, None)
+            for host in nh.hosts:
+                host.vanish()
+                tokens.add(host.token)
+        kill_tagged(tokens.__contains__)
+
+    def _start(self, node: dict) -> None:
+        directory, key = self._node_dir(node)
+        nh = NodeHosts(self, node, directory, key)
+        # In place: the create operation's response, taken in world.advance(), shares
+        # these dicts, so whoever reads the operation sees the ports too.
+        endpoints = node.setdefault("networkEndpoints", [])
+        for i in range(int(node["_hosts"])):
+            if i == len(endpoints):
+                endpoints.append({})
+            host = Host(nh, i, _bind(int(endpoints[i].get("port") or 0)),
+                        f"{self.prefix}.{secrets.token_hex(8)}")
+            host.home.mkdir(exist_ok=True, mode=0o700)
+            nh.hosts.append(host)
+            nh.by_port[host.port] = host
+            endpoints[i].update({"ipAddress": "127.0.0.1", "port": host.port})
+        nh.base_env = self._base_env(node, endpoints)
+        self.nodes[nh.name] = nh
+        self.track(asyncio.ensure_future(nh.listen()))
+
+    def _base_env(self, node: dict, endpoints: list[dict]) -> dict[str, str]:
+        return {
+            "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "TPU_WORKER_HOSTNAMES": ",".join(ep["ipAddress"] for ep in endpoints),
+            "TPU_ACCELERATOR_TYPE": str(node.get("acceleratorType", "")),
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES_PER_HOST}",
+            "JAX_PLATFORMS": "cpu",
+            "STORAGE_EMULATOR_HOST": self.gcs_url,
+            "TENSORSTORE_GCS_HTTP_URL": self.gcs_url,
+            "PODCTL_FAKE_HOST": "1",
+        }
+
+    def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:
+        """The node's directory and host key: kept for the same node, new for a new one."""
+        parts = node["name"].split("/")  # projects/P/locations/Z/nodes/ID
+        directory = self.root.joinpath(parts[1], parts[3], parts[5])
+        id_file, key_file = directory / _ID_FILE, directory / _KEY_FILE
+        node_id = str(node["id"])
+        if directory.exists():
+            try:
+                same = id_file.read_text().strip() == node_id
+                key = asyncssh.read_private_key(key_file) if same else None
+            except (OSError, asyncssh.KeyImportError):
+                key = None
+            if key is not None:
+                self.dirs[node["name"]] = (node_id, directory)
+                return directory, key
+            self._trash(directory)
+        directory.mkdir(parents=True, mode=0o700)
+        key = asyncssh.generate_private_key("ssh-ed25519", comment=node["name"])
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.export_private_key())
+        id_file.write_text(node_id + "\n")
+        self.dirs[node["name"]] = (node_id, directory)
+        return directory, key
+
+    def _trash(self, directory: Path) -> None:
+        """Remove a node's directory: renamed away now, deleted in the background."""
+        trash = self.root / f".trash-{secrets.token_hex(6)}"
+        try:
+            directory.rename(trash)
+        except OSError:
+            return
+        threading.Thread(target=shutil.rmtree, args=(trash, True), daemon=True).start()
+
+    # ---- admin -----------------------------------------------------------------
+
+    def drop_host(self, node_name: str, worker: int) -> None:
+        """One host of a READY node vanishes (the node stays READY): a lost VM."""
+        nh = self.nodes.get(node_name)
+        if nh is None or not 0 <= worker < len(nh.hosts):
+            raise KeyError(f"no live host {worker} of {node_name}")
+        nh.hosts[worker].vanish()
+        kill_tagged(nh.hosts[worker].token.__eq__)
+
+    def describe(self) -> dict[str, Any]:
+        return {name: {"ports": [h.port for h in nh.hosts],
+                       "alive": sum(h.alive for h in nh.hosts),
+                       "connections": sum(len(h.conns) for h in nh.hosts),
+                       "sessions": sum(len(h.sessions) for h in nh.hosts)}
+                for name, nh in self.nodes.items()}
+
+    async def close(self) -> None:
+        """Every host vanishes; waits for their listeners and commands to wind down."""
+        conns = [c for nh in self.nodes.values() for h in nh.hosts for c in h.conns]
+        self._vanish(list(self.nodes.values()))
+        waits = [*self._tasks, *(asyncio.ensure_future(c.wait_closed()) for c in conns)]
+        if waits:
+            await asyncio.wait(waits, timeout=10)
+        for directory in self.root.glob(".trash-*"):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _bind(port: int) -> socket.socket:
+    """A listening loopback socket: on PORT if it is free (a restart keeps its ports),
+    else on a new ephemeral port."""
+    for wanted in ((port, 0) if port else (0,)):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", wanted))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+        return sock
+    raise OSError("no free loopback port for a fake host")
