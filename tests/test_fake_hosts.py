@@ -180,14 +180,15 @@ def test_a_closed_channel_or_a_signal_ends_the_command(node16):
 @pytest.mark.parametrize("how", ["delete", "preempt"])
 def test_everything_a_host_started_dies_with_the_node(client, fake, node16, how):
     node, key = node16
+    detached = [int(run(port, key, DETACH).stdout) for port in ports(node)]
 
     async def go():
-        detached = [int(run_out.stdout) for run_out in [await _run(p, DETACH) for p in ports(node)]]
         conn = await connect(ports(node)[0], key)
-        busy = await conn.create_process("sleep 300")
-        assert all(alive(pid) for pid in detached)
+        busy = await conn.create_process("echo $$; exec sleep 300")
+        pids = [*detached, int(await busy.stdout.readline())]
+        assert all(alive(pid) for pid in pids)
         if how == "delete":
-            await asyncio.to_thread(client.delete_node(name=node.name).result, 30)
+            await asyncio.to_thread(lambda: client.delete_node(name=node.name).result(timeout=30))
         else:
             await asyncio.to_thread(fake.admin.preempt, "hosts16")
         await asyncio.wait_for(conn.wait_closed(), 5)  # the connection is cut
@@ -195,13 +196,9 @@ def test_everything_a_host_started_dies_with_the_node(client, fake, node16, how)
         for port in ports(node):  # and nobody answers there any more
             with pytest.raises(OSError):
                 await connect(port, key)
-        return detached
-
-    async def _run(port, command):
-        async with connect(port, key) as conn:
-            return await conn.run(command, check=True)
-    detached = asyncio.run(go())
-    assert eventually(lambda: not any(alive(pid) for pid in detached))
+        return pids
+    pids = asyncio.run(go())
+    assert eventually(lambda: not any(alive(pid) for pid in pids))
     assert fake.admin.hosts()["nodes"] == {}
 
 
@@ -308,3 +305,40 @@ def test_a_daemon_restart_keeps_hosts_keys_homes_and_objects(tmp_path):
         api_for_endpoint(info["tpu_api"]).client.delete_node(name=node.name).result(timeout=30)
     finally:
         podctl("fake", "stop")
+
+
+def test_a_stopped_node_has_no_hosts_and_a_started_one_has_them_back(client):
+    key, pub = new_key()
+    node = make_node(client, "one", "v5p-8", pub)
+    try:
+        host_key = asyncio.run(asyncssh.get_server_host_key("127.0.0.1", ports(node)[0])).public_data
+        pid = int(run(ports(node)[0], key, "echo kept > f; " + DETACH).stdout)
+        client.stop_node(request={"name": node.name}).result(timeout=10)
+        assert eventually(lambda: not alive(pid))
+        with pytest.raises(OSError):
+            run(ports(node)[0], key, "true")
+        node = client.start_node(request={"name": node.name}).result(timeout=10)
+        assert node.network_endpoints[0].port  # the started node's answer has its port
+        assert asyncio.run(asyncssh.get_server_host_key("127.0.0.1", ports(node)[0])).public_data == host_key
+        assert run(ports(node)[0], key, "cat f").stdout == "kept\n"  # the boot disk survives a stop
+    finally:
+        delete(client, node.name)
+
+
+def test_queued_resource_nodes_get_hosts_until_the_resource_goes(client, fake):
+    key, pub = new_key()
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(
+        parent=PARENT, multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+            node_count=2, node_id_prefix="ms"),
+        node=tpu_v2.Node(accelerator_type="v5p-16", runtime_version=RUNTIME,
+                         metadata={"ssh-keys": f"podctl:{pub} podctl"}))
+    qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))
+    client.create_queued_resource(parent=PARENT, queued_resource_id="qr", queued_resource=qr).result(timeout=10)
+    name = f"{PARENT}/queuedResources/qr"
+    active = tpu_v2.QueuedResourceState.State.ACTIVE
+    assert eventually(lambda: client.get_queued_resource(name=name).state.state == active, 10)
+    nodes = [client.get_node(name=f"{PARENT}/nodes/ms-{i}") for i in range(2)]
+    assert [run(ports(n)[1], key, "echo $TPU_WORKER_ID").stdout for n in nodes] == ["1\n", "1\n"]
+    client.delete_queued_resource(request={"name": name, "force": True})
+    assert fake.admin.hosts()["nodes"] == {}  # gone as the deletion starts
+    assert eventually(lambda: fake.admin.is_empty(), 10)

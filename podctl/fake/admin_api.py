@@ -161,10 +161,11 @@ def add_routes(app: web.Application, cloud: FakeCloud) -> None:
         async def handle(request: web.Request) -> web.Response:
             try:
                 body = await request.json() if request.can_read_body else {}
-                cloud.advance()
+                changed = cloud.advance()
                 result = action(cloud, body if isinstance(body, dict) else {})
                 if mutates:
-                    cloud._sync_hosts()  # e.g. a preempted node's hosts vanish before we answer
+                    cloud.sync_hosts()  # e.g. a preempted node's hosts vanish before we answer
+                if mutates or changed:
                     cloud.save()
                 return web.json_response(result)
             except ApiError as e:

@@ -28,7 +28,6 @@ from typing import Iterator
 from podctl.errors import FakeCloudError
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.gcs import DEFAULT_BUCKET
-from podctl.fake.server import FakeCloud
 
 DEFAULT_TIME_SCALE = 60.0  # a simulated minute per second: `up` of a v5p-4096 in seconds
 _START_TIMEOUT = 20.0
@@ -152,6 +151,8 @@ def _terminate(pid: int, timeout: float = 15.0) -> None:
 
 
 async def _serve(state_dir: Path, project: str, zone: str, time_scale: float, bucket: str) -> None:
+    from podctl.fake.server import FakeCloud  # here: a CLI that only finds the daemon stays light
+
     cloud = FakeCloud(state_file=state_dir / "world.json", project=project, zone=zone,
                       hosts_root=state_dir / "hosts", gcs_dir=state_dir / "gcs", bucket=bucket)
     cloud.world.time_scale = time_scale

@@ -172,6 +172,7 @@ class HostManager:
         self.root, self.gcs_url, self.latency = Path(root), gcs_url, latency
         self.nodes: dict[str, NodeHosts] = {}
         self.dirs: dict[str, tuple[str, Path]] = {}  # node name -> (node id, directory)
+        self.failed: dict[str, str] = {}  # node name -> id of a node whose hosts could not start
         self._tasks: set[asyncio.Future] = set()
         self.prefix = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -202,8 +203,12 @@ class HostManager:
         if gone:
             self._vanish(gone)
         for name, node in ready.items():
-            if name not in self.nodes:
-                self._start(node)
+            if name not in self.nodes and self.failed.get(name) != node.get("id"):
+                try:
+                    self._start(node)
+                except OSError as e:  # e.g. out of file descriptors: say so once, serve on
+                    self.failed[name] = node.get("id")
+                    log.error("the fake hosts of %s cannot start: %s", name, e)
         live = {name: node.get("id") for name, node in world.nodes.items()}
         for name, (node_id, directory) in list(self.dirs.items()):
             if live.get(name) != node_id and name not in self.nodes:
@@ -225,15 +230,21 @@ class HostManager:
         # In place: the create operation's response, taken in world.advance(), shares
         # these dicts, so whoever reads the operation sees the ports too.
         endpoints = node.setdefault("networkEndpoints", [])
-        for i in range(int(node["_hosts"])):
-            if i == len(endpoints):
-                endpoints.append({})
-            host = Host(nh, i, _bind(int(endpoints[i].get("port") or 0)),
-                        f"{self.prefix}.{secrets.token_hex(8)}")
-            host.home.mkdir(exist_ok=True, mode=0o700)
-            nh.hosts.append(host)
-            nh.by_port[host.port] = host
-            endpoints[i].update({"ipAddress": "127.0.0.1", "port": host.port})
+        try:
+            for i in range(int(node["_hosts"])):
+                if i == len(endpoints):
+                    endpoints.append({})
+                host = Host(nh, i, _bind(int(endpoints[i].get("port") or 0)),
+                            f"{self.prefix}.{secrets.token_hex(8)}")
+                nh.hosts.append(host)
+                host.home.mkdir(exist_ok=True, mode=0o700)
+                nh.by_port[host.port] = host
+        except OSError:
+            for host in nh.hosts:
+                host.sock.close()
+            raise
+        for host, endpoint in zip(nh.hosts, endpoints):
+            endpoint.update({"ipAddress": "127.0.0.1", "port": host.port})
         nh.base_env = self._base_env(node, endpoints)
         self.nodes[nh.name] = nh
         self.track(asyncio.ensure_future(nh.listen()))

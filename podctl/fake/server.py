@@ -6,7 +6,7 @@ emulator (gcs.py), each on its own loopback port.
 `FakeCloud` is the async core (the daemon runs it in its own loop); `fake_cloud()`
 runs one in a background thread for synchronous callers (tests, notebooks, the
 demo) and tears it down on exit. After every `world.advance()` and every call
-that changes the world, `_sync_hosts()` brings the hosts in line before the
+that changes the world, `sync_hosts()` brings the hosts in line before the
 answer goes out.
 """
 
@@ -122,14 +122,14 @@ class FakeCloud:
                 "gcs": self.gcs_url, "bucket": self.bucket,
                 "hosts_root": str(self.hosts.root) if self.hosts else None}
 
-    def _sync_hosts(self) -> None:
+    def sync_hosts(self) -> None:
         if self.hosts is not None:
             self.hosts.sync(self.world)
 
     def advance(self) -> bool:
         """world.advance() and the hosts that follow from it; True if anything changed."""
         changed = self.world.advance()
-        self._sync_hosts()
+        self.sync_hosts()
         return changed
 
     async def start(self) -> None:
@@ -214,10 +214,11 @@ class FakeCloud:
             if self.latency:
                 await asyncio.sleep(self.latency)
             body = await _json_body(request)
-            self.advance()
+            changed = self.advance()
             result = route.handler(self.world, groups, dict(request.query), body)
             if route.mutates:
-                self._sync_hosts()  # a delete or stop takes the hosts away at once
+                self.sync_hosts()  # a delete or stop takes the hosts away at once
+            if route.mutates or changed:
                 self.save()
             if fault == "lose":
                 return _drop(request)  # done, but the answer never arrives
