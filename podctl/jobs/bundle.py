@@ -1,0 +1,323 @@
+"""The workdir bundle: the user's directory as one deterministic .tar.gz in GCS.
+
+Every host of a run fetches the same bundle, so it is packed once, named by the
+SHA-256 of its bytes (`podctl/bundles/HASH.tar.gz`) and uploaded only when that
+object is missing: an unchanged workdir is never sent twice. For the name to
+mean "this content", the archive must be byte-for-byte the same for the same
+files, whatever their mtimes, owners or the order the filesystem lists them in:
+entries are sorted, owner is 0/0 with empty names, mtime is fixed, modes are
+0644 or 0755 (the executable bit kept), and the gzip header has no name or time.
+(The compressed bytes come from zlib, so two zlib versions may differ; a new
+hash then costs one upload, nothing more.)
+
+What goes in: everything under the workdir except what `.gitignore` files (the
+root's and nested ones, git's rules: last match wins, deeper files win, `!`
+re-includes, a trailing `/` matches directories only, and nothing inside an
+excluded directory comes back) and the root's `.podctlignore` (same syntax,
+applied last, so it can both add exclusions and `!`-re-include what git ignores)
+leave out. `.git`, `__pycache__`, `*.pyc`, `.venv` and `.podctl` are always left
+out. .gitignore files above the workdir, .git/info/exclude and global excludes
+are not read: the bundle depends on the workdir alone.
+
+Symlinks whose target is inside the bundle are kept as relative symlinks (so a
+link to a directory is not a second copy, and a link loop is harmless); an
+absolute symlink, one that leads outside the workdir, or one to a path that is
+not packed is refused, naming it, since it would dangle on the hosts.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import posixpath
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from podctl.errors import BundleError
+
+WARN_BYTES = 100 * 1000 * 1000  # a bundle above this (packed or unpacked) is worth a warning
+FIXED_MTIME = 946684800  # 2000-01-01: mtime 0 breaks tools that zip the tree (ZIP starts at 1980)
+ALWAYS_SKIPPED = (".git", "__pycache__", "*.pyc", ".venv", ".podctl")
+PODCTLIGNORE = ".podctlignore"
+_FIX = "add it to .podctlignore"
+
+
+@dataclass
+class Bundle:
+    path: Path  # OUT_DIR/HASH.tar.gz
+    hash: str  # SHA-256 of the .tar.gz bytes, all 64 hex digits
+    size_bytes: int  # of the .tar.gz
+    file_count: int  # regular files and symlinks (directories not counted)
+    warnings: list[str] = field(default_factory=list)
+
+
+def bundle_object_name(digest: str) -> str:
+    return f"podctl/bundles/{digest}.tar.gz"
+
+
+async def upload(storage: Any, bundle: Bundle) -> bool:
+    """Put the bundle in GCS unless it is there already; True when it was uploaded."""
+    return await storage.upload_file(bundle.path, bundle_object_name(bundle.hash), if_missing=True,
+                                     content_type="application/gzip")
+
+
+# ---- what goes in -------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    rel: str  # posix path relative to the workdir, never with ".."
+    kind: str  # "dir", "file" or "link"
+    path: Path
+    linkname: str = ""  # for links: relative to the link's directory
+
+
+class _Rules:
+    """The ignore files in force: .gitignore files from the root down, then .podctlignore."""
+
+    def __init__(self, root: Path):
+        import pathspec
+
+        self._spec = pathspec.GitIgnoreSpec.from_lines
+        self.always = self._spec(ALWAYS_SKIPPED)
+        self.podctl = self._load(root / PODCTLIGNORE)
+
+    def _load(self, path: Path) -> Any:
+        if not path.is_file():
+            return None
+        try:
+            return self._spec(path.read_text(encoding="utf-8").splitlines())
+        except (OSError, UnicodeDecodeError) as e:
+            raise BundleError(f"cannot read {path}: {e}; fix it or remove it.") from e
+
+    def nested(self, directory: Path, rel_dir: str, outer: list) -> list:
+        spec = self._load(directory / ".gitignore")
+        return outer + [(rel_dir, spec)] if spec is not None else outer
+
+    def ignored(self, gitignores: list, rel: str, is_dir: bool) -> bool:
+        test = rel + "/" if is_dir else rel
+        if self.always.match_file(test):
+            return True
+        verdict = None
+        for base, spec in gitignores + [("", self.podctl)]:
+            if spec is None:
+                continue
+            found = spec.check_file(test[len(base) + 1:] if base else test).include
+            if found is not None:
+                verdict = found
+        return bool(verdict)
+
+
+def _collect(root: Path) -> tuple[list[_Entry], list[str]]:
+    rules = _Rules(root)
+    entries: list[_Entry] = []
+    warnings: list[str] = []
+
+    def walk(directory: Path, rel_dir: str, gitignores: list) -> None:
+        gitignores = rules.nested(directory, rel_dir, gitignores)
+        try:
+            children = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as e:
+            raise BundleError(f"cannot read the directory {directory} ({e.strerror}): fix its "
+                              f"permissions or {_FIX}.") from e
+        for child in children:
+            rel = f"{rel_dir}/{child.name}" if rel_dir else child.name
+            path = Path(child.path)
+            if child.is_symlink():
+                kind = "link"
+            elif child.is_dir(follow_symlinks=False):
+                kind = "dir"
+            elif child.is_file(follow_symlinks=False):
+                kind = "file"
+            else:
+                kind = "special"
+            if rules.ignored(gitignores, rel, kind == "dir"):
+                continue
+            if kind == "special":
+                warnings.append(f"skipped {rel}: not a file, directory or symlink (a socket, FIFO "
+                                f"or device); {_FIX} to silence this.")
+            elif kind == "link":
+                entries.append(_link(root, rel, path))
+            else:
+                entries.append(_Entry(rel, kind, path))
+                if kind == "dir":
+                    walk(path, rel, gitignores)
+
+    walk(root, "", [])
+    packed = {e.rel for e in entries} | {"."}
+    for entry in entries:
+        if entry.kind == "link":
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(entry.rel), entry.linkname))
+            if target not in packed:
+                raise BundleError(f"{root / entry.rel} is a symlink to {target}, which is not in "
+                                  f"the bundle (missing or ignored): {_FIX}, or stop ignoring "
+                                  f"{target}.")
+    return entries, warnings
+
+
+def _link(root: Path, rel: str, path: Path) -> _Entry:
+    """A symlink kept as a relative link, if it stays inside the workdir."""
+    raw = os.readlink(path)
+    if os.path.isabs(raw):
+        raise BundleError(f"{path} is a symlink to the absolute path {raw}, which the hosts may "
+                          f"not have: make it relative to a file in the workdir, or {_FIX}.")
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), raw))
+    try:
+        escapes = not path.resolve().is_relative_to(root)  # through other links too
+    except RuntimeError:  # a loop of links: it leads nowhere, so not outside either
+        escapes = False
+    if target == ".." or target.startswith("../") or escapes:
+        raise BundleError(f"{path} is a symlink to {raw}, outside the workdir {root}: copy what "
+                          f"it points to into the workdir, or {_FIX}.")
+    return _Entry(rel, "link", path, posixpath.relpath(target, posixpath.dirname(rel) or "."))
+
+
+# ---- packing --------------------------------------------------------------------------
+
+class _HashingWriter:
+    """A file object that hashes and counts what it writes."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.sha, self.size = f, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _info(entry: _Entry, st: os.stat_result | None) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(entry.rel)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = FIXED_MTIME, 0, 0, "", ""
+    if entry.kind == "dir":
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+    elif entry.kind == "link":
+        info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, entry.linkname
+    else:
+        assert st is not None
+        info.type, info.size = tarfile.REGTYPE, st.st_size
+        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+    return info
+
+
+def _add_file(tar: tarfile.TarFile, entry: _Entry) -> int:
+    try:
+        with open(entry.path, "rb") as f:
+            st = os.fstat(f.fileno())
+            tar.addfile(_info(entry, st), f)
+    except PermissionError as e:
+        raise BundleError(f"cannot read {entry.path} (permission denied): `chmod u+r` it, "
+                          f"or {_FIX}.") from e
+    except OSError as e:  # e.g. it shrank while being read
+        raise BundleError(f"cannot pack {entry.path} ({e}); if something is writing it, "
+                          f"wait and try again, or {_FIX}.") from e
+    return st.st_size
+
+
+def pack(workdir: Path, *, out_dir: Path, warn_bytes: int = WARN_BYTES) -> Bundle:
+    """Pack WORKDIR into OUT_DIR/HASH.tar.gz (see the module docstring for what goes in)."""
+    root = Path(workdir).resolve()
+    if not root.is_dir():
+        raise BundleError(f"the workdir {workdir} is not a directory.")
+    entries, warnings = _collect(root)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sizes: list[tuple[int, str]] = []
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".bundle-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            writer = _HashingWriter(raw)
+            with gzip.GzipFile(filename="", mode="wb", fileobj=writer, mtime=0,  # type: ignore[arg-type]
+                               compresslevel=6) as gz, \
+                    tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for entry in entries:
+                    assert ".." not in entry.rel.split("/") and not entry.rel.startswith("/")
+                    if entry.kind == "file":
+                        sizes.append((_add_file(tar, entry), entry.rel))
+                    else:
+                        tar.addfile(_info(entry, None))
+        digest = writer.sha.hexdigest()
+        path = out_dir / f"{digest}.tar.gz"
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    unpacked = sum(size for size, _ in sizes)
+    if max(writer.size, unpacked) > warn_bytes:
+        largest = ", ".join(f"{rel} ({size / 1e6:.1f} MB)" for size, rel in sorted(sizes)[::-1][:3])
+        warnings.append(
+            f"the bundle is large ({writer.size / 1e6:.1f} MB packed, {unpacked / 1e6:.1f} MB "
+            f"unpacked) and every host downloads it; keep data and checkpoints in GCS and add "
+            f"them to .podctlignore. Largest: {largest}.")
+    count = sum(e.kind != "dir" for e in entries)
+    return Bundle(path=path, hash=digest, size_bytes=writer.size, file_count=count,
+                  warnings=warnings)
+
+
+# ---- unpacking --------------------------------------------------------------------------
+
+def safe_extract(tar_path: Path | str, dest: Path | str, *,
+                 error: type[Exception] = BundleError) -> int:
+    """Unpack a bundle into DEST, refusing anything that could land or point outside it.
+
+    Refused, before anything is written for that member: absolute names, names with
+    `..`, devices, FIFOs and other special members, a member whose path leads outside
+    DEST (through a symlink unpacked before it), and links whose target is absolute or
+    outside DEST. After unpacking, every symlink is checked again, since a later link
+    can change where an earlier one leads. Returns the number of members unpacked.
+
+    Standard library only and self-contained (ERROR is the exception to raise), so the
+    host agent can carry a copy. The caller unpacks into a fresh directory and deletes
+    it on error; nothing here limits the total size.
+    """
+    import os
+    import tarfile
+
+    root = os.path.realpath(dest)
+    os.makedirs(root, exist_ok=True)
+
+    def inside(path: str) -> bool:
+        return path == root or path.startswith(root + os.sep)
+
+    def refuse(name: str, why: str) -> Exception:
+        return error(f"refusing the bundle {tar_path}: its member {name!r} {why}.")
+
+    links: list[tuple[str, str]] = []
+    try:
+        with tarfile.open(tar_path, "r:gz") as tar:
+            members = tar.getmembers()
+            for m in members:
+                name = m.name
+                if name.startswith("/") or os.path.isabs(name) or ".." in name.split("/"):
+                    raise refuse(name, "is absolute or climbs out with '..'")
+                if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+                    raise refuse(name, "is a device, FIFO or other special file")
+                if not inside(os.path.realpath(os.path.join(root, name))):
+                    raise refuse(name, "would be written outside the destination")
+                if m.issym() or m.islnk():
+                    base = os.path.dirname(os.path.join(root, name)) if m.issym() else root
+                    if os.path.isabs(m.linkname) or not inside(
+                            os.path.realpath(os.path.join(base, m.linkname))):
+                        raise refuse(name, f"links to {m.linkname!r}, outside the destination")
+                    if m.issym():
+                        links.append((name, m.linkname))
+                if m.isfile() or m.isdir():
+                    m.mode = 0o755 if m.isdir() or m.mode & 0o111 else 0o644
+                m.uid = m.gid = 0
+                m.uname = m.gname = ""
+                options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extract(m, root, set_attrs=True, **options)  # type: ignore[arg-type]
+    except (tarfile.TarError, EOFError, OSError) as e:
+        # tarfile's own filter errors (3.11.4+) are TarErrors too
+        raise error(f"cannot unpack the bundle {tar_path}: {e}") from e
+    for name, linkname in links:
+        full = os.path.join(root, name)
+        if not inside(os.path.realpath(os.path.join(os.path.dirname(full), linkname))):
+            raise refuse(name, f"links to {linkname!r}, which now leads outside the destination")
+    return len(members)
