@@ -342,3 +342,19 @@ def test_queued_resource_nodes_get_hosts_until_the_resource_goes(client, fake):
     client.delete_queued_resource(request={"name": name, "force": True})
     assert fake.admin.hosts()["nodes"] == {}  # gone as the deletion starts
     assert eventually(lambda: fake.admin.is_empty(), 10)
+
+
+def test_a_new_host_manager_kills_what_a_crashed_one_left_running(tmp_path):
+    from podctl.fake.hosts import TOKEN_VAR, HostManager
+
+    manager = HostManager(tmp_path / "hosts")
+    stray = subprocess.Popen(["sleep", "300"], env={TOKEN_VAR: f"{manager.prefix}.left"},
+                             start_new_session=True)
+    stranger = subprocess.Popen(["sleep", "300"], env={TOKEN_VAR: "someone-else.x"})
+    try:
+        assert HostManager(tmp_path / "hosts").adopt() == 1
+        assert stray.wait(timeout=5) == -9 and stranger.poll() is None
+    finally:
+        for process in (stray, stranger):
+            process.kill()
+            process.wait()

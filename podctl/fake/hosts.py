@@ -210,6 +210,7 @@ class HostManager:
                     self.failed[name] = node.get("id")
                     log.error("the fake hosts of %s cannot start: %s", name, e)
         live = {name: node.get("id") for name, node in world.nodes.items()}
+        self.failed = {name: i for name, i in self.failed.items() if live.get(name) == i}
         for name, (node_id, directory) in list(self.dirs.items()):
             if live.get(name) != node_id and name not in self.nodes:
                 del self.dirs[name]

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
 from podctl.fake.hosts import HostManager, raise_nofile_limit
 from podctl.fake.world import World
 
+log = logging.getLogger(__name__)
 DEFAULT_PROJECT = "fake-project"
 DEFAULT_ZONE = "us-central1-a"
 
@@ -196,8 +198,11 @@ class FakeCloud:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.tick_seconds)
-            if self.advance():
-                self.save()
+            try:
+                if self.advance():
+                    self.save()
+            except Exception:  # noqa: BLE001 - a ticker that dies would freeze the world
+                log.exception("the fake cloud's ticker failed; it goes on")
 
     async def _handle_v2(self, request: web.Request) -> web.StreamResponse:
         ints = "enum-encoding=int" in request.query.get("$alt", "")
