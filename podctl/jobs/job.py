@@ -201,7 +201,8 @@ async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins
             async with conn.create_process(line) as process:
                 async def pump(stream: Any) -> None:
                     async for text in stream:
-                        sink(target.index, text.rstrip("\n"))
+                        if text:  # "" marks the end of the stream, an empty line is "\n"
+                            sink(target.index, text.rstrip("\n"))
 
                 await asyncio.gather(pump(process.stdout), pump(process.stderr))
                 await process.wait(check=False)

@@ -1,0 +1,195 @@
+"""The job layer end to end on the fake cloud, real clients all the way: the real
+google-cloud-tpu client provisions, asyncssh reaches the fake hosts, the agent
+ships logs through google-cloud-storage to the GCS emulator, and real multi-host
+JAX runs across the fake hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from podctl.cloud.sshkey import ensure_ssh_key
+from podctl.cloud.up import UpRequest, up
+from podctl.cloud.types import SliceSpec
+from podctl.cloud import terminate
+from podctl.errors import InvalidValueError, JobError
+from podctl.jobs.job import Job, RunRequest, exec_on_hosts, parse_env, parse_hosts
+from podctl.jobs import launch
+from podctl.jobs.logs import LogReader
+from podctl.jobs.ssh import HostPins
+from podctl.settings import FAKE_BUCKET
+from podctl.storage import Storage
+from tests.conftest import FAST, PARENT
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+class Lines:
+    def __init__(self):
+        self.by_host: dict[int, list[str]] = {}
+
+    def __call__(self, host: int, line: str) -> None:
+        self.by_host.setdefault(host, []).append(line)
+
+
+@pytest.fixture
+def slice16(api, fake, isolated):
+    """A READY fake v5p-16 (2 hosts) with podctl's key; deleted at the end."""
+    key = ensure_ssh_key(isolated / "config")
+    result = asyncio.run(up(api, UpRequest(parent=PARENT, name="job16", spec=SliceSpec.build("v5p-16"),
+                                           ssh_keys=key.metadata_entry, owner="t", policy=FAST)))
+    yield result.info, key
+    asyncio.run(terminate.terminate(api, PARENT, "job16", policy=FAST))
+
+
+def make_job(fake, info, key, tmp: Path, script: str, *args: str, **request) -> tuple[Job, Lines]:
+    lines = Lines()
+    storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
+    req = RunRequest(info=info, script=SCRIPTS / script, args=list(args), ssh_port=None,
+                     coordinator_port=launch_port(), flush_seconds=0.5, poll_seconds=0.2,
+                     hosts=request.pop("hosts", None), **request)
+    job = Job(storage, req, project="test-project", zone="us-central1-a", private_key=key.private_path,
+              pins=HostPins(tmp / "pins.json"), sink=lines, notice=lambda text: None)
+    return job, lines
+
+
+def launch_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def run_job(job: Job):
+    try:
+        await job.start(await job.prepare())
+        return await job.follow()
+    finally:
+        await job.close()
+
+
+def test_real_multihost_jax_on_a_fake_v5p_16(slice16, fake, tmp_path):
+    info, key = slice16
+    job, lines = make_job(fake, info, key, tmp_path, "jax_allhosts.py")
+    result = asyncio.run(run_job(job))
+    assert result.exit_code == 0, lines.by_host
+    for host in (0, 1):
+        assert f"process {host} of 2: devices 8, local 4, sum {2.0 * sum(range(32))}" in lines.by_host[host]
+
+
+def test_a_failing_host_fails_the_job_and_stops_the_others(slice16, fake, tmp_path):
+    info, key = slice16
+    job, lines = make_job(fake, info, key, tmp_path, "exit_on_host.py",
+                          env={"FAIL_HOST": "1", "FAIL_CODE": "3"})
+    started = time.monotonic()
+    result = asyncio.run(run_job(job))
+    assert result.exit_code == 3 and result.failed.host == 1
+    assert result.statuses[0].stopped and result.statuses[0].exit_code != 0
+    assert time.monotonic() - started < 60
+    assert "should have been stopped" not in lines.by_host.get(0, [])
+
+
+def test_every_line_arrives_once_in_order(slice16, fake, tmp_path):
+    info, key = slice16
+    job, lines = make_job(fake, info, key, tmp_path, "many_lines.py", "20000")
+    result = asyncio.run(run_job(job))
+    assert result.exit_code == 0
+    for host in (0, 1):
+        assert lines.by_host[host] == [f"{host} {i}" for i in range(20000)]
+
+
+def test_env_values_arrive_literally_and_secrets_stay_out_of_records(slice16, fake, tmp_path):
+    info, key = slice16
+    pwned = tmp_path / "pwned"
+    env = parse_env([f"TRICKY=$(touch {pwned}); `touch {pwned}` \"'", "API_TOKEN=s3cr3t-value"])
+    job, lines = make_job(fake, info, key, tmp_path, "show_env.py", "TRICKY", "PODCTL_PROCESS_ID",
+                          "TPU_WORKER_ID", "JAX_COORDINATOR_ADDRESS", env=env)
+    result = asyncio.run(run_job(job))
+    assert result.exit_code == 0
+    seen = json.loads(lines.by_host[1][-1].removeprefix("ENV "))
+    assert seen["TRICKY"] == env["TRICKY"] and not pwned.exists()
+    assert (seen["PODCTL_PROCESS_ID"], seen["TPU_WORKER_ID"]) == ("1", "1")
+    assert seen["JAX_COORDINATOR_ADDRESS"].startswith("127.0.0.1:")
+    storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
+    record = asyncio.run(storage.download_bytes(f"podctl/runs/{job.run_id}/run.json")).decode()
+    assert "s3cr3t-value" not in record and "API_TOKEN" in record
+
+
+def test_setup_runs_once_per_bundle(slice16, fake, tmp_path):
+    info, key = slice16
+    for attempt in range(2):
+        job, lines = make_job(fake, info, key, tmp_path, "show_env.py", setup="echo setting-up-now")
+        assert asyncio.run(run_job(job)).exit_code == 0
+        text = "\n".join(lines.by_host[0])
+        if attempt == 0:
+            assert "setting-up-now" in text
+        else:
+            assert "setting-up-now" not in text and "setup already done" in text
+
+
+def test_failed_setup_names_the_command(slice16, fake, tmp_path):
+    info, key = slice16
+    job, lines = make_job(fake, info, key, tmp_path, "show_env.py", setup="echo nope; exit 7")
+    result = asyncio.run(run_job(job))
+    assert result.exit_code == 125 and "setup `echo nope; exit 7` exited 7" in result.failed.error
+    assert "nope" in result.failed.error
+
+
+def test_logs_replay_from_gcs_after_the_fact(slice16, fake, tmp_path):
+    info, key = slice16
+    job, _ = make_job(fake, info, key, tmp_path, "many_lines.py", "500")
+    result = asyncio.run(run_job(job))
+    replay = Lines()
+    storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
+    reader = LogReader(storage, result.run_id, 2, replay, None)
+    asyncio.run(reader.follow(follow=False))
+    assert replay.by_host[1] == [f"1 {i}" for i in range(500)]
+
+
+def test_exec_streams_and_returns_exit_codes(slice16, tmp_path):
+    info, key = slice16
+    targets = launch.targets_for(info, None)
+    lines = Lines()
+    codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
+                                      ["python3", "-c", "import jax; print(jax.device_count())"],
+                                      lines, None))
+    assert codes == {0: 0, 1: 0} and lines.by_host == {0: ["4"], 1: ["4"]}
+    codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
+                                      ["bash", "-c", "exit $TPU_WORKER_ID"], Lines(), {1}))
+    assert codes == {1: 1}
+
+
+def test_a_changed_host_key_is_refused(slice16, tmp_path):
+    info, key = slice16
+    targets = launch.targets_for(info, None)
+    pins = tmp_path / "pins.json"
+    asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(pins), ["true"], Lines(), None))
+    tampered = {k: v.replace(v.split()[1], v.split()[1][::-1]) for k, v in json.loads(pins.read_text()).items()}
+    pins.write_text(json.dumps(tampered))
+    from podctl.errors import HostKeyError
+
+    with pytest.raises(HostKeyError, match="different SSH host key"):
+        asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(pins), ["true"], Lines(), None))
+
+
+def test_bad_env_and_hosts_are_refused():
+    for bad in (["NOEQUALS"], ["1BAD=x"], ["=x"], ["A B=x"]):
+        with pytest.raises(InvalidValueError, match="KEY=VALUE"):
+            parse_env(bad)
+    assert parse_env(["A=b=c", "E="]) == {"A": "b=c", "E": ""}
+    assert parse_hosts("all", 4) is None and parse_hosts("0,3", 4) == {0, 3}
+    for bad in ("4", "x", "", "-1"):
+        with pytest.raises(InvalidValueError):
+            parse_hosts(bad, 4)
+
+
+def test_missing_script_is_refused(slice16, fake, tmp_path):
+    info, key = slice16
+    job, _ = make_job(fake, info, key, tmp_path, "does_not_exist.py")
+    with pytest.raises(JobError, match="no script"):
+        asyncio.run(job.prepare())
