@@ -50,7 +50,7 @@ def make_job(fake, info, key, tmp: Path, script: str, *args: str, **request) -> 
     lines = Lines()
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
     req = RunRequest(info=info, script=SCRIPTS / script, args=list(args), ssh_port=None,
-                     coordinator_port=launch_port(), flush_seconds=0.5, poll_seconds=0.2,
+                     coordinator_port=launch_port(), flush_seconds=request.pop("flush_seconds", 0.5), poll_seconds=0.2,
                      hosts=request.pop("hosts", None), **request)
     job = Job(storage, req, project="test-project", zone="us-central1-a", private_key=key.private_path,
               pins=HostPins(tmp / "pins.json"), sink=lines, notice=lambda text: None)

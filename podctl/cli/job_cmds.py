@@ -58,7 +58,9 @@ def _pins(settings: Any, info: Any) -> Any:
                               info.created))
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+# podctl's own options may stand anywhere; every other word after SCRIPT is the
+# script's, in order, and after `--` everything is (for a script that has --env too).
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -111,6 +113,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                 spec = await job.prepare()
                 _notice(f"run {job.run_id} on {info.name} ({len(job.targets)} hosts)")
                 await job.start(spec)
+                _notice(f"started on all {len(job.targets)} hosts")
                 if detach:
                     return None
                 return await job.follow()
@@ -209,8 +212,7 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
     guarded(action)
 
 
-@click.command(name="exec", context_settings={"ignore_unknown_options": True,
-                                              "allow_interspersed_args": False})
+@click.command(name="exec", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option("--hosts", "hosts_text", default="all", show_default=True, help="all, or 0,3.")
