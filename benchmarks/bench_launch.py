@@ -9,6 +9,8 @@
 - anchor "pool of 4": the same through a pool of 4 (SkyPilot's max(4, cores-1) on
   a 2-core machine).
 The fake hosts delay each connection by --rtt seconds, a simulated network round trip.
+They live in the fake cloud's daemon, a process of their own, as real hosts are
+machines of their own; this process holds only the clients.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud import terminate
 from podctl.cloud.wait import WaitPolicy
-from podctl.fake.server import fake_cloud
+from podctl.fake import daemon
+from podctl.fake.admin_client import FakeAdmin
 from podctl.jobs import launch
 from podctl.jobs.ssh import Fleet, HostPins
 
@@ -88,31 +91,41 @@ def ssh_pool(targets, key: Path, workers: int) -> float:
 
 
 async def main_async(slice_name: str, rtt: float, anchors: bool) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    with tempfile.TemporaryDirectory() as tmp_name, fake_cloud() as cloud:
+    with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        key = ensure_ssh_key(tmp / "config")
-        cloud.admin.set_timings(time_scale=1000)
-        api = api_for_endpoint(cloud.tpu_api_url)
-        info = (await up(api, UpRequest(parent=PARENT, name="bench", spec=SliceSpec.build(slice_name),
-                                        ssh_keys=key.metadata_entry, owner="bench",
-                                        policy=WaitPolicy(initial=0.1, maximum=1, timeout=600)))).info
-        targets = launch.targets_for(info, None)
-        cloud.admin.set_host_latency(rtt)
-        rows = [("floor: asyncssh connect+exec, all at once", await floor(targets, key.private_path))]
-        rows.append(("podctl Fleet", await podctl_fleet(targets, key.private_path, tmp)))
-        if anchors and shutil.which("ssh"):
-            rows.append(("anchor: one ssh process per host, all at once",
-                         ssh_all_at_once(targets, key.private_path)))
-            rows.append(("anchor: ssh processes, pool of 4", ssh_pool(targets, key.private_path, 4)))
-        await terminate.terminate(api, PARENT, "bench", policy=WaitPolicy(initial=0.1, maximum=1))
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        ours = rows[1][1]
-        print(f"{slice_name}: {len(targets)} hosts, simulated RTT {rtt * 1000:.0f} ms, "
-              f"fd limit {hard}, peak RSS of this process {peak_mb:.0f} MB")
-        for label, seconds in rows:
-            print(f"{label:48s} {seconds:7.2f} s   {seconds / ours:5.2f}x podctl")
+        state = tmp / "fake"
+        info = daemon.start(state, project="bench", zone="us-central1-a", time_scale=1000)
+        try:
+            await measure(info, tmp, slice_name, rtt, anchors)
+        finally:
+            daemon.stop(state)
+
+
+async def measure(daemon_info: dict, tmp: Path, slice_name: str, rtt: float, anchors: bool) -> None:
+    admin = FakeAdmin(daemon_info["admin"])
+    key = ensure_ssh_key(tmp / "config")
+    api = api_for_endpoint(daemon_info["tpu_api"])
+    policy = WaitPolicy(initial=0.1, maximum=1, timeout=600)
+    info = (await up(api, UpRequest(parent=PARENT, name="bench", spec=SliceSpec.build(slice_name),
+                                    ssh_keys=key.metadata_entry, owner="bench", policy=policy))).info
+    targets = launch.targets_for(info, None)
+    admin.set_host_latency(rtt)
+    rows = [("floor: asyncssh connect+exec, all at once", await floor(targets, key.private_path))]
+    rows.append(("podctl Fleet", await podctl_fleet(targets, key.private_path, tmp)))
+    if anchors and shutil.which("ssh"):
+        rows.append(("anchor: one ssh process per host, all at once",
+                     ssh_all_at_once(targets, key.private_path)))
+        rows.append(("anchor: ssh processes, pool of 4", ssh_pool(targets, key.private_path, 4)))
+    await terminate.terminate(api, PARENT, "bench", policy=policy)
+    assert admin.is_empty()
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ours = rows[1][1]
+    print(f"{slice_name}: {len(targets)} hosts, simulated RTT {rtt * 1000:.0f} ms, fd limit "
+          f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}, peak RSS of the client {peak_mb:.0f} MB")
+    for label, seconds in rows:
+        print(f"{label:48s} {seconds:7.2f} s   {seconds / ours:5.2f}x podctl")
 
 
 def main() -> None:
