@@ -40,6 +40,7 @@ T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one HTTP request (a chunk, not a whole upload)
 CHUNK_SIZE = 16 * 1024 * 1024  # files above this go up resumably, in chunks of this size
 PAGE_SIZE = 1000  # GCS's own maximum objects per list page
+_PASSING = (408, 429, 500, 502, 503, 504)  # HTTP statuses GCS asks clients to retry
 _NO_CREDENTIALS = ("no Google Cloud credentials for GCS: run `gcloud auth application-default "
                    "login` or set GOOGLE_APPLICATION_CREDENTIALS")
 
@@ -163,6 +164,9 @@ class Storage:
         if isinstance(e, auth_exc.GoogleAuthError):
             return ConfigError(f"Google Cloud credentials were refused while {what}: {e}. "
                                "Run `gcloud auth application-default login` again.")
+        if e.__class__.__name__ == "DataCorruption":  # google.cloud.storage.exceptions
+            return StorageUnavailable(f"GCS sent bytes that fail their checksum while {what}; "
+                                      "try again.")
         if isinstance(e, OSError):
             return StorageError(f"a local file failed while {what}: {e}")
         if not isinstance(e, gexc.GoogleAPICallError):
@@ -178,8 +182,7 @@ class Storage:
         if isinstance(e, gexc.Unauthorized):
             return ConfigError(f"not signed in to Google Cloud ({text}): run "
                                "`gcloud auth application-default login`.")
-        if isinstance(e, (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
-                          gexc.ServiceUnavailable, gexc.GatewayTimeout)):
+        if e.code in _PASSING:
             return StorageUnavailable(f"GCS failed for a moment while {what} "
                                       f"({e.code}): {text}; try again.")
         return StorageError(f"GCS refused {what} ({e.code}): {text}")
@@ -190,22 +193,22 @@ class Storage:
                             f"`gcloud storage buckets create gs://{self.bucket_name}` or pass "
                             f"--bucket{hint}.")
 
-    async def _not_found(self, error: StorageNotFound) -> StorageError:
-        """A 404 on an object call: the object is missing, or the whole bucket is.
+    async def _bucket_missing(self) -> bool:
+        """After a download's 404: is the whole bucket missing, not just the object?
 
-        A download's 404 has no body that says which, so look once: list one object
-        (needs only storage.objects.list, which reading runs needs anyway)."""
+        The 404 has no body that says which, so look once: list one object (needs only
+        storage.objects.list, which reading runs needs anyway); once seen, known."""
         if self._bucket_seen:
-            return error
+            return False
         try:
             await self._call("bucket.check", f"checking {self.gs_url('')}",
                              self._list_page, "", 1, None)
         except StorageNotFound:
-            return self._missing_bucket()
+            return True
         except StorageError:
-            return error  # can't tell; report the object
+            return False  # can't tell; report the object
         self._bucket_seen = True
-        return error
+        return False
 
     # ---- objects --------------------------------------------------------------------
 
@@ -279,7 +282,9 @@ class Storage:
                                     self._bucket.blob(name).download_as_bytes, retry=None,
                                     timeout=self.timeout)
         except StorageNotFound as e:
-            raise await self._not_found(e) from e
+            if await self._bucket_missing():
+                raise self._missing_bucket() from e
+            raise
         self._bucket_seen = True
         return data
 
@@ -300,7 +305,9 @@ class Storage:
         try:
             await self._call("download", f"downloading {self.gs_url(name)}", get)
         except StorageNotFound as e:
-            raise await self._not_found(e) from e
+            if await self._bucket_missing():
+                raise self._missing_bucket() from e
+            raise
         self._bucket_seen = True
 
     async def read_json(self, name: str) -> Any:

@@ -174,6 +174,7 @@ def test_symlinks_inside_are_kept_relative_and_round_trip(tmp_path):
     root = _tree(tmp_path / "w", SOURCES)
     os.symlink("../train.py", root / "lib/train_link.py")
     os.symlink("lib/data", root / "data")
+    os.symlink("data/./cfg.json", root / "cfg.json")  # through another link, kept as written
     os.symlink("loop_b", root / "loop_a")  # a loop leads nowhere, so it is harmless
     os.symlink("loop_a", root / "loop_b")
     b = pack(root, out_dir=tmp_path / "o")
@@ -182,7 +183,8 @@ def test_symlinks_inside_are_kept_relative_and_round_trip(tmp_path):
     assert os.readlink(out / "lib/train_link.py") == "../train.py"
     assert (out / "lib/train_link.py").read_text() == SOURCES["train.py"]
     assert (out / "data/cfg.json").read_text() == "{}\n"
-    assert b.file_count == len(SOURCES) + 4
+    assert os.readlink(out / "cfg.json") == "data/./cfg.json" and (out / "cfg.json").read_text() == "{}\n"
+    assert b.file_count == len(SOURCES) + 5
 
 
 @pytest.mark.parametrize("target, words", [
@@ -200,6 +202,14 @@ def test_symlinks_that_would_dangle_on_the_hosts_are_refused(tmp_path, target, w
         pack(root, out_dir=tmp_path / "o")
     (root / ".podctlignore").write_text("bad\n")  # the way out the message names
     assert _names(pack(root, out_dir=tmp_path / "o")) == [".gitignore", ".podctlignore", "lib/a", "train.py"]
+
+
+def test_a_link_through_an_ignored_link_is_refused(tmp_path):
+    root = _tree(tmp_path / "w", {"train.py": "", "lib/a.py": "", ".podctlignore": "hop\n"})
+    os.symlink("lib", root / "hop")
+    os.symlink("hop/a.py", root / "via")  # fine here, but "hop" will not be on the hosts
+    with pytest.raises(BundleError, match=r"via is a symlink to hop/a\.py, which is not in the bundle"):
+        pack(root, out_dir=tmp_path / "o")
 
 
 def test_a_link_through_a_link_that_leads_outside_is_refused(tmp_path):

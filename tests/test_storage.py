@@ -204,9 +204,9 @@ def test_unreachable_fails_fast_with_a_hint():
 def test_transient_errors_are_retried_and_final_ones_are_not(gcs):
     s = _storage(gcs)
     asyncio.run(s.upload_bytes("k", b"v"))
-    gcs.fail.extend([503, 429])
+    gcs.fail.extend([503, 429, 408])
     assert asyncio.run(s.download_bytes("k")) == b"v"
-    assert s.calls["download"] == 3
+    assert s.calls["download"] == 4
     gcs.fail.append(403)
     with pytest.raises(StorageError, match=r"permission denied .*roles/storage\.objectAdmin"):
         asyncio.run(s.upload_bytes("k", b"w"))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import posixpath
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
@@ -72,7 +71,7 @@ class _Entry:
     rel: str  # posix path relative to the workdir, never with ".."
     kind: str  # "dir", "file" or "link"
     path: Path
-    linkname: str = ""  # for links: relative to the link's directory
+    linkname: str = ""  # for links: its target as written, relative to its directory
 
 
 class _Rules:
@@ -147,32 +146,63 @@ def _collect(root: Path) -> tuple[list[_Entry], list[str]]:
                     walk(path, rel, gitignores)
 
     walk(root, "", [])
-    packed = {e.rel for e in entries} | {"."}
-    for entry in entries:
-        if entry.kind == "link":
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(entry.rel), entry.linkname))
-            if target not in packed:
-                raise BundleError(f"{root / entry.rel} is a symlink to {target}, which is not in "
-                                  f"the bundle (missing or ignored): {_FIX}, or stop ignoring "
-                                  f"{target}.")
+    packed = {e.rel for e in entries}
+    links = {e.rel: e.linkname for e in entries if e.kind == "link"}
+    for rel in links:
+        where = _resolve(rel, links, packed)
+        if where == "outside":
+            raise BundleError(f"{root / rel} is a symlink to {links[rel]}, which leads outside the "
+                              f"workdir {root}: copy what it points to into the workdir, or {_FIX}.")
+        if where is None:
+            raise BundleError(f"{root / rel} is a symlink to {links[rel]}, which is not in the "
+                              f"bundle (missing, ignored, or reached through an ignored link): "
+                              f"{_FIX}, or stop ignoring what it points to.")
     return entries, warnings
 
 
 def _link(root: Path, rel: str, path: Path) -> _Entry:
-    """A symlink kept as a relative link, if it stays inside the workdir."""
+    """A symlink, kept as it is (relative), unless it is absolute or leads out of the workdir."""
     raw = os.readlink(path)
     if os.path.isabs(raw):
         raise BundleError(f"{path} is a symlink to the absolute path {raw}, which the hosts may "
                           f"not have: make it relative to a file in the workdir, or {_FIX}.")
-    target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), raw))
     try:
-        escapes = not path.resolve().is_relative_to(root)  # through other links too
+        escapes = not path.resolve().is_relative_to(root)  # through links of any kind
     except RuntimeError:  # a loop of links: it leads nowhere, so not outside either
         escapes = False
-    if target == ".." or target.startswith("../") or escapes:
-        raise BundleError(f"{path} is a symlink to {raw}, outside the workdir {root}: copy what "
-                          f"it points to into the workdir, or {_FIX}.")
-    return _Entry(rel, "link", path, posixpath.relpath(target, posixpath.dirname(rel) or "."))
+    if escapes:
+        raise BundleError(f"{path} is a symlink to {raw}, which leads outside the workdir {root}: "
+                          f"copy what it points to into the workdir, or {_FIX}.")
+    return _Entry(rel, "link", path, raw)
+
+
+def _resolve(rel: str, links: dict[str, str], packed: set[str]) -> str | None:
+    """Where REL leads in the unpacked bundle, following its links as the hosts will:
+    the packed path it ends at ("." for the root, "loop" for a loop of links), "outside"
+    when it climbs above the root, None when it runs into something not packed."""
+    done: list[str] = []
+    todo = rel.split("/")
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not done:
+                return "outside"
+            done.pop()
+            continue
+        here = "/".join(done + [part])
+        if here in links:
+            hops += 1
+            if hops > 40:  # the kernel's own limit
+                return "loop"
+            todo = links[here].split("/") + todo  # relative to the link's directory: done
+            continue
+        if here not in packed:
+            return None
+        done.append(part)
+    return "/".join(done) or "."
 
 
 # ---- packing --------------------------------------------------------------------------
