@@ -103,6 +103,13 @@ async def main_async(slice_name: str, rtt: float, anchors: bool) -> None:
             daemon.stop(state)
 
 
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 async def measure(daemon_info: dict, tmp: Path, slice_name: str, rtt: float, anchors: bool) -> None:
     admin = FakeAdmin(daemon_info["admin"])
     key = ensure_ssh_key(tmp / "config")
@@ -123,7 +130,8 @@ async def measure(daemon_info: dict, tmp: Path, slice_name: str, rtt: float, anc
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ours = rows[1][1]
     print(f"{slice_name}: {len(targets)} hosts, simulated RTT {rtt * 1000:.0f} ms, fd limit "
-          f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}, peak RSS of the client {peak_mb:.0f} MB")
+          f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}, peak RSS: client {peak_mb:.0f} MB, "
+          f"fake cloud daemon {_peak_rss_mb(daemon_info['pid']):.0f} MB")
     for label, seconds in rows:
         print(f"{label:48s} {seconds:7.2f} s   {seconds / ours:5.2f}x podctl")
 

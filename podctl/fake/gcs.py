@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from functools import partial
 from http import server
 from pathlib import Path
@@ -27,6 +28,39 @@ DEFAULT_BUCKET = "podctl-fake"  # podctl.settings.FAKE_BUCKET; callers pass thei
 class _Server(server.HTTPServer):
     request_queue_size = 1024  # the default 5 drops SYNs when many hosts upload at once
     allow_reuse_address = True
+    storage: object = None
+    _meta_written = 0.0
+
+    def service_actions(self) -> None:
+        # Called by serve_forever between requests, in the one thread that touches the
+        # storage, so the metadata is never written while a request changes it.
+        now = time.monotonic()
+        if now - self._meta_written >= META_SECONDS:
+            self._meta_written = now
+            self.storage.flush_meta()  # type: ignore[attr-defined]
+
+
+def _lazy_meta_storage(base: type) -> type:
+    """The emulator rewrites its whole metadata file (every object, as indented JSON)
+    on each write, so each upload costs time in proportion to the objects stored; a
+    run's log chunks are thousands of small objects. This storage marks the file
+    dirty instead, and `flush_meta()` writes it, at most every META_SECONDS and at stop."""
+
+    class LazyMetaStorage(base):  # type: ignore[misc, valid-type]
+        _meta_dirty = False
+
+        def _write_config_to_file(self) -> None:
+            self._meta_dirty = True
+
+        def flush_meta(self) -> None:
+            if self._meta_dirty:
+                self._meta_dirty = False
+                base._write_config_to_file(self)
+
+    return LazyMetaStorage
+
+
+META_SECONDS = 1.0
 
 
 class FakeGcs:
@@ -50,10 +84,11 @@ class FakeGcs:
         # Its per-request INFO lines would flood the daemon's log and pytest's capture.
         logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._storage = Storage(data_dir=str(self.data_dir.resolve()))
+        self._storage = _lazy_meta_storage(Storage)(data_dir=str(self.data_dir.resolve()))
         self.ensure_bucket()
         try:
             self._httpd = _Server((self.host, self.port), partial(RequestHandler, self._storage))
+            self._httpd.storage = self._storage
         except OSError as e:
             raise FakeCloudError(f"the fake GCS cannot listen on {self.host}:{self.port}: {e}") from e
         self.port = self._httpd.server_address[1]
@@ -80,3 +115,5 @@ class FakeGcs:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._storage is not None:
+            self._storage.flush_meta()  # what was written survives the fake's restart

@@ -21,6 +21,7 @@ from podctl.jobs.runs import HostStatus
 LineSink = Callable[[int, str], None]
 HOST_LOST_SECONDS = 90.0  # no heartbeat for this long and no status: the host is lost
 EXIT_HOST_LOST = 255
+STATUS_SECONDS = 1.0
 
 
 @dataclass
@@ -69,10 +70,11 @@ class LogReader:
                 if number != expected:
                     break
                 data = await self.storage.download_bytes(name)
-                for line in data.decode("utf-8", errors="replace").splitlines():
+                lines = data.decode("utf-8", errors="replace").splitlines()
+                for line in lines:
                     self.sink(host, line)
-                    emitted += 1
-                self.progress.lines[host] = self.progress.lines.get(host, 0) + emitted
+                emitted += len(lines)
+                self.progress.lines[host] = self.progress.lines.get(host, 0) + len(lines)
                 expected += 1
             self.progress.next_chunk[host] = expected
         return emitted
@@ -113,9 +115,14 @@ class LogReader:
                      follow: bool = True) -> dict[int, HostStatus]:
         """Emit lines until every host has ended (or once, without FOLLOW)."""
         seen: set[int] = set()
-        last_beat_check = 0.0
+        last_beat_check = last_status_check = 0.0
+        statuses = self.progress.statuses
         while True:
-            statuses = await self.read_statuses()
+            # Statuses change once per host per run; logs all the time. Listing the
+            # statuses about once a second keeps the load on the store down.
+            if time.monotonic() - last_status_check >= STATUS_SECONDS or not follow:
+                last_status_check = time.monotonic()
+                statuses = await self.read_statuses()
             await self.read_logs()
             for host, status in sorted(statuses.items()):
                 if host not in seen:
