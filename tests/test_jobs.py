@@ -193,3 +193,18 @@ def test_missing_script_is_refused(slice16, fake, tmp_path):
     job, _ = make_job(fake, info, key, tmp_path, "does_not_exist.py")
     with pytest.raises(JobError, match="no script"):
         asyncio.run(job.prepare())
+
+
+def test_100k_lines_per_host_on_8_hosts_arrive_once_in_order(api, fake, isolated, tmp_path):
+    key = ensure_ssh_key(isolated / "config")
+    info = asyncio.run(up(api, UpRequest(parent=PARENT, name="job64", spec=SliceSpec.build("v5p-64"),
+                                         ssh_keys=key.metadata_entry, owner="t", policy=FAST))).info
+    try:
+        job, lines = make_job(fake, info, key, tmp_path, "many_lines.py", "100000", flush_seconds=2.0)
+        result = asyncio.run(run_job(job))
+        assert result.exit_code == 0 and len(result.statuses) == 8
+        for host in range(8):
+            got = lines.by_host[host]
+            assert len(got) == 100000 and got == [f"{host} {i}" for i in range(100000)]
+    finally:
+        asyncio.run(terminate.terminate(api, PARENT, "job64", policy=FAST))
