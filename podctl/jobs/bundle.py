@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from podctl.jobs import agent
 from podctl.errors import BundleError
 
 WARN_BYTES = 100 * 1000 * 1000  # a bundle above this (packed or unpacked) is worth a warning
@@ -296,58 +297,6 @@ def safe_extract(tar_path: Path | str, dest: Path | str, *,
                  error: type[Exception] = BundleError) -> int:
     """Unpack a bundle into DEST, refusing anything that could land or point outside it.
 
-    Refused, before anything is written for that member: absolute names, names with
-    `..`, devices, FIFOs and other special members, a member whose path leads outside
-    DEST (through a symlink unpacked before it), and links whose target is absolute or
-    outside DEST. After unpacking, every symlink is checked again, since a later link
-    can change where an earlier one leads. Returns the number of members unpacked.
-
-    Standard library only and self-contained (ERROR is the exception to raise), so the
-    host agent can carry a copy. The caller unpacks into a fresh directory and deletes
-    it on error; nothing here limits the total size.
+    The code is the host agent's (which must stand alone on the hosts); see there.
     """
-    import os
-    import tarfile
-
-    root = os.path.realpath(dest)
-    os.makedirs(root, exist_ok=True)
-
-    def inside(path: str) -> bool:
-        return path == root or path.startswith(root + os.sep)
-
-    def refuse(name: str, why: str) -> Exception:
-        return error(f"refusing the bundle {tar_path}: its member {name!r} {why}.")
-
-    links: list[tuple[str, str]] = []
-    try:
-        with tarfile.open(tar_path, "r:gz") as tar:
-            members = tar.getmembers()
-            for m in members:
-                name = m.name
-                if name.startswith("/") or os.path.isabs(name) or ".." in name.split("/"):
-                    raise refuse(name, "is absolute or climbs out with '..'")
-                if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
-                    raise refuse(name, "is a device, FIFO or other special file")
-                if not inside(os.path.realpath(os.path.join(root, name))):
-                    raise refuse(name, "would be written outside the destination")
-                if m.issym() or m.islnk():
-                    base = os.path.dirname(os.path.join(root, name)) if m.issym() else root
-                    if os.path.isabs(m.linkname) or not inside(
-                            os.path.realpath(os.path.join(base, m.linkname))):
-                        raise refuse(name, f"links to {m.linkname!r}, outside the destination")
-                    if m.issym():
-                        links.append((name, m.linkname))
-                if m.isfile() or m.isdir():
-                    m.mode = 0o755 if m.isdir() or m.mode & 0o111 else 0o644
-                m.uid = m.gid = 0
-                m.uname = m.gname = ""
-                options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-                tar.extract(m, root, set_attrs=True, **options)  # type: ignore[arg-type]
-    except (tarfile.TarError, EOFError, OSError) as e:
-        # tarfile's own filter errors (3.11.4+) are TarErrors too
-        raise error(f"cannot unpack the bundle {tar_path}: {e}") from e
-    for name, linkname in links:
-        full = os.path.join(root, name)
-        if not inside(os.path.realpath(os.path.join(os.path.dirname(full), linkname))):
-            raise refuse(name, f"links to {linkname!r}, which now leads outside the destination")
-    return len(members)
+    return agent.safe_extract(tar_path, dest, error=error)
