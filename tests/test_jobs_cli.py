@@ -102,3 +102,33 @@ def test_a_slice_that_is_not_ready_is_refused(podctl):
     proc = podctl("run", "notyet", str(SCRIPTS / "show_env.py"), check=False)
     assert_one_line_error(proc, 1, "not ready")
     podctl("down", "notyet", "--yes")
+
+
+def test_ctrl_c_stops_the_job_on_every_host(podctl):
+    cmd = [sys.executable, "-m", "podctl", "run", "cli16", "--env", "FAIL_HOST=99",
+           str(SCRIPTS / "exit_on_host.py")]
+    client = subprocess.Popen(cmd, env=podctl.env, cwd=podctl.tmp, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    run_id, deadline = None, time.time() + 60
+    while time.time() < deadline:
+        line = client.stderr.readline()
+        if line.startswith("podctl: run "):
+            run_id = line.split()[2]
+        if line.startswith("podctl: started on all"):
+            break
+    client.send_signal(signal.SIGINT)
+    _, err = client.communicate(timeout=60)
+    assert client.returncode == 130 and "stopped on every host" in err
+    # both agents were told to stop: their statuses say so, and the replay ends
+    proc = podctl("logs", run_id, "--follow", check=False)
+    assert proc.returncode != 0 and "should have been stopped" not in proc.stdout
+    runs = {r["run_id"]: r for r in json.loads(podctl("runs", "--json").stdout)}
+    assert runs[run_id]["state"] == "stopped"
+
+
+def test_detach_returns_the_run_id_and_logs_follow_it(podctl):
+    proc = podctl("run", "cli16", "--detach", str(SCRIPTS / "many_lines.py"), "50")
+    run_id = proc.stdout.strip()
+    assert run_id.startswith("cli16-")
+    follow = podctl("logs", run_id, "--follow", "--host", "1")
+    assert [l for l in follow.stdout.splitlines()] == [f"[host 0001] 1 {i}" for i in range(50)]

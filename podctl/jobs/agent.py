@@ -258,6 +258,8 @@ class Agent:
             stderr=subprocess.STDOUT, start_new_session=True, bufsize=1, text=True,
             encoding="utf-8", errors="replace")
         assert self.child.stdout is not None
+        if self.stopping:  # a stop that came while the process was being started
+            self.on_term(signal.SIGTERM, None)
         for line in self.child.stdout:
             self.logs.line(line)
         code = self.child.wait()
@@ -294,6 +296,10 @@ class Agent:
     def main(self) -> int:
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, self.on_term)
+        # Only now can a stop find us by pid; one asked for earlier left a marker.
+        (self.run_dir / "agent.pid").write_text(str(os.getpid()))
+        if (self.run_dir / "stop").exists():
+            self.stopping = True
         self.logs.start()
         self.logs.heartbeat(force=True)
         try:
@@ -302,7 +308,8 @@ class Agent:
             code = self.setup(tree, env)
             if code:
                 return code
-            if self.stopping:
+            if self.stopping or (self.run_dir / "stop").exists():
+                self.stopping = True
                 code = 128 + signal.SIGTERM
             else:
                 self.logs.phase = "running"
@@ -322,7 +329,6 @@ class Agent:
 def main(argv: list[str]) -> int:
     run_dir = Path(argv[1]).resolve()
     cfg = json.loads((run_dir / "config.json").read_text())
-    (run_dir / "agent.pid").write_text(str(os.getpid()))
     return Agent(cfg, run_dir).main()
 
 

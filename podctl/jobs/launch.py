@@ -123,8 +123,10 @@ def start_command(run_id: str) -> str:
 
 
 def stop_command(run_id: str) -> str:
+    """Leave a stop marker (for an agent still starting), then signal a running one."""
     d = run_dir(run_id)
-    return f"test -f {d}/agent.pid && kill -TERM \"$(cat {d}/agent.pid)\" 2>/dev/null; true"
+    return (f"mkdir -p {d} && touch {d}/stop && "
+            f"if test -f {d}/agent.pid; then kill -TERM \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true")
 
 
 async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str) -> None:
