@@ -28,12 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from tenacity import (
-    AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
-    wait_exponential_jitter,
-)
 
 from podctl.errors import ConfigError, PodctlError, StorageError
+from podctl.retry import RetryPolicy
 from podctl.settings import FAKE_BUCKET
 
 T = TypeVar("T")
@@ -51,17 +48,6 @@ class StorageNotFound(StorageError):
 
 class StorageUnavailable(StorageError):
     """GCS could not be reached or failed for a moment; retried, then raised."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """For one storage call: how often and how long to retry errors that pass."""
-
-    attempts: int = 6
-    initial: float = 0.5
-    maximum: float = 10.0
-    deadline: float = 120.0
-    jitter: float = 1.0  # up to this many seconds added to each wait
 
 
 @dataclass(frozen=True)
@@ -134,15 +120,7 @@ class Storage:
             except Exception as e:  # translated here; nothing of the library escapes
                 raise self._translate(e, what) from e
 
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retry.attempts) | stop_after_delay(self.retry.deadline),
-            wait=wait_exponential_jitter(multiplier=self.retry.initial, max=self.retry.maximum,
-                                         jitter=self.retry.jitter),
-            retry=retry_if_exception_type(StorageUnavailable),
-            sleep=self._sleep,
-            reraise=True,
-        )
-        return await retrying(once)
+        return await self.retry.retrying(StorageUnavailable, self._sleep)(once)
 
     def _translate(self, e: BaseException, what: str) -> PodctlError:
         import requests

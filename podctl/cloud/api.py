@@ -13,33 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from google.api_core import operation as lro
 from google.api_core.retry import Retry
 from google.cloud import tpu_v2
-from tenacity import (
-    AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
-    wait_exponential_jitter,
-)
 
 from podctl.cloud.translate import translate
 from podctl.errors import TransientError
+from podctl.retry import RetryPolicy
 
 T = TypeVar("T")
 _NO_RETRY = Retry(predicate=lambda error: False)
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """For one API call: how often and how long to retry errors that pass."""
-
-    attempts: int = 6
-    initial: float = 0.5
-    maximum: float = 10.0
-    deadline: float = 120.0
 
 
 class TpuApi:
@@ -68,14 +54,7 @@ class TpuApi:
             except Exception as e:  # translated below; nothing else escapes
                 raise translate(e, what) from e
 
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retry.attempts) | stop_after_delay(self.retry.deadline),
-            wait=wait_exponential_jitter(multiplier=self.retry.initial, max=self.retry.maximum),
-            retry=retry_if_exception_type(TransientError),
-            sleep=self._sleep,
-            reraise=True,
-        )
-        return await retrying(once)
+        return await self.retry.retrying(TransientError, self._sleep)(once)
 
     @property
     def total_calls(self) -> int:
