@@ -26,6 +26,7 @@ from podctl.storage import Storage
 from tests.conftest import FAST, PARENT
 
 SCRIPTS = Path(__file__).parent / "scripts"
+JAX_HELLO = Path(__file__).parents[1] / "examples" / "jax_hello" / "hello.py"  # what users copy
 
 
 class Lines:
@@ -75,7 +76,7 @@ async def run_job(job: Job):
 
 def test_real_multihost_jax_on_a_fake_v5p_16(slice16, fake, tmp_path):
     info, key = slice16
-    job, lines = make_job(fake, info, key, tmp_path, "jax_allhosts.py")
+    job, lines = make_job(fake, info, key, tmp_path, str(JAX_HELLO))
     result = asyncio.run(run_job(job))
     assert result.exit_code == 0, lines.by_host
     for host in (0, 1):
