@@ -33,7 +33,14 @@ from pathlib import Path
 d = Path(sys.argv[1]); cfg = json.loads((d / "config.json").read_text())
 a = Path.home() / ".podctl" / "agents" / (cfg["agent_sha"] + ".py")
 if not a.exists():
-    from google.cloud import storage
+    try:
+        from google.cloud import storage
+    except ImportError:  # a bare TPU VM image: install the one library the agent needs
+        import subprocess
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--user",
+                        "google-cloud-storage"], check=True)
+        import site; sys.path.insert(0, site.getusersitepackages())
+        from google.cloud import storage
     c = (storage.Client.create_anonymous_client() if os.environ.get("STORAGE_EMULATOR_HOST")
          else storage.Client(project=cfg.get("project") or None))
     data = c.bucket(cfg["bucket"]).blob(cfg["agent_object"]).download_as_bytes()
