@@ -209,3 +209,28 @@ def test_100k_lines_per_host_on_8_hosts_arrive_once_in_order(api, fake, isolated
             assert len(got) == 100000 and got == [f"{host} {i}" for i in range(100000)]
     finally:
         asyncio.run(terminate.terminate(api, PARENT, "job64", policy=FAST))
+
+
+def test_a_host_terminated_mid_run_fails_the_job_fast(slice16, fake, tmp_path):
+    """A SIGTERM that podctl did not send (a TPU VM's preemption notice, here sent to
+    host 1's agent by hand) is a failure, so the other hosts are stopped instead of
+    running on alone."""
+    info, key = slice16
+    job, lines = make_job(fake, info, key, tmp_path, "exit_on_host.py", env={"FAIL_HOST": "99"})
+
+    async def go():
+        await job.start(await job.prepare())
+        follow = asyncio.create_task(job.follow())
+        await asyncio.sleep(2)
+        notice = f"kill -TERM $(cat $HOME/.podctl/runs/{job.run_id}/agent.pid)"
+        await exec_on_hosts(job.targets, key.private_path, HostPins(tmp_path / "pins.json"),
+                            ["bash", "-c", notice], Lines(), {1})
+        try:
+            return await asyncio.wait_for(follow, 60)
+        finally:
+            await job.close()
+
+    result = asyncio.run(go())
+    assert result.exit_code != 0 and result.failed.host == 1 and not result.failed.stopped
+    assert result.statuses[0].stopped  # podctl stopped host 0 (fail-fast)
+    assert "should have been stopped" not in "\n".join(lines.by_host.get(0, []))

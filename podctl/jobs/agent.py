@@ -283,11 +283,17 @@ class Agent:
         env.update(cfg.get("env", {}))  # the user's --env, last, as data
         return env
 
+    @property
+    def stopped_by_podctl(self) -> bool:
+        """Only podctl's stop leaves the marker: a SIGTERM from anywhere else (a TPU
+        VM's preemption notice, a host going away) is a failure that fails the job fast."""
+        return (self.run_dir / "stop").exists()
+
     def write_status(self, code: int, error: str | None = None) -> None:
         if (self.run_dir / "status.json").exists():
             return
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
-                  "lines": self.logs.lines, "stopped": self.stopping, "error": error}
+                  "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error}
         self.logs.close()
         self.logs._upload(f"{self.logs.prefix}/status/{self.logs.tag}.json", json.dumps(status),
                           "application/json")
