@@ -234,3 +234,39 @@ def test_a_host_terminated_mid_run_fails_the_job_fast(slice16, fake, tmp_path):
     assert result.exit_code != 0 and result.failed.host == 1 and not result.failed.stopped
     assert result.statuses[0].stopped  # podctl stopped host 0 (fail-fast)
     assert "should have been stopped" not in "\n".join(lines.by_host.get(0, []))
+
+
+def test_a_failed_chunk_upload_leaves_no_gap(tmp_path):
+    """A chunk that cannot be uploaded keeps its lines for the next flush under the
+    same number: the reader, which reads chunks in unbroken order, misses nothing."""
+    from podctl.jobs.agent import LogShipper
+
+    class Blob:
+        def __init__(self, store, name):
+            self.store, self.name = store, name
+
+        def upload_from_string(self, data, content_type=None):
+            if self.store.fail:
+                self.store.fail -= 1
+                raise ConnectionError("GCS away")
+            self.store.objects[self.name] = data
+
+    class Bucket:
+        fail, objects = 0, {}
+
+        def blob(self, name):
+            return Blob(self, name)
+
+    bucket = Bucket()
+    shipper = LogShipper({"run_id": "r", "host": 0, "flush_seconds": 3600}, bucket, tmp_path)
+    shipper.line("a")
+    bucket.fail = 1
+    shipper.flush(attempts=1)  # fails: nothing numbered yet
+    shipper.line("b")
+    shipper.flush(attempts=1)
+    shipper.line("c")
+    shipper.flush(attempts=1)
+    assert sorted(bucket.objects) == ["podctl/runs/r/logs/host-0000/000001.log",
+                                      "podctl/runs/r/logs/host-0000/000002.log"]
+    assert "".join(bucket.objects[k] for k in sorted(bucket.objects)) == "a\nb\nc\n"
+    shipper.local.close()

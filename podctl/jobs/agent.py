@@ -128,6 +128,7 @@ class LogShipper:
         self.chunk = 0
         self.phase = "starting"
         self.lock = threading.Lock()
+        self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
         self.tail: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="podctl-log-shipper", daemon=True)
@@ -144,26 +145,36 @@ class LogShipper:
             self.lines += 1
             self.tail = (self.tail + [text])[-TAIL_LINES:]
 
-    def _upload(self, name: str, data: str, content_type: str = "text/plain") -> None:
-        for attempt in range(6):  # GCS hiccups pass; a lost chunk would be a lost line
+    def _upload(self, name: str, data: str, content_type: str = "text/plain",
+                attempts: int = 6) -> bool:
+        for attempt in range(attempts):  # GCS hiccups pass
             try:
                 self.bucket.blob(name).upload_from_string(data, content_type=content_type)
-                return
+                return True
             except Exception as e:  # google.api_core / requests errors alike
-                if attempt == 5:
+                if attempt == attempts - 1:
                     sys.stderr.write(f"podctl agent: could not upload {name}: {e}\n")
-                    return
+                    return False
                 time.sleep(min(8.0, 0.5 * 2 ** attempt))
+        return False
 
-    def flush(self) -> None:
-        with self.lock:
-            data, self.pending = "".join(self.pending), []
-            self.local.flush()
-            if data:
+    def flush(self, attempts: int = 6) -> None:
+        """Ship what is pending as the next chunk. A chunk number is used only once its
+        upload succeeded; on failure the lines go back to the front of the queue and
+        travel with the next flush, so the reader never meets a gap (which would hide
+        every later line of this host) and no line is lost."""
+        with self.flushing:
+            with self.lock:
+                data, self.pending = "".join(self.pending), []
+                self.local.flush()
+            if not data:
+                return
+            if self._upload(f"{self.prefix}/logs/{self.tag}/{self.chunk + 1:06d}.log", data,
+                            attempts=attempts):
                 self.chunk += 1
-                chunk = self.chunk
-        if data:
-            self._upload(f"{self.prefix}/logs/{self.tag}/{chunk:06d}.log", data)
+            else:
+                with self.lock:
+                    self.pending.insert(0, data)
 
     def heartbeat(self, force: bool = False) -> None:
         now = time.time()
@@ -180,7 +191,7 @@ class LogShipper:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=60)
-        self.flush()
+        self.flush(attempts=12)  # the last chance for these lines to reach GCS
         self.local.close()
 
 
