@@ -73,13 +73,15 @@ def _pins(settings: Any, info: Any) -> Any:
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
 @click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
+@click.option("--resume", default=None, metavar="RUN_ID",
+              help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
 @where_options
 @bucket_option
 @json_option
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], setup: str | None, hosts_text: str, detach: bool,
-        keep_going: bool, project: str | None, zone: str | None, bucket: str | None,
+        keep_going: bool, resume: str | None, project: str | None, zone: str | None, bucket: str | None,
         as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
 
@@ -87,47 +89,35 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
     """
 
     def action() -> None:
+        from podctl import lifecycle
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.cloud.connect import connect, job_ports
-        from podctl.cloud.sshkey import ensure_ssh_key
-        from podctl.jobs.job import Job, RunRequest, parse_env, parse_hosts
+        from podctl.jobs.job import parse_env
 
-        env = parse_env(list(env_pairs))
-        settings = ctx.settings(project, zone, bucket)
-        api = connect(settings)
-        info = _ready_slice(settings, api, name)
-        ssh_port, coordinator_port = job_ports(settings)
-        request = RunRequest(info=info, script=script, args=list(args), workdir=workdir, env=env,
-                             setup=setup, hosts=parse_hosts(hosts_text, len(info.hosts)),
-                             detach=detach, fail_fast=not keep_going, ssh_port=ssh_port,
-                             coordinator_port=coordinator_port)
-        key = ensure_ssh_key(settings.config_dir)
+        options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
+                                       env=parse_env(list(env_pairs)), setup=setup, hosts=hosts_text,
+                                       fail_fast=not keep_going, resume=resume)
+        session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
         out = sys.stderr if as_json else sys.stdout
-        job = Job(_storage(settings), request, project=settings.project, zone=settings.zone,
-                  private_key=key.private_path, pins=_pins(settings, info), sink=_line_printer(out),
-                  notice=_notice)
+        started: list[Any] = []
 
         async def go() -> Any:
-            try:
-                spec = await job.prepare()
-                _notice(f"run {job.run_id} on {info.name} ({len(job.targets)} hosts)")
-                await job.start(spec)
-                _notice(f"started on all {len(job.targets)} hosts")
-                if detach:
-                    return None
-                return await job.follow()
-            except BaseException:  # Ctrl-C or a failure: nothing keeps running on the hosts
-                await job.stop()
-                raise
-            finally:
+            info = await lifecycle.ready_slice(session, name)
+            job = await lifecycle.start_run(session, info, options, sink=_line_printer(out),
+                                            notice=_notice)
+            started.append(job)
+            if detach:
                 await job.close()
+                return None
+            return await lifecycle.follow_run(job)
 
         try:
             result = run_sync(go())
         except KeyboardInterrupt:
-            _notice(f"interrupted; run {job.run_id} stopped on every host")
+            if started:
+                _notice(f"interrupted; run {started[0].run_id} stopped on every host")
             sys.exit(EXIT_INTERRUPTED)
+        job = started[0]
         if result is None:
             if as_json:
                 emit_json({"run_id": job.run_id, "state": "running", "hosts": len(job.targets)})

@@ -54,37 +54,21 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
     """Create a slice, or reuse the one of the same name and spec, and wait until it is ready."""
 
     def action() -> None:
-        from podctl import topology
+        from podctl import lifecycle
         from podctl._sync import run_sync
         from podctl.cli.render import ProgressReporter, emit_json, slice_detail
-        from podctl.cloud import names
-        from podctl.cloud.sshkey import ensure_ssh_key
-        from podctl.cloud.types import SliceSpec
-        from podctl.cloud.up import UpRequest
-        from podctl.cloud.up import up as up_step
-        from podctl.cloud.wait import WaitPolicy
-        from podctl.durations import parse_duration
-        from podctl.errors import InvalidValueError
 
-        if spot and guaranteed:
-            raise InvalidValueError("--spot and --guaranteed are two tiers: choose one.")
-        tier = "spot" if spot else "guaranteed" if guaranteed else "on-demand"
-        spec = SliceSpec.build(
-            slice_name, num_slices=num_slices, queued=queued, tier=tier,
-            valid_for_seconds=parse_duration(valid_for, "--valid-for") if valid_for else None,
-            runtime_version=runtime_version or topology.DEFAULT_RUNTIME_VERSION)
-        wait_seconds = parse_duration(timeout, "--timeout")
-        slice_name_final = names.validate_name(name or names.default_name(spec), spec.num_slices)
-        if not spec.slice_type.in_google_table:
-            click.echo(f"podctl: note: {spec.slice_type.name} ({spec.slice_type.topology}) is not in "
-                       "Google's table of v5p sizes; Cloud TPU may refuse it.", err=True)
-        settings, api = _open(ctx, project, zone)
-        key = ensure_ssh_key(settings.config_dir)
-        request = UpRequest(parent=settings.parent, name=slice_name_final, spec=spec,
-                            ssh_keys=key.metadata_entry, owner=names.owner(), wait=not no_wait,
-                            policy=WaitPolicy(timeout=wait_seconds))
-        with ProgressReporter(f"{slice_name_final} ({spec.describe()})") as progress:
-            result = run_sync(up_step(api, request, progress=progress))
+        settings = ctx.settings(project, zone)
+        request = lifecycle.up_request(settings, lifecycle.SliceOptions(
+            slice_type=slice_name, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
+            num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
+            wait=not no_wait, timeout=timeout))
+        if not request.spec.slice_type.in_google_table:
+            click.echo(f"podctl: note: {request.spec.slice_type.name} ({request.spec.slice_type.topology}) "
+                       "is not in Google's table of v5p sizes; Cloud TPU may refuse it.", err=True)
+        session = lifecycle.Session.open(settings)
+        with ProgressReporter(f"{request.name} ({request.spec.describe()})") as progress:
+            result = run_sync(lifecycle.up(session, request, progress=progress))
         if as_json:
             emit_json({**result.info.to_json(), "created": result.created})
             return

@@ -13,7 +13,7 @@ import contextlib
 import secrets
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from podctl import topology
@@ -40,6 +40,7 @@ class UpRequest:
     owner: str
     wait: bool = True
     policy: WaitPolicy = WaitPolicy()
+    labels: dict[str, str] = field(default_factory=dict)  # e.g. budgets; podctl's own win
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
     token = secrets.token_hex(6)
     create_request = create_step.CreateRequest(
         parent=request.parent, name=request.name, spec=request.spec,
-        labels={**podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys)
+        labels={**request.labels, **podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys)
     operation = None
     try:
         creation = await create_step.create(api, create_request)

@@ -71,6 +71,8 @@ class RunRequest:
     coordinator_port: int = launch.JAX_COORDINATOR_PORT
     flush_seconds: float = 2.0
     poll_seconds: float = 0.5
+    checkpoint_dir: str | None = None  # --resume: the earlier run's; None: this run's own
+    resumed_from: str | None = None
 
 
 @dataclass
@@ -140,13 +142,17 @@ class Job:
             run_id=self.run_id, slice_name=info.name, project=self.project, zone=self.zone,
             num_hosts=len(self.targets), kind="script", script=script, args=list(request.args),
             env_keys=sorted(request.env), bundle_hash=packed.hash, created=time.time(),
-            extra={"bucket": self.storage.bucket_name})
+            extra={"bucket": self.storage.bucket_name,
+                   "checkpoint_dir": request.checkpoint_dir
+                   or runs.checkpoint_dir(self.storage.bucket_name, self.run_id),
+                   **({"resumed_from": request.resumed_from} if request.resumed_from else {})})
         await self._write_record()
         return launch.JobSpec(
             run_id=self.run_id, bucket=self.storage.bucket_name, project=self.project,
             script=script, args=tuple(request.args), env=dict(request.env), setup=request.setup,
             bundle_hash=packed.hash, bundle_object=bundle.bundle_object_name(packed.hash),
-            coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds)
+            coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds,
+            checkpoint_dir=request.checkpoint_dir)
 
     async def start(self, spec: launch.JobSpec) -> None:
         await self.fleet.open()

@@ -69,6 +69,7 @@ class JobSpec:
     bundle_object: str | None = None
     coordinator_port: int = JAX_COORDINATOR_PORT
     flush_seconds: float = 2.0
+    checkpoint_dir: str | None = None  # None: the run's own (runs.checkpoint_dir)
 
 
 def agent_source() -> tuple[bytes, str]:
@@ -107,7 +108,7 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
         "host": target.index, "process_id": target.index, "num_processes": len(targets),
         "worker_id": target.worker, "worker_hostnames": [t.address for t in same_slice],
         "coordinator": f"{first.address}:{spec.coordinator_port}",
-        "checkpoint_dir": runs.checkpoint_dir(spec.bucket, spec.run_id),
+        "checkpoint_dir": spec.checkpoint_dir or runs.checkpoint_dir(spec.bucket, spec.run_id),
         "script": spec.script, "args": list(spec.args), "command": list(spec.command),
         "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,
         "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,

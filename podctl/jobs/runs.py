@@ -88,6 +88,14 @@ class RunRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def record_checkpoint_dir(record: RunRecord) -> str:
+    """The gs:// directory a run's script was given as PODCTL_CHECKPOINT_DIR."""
+    given = record.extra.get("checkpoint_dir")
+    if given:
+        return given
+    return checkpoint_dir(record.extra.get("bucket", ""), record.run_id)
+
+
 @dataclass(frozen=True)
 class HostStatus:
     host: int

@@ -1,0 +1,216 @@
+"""The steps of a job's life, shared by the CLI, the Python API and the demo.
+
+    Session.open(settings) -> up(...) -> start_run(...) -> follow_run(job) -> down(...)
+
+Each step is a plain async function over a Session (settings, the TPU API, GCS, the
+SSH key); the CLI renders what they return, the Python API wraps them in sync
+methods, so a slice made in a notebook and one made by `podctl up` are made the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from podctl.cloud.types import SliceInfo
+from podctl.errors import JobError
+from podctl.settings import Settings
+
+Notice = Callable[[str], None]
+
+
+@dataclass
+class Session:
+    """What every step needs, opened once: the API client, GCS, the SSH key."""
+
+    settings: Settings
+    api: Any  # podctl.cloud.api.TpuApi
+    _storage: Any = None
+
+    @classmethod
+    def open(cls, settings: Settings) -> "Session":
+        from podctl.cloud.connect import connect
+
+        return cls(settings=settings, api=connect(settings))
+
+    @property
+    def storage(self) -> Any:
+        if self._storage is None:
+            from podctl.cloud.connect import storage_endpoint
+            from podctl.storage import Storage
+
+            self._storage = Storage.connect(self.settings.require_bucket(),
+                                            endpoint=storage_endpoint(self.settings))
+        return self._storage
+
+    def storage_for(self, bucket: str) -> Any:
+        """GCS for BUCKET: this session's own when it is the same bucket."""
+        if bucket == self.settings.bucket:
+            return self.storage
+        from podctl.cloud.connect import storage_endpoint
+        from podctl.storage import Storage
+
+        return Storage.connect(bucket, endpoint=storage_endpoint(self.settings))
+
+    def ssh_key(self) -> Any:
+        from podctl.cloud.sshkey import ensure_ssh_key
+
+        return ensure_ssh_key(self.settings.config_dir)
+
+    def pins(self, info: SliceInfo) -> Any:
+        from podctl.jobs.ssh import HostPins, pins_path
+
+        s = self.settings
+        return HostPins(pins_path(s.config_dir, s.project, s.zone, info.name, info.created))
+
+
+# ---- slices -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SliceOptions:
+    """`podctl up`'s choices, as a user gives them."""
+
+    slice_type: str
+    name: str | None = None
+    queued: bool = False
+    spot: bool = False
+    guaranteed: bool = False
+    num_slices: int = 1
+    valid_for: str | None = None
+    runtime_version: str | None = None
+    wait: bool = True
+    timeout: str = "30m"
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def up_request(settings: Settings, options: SliceOptions) -> Any:
+    """Check the options and turn them into an UpRequest: no API call, so bad input is
+    refused before anything is started or connected."""
+    from podctl.cloud.sshkey import ensure_ssh_key
+    from podctl import topology
+    from podctl.cloud import names
+    from podctl.cloud.types import SliceSpec
+    from podctl.cloud.up import UpRequest
+    from podctl.cloud.wait import WaitPolicy
+    from podctl.durations import parse_duration
+    from podctl.errors import InvalidValueError
+
+    if options.spot and options.guaranteed:
+        raise InvalidValueError("--spot and --guaranteed are two tiers: choose one.")
+    tier = "spot" if options.spot else "guaranteed" if options.guaranteed else "on-demand"
+    spec = SliceSpec.build(
+        options.slice_type, num_slices=options.num_slices, queued=options.queued, tier=tier,
+        valid_for_seconds=parse_duration(options.valid_for, "--valid-for") if options.valid_for else None,
+        runtime_version=options.runtime_version or topology.DEFAULT_RUNTIME_VERSION)
+    wait_seconds = parse_duration(options.timeout, "--timeout")
+    name = names.validate_name(options.name or names.default_name(spec), spec.num_slices)
+    return UpRequest(parent=settings.parent, name=name, spec=spec,
+                     ssh_keys=ensure_ssh_key(settings.config_dir).metadata_entry, owner=names.owner(),
+                     wait=options.wait, policy=WaitPolicy(timeout=wait_seconds),
+                     labels=dict(options.labels))
+
+
+async def up(session: Session, request: Any, progress: Callable[[str], None] | None = None) -> Any:
+    """Create (or reuse) the slice and wait until it is ready -> UpResult."""
+    from podctl.cloud.up import up as up_step
+
+    return await up_step(session.api, request, progress=progress)
+
+
+async def ready_slice(session: Session, name: str) -> SliceInfo:
+    from podctl.cloud.describe import describe
+
+    info = await describe(session.api, session.settings.parent, name)
+    if not info.ready:
+        raise JobError(f"slice {name} is {info.state}, not ready; wait with `podctl up` "
+                       f"(or see `podctl status {name}`).")
+    return info
+
+
+async def down(session: Session, name: str, *, wait: bool = True, timeout: str = "30m",
+               progress: Callable[[str], None] | None = None) -> SliceInfo:
+    """Delete the slice NAME (the queued resource that owns it, if any); wait until gone."""
+    from podctl.cloud import describe, terminate
+    from podctl.cloud.wait import WaitPolicy, wait_deleted
+    from podctl.durations import parse_duration
+
+    parent = session.settings.parent
+    info = await describe.describe(session.api, parent, name)
+    info = await terminate.owning_slice(session.api, parent, info)
+    deleted = await terminate.delete(session.api, parent, info)
+    if wait:
+        await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind,
+                           policy=WaitPolicy(timeout=parse_duration(timeout, "--timeout")),
+                           progress=progress)
+    return deleted
+
+
+# ---- runs ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`podctl run`'s choices, as a user gives them."""
+
+    script: Path
+    args: tuple[str, ...] = ()
+    workdir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    setup: str | None = None
+    hosts: str = "0"  # whose lines to show: "all" or "0,3"
+    fail_fast: bool = True
+    resume: str | None = None  # a run id whose checkpoints this run continues from
+
+
+async def resume_checkpoint_dir(session: Session, run_id: str) -> str:
+    """Where the run RUN_ID kept its checkpoints (checked: the run exists)."""
+    from podctl.jobs.history import load_record
+    from podctl.jobs.runs import record_checkpoint_dir
+
+    record = await load_record(session.storage, run_id)
+    return record_checkpoint_dir(record)
+
+
+async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
+                    sink: Callable[[int, str], None], notice: Notice) -> Any:
+    """Bundle, upload, start the agents on every host -> a started Job (its fleet closed
+    when it is to be followed elsewhere; `follow_run` reopens nothing, it reads GCS)."""
+    from podctl.cloud.connect import job_ports
+    from podctl.jobs.job import Job, RunRequest, parse_hosts
+
+    ssh_port, coordinator_port = job_ports(session.settings)
+    checkpoint_dir = None
+    if options.resume:
+        checkpoint_dir = await resume_checkpoint_dir(session, options.resume)
+    request = RunRequest(info=info, script=options.script, args=list(options.args),
+                         workdir=options.workdir, env=dict(options.env), setup=options.setup,
+                         hosts=parse_hosts(options.hosts, len(info.hosts)),
+                         fail_fast=options.fail_fast, ssh_port=ssh_port,
+                         coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,
+                         resumed_from=options.resume)
+    job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
+              private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
+              notice=notice)
+    try:
+        spec = await job.prepare()
+        notice(f"run {job.run_id} on {info.name} ({len(job.targets)} hosts)"
+               + (f", resuming from {options.resume}" if options.resume else ""))
+        await job.start(spec)
+        notice(f"started on all {len(job.targets)} hosts")
+    except BaseException:  # Ctrl-C or a failure: nothing keeps running on the hosts
+        await job.stop()
+        await job.close()
+        raise
+    return job
+
+
+async def follow_run(job: Any) -> Any:
+    """Stream the run's logs until every host has ended -> RunResult; Ctrl-C or a
+    failure here stops the run on every host."""
+    try:
+        return await job.follow()
+    except BaseException:
+        await job.stop()
+        raise
+    finally:
+        await job.close()
