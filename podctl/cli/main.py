@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from podctl.cli import fake_cmds, job_cmds, slice_cmds
+from podctl.cli import ckpt_cmds, fake_cmds, job_cmds, slice_cmds
 from podctl.cli.common import Context
 
 
@@ -26,12 +26,13 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl logs RUN_ID [--follow]     replay (and follow) a run's logs from GCS
     podctl runs                       the runs, with their states
     podctl exec NAME -- CMD ...       a plain command on every host
+    podctl ckpt ls|pull RUN_ID        a run's checkpoints in GCS
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
     """
     ctx.obj = Context(backend)
 
 
-for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, fake_cmds.fake):
+for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS, fake_cmds.fake):
     cli.add_command(_command)
 
 
