@@ -1,0 +1,595 @@
+"""A multi-host JAX training script to copy and change: a decoder-only transformer LM.
+
+Plain JAX + optax, no Flax: the parameters are a plain dict of arrays, so every
+sharding rule is one visible line in PARAM_RULES below rather than a property of
+a module system. The same file runs
+
+  * on a real v5p slice through `podctl run SLICE templates/train_pjit.py ...`
+    (one process per host, 4 chips each),
+  * on podctl's fake slice (one process per fake host, 4 CPU devices each),
+  * directly: `XLA_FLAGS=--xla_force_host_platform_device_count=4 python
+    templates/train_pjit.py --steps 50` (one process, 4 CPU devices).
+
+Pieces, in order: flags -> multi-host init -> mesh ("data", "fsdp", "model") ->
+sharding rules (PartitionSpec per parameter dim) -> model (bf16 compute, fp32
+master params) -> jitted train step with explicit in/out shardings and a donated
+state -> data (synthetic, or a token file read per host) -> orbax checkpoints
+(local or gs://, async, restored sharded) -> SIGTERM (preemption) handling.
+
+Metrics: process 0 prints one JSON object per line on stdout (other podctl code
+parses these; keep the keys): "config" at start, "step" per step, "checkpoint"
+per save started, "done" at the end, "preempted" when stopped by SIGTERM (exit
+143). Anything for humans goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+PROG = "train_pjit"
+PEAK_BF16_FLOPS = {"v5p": 459e12}  # per chip; a v5p chip is one JAX device (megacore)
+
+
+def fail(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+    """Expected errors: one line on stderr, no traceback, non-zero exit."""
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    m = p.add_argument_group("model")
+    m.add_argument("--layers", type=int, default=4)
+    m.add_argument("--d-model", type=int, default=256)
+    m.add_argument("--heads", type=int, default=4)
+    m.add_argument("--d-ff", type=int, default=1024)
+    m.add_argument("--vocab", type=int, default=256, help="(a .txt --data always uses 256)")
+    m.add_argument("--seq-len", type=int, default=128)
+    m.add_argument("--untied", action="store_true", help="a separate output projection "
+                   "(default: tied to the token embedding)")
+    m.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                   help="compute dtype; master params and optimizer stay float32")
+    m.add_argument("--remat", action="store_true", help="recompute each block's activations "
+                   "in the backward pass (less memory, ~1/3 more compute)")
+    t = p.add_argument_group("training")
+    t.add_argument("--batch", type=int, default=32, help="global batch (sequences per step)")
+    t.add_argument("--steps", type=int, default=100, help="total optimizer steps (a resumed "
+                   "run continues up to this)")
+    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--warmup", type=int, default=0, help="linear warm-up steps, then constant")
+    t.add_argument("--weight-decay", type=float, default=0.01)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--data", default="synthetic", help="'synthetic' (default), or a token "
+                   "file: .npy (uint16/int32), .bin (raw uint16), .txt (bytes, vocab 256)")
+    s = p.add_argument_group("parallelism")
+    s.add_argument("--mesh", default=None, help="axis sizes, e.g. data=2,fsdp=2,model=2 (missing "
+                   "axes are 1; the product must be jax.device_count(); default: all on fsdp)")
+    s.add_argument("--no-shard", action="store_true", help="one device, nothing sharded "
+                   "(single process only; the benchmark's baseline)")
+    c = p.add_argument_group("checkpoints")
+    c.add_argument("--checkpoint-dir", default=os.environ.get("PODCTL_CHECKPOINT_DIR") or None,
+                   help="local path or gs://... (default: $PODCTL_CHECKPOINT_DIR; "
+                   "'none' or unset: no checkpoints)")
+    c.add_argument("--checkpoint-every", type=int, default=100, metavar="K")
+    c.add_argument("--keep", type=int, default=3, metavar="N", help="checkpoints kept")
+    c.add_argument("--peak-flops", type=float, default=None, help="peak FLOP/s per device for "
+                   "MFU when the device kind is not known here")
+    args = p.parse_args(argv)
+    for name in ("layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch",
+                 "checkpoint_every", "keep"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
+    if args.steps < 0:
+        fail(f"--steps must not be negative, not {args.steps}")
+    if args.d_model % args.heads:
+        fail(f"--d-model {args.d_model} is not a multiple of --heads {args.heads}")
+    if args.checkpoint_dir in ("", "none", "None"):
+        args.checkpoint_dir = None
+    return args
+
+
+# ---- environment, before jax is imported ------------------------------------------
+
+def configure_storage_emulator() -> None:
+    """Only on the fake cloud (STORAGE_EMULATOR_HOST set; a real TPU VM has no such
+    variable and uses its service account). orbax writes arrays with tensorstore,
+    which finds the emulator through TENSORSTORE_GCS_HTTP_URL, and metadata with
+    etils/gcsfs, which finds it through STORAGE_EMULATOR_HOST. gcsfs needs two more
+    things there: anonymous credentials (no metadata server to ask for a token), and
+    its bucket-type probe off: that probe is a gRPC call to the Storage Control API,
+    which the emulator does not serve, so each lookup would hang for its 60 s timeout."""
+    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+        return
+    os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", os.environ["STORAGE_EMULATOR_HOST"])
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # read at gcsfs import
+    import fsspec
+
+    fsspec.config.conf.setdefault("gcs", {}).setdefault("token", "anon")
+
+
+def init_distributed() -> None:
+    """One process per host. podctl gives every host the coordinator (host 0) and the
+    process count and id; jax's auto-detection works only with libtpu, not on the fake's
+    CPU hosts, so pass them explicitly (on a real slice this is equally right)."""
+    import jax
+
+    n = int(os.environ.get("PODCTL_NUM_PROCESSES", "1"))
+    if n > 1:
+        jax.distributed.initialize(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+                                   num_processes=n,
+                                   process_id=int(os.environ["PODCTL_PROCESS_ID"]))
+
+
+# ---- preemption -------------------------------------------------------------------
+
+class StopFlag:
+    """SIGTERM (a TPU VM's preemption notice, or `podctl` stopping the run) only sets a
+    flag; the loop acts on it at the next step boundary.
+
+    Every process must stop at the same step: the save is collective (each process
+    writes its shards, then they meet at a barrier), and a process that went on to
+    the next train step would wait forever in that step's collectives for one that
+    is saving. The notice does not reach every host at the same instant, so at each
+    boundary the processes agree: the max of everyone's flag (a tiny all-gather).
+    Whoever sees 1 there, everyone sees 1, at the same step."""
+
+    def __init__(self) -> None:
+        self.local = False
+
+    def install(self) -> None:
+        # After jax.distributed.initialize: its preemption notifier installs a SIGTERM
+        # handler of its own, which this one replaces.
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.local = True
+
+    def agreed(self) -> bool:
+        import jax
+        import numpy as np
+
+        if jax.process_count() == 1:
+            return self.local
+        from jax.experimental import multihost_utils
+
+        flags = multihost_utils.process_allgather(np.array([int(self.local)], np.int32))
+        return bool(np.max(flags))
+
+
+# ---- mesh and sharding rules ------------------------------------------------------
+
+AXES = ("data", "fsdp", "model")
+
+
+def parse_mesh(text: str | None, devices: int) -> dict[str, int]:
+    if text is None:
+        return {"data": 1, "fsdp": devices, "model": 1}
+    sizes = {a: 1 for a in AXES}
+    for part in text.split(","):
+        name, eq, value = part.strip().partition("=")
+        if not eq or name not in AXES or not value.strip().isdigit() or int(value) < 1:
+            fail(f"--mesh {text!r}: expected NAME=SIZE,... with NAME in {', '.join(AXES)}")
+        sizes[name] = int(value)
+    product = math.prod(sizes.values())
+    if product != devices:
+        fail(f"--mesh {text} has {product} devices but jax.device_count() is {devices}; "
+             f"make the sizes multiply to {devices}")
+    return sizes
+
+
+def make_mesh(sizes: dict[str, int], no_shard: bool):
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    if no_shard:
+        return Mesh(np.array(jax.local_devices()[:1]).reshape(1, 1, 1), AXES)
+    shape = tuple(sizes[a] for a in AXES)
+    devices = jax.devices()
+    if devices[0].platform == "tpu":
+        # Lays the axes onto the ICI torus so neighbours in "model" are physical neighbours.
+        from jax.experimental import mesh_utils
+
+        try:
+            return Mesh(mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True),
+                        AXES)
+        except (ValueError, NotImplementedError, AssertionError) as e:
+            sys.stderr.write(f"{PROG}: topology-aware mesh unavailable ({e}); plain order\n")
+    return Mesh(np.array(devices).reshape(shape), AXES)
+
+
+# Logical name of each parameter dim -> mesh axis. "fsdp" shards the d_model side of
+# every weight (ZeRO-3 style: gathered for use, reduce-scattered gradients); "model"
+# shards heads, the MLP's hidden dim and the vocabulary (Megatron-style tensor
+# parallelism). The batch is split over ("data", "fsdp").
+LOGICAL_TO_MESH = {"vocab": "model", "embed": "fsdp", "heads": "model", "mlp": "model",
+                   "layers": None, "head_dim": None, "seq": None, "norm": None}
+BATCH_AXES = ("data", "fsdp")
+
+
+def param_logical_axes(untied: bool) -> dict:
+    """The parameter tree with, for each array, the logical name of each of its dims.
+    Blocks are stacked on a leading "layers" dim and run with lax.scan (compile time
+    does not grow with --layers)."""
+    tree = {
+        "embed": ("vocab", "embed"),
+        "pos": ("seq", "embed"),
+        "blocks": {
+            "ln1": ("layers", "norm"),
+            "wq": ("layers", "embed", "heads", "head_dim"),
+            "wk": ("layers", "embed", "heads", "head_dim"),
+            "wv": ("layers", "embed", "heads", "head_dim"),
+            "wo": ("layers", "heads", "head_dim", "embed"),
+            "ln2": ("layers", "norm"),
+            "w_in": ("layers", "embed", "mlp"),
+            "w_out": ("layers", "mlp", "embed"),
+        },
+        "ln_f": ("norm",),
+    }
+    if untied:
+        tree["unembed"] = ("embed", "vocab")
+    return tree
+
+
+def param_shapes(a: argparse.Namespace) -> dict:
+    L, d, h, hd, f, v = a.layers, a.d_model, a.heads, a.d_model // a.heads, a.d_ff, a.vocab
+    tree = {
+        "embed": (v, d), "pos": (a.seq_len, d),
+        "blocks": {"ln1": (L, d), "wq": (L, d, h, hd), "wk": (L, d, h, hd), "wv": (L, d, h, hd),
+                   "wo": (L, h, hd, d), "ln2": (L, d), "w_in": (L, d, f), "w_out": (L, f, d)},
+        "ln_f": (d,),
+    }
+    if a.untied:
+        tree["unembed"] = (d, v)
+    return tree
+
+
+def spec_for(shape: tuple[int, ...], logical: tuple[str, ...], mesh) -> "object":
+    """PartitionSpec for one array: each dim on its rule's mesh axis, or replicated when
+    that axis has size 1 or does not divide the dim (e.g. a vocab of 50257)."""
+    from jax.sharding import PartitionSpec as P
+
+    dims = []
+    for size, name in zip(shape, logical):
+        axis = LOGICAL_TO_MESH[name]
+        ok = axis is not None and mesh.shape[axis] > 1 and size % mesh.shape[axis] == 0
+        dims.append(axis if ok else None)
+    return P(*dims)
+
+
+def is_shape(x: object) -> bool:
+    return isinstance(x, tuple) and all(isinstance(i, int) for i in x)
+
+
+# ---- model ------------------------------------------------------------------------
+
+def init_params(key, a: argparse.Namespace) -> dict:
+    """fp32 parameters: norm scales 1, embeddings N(0, 0.02), weights N(0, 1/fan_in), the
+    two residual-branch outputs (wo, w_out) further scaled by 1/sqrt(2 * layers)."""
+    import jax
+    import jax.numpy as jnp
+
+    flat, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(a), is_leaf=is_shape)
+    keys = jax.random.split(key, len(flat))
+    fan_in = {"wo": a.d_model, "w_out": a.d_ff}  # the rest read d_model
+    out = []
+    for k, (path, shape) in zip(keys, flat):
+        name = path[-1].key
+        if name.startswith("ln"):
+            out.append(jnp.ones(shape, jnp.float32))
+            continue
+        std = 0.02 if name in ("embed", "pos") else fan_in.get(name, a.d_model) ** -0.5
+        if name in ("wo", "w_out"):
+            std /= math.sqrt(2 * a.layers)
+        out.append(std * jax.random.normal(k, shape, jnp.float32))
+    return jax.tree.unflatten(treedef, out)
+
+
+def rms_norm(x, scale):
+    import jax
+    import jax.numpy as jnp
+
+    x32 = x.astype(jnp.float32)  # statistics in fp32 even when computing in bf16
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
+    return (y * scale).astype(x.dtype)
+
+
+def forward(params: dict, tokens, a: argparse.Namespace, mesh):
+    """tokens (B, T) int32 -> logits (B, T, vocab) float32."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    dtype = jnp.dtype(a.dtype)
+    # fp32 master params, cast once per step: the matmuls below run in bf16 on the
+    # MXU, the optimizer still updates fp32 copies (bf16 updates would vanish below
+    # bf16's 8 bits of mantissa).
+    p = jax.tree.map(lambda w: w.astype(dtype), params)
+    T = tokens.shape[1]
+    act = NamedSharding(mesh, P(BATCH_AXES, None, None))  # activations: batch-sharded
+    x = jnp.take(p["embed"], tokens, axis=0) + p["pos"][:T]
+    x = jax.lax.with_sharding_constraint(x, act)
+
+    def block(x, w):
+        h = rms_norm(x, w["ln1"])
+        q = jnp.einsum("btd,dnh->btnh", h, w["wq"])
+        k = jnp.einsum("btd,dnh->btnh", h, w["wk"])
+        v = jnp.einsum("btd,dnh->btnh", h, w["wv"])
+        att = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        x = x + jnp.einsum("btnh,nhd->btd", att, w["wo"])
+        h = rms_norm(x, w["ln2"])
+        h = jax.nn.gelu(jnp.einsum("btd,df->btf", h, w["w_in"]))
+        x = x + jnp.einsum("btf,fd->btd", h, w["w_out"])
+        return jax.lax.with_sharding_constraint(x, act), None
+
+    if a.remat:
+        block = jax.checkpoint(block)
+    x, _ = jax.lax.scan(block, x, p["blocks"])
+    x = rms_norm(x, p["ln_f"])
+    out = p["unembed"] if a.untied else p["embed"].T
+    return jnp.einsum("btd,dv->btv", x, out).astype(jnp.float32)
+
+
+def loss_fn(params: dict, batch, a: argparse.Namespace, mesh):
+    import jax
+    import jax.numpy as jnp
+
+    inputs, targets = batch[:, :-1], batch[:, 1:]
+    logits = forward(params, inputs, a, mesh)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+
+# ---- data -------------------------------------------------------------------------
+
+class Data:
+    """Global batch (B, seq_len + 1) of token ids per step, the same rows whatever the
+    number of processes: row r of step s depends only on (seed, s, r). Each process
+    builds only the rows its own devices hold (`rows(lo, hi)`)."""
+
+    def __init__(self, a: argparse.Namespace):
+        import numpy as np
+
+        self.a, self.width = a, a.seq_len + 1
+        self.tokens = None
+        if a.data == "synthetic":
+            return
+        path = Path(a.data)
+        if not path.is_file():
+            fail(f"--data {a.data}: no such file")
+        if path.suffix == ".npy":
+            self.tokens = np.load(path, mmap_mode="r")
+            if self.tokens.dtype not in (np.uint16, np.int32) or self.tokens.ndim != 1:
+                fail(f"--data {a.data}: expected a 1-D uint16 or int32 array, found "
+                     f"{self.tokens.ndim}-D {self.tokens.dtype}")
+        elif path.suffix == ".bin":
+            self.tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        elif path.suffix == ".txt":
+            self.tokens = np.memmap(path, dtype=np.uint8, mode="r")
+        else:
+            fail(f"--data {a.data}: expected synthetic, .npy, .bin or .txt")
+        if len(self.tokens) < self.width + 1:
+            fail(f"--data {a.data}: {len(self.tokens)} tokens, fewer than --seq-len + 2")
+
+    def rows(self, step: int, lo: int, hi: int):
+        import numpy as np
+
+        B, a = self.a.batch, self.a
+        # Per-step randomness for the whole global batch is a few numbers per row:
+        # cheap, and identical on every process.
+        rng = np.random.default_rng([a.seed, step])
+        if self.tokens is None:
+            # Learnable: each row counts from a random start by a random stride, mod vocab.
+            # A model must read the stride from the context; loss falls within tens of steps.
+            start = rng.integers(0, a.vocab, B)[lo:hi, None]
+            stride = rng.integers(1, 8, B)[lo:hi, None]
+            t = np.arange(self.width)[None, :]
+            return ((start + stride * t) % a.vocab).astype(np.int32)
+        offsets = rng.integers(0, len(self.tokens) - self.width, B)[lo:hi]
+        out = np.stack([np.asarray(self.tokens[o:o + self.width]) for o in offsets]).astype(np.int32)
+        if out.max(initial=0) >= a.vocab:
+            fail(f"--data {a.data}: token id {int(out.max())} is not below --vocab {a.vocab}")
+        return out
+
+    def global_batch(self, step: int, sharding):
+        """A global jax.Array whose local shards this process builds from its own rows."""
+        import jax
+
+        shape = (self.a.batch, self.width)
+        cache: dict[tuple[int, int], object] = {}
+
+        def local(index):  # index: this device's (rows, cols) slices of the global batch
+            lo, hi, _ = index[0].indices(shape[0])
+            if (lo, hi) not in cache:  # devices along "model" hold the same rows
+                cache[(lo, hi)] = self.rows(step, lo, hi)
+            return cache[(lo, hi)][:, index[1]]
+
+        return jax.make_array_from_callback(shape, sharding, local)
+
+
+# ---- metrics ----------------------------------------------------------------------
+
+def emit(kind: str, **fields: object) -> None:
+    """Process 0 only; one JSON object per line, flushed at once (podctl parses these)."""
+    import jax
+
+    if jax.process_index() == 0:
+        sys.stdout.write(json.dumps({"kind": kind, **fields}) + "\n")
+        sys.stdout.flush()
+
+
+def peak_flops(devices: list, override: float | None) -> tuple[float | None, str | None]:
+    """Whole-job peak bf16 FLOP/s for MFU, or None with the reason."""
+    kind = devices[0].device_kind.lower()
+    if override:
+        return override * len(devices), None
+    if devices[0].platform != "tpu":
+        return None, f"not meaningful on {devices[0].platform}"
+    # v5p reports "TPU v5" (v5e is "TPU v5 lite" / "TPU v5e"); newer runtimes may say "v5p".
+    if "v5p" in kind or (kind.strip() == "tpu v5"):
+        return PEAK_BF16_FLOPS["v5p"] * len(devices), None
+    return None, f"peak FLOP/s unknown for {devices[0].device_kind}; pass --peak-flops"
+
+
+# ---- main -------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.data.endswith(".txt"):
+        if a.vocab != 256:
+            sys.stderr.write(f"{PROG}: --data .txt is read as bytes: vocab 256, not {a.vocab}\n")
+        a.vocab = 256
+    configure_storage_emulator()
+    t_start = time.time()
+    import jax
+
+    # Deliberate: any float32 matmul left (there should be none in the step: params are
+    # cast to bf16) runs as a single bf16 pass on the MXU. "highest"/"float32" takes
+    # several passes, about 30% more step time on TPU for no gain in a bf16 model.
+    # With --dtype float32 (e.g. on CPU, whose bf16 matmuls are slow) keep full precision.
+    jax.config.update("jax_default_matmul_precision",
+                      "bfloat16" if a.dtype == "bfloat16" else "float32")
+    init_distributed()
+    stop = StopFlag()
+    stop.install()
+
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    if a.no_shard and jax.process_count() > 1:
+        fail("--no-shard runs on one device: use it with a single process")
+    sizes = parse_mesh(a.mesh, jax.device_count()) if not a.no_shard else {x: 1 for x in AXES}
+    mesh = make_mesh(sizes, a.no_shard)
+    batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if a.batch % batch_shards:
+        fail(f"--batch {a.batch} is not a multiple of data x fsdp = {batch_shards}")
+    data = Data(a)
+
+    # -- shardings: params by rule, optimizer state like the params it tracks --
+    shapes, logical = param_shapes(a), param_logical_axes(a.untied)
+    param_specs = jax.tree.map(lambda s, l: spec_for(s, l, mesh), shapes, logical,
+                               is_leaf=is_shape)
+    schedule = optax.linear_schedule(0.0, a.lr, a.warmup) if a.warmup else a.lr
+    tx = optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=a.weight_decay))
+
+    def init_state(key):
+        params = init_params(key, a)
+        return {"params": params, "opt": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+    abstract = jax.eval_shape(init_state, jax.random.key(a.seed))
+    by_path = {tuple(k.key for k in path): spec for path, spec in
+               jax.tree_util.tree_flatten_with_path(param_specs)[0]}
+
+    def state_spec(path, leaf):
+        # adam's mu/nu have the params' tree inside optax's tuples: match on the dict keys
+        keys = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
+        if keys and keys[0] == "params":
+            keys = keys[1:]
+        spec = by_path.get(keys)
+        return NamedSharding(mesh, spec if spec is not None and leaf.ndim else P())
+
+    state_sharding = jax.tree_util.tree_map_with_path(state_spec, abstract)
+    batch_sharding = NamedSharding(mesh, P(BATCH_AXES, None))
+    scalar = NamedSharding(mesh, P())
+    n_params = sum(math.prod(s) for s in jax.tree.leaves(shapes, is_leaf=is_shape))
+
+    # Parameters are created where they live: each device makes only its own shards.
+    state = jax.jit(init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
+
+    def train_step(state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch, a, mesh)
+        updates, opt = tx.update(grads, state["opt"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        return {"params": params, "opt": opt, "step": state["step"] + 1}, loss
+
+    # donate_argnums: the old state's buffers are reused for the new one (no second copy)
+    step_fn = jax.jit(train_step, in_shardings=(state_sharding, batch_sharding),
+                      out_shardings=(state_sharding, scalar), donate_argnums=0)
+
+    # -- checkpoints: restore the latest, sharded as above --
+    manager, start_step, last_saved = None, 0, None
+    if a.checkpoint_dir:
+        import orbax.checkpoint as ocp
+
+        directory = a.checkpoint_dir
+        if "://" not in directory:
+            directory = os.path.abspath(directory)
+        manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+            save_interval_steps=a.checkpoint_every, max_to_keep=a.keep,
+            enable_async_checkpointing=True))
+        latest = manager.latest_step()
+        if latest is not None:
+            target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                                  abstract, state_sharding)
+            state = manager.restore(latest, args=ocp.args.StandardRestore(target))
+            start_step = last_saved = int(latest)
+
+    def save(step: int, force: bool) -> None:
+        nonlocal last_saved
+        # orbax would also save the very first step of a fresh run; only every K-th here
+        if manager is None or step == last_saved or not (force or step % a.checkpoint_every == 0):
+            return
+        if manager.save(step, args=ocp.args.StandardSave(state), force=force):
+            last_saved = step
+            emit("checkpoint", step=step)
+
+    peak, note = peak_flops(jax.devices() if not a.no_shard else jax.local_devices()[:1],
+                            a.peak_flops)
+    config = {"params": n_params, "devices": mesh.devices.size, "processes": jax.process_count(),
+              "platform": jax.devices()[0].platform, "mesh": dict(mesh.shape), "batch": a.batch,
+              "seq_len": a.seq_len, "peak_flops_per_s": peak, "start_step": start_step}
+    if note:
+        config["mfu_note"] = note
+    emit("config", **config)
+
+    tokens_per_step = a.batch * a.seq_len
+    step, loss, first = start_step, None, True
+    t_prev = time.time()
+    while True:
+        if stop.agreed():  # at a step boundary, on every process alike
+            save(step, force=True)
+            if manager is not None:
+                manager.wait_until_finished()
+                manager.close()
+            emit("preempted", step=step)
+            return 143
+        if step >= a.steps:
+            break
+        state, loss_arr = step_fn(state, data.global_batch(step, batch_sharding))
+        loss = float(loss_arr)  # waits for the step: the time below is the step's
+        step += 1
+        now = time.time()
+        dt, t_prev = now - t_prev, now
+        tps = tokens_per_step / dt
+        line = {"step": step, "loss": loss, "step_time_s": dt, "tokens_per_s": tps,
+                "mfu": (6 * n_params * tps / peak) if peak else None}
+        if first:
+            line["compile"] = True
+            first = False
+        emit("step", **line)
+        save(step, force=False)
+        t_prev = time.time() if manager is not None else t_prev  # a save's wait is not a step's
+    save(step, force=True)
+    if manager is not None:
+        manager.wait_until_finished()
+        manager.close()
+    emit("done", step=step, loss=loss, wall_s=time.time() - t_start)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.exit(code)
