@@ -1,0 +1,38 @@
+"""podctl: run JAX training jobs on Cloud TPU v5p Pod slices, from the CLI or from Python.
+
+    import podctl
+
+    with podctl.connect(backend="fake") as cloud:      # the local fake cloud; "gcp" for Google's
+        with cloud.up("v5p-16") as slice:               # deleted when the block ends
+            run = slice.run("train.py", args=["--steps", "20"])
+            run.wait()
+            print(run.checkpoints())
+
+The public names (`__all__`) are imported on first use, so `import podctl` (and the
+CLI's start) stays fast; see podctl.api for the objects' methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["connect", "Cloud", "Slice", "Run", "Checkpoint", "PodctlError"]
+
+_WHERE = {
+    "connect": "podctl.api", "Cloud": "podctl.api", "Slice": "podctl.api", "Run": "podctl.api",
+    "Checkpoint": "podctl.jobs.checkpoints", "PodctlError": "podctl.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        import importlib
+
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'podctl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

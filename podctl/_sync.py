@@ -4,8 +4,9 @@ event loop (a Jupyter kernel), where asyncio.run() refuses to start."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
 
@@ -31,3 +32,46 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+class LoopThread:
+    """An event loop of podctl's own in a helper thread, for objects that live across
+    calls (a notebook's Run holds SSH connections that belong to one loop).
+
+    `run(coro)` blocks the caller until CORO is done, whether or not the caller's
+    thread runs a loop of its own; Ctrl-C (a kernel interrupt) cancels CORO, which
+    then cleans up in its own loop before the KeyboardInterrupt reaches the caller.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="podctl-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = None,
+            poll_seconds: float = 0.25) -> T:
+        """Run CORO on the loop; while it runs, call POLL every POLL_SECONDS in the
+        caller's thread (where a notebook's output goes to the cell that is running)."""
+        if self.loop.is_closed():
+            coro.close()
+            raise RuntimeError("this podctl connection is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            while poll is not None and not future.done():
+                concurrent.futures.wait([future], timeout=poll_seconds)
+                poll()
+            return future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            try:
+                future.result(timeout=60)  # let the coroutine's cleanup (stop, undo) finish
+            except BaseException:
+                pass
+            raise
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()

@@ -1,0 +1,370 @@
+"""podctl from Python (a notebook, a script): the CLI's lifecycle as objects.
+
+    import podctl
+
+    with podctl.connect(backend="fake") as cloud:        # or backend="gcp", project=..., zone=...
+        with cloud.up("v5p-16") as slice:                 # deleted when the block ends, always
+            run = slice.run("train.py", args=["--steps", "20"])
+            run.wait()                                    # one status line, not a flood
+            run.logs()                                    # host 0's lines, from GCS
+            run.checkpoints()
+
+Every method is synchronous and works inside a running event loop (a Jupyter kernel):
+the async core runs on a loop of podctl's own in a helper thread (`_sync.LoopThread`).
+The steps are `podctl.lifecycle`'s, the same the CLI takes.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from podctl import lifecycle
+from podctl._display import StatusLine
+from podctl._sync import LoopThread
+from podctl.cloud.types import SliceInfo
+from podctl.errors import JobError
+
+__all__ = ["connect", "Cloud", "Slice", "Run"]
+
+METRIC_KINDS = {"config", "step", "checkpoint", "done", "preempted"}
+KEPT_LINES = 200
+
+
+def connect(backend: str | None = None, *, project: str | None = None, zone: str | None = None,
+            bucket: str | None = None) -> "Cloud":
+    """Open podctl on Google Cloud (`backend="gcp"`) or the local fake cloud (`"fake"`,
+    started in the background if it is not running). Settings not given come from the
+    environment, podctl.toml and gcloud's config, as for the CLI."""
+    from podctl import settings as settings_mod
+
+    return Cloud(settings_mod.resolve(backend=backend, project=project, zone=zone, bucket=bucket))
+
+
+def _metric(line: str) -> dict[str, Any] | None:
+    """A template metric line ({"kind": "step", ...}) or None."""
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("kind") in METRIC_KINDS else None
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class Cloud:
+    """A connection: one project, zone and bucket. Use it as a context manager to
+    delete, at the end, every slice it created (and stop a fake cloud it started)."""
+
+    def __init__(self, settings: Any):
+        self.settings = settings
+        self._started_fake = False
+        if settings.backend == "fake":
+            from podctl.fake import daemon
+
+            self._started_fake = not daemon.status(settings.fake_dir).get("running")
+        self._loop = LoopThread()
+        self.session = lifecycle.Session.open(settings)
+        self._created: list[Slice] = []
+
+    # ---- the sync face over the async core ----
+    def _run(self, coro: Any, status: StatusLine | None = None) -> Any:
+        return self._loop.run(coro, poll=status.render if status is not None else None)
+
+    def up(self, slice_type: str, *, name: str | None = None, spot: bool = False,
+           queued: bool = False, timeout: str = "30m", **options: Any) -> "Slice":
+        """Create (or reuse) a slice and wait until it is ready, e.g. `cloud.up("v5p-16")`.
+        Used as `with cloud.up(...) as slice:`, the slice is deleted when the block ends."""
+        request = lifecycle.up_request(self.settings, lifecycle.SliceOptions(
+            slice_type=slice_type, name=name, spot=spot, queued=queued, timeout=timeout, **options))
+        status = StatusLine(f"{request.name} ({request.spec.describe()})")
+        result = self._run(lifecycle.up(self.session, request, progress=status), status)
+        status.done("ready" if result.created else "ready (reused)")
+        made = Slice(self, result.info)
+        if result.created:
+            self._created.append(made)
+        return made
+
+    def slice(self, name: str) -> "Slice":
+        """An existing slice by name."""
+        from podctl.cloud.describe import describe
+
+        return Slice(self, self._run(describe(self.session.api, self.settings.parent, name)))
+
+    def slices(self) -> "SliceList":
+        """The slices in the zone (nodes and queued resources)."""
+        from podctl.cloud.describe import list_slices
+
+        infos = self._run(list_slices(self.session.api, self.settings.parent))
+        return SliceList(Slice(self, info) for info in infos)
+
+    def run(self, run_id: str) -> "Run":
+        """An earlier run by id (see `runs()`)."""
+        from podctl.jobs.history import load_record
+
+        record = self._run(load_record(self.session.storage, run_id))
+        return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
+
+    def runs(self) -> list[Any]:
+        """Run records, newest first (podctl.jobs.runs.RunRecord)."""
+        from podctl.jobs.history import list_runs
+
+        return self._run(list_runs(self.session.storage))
+
+    def close(self) -> None:
+        """Delete the slices this connection created that still exist, stop a fake cloud
+        it started, and end its helper thread."""
+        try:
+            for made in list(self._created):
+                made.down(missing_ok=True)
+        finally:
+            self._loop.close()
+            if self._started_fake:
+                from podctl.fake import daemon
+
+                daemon.stop(self.settings.fake_dir)
+
+    def __enter__(self) -> "Cloud":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"<podctl.Cloud {s.backend} project={s.project} zone={s.zone} bucket={s.bucket}>"
+
+
+class Slice:
+    """A TPU slice. `run()` starts a script on every host; `down()` deletes it."""
+
+    def __init__(self, cloud: Cloud, info: SliceInfo):
+        self.cloud, self.info = cloud, info
+        self.deleted = False
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def refresh(self) -> "Slice":
+        from podctl.cloud.describe import describe
+
+        self.info = self.cloud._run(describe(self.cloud.session.api, self.cloud.settings.parent,
+                                             self.name))
+        return self
+
+    def run(self, script: str | Path, args: Sequence[str] = (), *, env: dict[str, str] | None = None,
+            workdir: str | Path | None = None, setup: str | None = None, resume: "str | Run | None" = None,
+            fail_fast: bool = True) -> "Run":
+        """Ship SCRIPT's directory (or WORKDIR) and start SCRIPT on every host; returns
+        once all have started. `resume=` an earlier run (or its id) continues from its
+        checkpoints. Follow it with `wait()` or `logs(follow=True)`."""
+        cloud = self.cloud
+        kept: deque[tuple[int, str]] = deque(maxlen=KEPT_LINES)
+        options = lifecycle.RunOptions(
+            script=Path(script), args=tuple(str(a) for a in args), workdir=Path(workdir) if workdir else None,
+            env=dict(env or {}), setup=setup, hosts="all", fail_fast=fail_fast,
+            resume=resume.run_id if isinstance(resume, Run) else resume)
+        notices: list[str] = []
+        holder: dict[str, Any] = {}
+
+        def sink(host: int, line: str) -> None:
+            kept.append((host, line))
+            if "run" in holder:
+                holder["run"]._saw(host, line)
+
+        async def start() -> Any:
+            info = await lifecycle.ready_slice(cloud.session, self.name)
+            return await lifecycle.start_run(cloud.session, info, options, sink=sink,
+                                             notice=notices.append)
+
+        job = cloud._run(start())
+        run = Run(cloud, job.run_id, len(job.targets), slice_name=self.name, job=job, lines=kept)
+        holder["run"] = run
+        return run
+
+    def down(self, *, missing_ok: bool = False) -> None:
+        """Delete the slice and wait until it is gone."""
+        from podctl.errors import NotFoundError
+
+        if self.deleted:
+            return
+        status = StatusLine(f"deleting {self.name}")
+        try:
+            self.cloud._run(lifecycle.down(self.cloud.session, self.name, progress=status), status)
+        except NotFoundError:
+            if not missing_ok:
+                raise
+        self.deleted = True
+        status.done("deleted")
+
+    def __enter__(self) -> "Slice":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down(missing_ok=True)
+
+    def __repr__(self) -> str:
+        i = self.info
+        state = "deleted" if self.deleted else i.state
+        return (f"<podctl.Slice {i.name} {i.accelerator_type} {state}: {len(i.hosts)} hosts, "
+                f"{i.chips} chips, {i.tier}>")
+
+    def _repr_html_(self) -> str:
+        i = self.info
+        head = (f"<b>{html.escape(i.name)}</b> {html.escape(i.accelerator_type)} "
+                f"({html.escape(i.topology)}), {html.escape('deleted' if self.deleted else i.state)}, "
+                f"{i.chips} chips, {html.escape(i.tier)}")
+        return head + _table(["worker", "address"], ((h.worker, f"{h.ip}:{h.port}") for h in i.hosts[:16]))
+
+
+class SliceList(list):
+    def _repr_html_(self) -> str:
+        return _table(["name", "type", "state", "hosts", "chips", "tier"],
+                      ((s.name, s.info.accelerator_type, s.info.state, len(s.info.hosts), s.info.chips,
+                        s.info.tier) for s in self))
+
+
+class Run:
+    """A run of a script on every host of a slice; its logs and status live in GCS."""
+
+    def __init__(self, cloud: Cloud, run_id: str, num_hosts: int, *, slice_name: str,
+                 job: Any = None, lines: deque | None = None):
+        self.cloud, self.run_id, self.num_hosts, self.slice_name = cloud, run_id, num_hosts, slice_name
+        self._job = job
+        self.lines: deque[tuple[int, str]] = lines if lines is not None else deque(maxlen=KEPT_LINES)
+        self.metrics: list[dict[str, Any]] = []  # host 0's metric lines seen while waiting
+        self.exit_code: int | None = None
+        self._status: StatusLine | None = None
+
+    def _saw(self, host: int, line: str) -> None:
+        metric = _metric(line) if host == 0 else None
+        if metric is None:
+            return
+        self.metrics.append(metric)
+        if self._status is not None and metric["kind"] == "step":
+            self._status.update(f"step {metric['step']}, loss {metric['loss']:.4f}, "
+                                f"{metric.get('tokens_per_s', 0):,.0f} tokens/s")
+
+    def wait(self, *, check: bool = False) -> int:
+        """Block until every host has ended, showing one status line; -> the exit code
+        (0 when every host exited 0). With check=True a failure raises JobError."""
+        from podctl.jobs.logs import LogReader
+        from podctl.jobs.runs import job_exit_code
+
+        self._status = StatusLine(f"run {self.run_id}")
+        self._status.update("running")
+        if self._job is not None:
+            result = self.cloud._run(lifecycle.follow_run(self._job), self._status)
+            self._job, code = None, result.exit_code
+        else:
+            reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts,
+                               lambda h, line: (self.lines.append((h, line)), self._saw(h, line)), None)
+            code = job_exit_code(self.cloud._run(reader.follow(), self._status))[0]
+        self.exit_code = code
+        self._status.done("succeeded" if code == 0 else f"failed (exit code {code})")
+        if check and code != 0:
+            raise JobError(f"run {self.run_id} failed with exit code {code}; see run.logs().")
+        return code
+
+    def logs(self, *, follow: bool = False, hosts: str | Sequence[int] = (0,)) -> None:
+        """Print the run's lines from GCS (host 0's by default, `hosts="all"` for every
+        host); with follow=True keep printing until the run ends."""
+        import sys
+
+        from podctl.jobs.job import parse_hosts
+        from podctl.jobs.logs import LogReader
+
+        text = hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
+
+        pending: list[str] = []
+        lock = threading.Lock()
+
+        def sink(host: int, line: str) -> None:  # on podctl's loop: keep, print below
+            with lock:
+                pending.append(f"[host {host:04d}] {line}\n")
+
+        def flush() -> None:  # in the caller's thread, so a notebook shows it in this cell
+            with lock:
+                out = "".join(pending)
+                pending.clear()
+            if out:
+                sys.stdout.write(out)
+                sys.stdout.flush()
+
+        reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts, sink,
+                           parse_hosts(text, self.num_hosts))
+        try:
+            self.cloud._loop.run(reader.follow(follow=follow), poll=flush)
+        finally:
+            flush()
+
+    def checkpoints(self) -> "CheckpointList":
+        """The run's checkpoint steps in GCS (podctl.jobs.checkpoints.Checkpoint)."""
+        from podctl.jobs import checkpoints
+        from podctl.jobs.history import load_record
+        from podctl.jobs.runs import record_checkpoint_dir
+
+        session = self.cloud.session
+
+        async def look() -> list[Any]:
+            directory = record_checkpoint_dir(await load_record(session.storage, self.run_id))
+            bucket, _ = checkpoints.split_gs_url(directory)
+            return await checkpoints.list_checkpoints(session.storage_for(bucket), directory)
+
+        return CheckpointList(self.cloud._run(look()))
+
+    def stop(self) -> None:
+        """Stop the run on every host (the script gets SIGTERM: the template saves a
+        checkpoint first)."""
+        if self._job is not None:
+            job, self._job = self._job, None
+
+            async def stop_and_close() -> None:
+                try:
+                    await job.stop()
+                finally:
+                    await job.close()
+
+            self.cloud._run(stop_and_close())
+            return
+        self.cloud._run(_stop_elsewhere(self.cloud.session, self.slice_name, self.run_id))
+
+    def __repr__(self) -> str:
+        state = "running" if self.exit_code is None else (
+            "succeeded" if self.exit_code == 0 else f"failed (exit {self.exit_code})")
+        last = next((m for m in reversed(self.metrics) if m["kind"] == "step"), None)
+        where = f", step {last['step']} loss {last['loss']:.4f}" if last else ""
+        return f"<podctl.Run {self.run_id} on {self.slice_name}: {state}{where}>"
+
+
+async def _stop_elsewhere(session: Any, slice_name: str, run_id: str) -> None:
+    """Stop a run this object did not start: open connections to its slice's hosts."""
+    from podctl.cloud.connect import job_ports
+    from podctl.jobs import launch
+    from podctl.jobs.ssh import Fleet
+
+    info = await lifecycle.ready_slice(session, slice_name)
+    targets = launch.targets_for(info, job_ports(session.settings)[0])
+    async with Fleet(targets, session.ssh_key().private_path, session.pins(info)) as fleet:
+        await launch.stop_agents(fleet, run_id)
+
+
+class CheckpointList(list):
+    def __repr__(self) -> str:
+        return "[" + ", ".join(f"step {c.step}{'' if c.complete else ' (incomplete)'}" for c in self) + "]"
+
+    def _repr_html_(self) -> str:
+        return _table(["step", "size (bytes)", "files", "complete"],
+                      ((c.step, c.size_bytes, c.objects, "yes" if c.complete else "no") for c in self))
