@@ -418,13 +418,29 @@ class Data:
 
 # ---- metrics ----------------------------------------------------------------------
 
+METRICS = sys.stdout
+
+
+def keep_stdout_for_metrics() -> None:
+    """Native code prints to file descriptor 1 too (gloo's "[Gloo] Rank 0 is connected"
+    lines on CPU, libtpu's logs): point fd 1 at stderr and keep a private copy of the
+    real stdout for the metric lines, so stdout carries nothing else."""
+    global METRICS
+    try:
+        sys.stdout.flush()
+        METRICS = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+    except OSError:  # no real descriptors (embedded, a notebook): leave stdout as it is
+        METRICS = sys.stdout
+
+
 def emit(kind: str, **fields: object) -> None:
     """Process 0 only; one JSON object per line, flushed at once (podctl parses these)."""
     import jax
 
     if jax.process_index() == 0:
-        sys.stdout.write(json.dumps({"kind": kind, **fields}) + "\n")
-        sys.stdout.flush()
+        METRICS.write(json.dumps({"kind": kind, **fields}) + "\n")
+        METRICS.flush()
 
 
 def peak_flops(devices: list, override: float | None) -> tuple[float | None, str | None]:
@@ -448,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.vocab != 256:
             sys.stderr.write(f"{PROG}: --data .txt is read as bytes: vocab 256, not {a.vocab}\n")
         a.vocab = 256
+    keep_stdout_for_metrics()
     configure_storage_emulator()
     t_start = time.time()
     import jax
@@ -590,6 +607,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.exit(code)
+    sys.exit(main())
