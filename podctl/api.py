@@ -247,8 +247,14 @@ class Run:
         self.metrics: list[dict[str, Any]] = []  # host 0's metric lines seen while waiting
         self.exit_code: int | None = None
         self._status: StatusLine | None = None
+        self._echo: list[str] | None = None  # host 0's lines to print, while wait(echo=) runs
+        self._lock = threading.Lock()
+        self.timings: dict[str, float] = dict(getattr(job, "timings", {}) or {})
 
     def _saw(self, host: int, line: str) -> None:
+        if host == 0 and self._echo is not None:
+            with self._lock:
+                self._echo.append(line)
         metric = _metric(line) if host == 0 else None
         if metric is None:
             return
@@ -257,21 +263,37 @@ class Run:
             self._status.update(f"step {metric['step']}, loss {metric['loss']:.4f}, "
                                 f"{metric.get('tokens_per_s', 0):,.0f} tokens/s")
 
-    def wait(self, *, check: bool = False) -> int:
+    def wait(self, *, check: bool = False, echo: Any = None) -> int:
         """Block until every host has ended, showing one status line; -> the exit code
-        (0 when every host exited 0). With check=True a failure raises JobError."""
+        (0 when every host exited 0). With check=True a failure raises JobError.
+        ECHO, a function, is given each of host 0's lines as they arrive (in this thread)."""
         from podctl.jobs.logs import LogReader
         from podctl.jobs.runs import job_exit_code
 
-        self._status = StatusLine(f"run {self.run_id}")
-        self._status.update("running")
-        if self._job is not None:
-            result = self.cloud._run(lifecycle.follow_run(self._job), self._status)
-            self._job, code = None, result.exit_code
-        else:
-            reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts,
-                               lambda h, line: (self.lines.append((h, line)), self._saw(h, line)), None)
-            code = job_exit_code(self.cloud._run(reader.follow(), self._status))[0]
+        status = self._status = StatusLine(f"run {self.run_id}")
+        status.update("running")
+        self._echo = [] if echo is not None else None
+
+        def poll() -> None:
+            if echo is not None:
+                with self._lock:
+                    lines, self._echo = self._echo or [], []
+                for line in lines:
+                    echo(line)
+            status.render()
+
+        try:
+            if self._job is not None:
+                result = self.cloud._loop.run(lifecycle.follow_run(self._job), poll=poll)
+                self._job, code = None, result.exit_code
+            else:
+                reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts,
+                                   lambda h, line: (self.lines.append((h, line)), self._saw(h, line)),
+                                   None)
+                code = job_exit_code(self.cloud._loop.run(reader.follow(), poll=poll))[0]
+        finally:
+            poll()
+            self._echo = None
         self.exit_code = code
         self._status.done("succeeded" if code == 0 else f"failed (exit code {code})")
         if check and code != 0:

@@ -9,6 +9,7 @@ methods, so a slice made in a notebook and one made by `podctl up` are made the 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -191,11 +192,16 @@ async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
               notice=notice)
+    job.timings = {}  # seconds per phase, for the demo's summary and benchmarks
     try:
+        began = time.monotonic()
         spec = await job.prepare()
+        job.timings["bundle"] = time.monotonic() - began
         notice(f"run {job.run_id} on {info.name} ({len(job.targets)} hosts)"
                + (f", resuming from {options.resume}" if options.resume else ""))
+        began = time.monotonic()
         await job.start(spec)
+        job.timings["start"] = time.monotonic() - began
         notice(f"started on all {len(job.targets)} hosts")
     except BaseException:  # Ctrl-C or a failure: nothing keeps running on the hosts
         await job.stop()

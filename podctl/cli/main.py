@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from podctl.cli import ckpt_cmds, fake_cmds, job_cmds, slice_cmds
+from podctl.cli import ckpt_cmds, demo_cmd, fake_cmds, job_cmds, slice_cmds
 from podctl.cli.common import Context
 
 
@@ -28,11 +28,13 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl exec NAME -- CMD ...       a plain command on every host
     podctl ckpt ls|pull RUN_ID        a run's checkpoints in GCS
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
+    podctl demo                       the whole lifecycle on the fake cloud, in a minute
     """
     ctx.obj = Context(backend)
 
 
-for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS, fake_cmds.fake):
+for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS, fake_cmds.fake,
+                 demo_cmd.demo):
     cli.add_command(_command)
 
 
