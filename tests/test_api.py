@@ -1,0 +1,122 @@
+"""The Python API (`import podctl`) on the fake cloud's daemon, the way a notebook uses
+it: inside a running event loop, with context managers that always tear down."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import podctl
+from podctl.fake import daemon
+from podctl.settings import state_dir
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@pytest.fixture
+def fake_dir():
+    """The isolated state dir's fake daemon; stopped (and checked empty) at the end
+    even when the test failed before its own teardown."""
+    where = state_dir() / "fake"
+    yield where
+    current = daemon.status(where)
+    if current.get("running"):
+        from podctl.fake.admin_client import FakeAdmin
+
+        leftover = FakeAdmin(current["admin"]).resources()
+        daemon.stop(where)
+        assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+
+
+def test_public_surface_is_what_the_docs_say():
+    """__all__, the names README's Python API section lists, and what resolves agree."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    documented = re.search(r"Public names:\s*(.+?)\.\s", section, re.S).group(1)
+    assert sorted(n.strip(" `") for n in documented.split(",")) == sorted(podctl.__all__)
+    for name in podctl.__all__:
+        assert getattr(podctl, name) is not None
+    with pytest.raises(AttributeError):
+        podctl.no_such_name  # noqa: B018
+
+
+def test_import_podctl_is_light():
+    code = ("import sys, podctl\n"
+            "print([m for m in sys.modules if m.split('.')[0] in ('google', 'asyncssh', 'jax')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_lifecycle_inside_a_running_event_loop(fake_dir, capsys):
+    """As in a Jupyter kernel: every call made from a coroutine of a running loop."""
+    seen: dict = {}
+
+    async def notebook() -> None:
+        with podctl.connect(backend="fake") as cloud:
+            assert daemon.status(fake_dir)["running"]
+            seen["cloud"] = repr(cloud)
+            with cloud.up("v5p-16", name="nb-slice") as slice_:
+                seen["slice"] = repr(slice_)
+                seen["html"] = slice_._repr_html_()
+                assert [s.name for s in cloud.slices()] == ["nb-slice"]
+                run = slice_.run(SCRIPTS / "many_lines.py", args=["5"])
+                seen["code"] = run.wait()
+                seen["run"] = repr(run)
+                run.logs(hosts="all")
+                assert run.checkpoints() == []
+                again = cloud.run(run.run_id)  # the same run, read back from GCS
+                assert again.wait() == 0
+                seen["runs"] = [r.run_id for r in cloud.runs()]
+            seen["after_with"] = [s.name for s in cloud.slices()]
+        seen["daemon_after"] = daemon.status(fake_dir)["running"]
+
+    asyncio.run(notebook())
+    out = capsys.readouterr()
+    assert seen["code"] == 0
+    assert seen["cloud"].startswith("<podctl.Cloud fake project=fake-project")
+    assert "nb-slice v5p-16 READY: 2 hosts, 8 chips" in seen["slice"]
+    assert "<table>" in seen["html"] and "nb-slice" in seen["html"]
+    assert "succeeded" in seen["run"]
+    assert seen["after_with"] == []  # the slice's `with` deleted it
+    assert seen["daemon_after"] is False  # the connection stopped the fake it started
+    assert "[host 0000] 0 4" in out.out and "[host 0001] 1 4" in out.out
+    assert len(seen["runs"]) == 1
+    # Progress is a few status lines, not one per poll.
+    assert len([line for line in out.err.splitlines() if "run " in line]) <= 6
+
+
+def test_failed_run_and_close_tears_down(fake_dir):
+    cloud = podctl.connect(backend="fake")
+    try:
+        slice_ = cloud.up("v5p-16", name="nb-fail")  # no `with`: close() must delete it
+        run = slice_.run(SCRIPTS / "exit_on_host.py", env={"FAIL_HOST": "1", "FAIL_CODE": "7"})
+        assert run.wait() == 7
+        failing = slice_.run(SCRIPTS / "exit_on_host.py", env={"FAIL_HOST": "0", "FAIL_CODE": "4"})
+        with pytest.raises(podctl.PodctlError, match="exit code 4"):
+            failing.wait(check=True)
+        with pytest.raises(podctl.PodctlError, match="no script"):
+            slice_.run(SCRIPTS / "missing.py")
+    finally:
+        cloud.close()
+    assert not daemon.status(fake_dir)["running"]
+
+
+def test_a_running_fake_is_left_running(fake_dir):
+    """connect() stops only a fake cloud it started itself."""
+    from podctl import settings
+
+    daemon.start(fake_dir, project=settings.FAKE_PROJECT, zone=settings.FAKE_ZONE)
+    with podctl.connect(backend="fake") as cloud:
+        slice_ = cloud.up("v5p-8", name="nb-keep")
+        run = slice_.run(SCRIPTS / "exit_on_host.py", env={"FAIL_HOST": "0", "FAIL_CODE": "0"})
+        assert run.wait() == 0
+    assert daemon.status(fake_dir)["running"]
+    # ...but the slice it created is gone.
+    with podctl.connect(backend="fake") as cloud:
+        assert list(cloud.slices()) == []
