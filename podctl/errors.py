@@ -25,6 +25,7 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     ├── BundleError                  the working directory cannot be packed (or unpacked)
     ├── JobError                     a run could not start, or its hosts could not be reached
     │   └── HostKeyError             a host's SSH key changed since podctl pinned it
+    ├── BudgetExceededError          a budget was reached: the run stopped, the slice deleted
     └── FakeCloudError               the local fake cloud could not start or be reached
 """
 
@@ -106,6 +107,10 @@ class JobError(PodctlError):
 
 
 class HostKeyError(JobError):
+    pass
+
+
+class BudgetExceededError(PodctlError):
     pass
 
 

@@ -75,14 +75,17 @@ def _pins(settings: Any, info: Any) -> Any:
 @click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
 @click.option("--resume", default=None, metavar="RUN_ID",
               help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
+@click.option("--max-hours", default=None, metavar="H",
+              help="Budget: after H hours (or the slice's own budget, if sooner) stop the run "
+              "with a checkpoint and delete the slice; enforced while this command follows.")
 @where_options
 @bucket_option
 @json_option
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], setup: str | None, hosts_text: str, detach: bool,
-        keep_going: bool, resume: str | None, project: str | None, zone: str | None, bucket: str | None,
-        as_json: bool) -> None:
+        keep_going: bool, resume: str | None, max_hours: str | None, project: str | None,
+        zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
 
     The exit code is the job's: 0 when every host exits 0, else the first failure's.
@@ -92,8 +95,10 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         from podctl import lifecycle
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
+        from podctl.budget import run_hours, watch_budget
         from podctl.jobs.job import parse_env
 
+        hours = run_hours(max_hours, detach)  # checked before anything starts
         options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
                                        env=parse_env(list(env_pairs)), setup=setup, hosts=hosts_text,
                                        fail_fast=not keep_going, resume=resume)
@@ -109,7 +114,9 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             if detach:
                 await job.close()
                 return None
-            return await lifecycle.follow_run(job)
+            return await watch_budget(
+                lifecycle.follow_run(job), api=session.api, parent=session.settings.parent, job=job,
+                info=info, notice=_notice, max_hours=hours)
 
         try:
             result = run_sync(go())

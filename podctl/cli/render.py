@@ -35,17 +35,25 @@ def _age(info: Any) -> str:
     return format_duration(info.age_seconds)
 
 
-def slice_table(slices: Iterable[Any]) -> None:
+def slice_table(slices: Iterable[Any], costs: dict[str, Any] | None = None) -> None:
+    """COSTS: slice name -> podctl.cost.SliceCost, for the $/HOUR and COST columns."""
     from rich.table import Table, box
 
+    from podctl.cost import fmt_usd
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("NAME", "KIND", "STATE", "TYPE", "TOPOLOGY", "CHIPS", "HOSTS", "TIER", "AGE", "PODCTL"):
-        table.add_column(column, justify="right" if column in {"CHIPS", "HOSTS"} else "left")
+    for column in ("NAME", "KIND", "STATE", "TYPE", "TOPOLOGY", "CHIPS", "HOSTS", "TIER", "AGE",
+                   "$/HOUR", "COST", "PODCTL"):
+        table.add_column(column, justify="right" if column in {"CHIPS", "HOSTS", "$/HOUR", "COST"}
+                         else "left")
     for s in slices:
         kind = "queued" if s.kind == "queued-resource" else "node"
         count = f"{s.num_slices} x " if s.num_slices > 1 else ""
+        c = (costs or {}).get(s.name)
         table.add_row(s.name, kind, s.state, f"{count}{s.accelerator_type}", s.topology,
-                      str(s.chips), str(len(s.hosts)), s.tier, _age(s), "yes" if s.managed else "no")
+                      str(s.chips), str(len(s.hosts)), s.tier, _age(s),
+                      fmt_usd(c.usd_per_hour if c else None), fmt_usd(c.usd_so_far if c else None),
+                      "yes" if s.managed else "no")
     _console().print(table)
 
 

@@ -46,12 +46,24 @@ def _open(ctx: Context, project: str | None, zone: str | None) -> tuple[Any, Any
 @click.option("--no-wait", is_flag=True, help="Return once the slice is asked for.")
 @click.option("--timeout", default="30m", show_default=True, metavar="DURATION",
               help="Give up waiting (and delete what this `up` created) after this long.")
+@click.option("--max-cost", type=float, default=None, metavar="USD",
+              help="Budget: delete the slice once it has cost this much (see below).")
+@click.option("--max-hours", default=None, metavar="H",
+              help="Budget: delete the slice after H hours (3.5, or 90m, 6h).")
+@click.option("--price", type=float, default=None, metavar="USD_PER_CHIP_HOUR",
+              help="The chip-hour price for --max-cost (default: podctl.toml [prices], the table).")
 @json_option
 @pass_context
 def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zone: str | None,
        queued: bool, spot: bool, guaranteed: bool, num_slices: int, valid_for: str | None,
-       runtime_version: str | None, no_wait: bool, timeout: str, as_json: bool) -> None:
-    """Create a slice, or reuse the one of the same name and spec, and wait until it is ready."""
+       runtime_version: str | None, no_wait: bool, timeout: str, max_cost: float | None,
+       max_hours: str | None, price: float | None, as_json: bool) -> None:
+    """Create a slice, or reuse the one of the same name and spec, and wait until it is ready.
+
+    A budget (--max-cost, --max-hours) is written on the slice as labels and is enforced
+    only while a podctl process watches: `podctl run` on the slice, or `podctl budget
+    check` from cron. Then the run is asked to checkpoint and stop, and the slice is deleted.
+    """
 
     def action() -> None:
         from podctl import lifecycle
@@ -63,6 +75,10 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             slice_type=slice_name, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
             num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
             wait=not no_wait, timeout=timeout))
+        from podctl.budget import describe_labels, with_budget
+
+        request = with_budget(request, settings.zone, max_cost=max_cost, max_hours=max_hours,
+                              price=price)
         if not request.spec.slice_type.in_google_table:
             click.echo(f"podctl: note: {request.spec.slice_type.name} ({request.spec.slice_type.topology}) "
                        "is not in Google's table of v5p sizes; Cloud TPU may refuse it.", err=True)
@@ -72,6 +88,12 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
         if as_json:
             emit_json({**result.info.to_json(), "created": result.created})
             return
+        if (max_cost is not None or max_hours is not None) and not result.created:
+            click.echo(f"podctl: note: {result.info.name} already existed; its budget labels are "
+                       "unchanged", err=True)
+        elif result.created and describe_labels(request.labels):
+            click.echo(f"podctl: budget {describe_labels(request.labels)}: enforced while `podctl "
+                       "run` follows a run on it or `podctl budget check` runs", err=True)
         verb = "created" if result.created else "reused"
         state = "ready" if result.info.ready else result.info.state
         click.echo(f"{verb} {result.info.name}: {state}")
@@ -91,15 +113,19 @@ def ls(ctx: Context, project: str | None, zone: str | None, as_json: bool) -> No
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json, slice_table
         from podctl.cloud.describe import list_slices
+        from podctl.cost import load_price_config, slice_cost
 
         settings, api = _open(ctx, project, zone)
         slices = run_sync(list_slices(api, settings.parent))
+        prices = load_price_config()
+        costs = {s.name: slice_cost(s, config=prices) for s in slices}
         if as_json:
-            emit_json([s.to_json() for s in slices])
+            emit_json([{**s.to_json(), "usd_per_hour": costs[s.name].usd_per_hour,
+                        "cost_usd": costs[s.name].usd_so_far} for s in slices])
         elif not slices:
             click.echo(f"no slices in {settings.zone} (project {settings.project})")
         else:
-            slice_table(slices)
+            slice_table(slices, costs)
 
     guarded(action)
 

@@ -1,0 +1,327 @@
+"""Budgets: a cost or time limit on a slice or a run, and what enforces it.
+
+`podctl up --max-cost USD --max-hours H` writes the budget on the slice as labels
+(GCP label values allow only lowercase letters, digits, `_` and `-`):
+
+    podctl-max-cost=500_00        dollars_cents, for people and for `budget check`
+    podctl-deadline=1767225600    epoch seconds: the sooner of the two limits, at the
+                                  price known when the slice was asked for
+
+A label enforces nothing by itself; a podctl process has to be watching:
+
+- `podctl run ... [--max-hours H]` follows its run and acts at the sooner of the
+  slice's deadline and its own H hours from the start;
+- `podctl budget check` (run it from cron) acts on every podctl slice in the zone
+  whose deadline has passed or whose cost so far has reached its max cost.
+
+Acting is the same everywhere: the run is asked to checkpoint and stop (SIGTERM
+through `launch.stop_agents`, which the training template answers by saving a
+checkpoint), podctl waits a bounded grace period for the hosts to end, then
+deletes the slice and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, TypeVar
+
+from podctl import cost
+from podctl.cloud import terminate
+from podctl.cloud.types import SliceInfo
+from podctl.cloud.wait import WaitPolicy, wait_deleted
+from podctl.durations import parse_duration
+from podctl.errors import BudgetExceededError, InvalidValueError, PodctlError
+
+T = TypeVar("T")
+Notice = Callable[[str], None]
+MAX_COST_LABEL = "podctl-max-cost"
+DEADLINE_LABEL = "podctl-deadline"
+GRACE_SECONDS = 300.0  # a checkpoint of a large model can take minutes to write
+POLL_SECONDS = 5.0  # the clock is read again at least this often while a run is followed
+
+
+# ---- the labels -----------------------------------------------------------------------
+
+def encode_usd(usd: float) -> str:
+    """500 -> '500_00', 0.015 -> '0_015': a label value may not hold a '.'."""
+    whole, _, fraction = f"{usd:.6f}".rstrip("0").partition(".")
+    return f"{whole}_{fraction.ljust(2, '0')}"
+
+
+def decode_usd(text: str) -> float | None:
+    dollars, _, fraction = text.partition("_")
+    if not dollars.isdigit() or (fraction and not fraction.isdigit()):
+        return None
+    return float(f"{dollars}.{fraction or 0}")
+
+
+def parse_hours(text: str, option: str) -> float:
+    """'3.5' (hours), or a duration like '90m', '6h', '1h30m' -> hours above zero."""
+    value = text.strip().lower()
+    try:
+        hours = float(value)
+    except ValueError:
+        return parse_duration(value, option) / 3600
+    if not (math.isfinite(hours) and hours > 0):
+        raise InvalidValueError(f"{option} {text!r}: give hours above zero (e.g. 3.5) or a "
+                                "duration (e.g. 90m, 6h).")
+    return hours
+
+
+def check_max_cost(usd: float | None) -> float | None:
+    if usd is not None and not (math.isfinite(usd) and usd > 0):
+        raise InvalidValueError(f"--max-cost {usd}: give US dollars above zero (e.g. 500).")
+    return usd
+
+
+def fmt_usd(usd: float) -> str:
+    """$500 for a round budget, $500.50, $0.001 below a cent."""
+    if usd == int(usd):
+        return f"${usd:,.0f}"
+    return f"${usd:,.2f}" if usd >= 0.01 else f"${usd:.2g}"
+
+
+def budget_labels(*, now: float, usd_per_hour: float | None, max_cost: float | None,
+                  max_hours: float | None, zone: str) -> dict[str, str]:
+    """The labels for a new slice; a --max-cost needs the slice's price."""
+    check_max_cost(max_cost)
+    if max_cost is None and max_hours is None:
+        return {}
+    limits = [max_hours] if max_hours is not None else []
+    labels = {}
+    if max_cost is not None:
+        if usd_per_hour is None:
+            raise InvalidValueError(f"--max-cost needs a price: {cost.unknown_price_message(zone)}.")
+        limits.append(max_cost / usd_per_hour)
+        labels[MAX_COST_LABEL] = encode_usd(max_cost)
+    labels[DEADLINE_LABEL] = str(int(now + min(limits) * 3600))
+    return labels
+
+
+@dataclass(frozen=True)
+class SliceBudget:
+    deadline: float | None
+    max_cost: float | None
+
+
+def slice_budget(info: SliceInfo) -> SliceBudget | None:
+    deadline_text = info.labels.get(DEADLINE_LABEL, "")
+    deadline = float(deadline_text) if deadline_text.isdigit() else None
+    max_cost = decode_usd(info.labels.get(MAX_COST_LABEL, ""))
+    if deadline is None and max_cost is None:
+        return None
+    return SliceBudget(deadline, max_cost)
+
+
+def slice_cost_now(info: SliceInfo, now: float, override: float | None = None) -> float | None:
+    price = cost.chip_hour_price(info.zone, spot=info.tier == "spot", override=override)
+    return cost.cost_so_far(info.chips, max(0.0, now - info.created), price)
+
+
+def overdue(info: SliceInfo, now: float) -> str | None:
+    """Why INFO's budget is reached, in words; None when it is not (or it has none)."""
+    budget = slice_budget(info) if info.managed else None
+    if budget is None:
+        return None
+    hours = max(0.0, now - info.created) / 3600
+    spent = slice_cost_now(info, now)
+    if budget.max_cost is not None and spent is not None and spent >= budget.max_cost:
+        return f"${spent:,.2f} of {fmt_usd(budget.max_cost)} after {hours:.1f} h"
+    if budget.deadline is not None and now >= budget.deadline:
+        of = f" of {fmt_usd(budget.max_cost)}" if budget.max_cost is not None else ""
+        money = f"${spent:,.2f}{of}, " if spent is not None else ""
+        return f"{money}deadline passed after {hours:.1f} h"
+    return None
+
+
+async def delete_slice(api: Any, parent: str, info: SliceInfo,
+                       policy: WaitPolicy = WaitPolicy()) -> SliceInfo:
+    deleted = await terminate.delete(api, parent, info)
+    await wait_deleted(api, parent, deleted.name, kind=deleted.kind, policy=policy)
+    return deleted
+
+
+# ---- while `podctl run` follows -------------------------------------------------------
+
+async def _settled(task: asyncio.Future, timeout: float | None) -> bool:
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    return bool(done)
+
+
+async def watch_budget(follow: Awaitable[T], *, api: Any, parent: str, job: Any, info: SliceInfo,
+                       max_hours: float | None, notice: Notice,
+                       grace_seconds: float = GRACE_SECONDS,
+                       clock: Callable[[], float] = time.time,
+                       policy: WaitPolicy = WaitPolicy()) -> T:
+    """Await FOLLOW (the run's log follower); if the slice's deadline or the run's
+    MAX_HOURS comes first, stop the run, wait for it up to GRACE_SECONDS, delete the
+    slice and raise BudgetExceededError."""
+    started = clock()
+    budget = slice_budget(info)
+    limits = {}
+    if budget and budget.deadline is not None:
+        limits["slice"] = budget.deadline
+    if max_hours is not None:
+        limits["run"] = started + max_hours * 3600
+    task = asyncio.ensure_future(follow)
+    if not limits:
+        return await task
+    which = min(limits, key=limits.get)
+    deadline = limits[which]
+    try:
+        while not task.done() and clock() < deadline:
+            await _settled(task, min(POLL_SECONDS, max(0.0, deadline - clock())))
+    except BaseException:  # Ctrl-C: the follower's own handler stops the run
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+    if task.done():
+        return task.result()
+    now = clock()
+    if which == "slice":
+        why = overdue(info, max(now, deadline)) or f"deadline passed after " \
+              f"{(now - info.created) / 3600:.1f} h"
+    else:
+        price = cost.chip_hour_price(info.zone, spot=info.tier == "spot")
+        spent = cost.cost_so_far(info.chips, now - started, price)
+        money = f", ${spent:,.2f}" if spent is not None else ""
+        why = f"{(now - started) / 3600:.1f} h of --max-hours {max_hours:g}{money}"
+    notice(f"budget reached ({why}): stopping run {job.run_id}, deleting slice {info.name}")
+    from podctl.jobs import launch
+
+    with contextlib.suppress(Exception):  # a host that is gone has nothing to stop
+        await launch.stop_agents(job.fleet, job.run_id)
+    if not await _settled(task, grace_seconds):
+        notice(f"run {job.run_id} did not stop within {grace_seconds:.0f}s; deleting anyway")
+        task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    with contextlib.suppress(Exception):
+        await job.stop()  # the record says stopped, with its end time
+    await delete_slice(api, parent, info, policy)
+    notice(f"deleted slice {info.name}")
+    raise BudgetExceededError(f"budget reached ({why}): run {job.run_id} was stopped and slice "
+                              f"{info.name} deleted.")
+
+
+# ---- from cron: `podctl budget check` -------------------------------------------------
+
+@dataclass(frozen=True)
+class Reaped:
+    info: SliceInfo
+    reason: str
+    deleted: bool
+    runs_stopped: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.info.name, "reason": self.reason, "deleted": self.deleted,
+                "runs_stopped": list(self.runs_stopped),
+                "labels": {k: v for k, v in self.info.labels.items()
+                           if k in (MAX_COST_LABEL, DEADLINE_LABEL)}}
+
+
+StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
+
+
+async def reap(api: Any, parent: str, *, now: float | None = None, dry_run: bool = False,
+               stop_runs: StopRuns | None = None, notice: Notice = lambda text: None,
+               policy: WaitPolicy = WaitPolicy()) -> list[Reaped]:
+    """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached."""
+    from podctl.cloud.describe import list_slices
+
+    now = time.time() if now is None else now
+    reaped = []
+    for info in await list_slices(api, parent):
+        reason = overdue(info, now)
+        if reason is None or info.state == "DELETING":
+            continue
+        if dry_run:
+            reaped.append(Reaped(info, reason, deleted=False))
+            continue
+        stopped: list[str] = []
+        if stop_runs is not None and info.ready:
+            try:
+                stopped = await stop_runs(info)
+            except PodctlError as e:  # the budget wins over a run that cannot be reached
+                notice(f"could not stop the runs on {info.name} ({e}); deleting it anyway")
+        notice(f"budget reached ({reason}): "
+               + (f"stopped run {', '.join(stopped)}, " if stopped else "")
+               + f"deleting slice {info.name}")
+        await delete_slice(api, parent, info, policy)
+        reaped.append(Reaped(info, reason, deleted=True, runs_stopped=tuple(stopped)))
+    return reaped
+
+
+async def stop_runs_on(storage: Any, info: SliceInfo, *, private_key: Any, pins: Any,
+                       ssh_port: int | None, grace_seconds: float = GRACE_SECONDS,
+                       clock: Callable[[], float] = time.monotonic) -> list[str]:
+    """Ask every run still going on INFO to checkpoint and stop; wait for its hosts
+    up to GRACE_SECONDS; mark its record stopped. Returns the run ids."""
+    from podctl.jobs import launch, runs
+    from podctl.jobs.history import list_runs
+    from podctl.jobs.logs import LogReader
+    from podctl.jobs.ssh import Fleet
+
+    going = [r for r in await list_runs(storage)
+             if r.slice_name == info.name and r.state in ("starting", "running")]
+    if not going:
+        return []
+    async with Fleet(launch.targets_for(info, ssh_port), private_key, pins) as fleet:
+        for record in going:
+            await launch.stop_agents(fleet, record.run_id)
+    until = clock() + grace_seconds
+    for record in going:
+        reader = LogReader(storage, record.run_id, record.num_hosts, sink=lambda host, line: None)
+        while len(await reader.read_statuses()) < record.num_hosts and clock() < until:
+            await asyncio.sleep(1.0)
+        record.state, record.ended = "stopped", time.time()
+        record.extra = {**record.extra, "stopped_by": "budget"}
+        data = json.dumps(record.to_json()).encode()
+        for name in (f"{runs.run_prefix(record.run_id)}/run.json", f"{runs.INDEX}/{record.run_id}.json"):
+            await storage.upload_bytes(name, data, content_type="application/json")
+    return [r.run_id for r in going]
+
+
+def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: str | None,
+                price: float | None = None, now: float | None = None) -> Any:
+    """An UpRequest with the budget labels added (no change without a budget)."""
+    import dataclasses
+
+    if max_cost is None and max_hours is None:
+        return request
+    spec = request.spec
+    chip_price = cost.chip_hour_price(zone, spot=spec.tier == "spot", override=price)
+    labels = budget_labels(
+        now=time.time() if now is None else now, zone=zone, max_cost=max_cost,
+        usd_per_hour=chip_price and spec.multislice.chips * chip_price.usd_per_chip_hour,
+        max_hours=parse_hours(max_hours, "--max-hours") if max_hours is not None else None)
+    return dataclasses.replace(request, labels={**request.labels, **labels})
+
+
+def describe_labels(labels: dict[str, str]) -> str:
+    """'max $500, deadline 2026-12-03 18:00 UTC' for a note."""
+    parts = []
+    max_cost = decode_usd(labels.get(MAX_COST_LABEL, ""))
+    if max_cost is not None:
+        parts.append(f"max {fmt_usd(max_cost)}")
+    if labels.get(DEADLINE_LABEL, "").isdigit():
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(int(labels[DEADLINE_LABEL])))
+        parts.append(f"deadline {when}")
+    return ", ".join(parts)
+
+
+def run_hours(max_hours: str | None, detach: bool) -> float | None:
+    """`podctl run --max-hours`, checked: only a run that podctl follows is watched."""
+    if max_hours is None:
+        return None
+    if detach:
+        raise InvalidValueError("--max-hours is enforced while `podctl run` follows the run: drop "
+                                "--detach, or budget the slice (`podctl up --max-hours`) and run "
+                                "`podctl budget check` from cron.")
+    return parse_hours(max_hours, "--max-hours")

@@ -1,0 +1,264 @@
+"""Prices, estimates before a run, and cost and goodput after it.
+
+Prices are US dollars per chip-hour, by region and tier, from the table shipped in
+podctl/data/prices.toml (each figure with its date and source). A user's figure wins:
+`--price` on the command line, else a `[prices]` table in podctl.toml:
+
+    [prices]
+    on-demand = 4.20          # every region
+    spot = 2.10
+    [prices.us-central1]      # one region (or one zone: [prices.us-central1-a])
+    on-demand = 4.20
+
+A price that neither gives is unknown (None), never guessed; commands then say
+`price unknown for REGION; pass --price or set [prices] in podctl.toml`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from podctl.errors import ConfigError, InvalidValueError
+from podctl.topology import PEAK_BF16_TFLOPS_PER_CHIP, parse_slice
+
+TIERS = ("on-demand", "spot", "1y-cud", "3y-cud")
+PEAK_FLOPS_PER_CHIP = PEAK_BF16_TFLOPS_PER_CHIP * 1e12
+DEFAULT_MFU = 0.45  # an assumption, said so wherever it is used
+
+
+@dataclass(frozen=True)
+class Price:
+    usd_per_chip_hour: float
+    tier: str
+    region: str
+    source: str  # a URL, "--price", or "podctl.toml [prices]"
+    as_of: str | None  # the date of the figure, when known
+
+    def to_json(self) -> dict[str, Any]:
+        return {"usd_per_chip_hour": self.usd_per_chip_hour, "tier": self.tier,
+                "region": self.region, "source": self.source, "as_of": self.as_of}
+
+
+def region_of(zone: str) -> str:
+    """us-central1-a -> us-central1"""
+    return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
+
+
+def unknown_price_message(zone: str | None) -> str:
+    where = region_of(zone) if zone else "this slice (no zone given)"
+    return f"price unknown for {where}; pass --price or set [prices] in podctl.toml"
+
+
+@functools.lru_cache(maxsize=1)
+def price_table() -> dict[str, dict[str, Any]]:
+    """The shipped table: region -> {tier: price, as_of, source}."""
+    text = resources.files("podctl").joinpath("data/prices.toml").read_text()
+    return tomllib.loads(text)["v5p"]
+
+
+def load_price_config(cwd: Path | None = None) -> dict[str, Any]:
+    """The [prices] table of podctl.toml in CWD (also under [podctl]), checked."""
+    path = (cwd or Path.cwd()) / "podctl.toml"
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid TOML ({e}); fix or remove it.") from e
+    prices = data.get("prices", data.get("podctl", {}).get("prices", {}))
+    if not isinstance(prices, dict):
+        raise ConfigError(f"{path}: [prices] must be a table, e.g. on-demand = 4.20.")
+    for key, value in prices.items():
+        for tier, figure in (value.items() if isinstance(value, dict) else [(key, value)]):
+            if tier not in TIERS or isinstance(figure, bool) or not isinstance(figure, (int, float)) \
+                    or not figure > 0:
+                raise ConfigError(f"{path}: [prices] {key} = {value!r}: expected tiers "
+                                  f"({', '.join(TIERS)}) with prices in USD per chip-hour above 0.")
+    return prices
+
+
+def check_price(value: float | None, option: str = "--price") -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise InvalidValueError(f"{option} {value}: a price is US dollars per chip-hour above 0 "
+                                "(e.g. 4.20).")
+    return value
+
+
+def chip_hour_price(zone: str, *, spot: bool, override: float | None = None,
+                    config: Mapping[str, Any] | None = None) -> Price | None:
+    """USD per chip-hour of a v5p chip in ZONE: OVERRIDE, else CONFIG (podctl.toml's
+    [prices]; read from the current directory when None), else the shipped table;
+    None when none of them knows."""
+    tier = "spot" if spot else "on-demand"
+    region = region_of(zone)
+    if override is not None:
+        return Price(check_price(override), tier, region, "--price", None)
+    config = load_price_config() if config is None else config
+    for key in (zone, region):
+        figure = config.get(key, {}).get(tier) if isinstance(config.get(key), dict) else None
+        if figure is not None:
+            return Price(float(figure), tier, region, f"podctl.toml [prices.{key}]", None)
+    if isinstance(config.get(tier), (int, float)):
+        return Price(float(config[tier]), tier, region, "podctl.toml [prices]", None)
+    row = price_table().get(region, {})
+    if tier not in row:
+        return None
+    return Price(float(row[tier]), tier, region, row["source"], row.get("as_of"))
+
+
+def slice_hourly_cost(accelerator_type: str, zone: str, *, spot: bool,
+                      override: float | None = None) -> float | None:
+    """USD per hour for the whole slice `v5p-N` in ZONE; None when the price is unknown."""
+    price = chip_hour_price(zone, spot=spot, override=override)
+    return None if price is None else parse_slice(accelerator_type).chips * price.usd_per_chip_hour
+
+
+# ---- numbers as people type them ------------------------------------------------------
+
+_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+_NUMBER = re.compile(r"^(-?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)([kmbgt]?)$")
+
+
+def parse_count(text: str, option: str) -> float:
+    """'70B', '7b', '1T', '1.5e12', '500M', '1_000' -> a positive number."""
+    value = text.strip().lower().replace("_", "").replace(",", "")
+    match = _NUMBER.match(value)
+    if not match:
+        raise InvalidValueError(f"{option} {text!r}: expected a number like 70B, 1.5e12, 500M or 1T.")
+    number = float(match[1]) * _SUFFIX[match[2]]
+    if not (math.isfinite(number) and number > 0):
+        raise InvalidValueError(f"{option} {text!r} must be above zero.")
+    return number
+
+
+def check_mfu(mfu: float, where: str = "--mfu") -> float:
+    if not (math.isfinite(mfu) and 0 < mfu <= 1):
+        raise InvalidValueError(f"{where} {mfu}: MFU is a fraction of peak in (0, 1], e.g. 0.45.")
+    return mfu
+
+
+# ---- before: an estimate --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    """One training run on one slice type: 6·N·D FLOPs at MFU of the chips' peak."""
+
+    slice_type: str
+    chips: int
+    params: float
+    tokens: float
+    mfu: float
+    price: Price | None
+
+    @property
+    def flops(self) -> float:
+        return 6 * self.params * self.tokens
+
+    @property
+    def seconds(self) -> float:
+        return self.flops / (self.chips * PEAK_FLOPS_PER_CHIP * self.mfu)
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        return None if self.price is None else self.chips * self.price.usd_per_chip_hour
+
+    @property
+    def total_usd(self) -> float | None:
+        return None if self.usd_per_hour is None else self.usd_per_hour * self.hours
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        return None if self.total_usd is None else self.total_usd / (self.tokens / 1e6)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slice": self.slice_type, "chips": self.chips, "params": self.params,
+                "tokens": self.tokens, "mfu": self.mfu, "flops": self.flops,
+                "peak_flops_per_chip": PEAK_FLOPS_PER_CHIP, "hours": self.hours,
+                "days": self.hours / 24, "usd_per_hour": self.usd_per_hour,
+                "total_usd": self.total_usd, "usd_per_million_tokens": self.usd_per_million_tokens,
+                "price": self.price.to_json() if self.price else None}
+
+
+def estimate(slice_type: str, *, params: float, tokens: float, mfu: float,
+             price: Price | None) -> Estimate:
+    if not params > 0 or not tokens > 0:
+        raise InvalidValueError("--params and --tokens must be above zero.")
+    kind = parse_slice(slice_type)
+    return Estimate(kind.name, kind.chips, params, tokens, check_mfu(mfu), price)
+
+
+# ---- after: what a slice or a run cost ------------------------------------------------
+
+def cost_so_far(chips: int, seconds: float, price: Price | None) -> float | None:
+    return None if price is None else chips * price.usd_per_chip_hour * seconds / 3600
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """A run's bill (its slice's time from start to end) against its training."""
+
+    billed_seconds: float
+    chips: int
+    price: Price | None
+    productive_seconds: float
+    tokens: float
+
+    @property
+    def usd(self) -> float | None:
+        return cost_so_far(self.chips, self.billed_seconds, self.price)
+
+    @property
+    def goodput(self) -> float | None:
+        return self.productive_seconds / self.billed_seconds if self.billed_seconds > 0 else None
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        return None if self.usd is None or not self.tokens else self.usd / (self.tokens / 1e6)
+
+
+@dataclass(frozen=True)
+class SliceCost:
+    price: Price | None
+    usd_per_hour: float | None
+    usd_so_far: float | None  # chips x age (from createTime) x price
+
+    def to_json(self) -> dict[str, Any]:
+        return {"usd_per_hour": self.usd_per_hour, "cost_usd": self.usd_so_far,
+                "price": self.price.to_json() if self.price else None}
+
+
+def slice_cost(info: Any, *, override: float | None = None,
+               config: Mapping[str, Any] | None = None) -> SliceCost:
+    """What a slice (a podctl SliceInfo) costs per hour and has cost since it was
+    created; unknown for a slice that is not v5p (the table holds v5p only)."""
+    if not info.accelerator_type.startswith("v5p-") or not info.chips:
+        return SliceCost(None, None, None)
+    price = chip_hour_price(info.zone, spot=info.tier == "spot", override=override, config=config)
+    if price is None:
+        return SliceCost(None, None, None)
+    hourly = info.chips * price.usd_per_chip_hour
+    return SliceCost(price, hourly, hourly * info.age_seconds / 3600)
+
+
+def fmt_usd(usd: float | None) -> str:
+    """$1,234.56, or ? when unknown."""
+    return "?" if usd is None else f"${usd:,.2f}"
+
+
+def fmt_count(number: float) -> str:
+    """70e9 -> '70B', 1.5e12 -> '1.5T', 500e6 -> '500M' (parse_count's inverse)."""
+    for suffix, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if number >= size:
+            return f"{number / size:.4g}{suffix}"
+    return f"{number:.4g}"

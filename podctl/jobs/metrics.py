@@ -1,0 +1,109 @@
+"""What a run measured: the JSON lines the training template prints on host 0.
+
+The template (templates/train_pjit.py) writes one JSON object per line on process 0:
+`{"kind": "config", ...}`, `{"kind": "step", "step", "loss", "step_time_s",
+"tokens_per_s", "mfu", ["compile": true]}`, `{"kind": "checkpoint"}`, `{"kind":
+"done"}`, `{"kind": "preempted"}`. Host 0's log chunks in GCS carry them among the
+script's other output; everything that is not such an object is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from podctl.jobs import runs
+from podctl.jobs.logs import _chunk_number
+
+
+@dataclass
+class RunMetrics:
+    steps: int = 0  # step records seen (compile steps included)
+    platform: str | None = None
+    params: int | None = None
+    start_step: int = 0
+    median_mfu: float | None = None  # None on CPU, or where the template knew no peak
+    productive_seconds: float = 0.0  # the steps' own time, compile steps excluded
+    tokens: float = 0.0  # tokens trained by the steps this run logged
+    final_step: int | None = None
+    final_loss: float | None = None
+    ended: str | None = None  # "done", "preempted", or None while it runs (or if it crashed)
+    checkpoints: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_records(lines: list[str]) -> list[dict[str, Any]]:
+    records = []
+    for line in lines:
+        text = line.strip()
+        if not text.startswith("{"):
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("kind"), str):
+            records.append(record)
+    return records
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def summarize(records: list[dict[str, Any]]) -> RunMetrics:
+    metrics = RunMetrics()
+    mfus: list[float] = []
+    tokens_per_step: float | None = None
+    for r in records:
+        kind = r["kind"]
+        if kind == "config":
+            metrics.platform = r.get("platform")
+            metrics.params = r.get("params")
+            metrics.start_step = int(r.get("start_step") or 0)
+            if _number(r.get("batch")) and _number(r.get("seq_len")):
+                tokens_per_step = float(r["batch"]) * float(r["seq_len"])
+        elif kind == "step":
+            metrics.steps += 1
+            seconds = _number(r.get("step_time_s")) or 0.0
+            rate = _number(r.get("tokens_per_s"))
+            # A step's tokens: batch x seq_len when the config said so, else rate x time.
+            metrics.tokens += tokens_per_step if tokens_per_step else (rate or 0.0) * seconds
+            if not r.get("compile"):  # the first step mostly compiles: not training time
+                metrics.productive_seconds += seconds
+                mfu = _number(r.get("mfu"))
+                if mfu is not None:
+                    mfus.append(mfu)
+            metrics.final_step = r.get("step", metrics.final_step)
+            metrics.final_loss = _number(r.get("loss"))
+        elif kind == "checkpoint":
+            metrics.checkpoints.append(r.get("step"))
+        elif kind in ("done", "preempted"):
+            metrics.ended = kind
+            metrics.final_step = r.get("step", metrics.final_step)
+            if kind == "done" and _number(r.get("loss")) is not None:
+                metrics.final_loss = float(r["loss"])
+    if mfus and metrics.platform != "cpu":
+        metrics.median_mfu = statistics.median(mfus)
+    return metrics
+
+
+async def read_metrics(storage: Any, run_id: str) -> RunMetrics:
+    """Host 0's log chunks of RUN_ID, read from GCS in order, summarized.
+
+    Only host 0's prefix is listed (a 512-host run has 512 hosts' chunks); chunks are
+    read in unbroken number order, as the log reader does, so a gap ends the read."""
+    objects = await storage.list(runs.log_prefix(run_id, 0))
+    lines: list[str] = []
+    expected = 1
+    for number, name in sorted((_chunk_number(o.name), o.name) for o in objects):
+        if number != expected:
+            break
+        data = await storage.download_bytes(name)
+        lines.extend(data.decode("utf-8", errors="replace").splitlines())
+        expected += 1
+    return summarize(parse_records(lines))
