@@ -1,0 +1,254 @@
+"""Prices, `podctl plan` arithmetic against hand-worked cases, numbers as typed, the
+metrics a run's host-0 log carries, and `podctl cost` / `ls` against the fake cloud."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from podctl import cost
+from podctl.errors import ConfigError, InvalidValueError
+from podctl.jobs import runs
+from podctl.jobs.agent import LogShipper
+from podctl.jobs.metrics import parse_records, read_metrics, summarize
+from podctl.jobs.runs import RunRecord
+from podctl.settings import FAKE_BUCKET
+from podctl.storage import Storage
+from tests.test_cli import Podctl, assert_one_line_error, podctl  # noqa: F401 (fixture)
+
+# ---- prices -------------------------------------------------------------------------
+
+
+def test_shipped_table_has_dated_sourced_v5p_figures():
+    on_demand = cost.chip_hour_price("us-east5-a", spot=False, config={})
+    spot = cost.chip_hour_price("us-east5-a", spot=True, config={})
+    assert (on_demand.usd_per_chip_hour, on_demand.tier, on_demand.region) == (4.20, "on-demand", "us-east5")
+    assert spot.usd_per_chip_hour == 2.10
+    assert "cloud.google.com/tpu/pricing" in on_demand.source and on_demand.as_of == "2024-12-23"
+    assert set(cost.price_table()["us-east5"]) >= {"on-demand", "spot", "1y-cud", "3y-cud"}
+
+
+def test_an_unknown_region_is_none_and_says_what_to_do():
+    assert cost.chip_hour_price("us-central1-a", spot=False, config={}) is None
+    assert cost.slice_hourly_cost("v5p-8", "us-central1-a", spot=False) is None
+    assert cost.unknown_price_message("us-central1-a") == (
+        "price unknown for us-central1; pass --price or set [prices] in podctl.toml")
+
+
+def test_overrides_win_in_order():
+    config = {"on-demand": 5.0, "us-central1": {"on-demand": 6.0}, "us-central1-b": {"spot": 1.0}}
+    assert cost.chip_hour_price("us-central1-a", spot=False, override=3.0, config=config).source == "--price"
+    assert cost.chip_hour_price("us-central1-a", spot=False, config=config).usd_per_chip_hour == 6.0
+    assert cost.chip_hour_price("us-central1-b", spot=True, config=config).usd_per_chip_hour == 1.0
+    assert cost.chip_hour_price("us-east5-a", spot=False, config=config).usd_per_chip_hour == 5.0
+    assert cost.chip_hour_price("us-east5-a", spot=True, config=config).usd_per_chip_hour == 2.10
+    with pytest.raises(InvalidValueError, match="above 0"):
+        cost.chip_hour_price("us-east5-a", spot=False, override=-1.0)
+
+
+def test_prices_from_podctl_toml(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "podctl.toml").write_text('zone = "us-central1-a"\n[prices]\nspot = 1.5\n'
+                                         '[prices.us-central1]\non-demand = 4.0\n')
+    assert cost.slice_hourly_cost("v5p-8", "us-central1-a", spot=False) == 16.0
+    assert cost.chip_hour_price("us-central1-a", spot=True).source == "podctl.toml [prices]"
+    (tmp_path / "podctl.toml").write_text("[prices]\non-demand = \"cheap\"\n")
+    with pytest.raises(ConfigError, match="USD per chip-hour"):
+        cost.load_price_config()
+
+
+def test_slice_hourly_cost_counts_the_chips():
+    assert cost.slice_hourly_cost("v5p-8", "us-east5-a", spot=False) == pytest.approx(16.80)
+    assert cost.slice_hourly_cost("v5p-4096", "us-east5-a", spot=False) == pytest.approx(8601.60)
+    assert cost.slice_hourly_cost("v5p-4096", "us-east5-a", spot=True, override=1.0) == 2048.0
+
+
+# ---- plan arithmetic ----------------------------------------------------------------
+
+@pytest.mark.parametrize("text, value", [
+    ("70B", 70e9), ("7b", 7e9), ("1T", 1e12), ("1.5e12", 1.5e12), ("500M", 500e6),
+    ("1_000", 1000.0), ("2k", 2000.0), ("1e3", 1000.0),
+])
+def test_counts_as_people_type_them(text, value):
+    assert cost.parse_count(text, "--params") == value
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0", "-1", "1Q", "nan", "1e999"])
+def test_bad_counts_are_refused(text):
+    with pytest.raises(InvalidValueError, match="--tokens"):
+        cost.parse_count(text, "--tokens")
+
+
+def test_70b_on_1t_tokens_on_v5p_4096_at_half_mfu_is_about_248_hours():
+    price = cost.chip_hour_price("us-east5-a", spot=False, config={})
+    e = cost.estimate("v5p-4096", params=70e9, tokens=1e12, mfu=0.5, price=price)
+    # by hand: 6 * 70e9 * 1e12 = 4.2e23 FLOPs; 2048 chips * 459e12 * 0.5 = 4.70016e17 FLOP/s
+    assert e.flops == pytest.approx(4.2e23)
+    assert e.hours == pytest.approx(4.2e23 / 4.70016e17 / 3600)
+    assert round(e.hours, 1) == 248.2
+    assert e.usd_per_hour == pytest.approx(2048 * 4.20)
+    assert e.total_usd == pytest.approx(2_135_076.25, abs=0.01)  # $8,601.60/h x 248.2185 h
+    assert e.usd_per_million_tokens == pytest.approx(e.total_usd / 1e6)
+
+
+def test_a_small_hand_worked_case_and_mfu_bounds():
+    e = cost.estimate("v5p-8", params=1e9, tokens=1e10, mfu=1.0, price=None)
+    assert e.seconds == pytest.approx(6e19 / (4 * 459e12))  # 32,680 s
+    assert e.total_usd is None and e.usd_per_million_tokens is None
+    for bad in (0.0, -0.1, 1.01, float("nan")):
+        with pytest.raises(InvalidValueError, match=r"\(0, 1\]"):
+            cost.estimate("v5p-8", params=1e9, tokens=1e10, mfu=bad, price=None)
+
+
+# ---- metrics --------------------------------------------------------------------------
+
+def _metric_lines(platform: str = "tpu") -> list[str]:
+    lines = ["booting...", json.dumps({"kind": "config", "params": 70, "devices": 8, "processes": 2,
+                                       "platform": platform, "mesh": {"data": 8}, "batch": 8,
+                                       "seq_len": 1024, "peak_flops_per_s": 459e12, "start_step": 0})]
+    lines.append(json.dumps({"kind": "step", "step": 1, "loss": 9.0, "step_time_s": 60.0,
+                             "tokens_per_s": 136.5, "mfu": 0.01, "compile": True}))
+    for k, mfu in enumerate([0.40, 0.42, 0.44, 0.46, 0.48, 0.50, 0.52, 0.54, 0.56, 0.58], start=2):
+        lines.append(json.dumps({"kind": "step", "step": k, "loss": 9.0 - k / 10, "step_time_s": 300.0,
+                                 "tokens_per_s": 27.3, "mfu": mfu if platform != "cpu" else None}))
+        lines.append("some other line {not json")
+    lines += [json.dumps({"kind": "checkpoint", "step": 11}),
+              json.dumps({"kind": "done", "step": 11, "loss": 7.9, "wall_s": 3100.0})]
+    return lines
+
+
+def test_summary_of_metric_lines():
+    m = summarize(parse_records(_metric_lines()))
+    assert (m.steps, m.final_step, m.final_loss, m.ended, m.platform) == (11, 11, 7.9, "done", "tpu")
+    assert m.median_mfu == pytest.approx(0.49)  # the compile step's 0.01 is left out
+    assert m.productive_seconds == 3000.0
+    assert m.tokens == 11 * 8 * 1024
+    assert m.checkpoints == [11]
+    assert summarize(parse_records(_metric_lines("cpu"))).median_mfu is None
+
+
+def _write_run(storage: Storage, tmp_path, run_id: str, *, created: float, ended: float | None,
+               lines: list[str], zone: str = "us-east5-a") -> None:
+    """A run record and host 0's log as the agent ships it (LogShipper chunks)."""
+    record = RunRecord(run_id=run_id, slice_name=run_id.rsplit("-", 3)[0], project="fake-project",
+                       zone=zone, num_hosts=2, kind="script", script="train.py", args=[],
+                       env_keys=[], bundle_hash=None, created=created, state="succeeded",
+                       exit_code=0, ended=ended)
+    data = json.dumps(record.to_json()).encode()
+    asyncio.run(storage.upload_bytes(f"{runs.run_prefix(run_id)}/run.json", data))
+    asyncio.run(storage.upload_bytes(f"{runs.INDEX}/{run_id}.json", data))
+    shipper = LogShipper({"run_id": run_id, "host": 0, "flush_seconds": 3600},
+                         storage.client.bucket(storage.bucket_name), tmp_path)
+    for i, line in enumerate(lines):
+        shipper.line(line)
+        if i % 5 == 4:  # several chunks, as a long run has
+            shipper.flush()
+    shipper.flush()
+    shipper.local.close()
+    assert shipper.chunk > 2
+
+
+def test_read_metrics_from_log_chunks_in_gcs(fake, tmp_path):
+    storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
+    run_id = runs.new_run_id("m1")
+    _write_run(storage, tmp_path, run_id, created=time.time() - 3600, ended=time.time(),
+               lines=_metric_lines())
+    m = asyncio.run(read_metrics(storage, run_id))
+    assert (m.steps, m.productive_seconds, m.final_loss) == (11, 3000.0, 7.9)
+    assert m.median_mfu == pytest.approx(0.49)
+
+
+# ---- the CLI ------------------------------------------------------------------------
+
+def test_plan_prints_its_working(podctl):
+    out = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-4096", "--mfu", "0.5",
+                 "--zone", "us-east5-a").stdout
+    assert "6 x 70B params x 1T tokens = 4.200e+23" in out
+    assert "2048 (v5p-4096)" in out and "248.2 h (10.3 days)" in out
+    assert "$8,601.60" in out and "MFU         0.5 (--mfu)" in out
+    data = json.loads(podctl("plan", "--params", "7e10", "--tokens", "1e12", "--compare",
+                             "v5p-1024,v5p-4096,v5p-8192", "--zone", "us-east5-a", "--spot",
+                             "--json").stdout)
+    assert [e["chips"] for e in data["estimates"]] == [512, 2048, 4096]
+    assert data["estimates"][1]["price"]["tier"] == "spot"
+    assert data["mfu_source"].startswith("assumed")
+    table = podctl("plan", "--params", "70B", "--tokens", "1T", "--compare", "v5p-1024,v5p-8192",
+                   "--zone", "us-east5-a").stdout
+    assert "SLICE" in table and "v5p-8192" in table and "$/M TOKENS" in table
+
+
+def test_plan_without_a_known_price_still_plans_and_says_so(podctl):
+    proc = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--zone",
+                  "us-central1-a")
+    assert "h (" in proc.stdout and "$" not in proc.stdout
+    assert "price unknown for us-central1; pass --price or set [prices] in podctl.toml" in proc.stderr
+    priced = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--zone",
+                    "us-central1-a", "--price", "4", "--json")
+    assert json.loads(priced.stdout)["estimates"][0]["usd_per_hour"] == 16.0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--params", "0", "--tokens", "1T", "--slice", "v5p-8"], ["--params", "above zero"]),
+    (["--params", "70B", "--tokens", "-5", "--slice", "v5p-8"], ["--tokens", "above zero"]),
+    (["--params", "70B", "--tokens", "lots", "--slice", "v5p-8"], ["--tokens", "70B"]),
+    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--mfu", "1.5"], ["(0, 1]"]),
+    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--mfu", "0"], ["(0, 1]"]),
+    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-4095"], ["v5p-4096"]),
+    (["--params", "70B", "--tokens", "1T", "--compare", "v5p-8,v9-8"], ["v5p only"]),
+    (["--params", "70B", "--tokens", "1T"], ["--slice"]),
+    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--price", "0"], ["--price"]),
+    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--mfu", "0.4", "--mfu-from",
+      "x-20261203-000000-abcd"], ["choose one"]),
+])
+def test_plan_refuses_nonsense_in_one_line(podctl, args, words):
+    assert_one_line_error(podctl("plan", *args, check=False), 2, *words)
+
+
+def test_ls_and_cost_show_prices_and_unknowns(podctl):
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "priced", "--zone", "us-east5-a")
+    podctl("--backend", "fake", "up", "--slice", "v5p-16", "--name", "unpriced")  # us-central1-a
+    listed = podctl.json("--backend", "fake", "ls", "--zone", "us-east5-a")
+    assert listed[0]["usd_per_hour"] == pytest.approx(16.80) and listed[0]["cost_usd"] >= 0
+    human = podctl("--backend", "fake", "ls", "--zone", "us-east5-a").stdout
+    assert "$/HOUR" in human and "COST" in human and "$16.80" in human
+    unknown = podctl("--backend", "fake", "ls").stdout
+    assert "unpriced" in unknown and " ? " in unknown
+    assert podctl.json("--backend", "fake", "ls")[0]["usd_per_hour"] is None
+    one = podctl.json("--backend", "fake", "cost", "priced", "--zone", "us-east5-a")
+    assert (one["chips"], one["usd_per_hour"], one["tier"]) == (4, pytest.approx(16.8), "on-demand")
+    assert one["cost_usd"] == pytest.approx(16.8 * one["age_seconds"] / 3600, abs=0.01)
+    every = podctl("--backend", "fake", "cost", "--price", "1")
+    assert "unpriced" in every.stdout and "$8.00/h" in every.stdout
+    podctl("--backend", "fake", "down", "priced", "--yes", "--zone", "us-east5-a")
+    podctl("--backend", "fake", "down", "unpriced", "--yes")
+
+
+def test_cost_and_goodput_of_a_run_and_mfu_from_it(podctl, tmp_path):
+    gcs = podctl.json("fake", "start")["gcs"]
+    storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
+    now = time.time()
+    run_id = runs.new_run_id("gone16", now)
+    _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
+    report = podctl.json("--backend", "fake", "cost", run_id)
+    # by hand: 2 hosts = 8 chips x $4.20 x 1 h; 3000 s of training in 3600 billed
+    assert report["chips"] == 8 and report["tier"] == "on-demand" and not report["tier_known"]
+    assert report["cost_usd"] == pytest.approx(33.60)
+    assert report["goodput"] == pytest.approx(3000 / 3600)
+    assert report["tokens"] == 11 * 8192
+    assert report["usd_per_million_tokens"] == pytest.approx(33.60 / (11 * 8192 / 1e6))
+    assert report["median_mfu"] == pytest.approx(0.49)
+    human = podctl("--backend", "fake", "cost", run_id).stdout
+    assert "goodput   83.3%" in human
+    plan = podctl.json("--backend", "fake", "plan", "--params", "70B", "--tokens", "1T", "--slice",
+                       "v5p-4096", "--mfu-from", run_id)
+    assert plan["estimates"][0]["mfu"] == pytest.approx(0.49) and run_id in plan["mfu_source"]
+    cpu_run = runs.new_run_id("cpu8", now)
+    (tmp_path / "cpu").mkdir()
+    _write_run(storage, tmp_path / "cpu", cpu_run, created=now - 60, ended=now,
+               lines=_metric_lines("cpu"))
+    proc = podctl("--backend", "fake", "plan", "--params", "70B", "--tokens", "1T", "--slice",
+                  "v5p-8", "--mfu-from", cpu_run, check=False)
+    assert_one_line_error(proc, 2, f"run {cpu_run} measured no MFU (it ran on cpu); pass --mfu")
