@@ -25,6 +25,10 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     ├── BundleError                  the working directory cannot be packed (or unpacked)
     ├── JobError                     a run could not start, or its hosts could not be reached
     │   └── HostKeyError             a host's SSH key changed since podctl pinned it
+    ├── QueueError                   the queue of runs (`podctl queue`) cannot be used
+    │   ├── QueueDatabaseError       queue.db is corrupt, or from a newer podctl: never overwritten
+    │   ├── QueueBusyError           a tick holds the queue's lock (cancel waits for it, then gives up)
+    │   └── NoSuchEntryError         no queue entry with that id
     ├── BudgetExceededError          a budget was reached: the run stopped, the slice deleted
     └── FakeCloudError               the local fake cloud could not start or be reached
 """
@@ -111,6 +115,22 @@ class HostKeyError(JobError):
 
 
 class BudgetExceededError(PodctlError):
+    pass
+
+
+class QueueError(PodctlError):
+    pass
+
+
+class QueueDatabaseError(QueueError):
+    pass
+
+
+class QueueBusyError(QueueError):
+    pass
+
+
+class NoSuchEntryError(QueueError):
     pass
 
 

@@ -110,6 +110,12 @@ class TpuApi:
         return await self._call("acceleratorTypes.get", f"looking up {name}",
                                 self.client.get_accelerator_type, name=name, retry=None)
 
+    async def get_operation(self, name: str) -> Any:
+        """A long-running operation by name (a google.longrunning Operation), e.g. one that
+        an earlier process started: `done`, and `error.code` (8: stockout) when it failed."""
+        return await self._call("operations.get", f"reading {name}", self.client.get_operation,
+                                request={"name": name}, retry=None)
+
     async def poll(self, operation: lro.Operation) -> bool:
         """Refresh a long-running operation once (one GET); True when it has finished."""
         # retry=None would mean the operations client's default retry; this one never retries.

@@ -73,6 +73,11 @@ class RunRequest:
     poll_seconds: float = 0.5
     checkpoint_dir: str | None = None  # --resume: the earlier run's; None: this run's own
     resumed_from: str | None = None
+    # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
+    # a no-op on the hosts, and its bundle was uploaded when it was queued; `script`
+    # is then the script's path inside that bundle.
+    run_id: str | None = None
+    bundle_hash: str | None = None
 
 
 @dataclass
@@ -110,7 +115,7 @@ class Job:
         self.sink, self.notice = sink, notice
         info = request.info
         self.targets: list[Target] = launch.targets_for(info, request.ssh_port)
-        self.run_id = runs.new_run_id(info.name)
+        self.run_id = request.run_id or runs.new_run_id(info.name)
         self.fleet = Fleet(self.targets, private_key, pins)
         self.record: RunRecord | None = None
 
@@ -126,14 +131,18 @@ class Job:
 
     async def prepare(self) -> launch.JobSpec:
         request = self.request
-        root, script = _script_in_workdir(request.script, request.workdir)
-        with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
-            packed = bundle.pack(root, out_dir=Path(tmp))
-            for warning in packed.warnings:
-                self.notice(warning)
-            uploaded = await bundle.upload(self.storage, packed)
-        self.notice(f"bundle {packed.hash[:12]} ({packed.file_count} files, "
-                    f"{packed.size_bytes / 1e6:.1f} MB){' uploaded' if uploaded else ', already in GCS'}")
+        if request.bundle_hash:
+            script, bundle_hash = request.script.as_posix(), request.bundle_hash
+        else:
+            root, script = _script_in_workdir(request.script, request.workdir)
+            with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
+                packed = bundle.pack(root, out_dir=Path(tmp))
+                for warning in packed.warnings:
+                    self.notice(warning)
+                uploaded = await bundle.upload(self.storage, packed)
+            self.notice(f"bundle {packed.hash[:12]} ({packed.file_count} files, "
+                        f"{packed.size_bytes / 1e6:.1f} MB){' uploaded' if uploaded else ', already in GCS'}")
+            bundle_hash = packed.hash
         source, sha = launch.agent_source()
         await self.storage.upload_bytes_if_missing(launch.agent_object(sha), source)
         self.agent_sha = sha
@@ -141,7 +150,7 @@ class Job:
         self.record = RunRecord(
             run_id=self.run_id, slice_name=info.name, project=self.project, zone=self.zone,
             num_hosts=len(self.targets), kind="script", script=script, args=list(request.args),
-            env_keys=sorted(request.env), bundle_hash=packed.hash, created=time.time(),
+            env_keys=sorted(request.env), bundle_hash=bundle_hash, created=time.time(),
             extra={"bucket": self.storage.bucket_name,
                    "checkpoint_dir": request.checkpoint_dir
                    or runs.checkpoint_dir(self.storage.bucket_name, self.run_id),
@@ -150,13 +159,13 @@ class Job:
         return launch.JobSpec(
             run_id=self.run_id, bucket=self.storage.bucket_name, project=self.project,
             script=script, args=tuple(request.args), env=dict(request.env), setup=request.setup,
-            bundle_hash=packed.hash, bundle_object=bundle.bundle_object_name(packed.hash),
+            bundle_hash=bundle_hash, bundle_object=bundle.bundle_object_name(bundle_hash),
             coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds,
             checkpoint_dir=request.checkpoint_dir)
 
     async def start(self, spec: launch.JobSpec) -> None:
         await self.fleet.open()
-        await launch.start_agents(self.fleet, spec, self.agent_sha)
+        await launch.start_agents(self.fleet, spec, self.agent_sha, once=self.request.run_id is not None)
         assert self.record is not None
         self.record.state = "running"
         await self._write_record()

@@ -121,13 +121,21 @@ def run_dir(run_id: str) -> str:
     return f"$HOME/.podctl/runs/{shlex.quote(run_id)}"
 
 
-def start_command(run_id: str) -> str:
+def start_command(run_id: str, once: bool = False) -> str:
     """The shell line that writes stdin to the config and starts the agent detached.
-    Only podctl's own constants reach it, each quoted."""
+    Only podctl's own constants reach it, each quoted.
+
+    ONCE (a queued run, whose id is fixed and whose start a killed tick may repeat):
+    the host starts the agent only if it makes the run's `started` marker itself
+    (mkdir is atomic), so a second start of the same run id is a no-op."""
     d = run_dir(run_id)
-    return (f"umask 077 && mkdir -p {d} && cat > {d}/config.json && cd {d} && "
-            f"(setsid nohup python3 -c {shlex.quote(BOOT)} \"$PWD\" > agent.out 2>&1 < /dev/null &)"
-            " && echo started")
+    start = (f"cat > {d}/config.json && cd {d} && "
+             f"(setsid nohup python3 -c {shlex.quote(BOOT)} \"$PWD\" > agent.out 2>&1 < /dev/null &)"
+             " && echo started")
+    if once:
+        return (f"umask 077 && mkdir -p {d} && if mkdir {d}/started 2>/dev/null; then {start}; "
+                "else cat > /dev/null && echo started already; fi")
+    return f"umask 077 && mkdir -p {d} && {start}"
 
 
 def stop_command(run_id: str) -> str:
@@ -137,8 +145,8 @@ def stop_command(run_id: str) -> str:
             f"if test -f {d}/agent.pid; then kill -TERM \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true")
 
 
-async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str) -> None:
-    command = start_command(spec.run_id)
+async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str, once: bool = False) -> None:
+    command = start_command(spec.run_id, once)
 
     async def start(conn: Any, target: Target) -> None:
         config = json.dumps(host_config(spec, target, fleet.targets, agent_sha))
