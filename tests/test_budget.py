@@ -1,0 +1,130 @@
+"""Budgets: the labels `up` writes, and the fake slices they tear down — from
+`podctl budget check` and from the `run` follow loop, which first stops the run."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from podctl import budget, lifecycle
+from podctl.cloud import describe, terminate
+from podctl.cloud.sshkey import ensure_ssh_key
+from podctl.cloud.types import SliceSpec
+from podctl.cloud.up import UpRequest, up
+from podctl.errors import BudgetExceededError, InvalidValueError
+from podctl.jobs.history import load_record
+from podctl.jobs.metrics import read_metrics
+from tests.conftest import FAST, PARENT, ZONE
+from tests.test_cli import Podctl, assert_one_line_error, podctl  # noqa: F401 (fixture)
+from tests.test_jobs import make_job
+
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+
+
+def test_labels_hold_the_budget_and_the_sooner_deadline():
+    labels = budget.budget_labels(now=1000.0, usd_per_hour=16.8, max_cost=500, max_hours=None,
+                                  zone="us-east5-a")
+    assert labels == {"podctl-max-cost": "500_00", "podctl-deadline": str(int(1000 + 500 / 16.8 * 3600))}
+    both = budget.budget_labels(now=1000.0, usd_per_hour=16.8, max_cost=500, max_hours=2,
+                                zone="us-east5-a")
+    assert both["podctl-deadline"] == "8200"  # 2 h comes before $500 (29.8 h)
+    assert all(_LABEL_VALUE.match(v) for v in both.values())
+    assert budget.decode_usd(budget.encode_usd(0.015)) == 0.015
+    with pytest.raises(InvalidValueError, match="price unknown for us-central1"):
+        budget.budget_labels(now=0, usd_per_hour=None, max_cost=5, max_hours=None, zone=ZONE)
+
+
+@pytest.mark.parametrize("text, hours", [("3.5", 3.5), ("90m", 1.5), ("6h", 6.0), ("1h30m", 1.5)])
+def test_hours_as_typed(text, hours):
+    assert budget.parse_hours(text, "--max-hours") == hours
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "soon", "inf"])
+def test_bad_hours_are_refused(text):
+    with pytest.raises(InvalidValueError, match="--max-hours"):
+        budget.parse_hours(text, "--max-hours")
+
+
+def _budgeted_slice(api, name: str, hours: float, key) -> None:
+    labels = budget.budget_labels(now=time.time(), usd_per_hour=None, max_cost=None,
+                                  max_hours=hours, zone=ZONE)
+    asyncio.run(up(api, UpRequest(parent=PARENT, name=name, spec=SliceSpec.build("v5p-8"),
+                                  ssh_keys=key.metadata_entry, owner="t", policy=FAST, labels=labels)))
+
+
+def test_reap_deletes_only_what_is_past_its_deadline(api, fake, isolated):
+    key = ensure_ssh_key(isolated / "config")
+    _budgeted_slice(api, "short", 1.0, key)
+    _budgeted_slice(api, "long", 10.0, key)
+    now = time.time()
+    assert asyncio.run(budget.reap(api, PARENT, now=now, policy=FAST)) == []
+    said: list[str] = []
+    later = now + 2 * 3600  # the clock moves on two hours, nothing waits for it
+    dry = asyncio.run(budget.reap(api, PARENT, now=later, dry_run=True, policy=FAST))
+    assert [(r.info.name, r.deleted) for r in dry] == [("short", False)]
+    reaped = asyncio.run(budget.reap(api, PARENT, now=later, notice=said.append, policy=FAST))
+    assert [(r.info.name, r.deleted) for r in reaped] == [("short", True)]
+    assert "deadline passed" in said[0] and "deleting slice short" in said[0]
+    assert asyncio.run(describe.find(api, PARENT, "short")) is None
+    asyncio.run(terminate.terminate(api, PARENT, "long", policy=FAST))
+
+
+def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
+    # $0.001 at $16.80/h is 0.2 s: past by the time `up` has waited for READY
+    up_json = podctl.json("--backend", "fake", "up", "--slice", "v5p-8", "--name", "tiny",
+                          "--zone", "us-east5-a", "--max-cost", "0.001")
+    assert up_json["labels"]["podctl-max-cost"] == "0_001"
+    deadline = int(up_json["labels"]["podctl-deadline"])
+    time.sleep(max(0.0, deadline + 1 - time.time()))  # at most about a second
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "roomy", "--zone", "us-east5-a",
+           "--max-cost", "500")
+    proc = podctl("--backend", "fake", "budget", "check", "--zone", "us-east5-a")
+    assert "deleted tiny ($" in proc.stdout and "roomy" not in proc.stdout
+    assert "budget reached" in proc.stderr and "deleting slice tiny" in proc.stderr
+    assert [s["name"] for s in podctl.json("--backend", "fake", "ls", "--zone", "us-east5-a")] == ["roomy"]
+    podctl("--backend", "fake", "down", "roomy", "--yes", "--zone", "us-east5-a")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["up", "--slice", "v5p-8", "--max-cost", "10"], ["price unknown for us-central1", "--price"]),
+    (["up", "--slice", "v5p-8", "--max-cost", "-1", "--zone", "us-east5-a"], ["--max-cost"]),
+    (["up", "--slice", "v5p-8", "--max-hours", "soon"], ["--max-hours", "not a duration"]),
+    (["run", "x", "train.py", "--max-hours", "1", "--detach"], ["drop --detach"]),
+    (["budget", "check", "--grace", "never"], ["--grace"]),
+])
+def test_bad_budgets_are_refused_in_one_line(podctl, args, words):
+    assert_one_line_error(podctl("--backend", "fake", *args, check=False), 2, *words)
+
+
+def test_the_run_loop_stops_the_run_then_deletes_the_slice(api, fake, isolated, tmp_path):
+    key = ensure_ssh_key(isolated / "config")
+    asyncio.run(up(api, UpRequest(parent=PARENT, name="budget8", spec=SliceSpec.build("v5p-8"),
+                                  ssh_keys=key.metadata_entry, owner="t", policy=FAST)))
+    info = asyncio.run(describe.describe(api, PARENT, "budget8"))
+    job, lines = make_job(fake, info, key, tmp_path, "budget_train.py", flush_seconds=0.2)
+    said: list[str] = []
+
+    async def go():
+        await job.start(await job.prepare())
+        return await budget.watch_budget(lifecycle.follow_run(job), api=api, parent=PARENT, job=job,
+                                         info=info, max_hours=2 / 3600, notice=said.append,
+                                         grace_seconds=60, policy=FAST)
+
+    try:
+        with pytest.raises(BudgetExceededError, match="run .* was stopped and slice budget8 deleted"):
+            asyncio.run(go())
+    finally:
+        if asyncio.run(describe.find(api, PARENT, "budget8")):
+            asyncio.run(terminate.terminate(api, PARENT, "budget8", policy=FAST))
+    assert said[0].startswith("budget reached (0.0 h of --max-hours 0.000555556)")
+    assert f"stopping run {job.run_id}, deleting slice budget8" in said[0]
+    assert said[-1] == "deleted slice budget8"
+    # SIGTERM came first: the script checkpointed and said so before the slice went
+    assert any('"kind": "preempted"' in line for line in lines.by_host[0])
+    record = asyncio.run(load_record(job.storage, job.run_id))
+    assert record.state == "stopped" and record.ended is not None
+    metrics = asyncio.run(read_metrics(job.storage, job.run_id))
+    assert metrics.ended == "preempted" and metrics.checkpoints and metrics.steps > 0
