@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,27 @@ def test_the_run_loop_stops_the_run_then_deletes_the_slice(api, fake, isolated, 
     assert record.state == "stopped" and record.ended is not None
     metrics = asyncio.run(read_metrics(job.storage, job.run_id))
     assert metrics.ended == "preempted" and metrics.checkpoints and metrics.steps > 0
+
+
+def test_run_max_hours_and_budget_check_stop_runs_through_the_cli(podctl):
+    script = podctl.tmp / "work" / "budget_train.py"
+    script.parent.mkdir()
+    script.write_text((Path(__file__).parent / "scripts" / "budget_train.py").read_text())
+    fake = ("--backend", "fake")
+    podctl(*fake, "up", "--slice", "v5p-8", "--name", "follow8")
+    proc = podctl(*fake, "run", "follow8", str(script), "--max-hours", "2s", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "podctl: budget reached (0.0 h of --max-hours" in proc.stderr
+    assert "deleting slice follow8" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("podctl: error: budget reached")
+    assert podctl.json(*fake, "ls") == []
+    # A detached run on a slice whose own deadline passes: `budget check` stops it first.
+    podctl(*fake, "up", "--slice", "v5p-8", "--name", "cron8", "--max-hours", "3s")
+    run_id = podctl(*fake, "run", "cron8", str(script), "--detach").stdout.strip()
+    deadline = int(podctl.json(*fake, "status", "cron8")["labels"]["podctl-deadline"])
+    time.sleep(max(0.0, deadline + 1 - time.time()))  # a few seconds at most
+    reaped = podctl.json(*fake, "budget", "check", "--grace", "30s")
+    assert [(r["name"], r["deleted"], r["runs_stopped"]) for r in reaped] == [("cron8", True, [run_id])]
+    record = [r for r in podctl.json(*fake, "runs") if r["run_id"] == run_id][0]
+    assert record["state"] == "stopped" and record["extra"]["stopped_by"] == "budget"
+    assert podctl.json(*fake, "ls") == []
