@@ -14,11 +14,13 @@ a 512-host slice may open 512 connections at once.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from functools import partial
 from http import server
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from podctl.errors import FakeCloudError
 
@@ -61,6 +63,48 @@ def _lazy_meta_storage(base: type) -> type:
 
 
 META_SECONDS = 1.0
+_MEDIA_PATH = re.compile(r"^(?:/download)?/storage/v1/b/([^/]+)/o/(.+)$")
+
+
+def _generation_handler(base: type) -> type:
+    """Real GCS answers a media download with `x-goog-generation` (and 304 to
+    `ifGenerationNotMatch` when the object is unchanged); the emulator sends neither.
+    tensorstore (orbax's array store) keeps the generation of what it read and sends
+    it back on its next conditional read, which then fails as "Malformed
+    StorageGeneration": OCDBT checkpoints break on their second manifest read."""
+
+    class GenerationHandler(base):  # type: ignore[misc, valid-type]
+        _generation: tuple[str, str] | None = None
+
+        def do_GET(self) -> None:
+            self._generation = None
+            url = urlsplit(self.path)
+            query = parse_qs(url.query)
+            match = _MEDIA_PATH.match(url.path)
+            if match and query.get("alt") == ["media"]:
+                from gcp_storage_emulator.exceptions import NotFound
+
+                try:
+                    obj = self.storage.get_file_obj(unquote(match.group(1)), unquote(match.group(2)))
+                except NotFound:
+                    obj = None
+                if obj is not None:
+                    self._generation = (str(obj["generation"]), str(obj.get("metageneration", "1")))
+                    if query.get("ifGenerationNotMatch") == [self._generation[0]]:
+                        self.send_response(304, "Not Modified")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+            super().do_GET()
+
+        def end_headers(self) -> None:
+            if self._generation is not None:
+                self.send_header("x-goog-generation", self._generation[0])
+                self.send_header("x-goog-metageneration", self._generation[1])
+                self._generation = None
+            super().end_headers()
+
+    return GenerationHandler
 
 
 class FakeGcs:
@@ -87,7 +131,8 @@ class FakeGcs:
         self._storage = _lazy_meta_storage(Storage)(data_dir=str(self.data_dir.resolve()))
         self.ensure_bucket()
         try:
-            self._httpd = _Server((self.host, self.port), partial(RequestHandler, self._storage))
+            self._httpd = _Server((self.host, self.port),
+                                  partial(_generation_handler(RequestHandler), self._storage))
             self._httpd.storage = self._storage
         except OSError as e:
             raise FakeCloudError(f"the fake GCS cannot listen on {self.host}:{self.port}: {e}") from e
