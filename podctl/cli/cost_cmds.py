@@ -62,6 +62,14 @@ def _big(x: float) -> str:
     return fmt_count(x)
 
 
+def _short_source(source: str) -> str:
+    """'URL via https://github.com/OWNER/REPO/blob/...' -> 'URL via OWNER/REPO' (--json has it all)."""
+    first, _, via = source.partition(" via ")
+    if "github.com/" in via:
+        via = "/".join(via.split("github.com/", 1)[1].split("/")[:2])
+    return f"{first} via {via}" if via else first
+
+
 def _print_estimate(e: Any, mfu_from: str) -> None:
     from podctl.cost import PEAK_FLOPS_PER_CHIP, fmt_usd
 
@@ -78,7 +86,7 @@ def _print_estimate(e: Any, mfu_from: str) -> None:
         dated = f", as of {p.as_of}" if p.as_of else ""
         rows += [
             ("price", f"${p.usd_per_chip_hour:.2f} per chip-hour, {p.tier}, {p.region} "
-                      f"({p.source}{dated})"),
+                      f"({_short_source(p.source)}{dated})"),
             ("$/hour", f"{e.chips} chips x ${p.usd_per_chip_hour:.2f} = {fmt_usd(e.usd_per_hour)}"),
             ("total", f"{fmt_usd(e.usd_per_hour)} x {e.hours:,.1f} h = {fmt_usd(e.total_usd)}"),
             ("$/M tokens", f"{fmt_usd(e.usd_per_million_tokens)}"),
