@@ -149,6 +149,10 @@ class StopFlag:
         # After jax.distributed.initialize: its preemption notifier installs a SIGTERM
         # handler of its own, which this one replaces.
         signal.signal(signal.SIGTERM, self._on_term)
+        # A hung job: `kill -USR1 PID` on a host prints every thread's stack to stderr.
+        import faulthandler
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def _on_term(self, signum: int, frame: object) -> None:
         self.local = True
@@ -543,9 +547,18 @@ def main(argv: list[str] | None = None) -> int:
         directory = a.checkpoint_dir
         if "://" not in directory:
             directory = os.path.abspath(directory)
+        handlers = {}
+        if os.environ.get("STORAGE_EMULATOR_HOST") and directory.startswith("gs://"):
+            # The fake cloud only. orbax's default OCDBT format keeps a manifest that each
+            # write batch reads back and rewrites, conditional on the object's generation;
+            # the emulator sends no generation header on reads, so tensorstore fails some
+            # saves ("Malformed StorageGeneration") and, with several processes, the other
+            # process then waits for it forever. Plain zarr (one object per chunk) needs
+            # no read-back. Real GCS serves OCDBT fine; keep the default there.
+            handlers["item_handlers"] = ocp.StandardCheckpointHandler(use_ocdbt=False)
         manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
             save_interval_steps=a.checkpoint_every, max_to_keep=a.keep,
-            enable_async_checkpointing=True))
+            enable_async_checkpointing=True), **handlers)
         latest = manager.latest_step()
         if latest is not None:
             target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
