@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from podctl.cli import ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, job_cmds, slice_cmds
+from podctl.cli import ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, job_cmds, queue_cmds, slice_cmds
 from podctl.cli.common import Context
 
 
@@ -30,6 +30,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl plan --params 70B --tokens 1T --slice v5p-4096   time and cost before a run
     podctl cost [NAME|RUN_ID]         what a slice or a run has cost; a run's goodput
     podctl budget check               delete slices over their budget (run it from cron)
+    podctl queue add|ls|show|cancel|tick   queued runs, moved along by `queue tick` from cron
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
     podctl demo                       the whole lifecycle on the fake cloud, in a minute
     """
@@ -37,7 +38,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
 
 
 for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
-                 *cost_cmds.COMMANDS, fake_cmds.fake,
+                 *cost_cmds.COMMANDS, *queue_cmds.COMMANDS, fake_cmds.fake,
                  demo_cmd.demo):
     cli.add_command(_command)
 

@@ -1,0 +1,226 @@
+"""podctl queue add / ls / show / cancel / tick: queued runs for cron."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from podctl.cli.common import Context, guarded
+from podctl.cli.slice_cmds import json_option, pass_context, where_options
+
+TICK_HELP = """One reconcile pass over the queue (for cron): each entry takes its next step.
+
+\b
+Never waits on a slice or a run. Locks the queue itself: a second tick at the same
+moment logs "another tick is running" and exits 0 (no flock(1) needed). Without a
+terminal it logs one JSON object per line (timestamp, level, event, entry, run_id,
+from/to); env values are never logged.
+
+\b
+Exit codes:
+  0  the pass ran (also when entries failed: see `podctl queue ls`), or another
+     tick was running
+  1  podctl itself could not work: queue database unreadable or from a newer
+     podctl, Cloud TPU API or GCS unreachable, no credentials
+  2  usage: a bad option
+"""
+
+
+@click.group()
+def queue() -> None:
+    """Queued runs: add them now, let `podctl queue tick` (cron) run them."""
+
+
+def _state_dir() -> Path:
+    from podctl import settings
+
+    return settings.state_dir()
+
+
+def _store() -> Any:
+    from podctl.queue.store import Store, db_path
+
+    return Store(db_path(_state_dir()))
+
+
+@queue.command(context_settings={"ignore_unknown_options": True})
+@click.option("--slice", "slice_type", required=True, metavar="v5p-N", help="Slice type.")
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--priority", default=0, show_default=True, type=int, help="Higher runs first.")
+@click.option("--spot", is_flag=True, help="A spot queued resource (cheaper; may be preempted).")
+@click.option("--queued", is_flag=True, help="An on-demand queued resource, which waits for capacity.")
+@click.option("--valid-for", default=None, metavar="DURATION",
+              help="How long the queued resource may wait for capacity (e.g. 2h).")
+@click.option("--max-hours", type=float, default=None, help="Stop the run after this many hours.")
+@click.option("--max-cost", type=float, default=None, metavar="USD",
+              help="Stop the run once its slice has cost this much (needs a known price).")
+@click.option("--max-attempts", type=int, default=3, show_default=True,
+              help="Attempts after infrastructure failures (preemption, a failed slice).")
+@click.option("--name", default=None, help="A name for the entry (default: the script's).")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
+              help="Environment for the script (stored in the 0600 queue db; never printed).")
+@click.option("--workdir", type=click.Path(path_type=Path), default=None,
+              help="Directory to ship, bundled now (default: the script's directory).")
+@where_options
+@click.option("--bucket", default=None, help="GCS bucket for the bundle and the run's files.")
+@json_option
+@pass_context
+def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], priority: int,
+        spot: bool, queued: bool, valid_for: str | None, max_hours: float | None,
+        max_cost: float | None, max_attempts: int, name: str | None, env_pairs: tuple[str, ...],
+        workdir: Path | None, project: str | None, zone: str | None, bucket: str | None,
+        as_json: bool) -> None:
+    """Queue SCRIPT [ARGS...] to run on a slice; the workdir is bundled now."""
+
+    def action() -> None:
+        from podctl._sync import run_sync
+        from podctl.cli.render import emit_json
+        from podctl.cloud.connect import storage_endpoint
+        from podctl.durations import parse_duration
+        from podctl.errors import InvalidValueError
+        from podctl.jobs.job import parse_env
+        from podctl.queue import add as adding
+        from podctl.storage import Storage
+
+        if spot and queued:
+            raise InvalidValueError("--spot and --queued are two tiers: choose one.")
+        if name is not None and not 0 < len(name) <= 63:
+            raise InvalidValueError("--name takes 1-63 characters.")
+        request = adding.AddRequest(
+            slice_type=slice_type, script=script, args=list(args), workdir=workdir,
+            env=parse_env(list(env_pairs)), name=name, priority=priority,
+            tier="spot" if spot else "queued" if queued else "on-demand",
+            valid_for=parse_duration(valid_for, "--valid-for") if valid_for else None,
+            max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
+        adding.validate(request)
+        settings = ctx.settings(project, zone, bucket)
+        bucket_name = settings.require_bucket()
+        with _store() as store:  # first: a bad db is refused before anything is uploaded
+            storage = Storage.connect(bucket_name, endpoint=storage_endpoint(settings))
+            digest, inside = run_sync(adding.bundle_now(
+                storage, request, lambda text: click.echo(f"podctl: {text}", err=True)))
+            entry = adding.add(store, request, project=settings.project, zone=settings.zone,
+                               bucket=bucket_name, bundle_hash=digest, script=inside)
+        if as_json:
+            emit_json(entry.to_json())
+        else:
+            click.echo(f"queued {entry.id} ({entry.name}: {entry.accelerator_type} {entry.tier}, "
+                       f"bundle {digest[:12]})")
+
+    guarded(action)
+
+
+def _row(e: Any) -> str:
+    code = "-" if e.exit_code is None else str(e.exit_code)
+    slice_state = ((e.current() or {}).get("slice_state") or "") if e.state == "provisioning" else ""
+    state = e.state + (f" ({slice_state})" if slice_state else "")
+    return (f"{e.id:>5}  {e.name[:24]:24s} {e.accelerator_type:10s} {e.tier:9s} {e.priority:>4}  "
+            f"{state:36s} {e.attempt}/{e.max_attempts}  exit {code:>3s}  {e.run_id or ''}")
+
+
+@queue.command(name="ls")
+@json_option
+def ls(as_json: bool) -> None:
+    """The queue's entries, highest priority first (--json: all fields, env keys only)."""
+
+    def action() -> None:
+        from podctl.cli.render import emit_json
+
+        with _store() as store:
+            entries = store.entries()
+        if as_json:
+            emit_json([e.to_json() for e in entries])
+        elif not entries:
+            click.echo("the queue is empty (`podctl queue add --slice v5p-8 train.py`)")
+        else:
+            click.echo(f"{'ID':>5}  {'NAME':24s} {'SLICE':10s} {'TIER':9s} {'PRIO':>4}  "
+                       f"{'STATE':36s} TRY  EXIT      RUN")
+            for e in entries:
+                click.echo(_row(e))
+
+    guarded(action)
+
+
+@queue.command()
+@click.argument("entry_id", type=int)
+@json_option
+def show(entry_id: int, as_json: bool) -> None:
+    """One entry: its request, state, attempts (slices, run ids), error, cost."""
+
+    def action() -> None:
+        import time
+
+        from podctl.cli.render import emit_json
+
+        with _store() as store:
+            data = store.get(entry_id).to_json()
+        if as_json:
+            emit_json(data)
+            return
+        attempts = data.pop("attempts")
+        for key, value in data.items():
+            if isinstance(value, float) and key in ("created", "updated", "started", "ended",
+                                                      "next_try_at") and value:
+                value = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+            click.echo(f"{key:16s} {value if value is not None and value != [] else '-'}")
+        for a in attempts:
+            click.echo(f"attempt {a['attempt']}: slice {a['slice']}, run {a.get('run_id') or '-'}, "
+                       f"{a.get('outcome') or 'in progress'}"
+                       + (f" ({a['error']})" if a.get("error") else ""))
+
+    guarded(action)
+
+
+def _tick_context(ctx: Context, log: Any) -> Any:
+    from podctl.queue.context import TickContext
+
+    return TickContext.connect(ctx.settings(), log)
+
+
+@queue.command()
+@click.argument("entry_id", type=int)
+@pass_context
+def cancel(ctx: Context, entry_id: int) -> None:
+    """Cancel an entry: stop its run if it runs, delete its slice or queued resource."""
+
+    def action() -> None:
+        from podctl.queue import log as queue_log
+        from podctl.queue import tick
+
+        with _store() as store:
+            store.get(entry_id)  # NoSuchEntryError before anything connects
+        log = queue_log.configure(sys.stderr)
+        entry = tick.cancel(_tick_context(ctx, log), _state_dir(), entry_id)
+        click.echo(f"entry {entry.id} is {entry.state}")
+
+    guarded(action)
+
+
+@queue.command(name="tick", help=TICK_HELP)
+@click.option("--loop", "interval", default=None, metavar="INTERVAL",
+              help="Pass after pass, INTERVAL apart (e.g. 60s), until SIGINT or SIGTERM.")
+@pass_context
+def tick_cmd(ctx: Context, interval: str | None) -> None:
+    def action() -> None:
+        from podctl.durations import parse_duration
+        from podctl.queue import log as queue_log
+        from podctl.queue import tick
+        from podctl.queue.store import Store, db_path
+
+        seconds = parse_duration(interval, "--loop") if interval else None
+        Store(db_path(_state_dir())).close()  # a bad db: exit 1 before the cloud is touched
+        log = queue_log.configure()
+        context = _tick_context(ctx, log)
+        if seconds is None:
+            tick.tick(context, _state_dir())
+        else:
+            tick.loop(context, _state_dir(), seconds)
+
+    guarded(action)
+
+
+COMMANDS = (queue,)

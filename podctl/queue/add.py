@@ -1,0 +1,67 @@
+"""`podctl queue add`: check the request, bundle the workdir NOW (pack + upload to
+GCS, content-addressed), and store the entry. The tick later runs that bundle, so
+an edit to the workdir after `add` does not change the queued run."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from podctl.errors import InvalidValueError
+from podctl.queue.store import Entry, Store
+
+
+@dataclass
+class AddRequest:
+    slice_type: str
+    script: Path
+    args: list[str] = field(default_factory=list)
+    workdir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    priority: int = 0
+    tier: str = "on-demand"
+    valid_for: int | None = None
+    max_hours: float | None = None
+    max_cost: float | None = None
+    max_attempts: int = 3
+
+
+def validate(request: AddRequest) -> None:
+    from podctl.topology import parse_slice
+
+    parse_slice(request.slice_type)  # InvalidSliceError says what is wrong
+    if request.valid_for is not None and request.tier == "on-demand":
+        raise InvalidValueError("--valid-for applies to queued resources: add --queued or --spot.")
+    for option, value in (("--max-hours", request.max_hours), ("--max-cost", request.max_cost)):
+        if value is not None and not value > 0:
+            raise InvalidValueError(f"{option} must be more than 0 (got {value:g}).")
+    if request.max_attempts < 1:
+        raise InvalidValueError(f"--max-attempts must be 1 or more (got {request.max_attempts}).")
+
+
+async def bundle_now(storage: Any, request: AddRequest, notice: Any) -> tuple[str, str]:
+    """(bundle hash, the script's path inside the bundle), uploaded to GCS."""
+    from podctl.jobs import bundle
+    from podctl.jobs.job import _script_in_workdir
+
+    root, script = _script_in_workdir(request.script, request.workdir)
+    with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
+        packed = bundle.pack(root, out_dir=Path(tmp))
+        for warning in packed.warnings:
+            notice(warning)
+        await bundle.upload(storage, packed)
+    return packed.hash, script
+
+
+def add(store: Store, request: AddRequest, *, project: str, zone: str, bucket: str,
+        bundle_hash: str, script: str) -> Entry:
+    entry = Entry(id=0, name=request.name or Path(script).stem, accelerator_type=request.slice_type,
+                  project=project, zone=zone, bucket=bucket, script=script,
+                  bundle_hash=bundle_hash, args=list(request.args), env=dict(request.env),
+                  priority=request.priority, tier=request.tier, valid_for=request.valid_for,
+                  max_hours=request.max_hours, max_cost=request.max_cost,
+                  max_attempts=request.max_attempts)
+    return store.add(entry)

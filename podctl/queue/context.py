@@ -1,0 +1,59 @@
+"""What a tick works with: the clouds, the queue's token, its clock and its log.
+
+`TickContext.connect(settings)` builds it for the CLI; tests build it around the
+in-process fake cloud, with a clock of their own (the only thing they mock).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (see tick.py)
+
+
+@dataclass
+class TickContext:
+    api: Any  # podctl.cloud.api.TpuApi
+    storage_for: Callable[[str], Any]  # bucket -> podctl.storage.Storage
+    config_dir: Path
+    ssh_keys: str  # the `ssh-keys` metadata every queued slice gets
+    private_key: Path
+    ssh_port: int | None
+    coordinator_port: Callable[[], int]
+    log: Any
+    now: Callable[[], float] = time.time
+    kill_at: str | None = None
+    _storages: dict[str, Any] = field(default_factory=dict)
+
+    def storage(self, bucket: str) -> Any:
+        if bucket not in self._storages:
+            self._storages[bucket] = self.storage_for(bucket)
+        return self._storages[bucket]
+
+    def phase(self, name: str) -> None:
+        """A point between writing an intent and doing it (or after doing it). With
+        PODCTL_QUEUE_KILL_AT=NAME the process dies here, as a SIGKILLed cron job would:
+        tests use it to show that the next tick finishes what this one began."""
+        if self.kill_at == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @classmethod
+    def connect(cls, settings: Any, log: Any) -> "TickContext":
+        from podctl.cloud.connect import connect, job_ports, storage_endpoint
+        from podctl.cloud.sshkey import ensure_ssh_key
+        from podctl.storage import Storage
+
+        api = connect(settings)
+        endpoint = storage_endpoint(settings)
+        key = ensure_ssh_key(settings.config_dir)
+        ssh_port, _ = job_ports(settings)
+        return cls(api=api, storage_for=lambda bucket: Storage.connect(bucket, endpoint=endpoint),
+                   config_dir=settings.config_dir, ssh_keys=key.metadata_entry,
+                   private_key=key.private_path, ssh_port=ssh_port,
+                   coordinator_port=lambda: job_ports(settings)[1], log=log,
+                   kill_at=os.environ.get(KILL_ENV) or None)

@@ -1,0 +1,285 @@
+"""One entry, one step: the queue's state machine.
+
+    pending ──(due: intent, then create)──> provisioning ──(READY)──> starting
+       ^  ^                                    │    │                    │
+       │  └──── stockout / quota: backoff ─────┘    │         (intent, then start
+       │                                            │          detached on the hosts)
+       └──── infrastructure lost (PREEMPTED, FAILED,  │                    v
+             SUSPENDED, expired), attempts left ─────┴────────────── running
+                                                                         │
+          succeeded (every host exit 0) / failed (a script's own exit, a limit,
+          no attempts left) / cancelled  ── every one deletes its slice
+
+Every side effect comes after its intent is in the database (state, slice name,
+run id: all deterministic), and every step starts from what the world shows, so a
+tick killed anywhere leaves a state that the next tick finishes: a slice that was
+asked for is found by name and adopted, a run that was started is found in GCS,
+and the hosts refuse to start a fixed run id twice. Each attempt's slice is
+deleted when the attempt ends; `cleanup` retries that until the world shows it gone.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from podctl.cloud.types import SliceInfo
+from podctl.errors import (
+    AlreadyExistsError, CloudError, JobError, PodctlError, QuotaExceededError, StockoutError,
+    StorageError, TransientError,
+)
+from podctl.queue import execution, names, provision
+from podctl.queue.provision import parent_of
+from podctl.queue.store import Entry, Store
+from podctl.queue.world import World, lost_reason
+
+BACKOFF_BASE = 60.0  # seconds after the first stockout; doubles, capped, with 10 % jitter
+BACKOFF_MAX = 3600.0
+START_TRIES = 3  # a slice whose hosts refuse the run this many ticks in a row is given up
+
+
+def backoff_delay(count: int) -> float:
+    return min(BACKOFF_BASE * 2 ** max(0, count - 1), BACKOFF_MAX) * (1 + 0.1 * random.random())
+
+
+def needs_cleanup(e: Entry) -> bool:
+    """An ended attempt whose slice is not yet seen gone."""
+    return any(a.get("outcome") and not a.get("cleaned") for a in e.attempts)
+
+
+def hourly_cost(entry: Entry) -> float | None:
+    try:  # podctl.cost is optional here: without a price, max_cost cannot be enforced
+        from podctl.cost import slice_hourly_cost
+    except ImportError:
+        return None
+    try:
+        return slice_hourly_cost(entry.accelerator_type, entry.zone, spot=entry.tier == "spot")
+    except PodctlError:
+        return None
+
+
+class Machine:
+    def __init__(self, ctx: Any, store: Store, world: World):
+        self.ctx, self.store, self.world, self.log = ctx, store, world, ctx.log
+        self.changed = 0  # entries that changed state in this pass
+
+    # ---- bookkeeping ------------------------------------------------------------
+
+    def move(self, e: Entry, to: str, reason: str | None = None, **changes: Any) -> bool:
+        """Write the transition (only if no other process moved the entry first)."""
+        was = e.state
+        if not self.store.update(e, expect_state=was, state=to, **changes):
+            self.log.info("entry_moved_elsewhere", entry=e.id, expected=was)
+            return False
+        self.changed += 1
+        self.log.info("transition", entry=e.id, name=e.name, **{"from": was, "to": to},
+                      attempt=e.attempt, slice=e.slice_name, run_id=e.run_id,
+                      **({"reason": reason} if reason else {}))
+        return True
+
+    def cost(self, e: Entry) -> float | None:
+        rate = hourly_cost(e)
+        if rate is None:
+            return None
+        now = self.ctx.now()
+        hours = sum(((a.get("ended") or now) - a["ready_at"]) / 3600
+                    for a in e.attempts if a.get("ready_at"))
+        return round(rate * hours, 4)
+
+    def end_attempt(self, e: Entry, outcome: str, error: str | None = None) -> list[dict]:
+        attempts = [dict(a) for a in e.attempts]
+        if attempts and attempts[-1]["attempt"] == e.attempt and not attempts[-1].get("outcome"):
+            attempts[-1].update(outcome=outcome, ended=self.ctx.now(), error=error)
+        return attempts
+
+    # ---- one step ---------------------------------------------------------------
+
+    async def step(self, e: Entry) -> None:
+        if e.terminal:
+            return
+        parent = parent_of(e)
+        if e.state == "pending":
+            if e.next_try_at <= self.ctx.now():
+                await self.provision(e)
+            return
+        if not self.world.seen(parent):
+            return
+        info = self.world.get(parent, e.slice_name)
+        if info is not None and not names.is_ours(info.labels, self.store.token, e.id):
+            attempts = self.end_attempt(e, "failed", "name taken")
+            attempts[-1]["cleaned"] = True  # not ours: never delete it
+            self.move(e, "failed", f"a slice named {info.name} exists that this queue did not create",
+                      attempts=attempts, ended=self.ctx.now(),
+                      last_error=f"slice name {info.name} is taken by a slice this queue did not create")
+            return
+        if e.state == "provisioning":
+            await self.provisioning(e, info)
+        elif info is None or lost_reason(info):
+            await self.lost(e, info, lost_reason(info) if info else f"{e.slice_name} disappeared")
+        elif e.state == "starting":
+            await self.start(e, info)
+        elif e.state == "running":
+            await self.watch(e, info)
+
+    async def provision(self, e: Entry) -> None:
+        attempt = max(1, e.attempt)
+        name = names.slice_name(self.store.token, e.id, attempt)
+        attempts = [dict(a) for a in e.attempts]
+        if not attempts or attempts[-1]["attempt"] != attempt:
+            attempts.append({"attempt": attempt, "slice": name, "run_id": None,
+                             "requested": self.ctx.now()})
+        if e.state != "provisioning" and not self.move(
+                e, "provisioning", attempt=attempt, slice_name=name, operation=None,
+                attempts=attempts):
+            return
+        self.ctx.phase("provisioning-intent")
+        try:
+            operation = await provision.ask(self.ctx.api, e, self.store.token, self.ctx.ssh_keys)
+        except AlreadyExistsError:
+            self.log.info("slice_adopted", entry=e.id, slice=name)  # the next tick looks at it
+            return
+        except (StockoutError, QuotaExceededError, TransientError) as err:
+            await self.back_off(e, str(err))
+            return
+        except CloudError as err:
+            attempts = self.end_attempt(e, "failed", str(err))
+            self.move(e, "failed", str(err), attempts=attempts, ended=self.ctx.now(), last_error=str(err))
+            return
+        if operation:
+            self.store.update(e, operation=operation)
+        self.ctx.phase("provisioning-sent")
+        self.log.info("slice_requested", entry=e.id, slice=name, kind="queued-resource"
+                      if e.queued else "node")
+
+    async def back_off(self, e: Entry, why: str) -> None:
+        count = e.backoff + 1
+        delay = backoff_delay(count)
+        self.move(e, "pending", why, backoff=count, next_try_at=self.ctx.now() + delay,
+                  last_error=why, operation=None)
+        self.log.info("backoff", entry=e.id, seconds=round(delay), tries=count)
+
+    async def provisioning(self, e: Entry, info: SliceInfo | None) -> None:
+        if info is None:
+            outcome = (await provision.creation_outcome(self.ctx.api, e.operation)
+                       if e.operation else None)
+            if outcome is None:  # never asked for (a tick died first), or forgotten: ask
+                await self.provision(e)
+            elif not outcome.done:
+                return
+            elif outcome.stockout:
+                await self.back_off(e, f"stockout: no {e.accelerator_type} capacity in {e.zone}")
+            else:
+                await self.lost(e, None, f"creating {e.slice_name} failed ({outcome.error or 'it vanished'})")
+            return
+        reason = lost_reason(info)
+        if reason:
+            await self.lost(e, info, reason)
+        elif info.ready:
+            await self.start(e, info)
+        else:
+            current = e.current()
+            if current is not None and current.get("slice_state") != info.state:
+                attempts = [dict(a) for a in e.attempts]
+                attempts[-1]["slice_state"] = info.state  # e.g. WAITING_FOR_RESOURCES, for `ls`
+                self.store.update(e, attempts=attempts)
+                self.log.info("slice_state", entry=e.id, slice=info.name, state=info.state)
+
+    async def start(self, e: Entry, info: SliceInfo) -> None:
+        if e.state == "provisioning":
+            run_id = names.run_id(self.store.token, e.id, e.attempt, e.created)
+            attempts = [dict(a) for a in e.attempts]
+            attempts[-1].update(run_id=run_id, ready_at=self.ctx.now(), slice_state=info.state)
+            if not self.move(e, "starting", run_id=run_id, attempts=attempts, backoff=0,
+                             last_error=None):
+                return
+            self.ctx.phase("starting-intent")
+        try:
+            started = await execution.start(self.ctx, e, info)
+        except (JobError, StorageError) as err:
+            tries = int((e.current() or {}).get("start_failures", 0)) + 1
+            if tries >= START_TRIES:
+                await self.lost(e, info, f"the run would not start: {err}")
+                return
+            attempts = [dict(a) for a in e.attempts]
+            attempts[-1]["start_failures"] = tries
+            self.store.update(e, attempts=attempts, last_error=str(err))
+            self.log.warning("start_failed", entry=e.id, run_id=e.run_id, error=str(err), tries=tries)
+            return
+        self.ctx.phase("starting-sent")
+        self.move(e, "running", None if started else "adopted a run started earlier",
+                  started=self.ctx.now())
+
+    async def watch(self, e: Entry, info: SliceInfo) -> None:
+        storage = self.ctx.storage(e.bucket)
+        state = await execution.read(storage, e, len(info.hosts))
+        if state.done:
+            outcome = "succeeded" if state.exit_code == 0 else "failed"
+            why = None if outcome == "succeeded" else f"host {state.failed_host:04d} exited {state.exit_code}"
+            await execution.close_record(storage, e, outcome, state.exit_code)
+            await self.finish(e, info, outcome, why, exit_code=state.exit_code, stop=outcome == "failed")
+            return
+        if state.lost:
+            await self.lost(e, info, state.lost)
+            return
+        now = self.ctx.now()
+        if e.max_hours is not None and e.started and now - e.started > e.max_hours * 3600:
+            await self.finish(e, info, "failed", f"ran past --max-hours {e.max_hours:g}", stop=True)
+            return
+        cost = self.cost(e)
+        if cost is not None and e.max_cost is not None and cost > e.max_cost:
+            await self.finish(e, info, "failed", f"cost ${cost:.2f} passed --max-cost {e.max_cost:g}",
+                              stop=True)
+        elif cost is not None and cost != e.cost:
+            self.store.update(e, cost=cost)
+
+    async def finish(self, e: Entry, info: SliceInfo | None, outcome: str, why: str | None, *,
+                     exit_code: int | None = None, stop: bool = False) -> None:
+        attempts = self.end_attempt(e, outcome, why)
+        e_cost = self.cost(Entry(**{**e.__dict__, "attempts": attempts}))
+        if not self.move(e, outcome, why, attempts=attempts, ended=self.ctx.now(),
+                         exit_code=exit_code, last_error=why if outcome != "succeeded" else None,
+                         cost=e_cost):
+            return
+        self.ctx.phase("ending-intent")
+        if stop:
+            await execution.stop(self.ctx, e, info, why or outcome)
+        await self.cleanup(e)
+        self.ctx.phase("ending-sent")
+
+    async def lost(self, e: Entry, info: SliceInfo | None, reason: str) -> None:
+        """An infrastructure failure: this attempt is over; retry while attempts are left."""
+        attempts = self.end_attempt(e, "lost", reason)
+        if e.attempt < e.max_attempts:
+            moved = self.move(e, "pending", reason, attempts=attempts, attempt=e.attempt + 1,
+                              slice_name=None, run_id=None, operation=None, started=None,
+                              next_try_at=self.ctx.now(), backoff=0, last_error=reason)
+        else:
+            why = f"gave up after {e.attempt} attempts: {reason}"
+            moved = self.move(e, "failed", why, attempts=attempts, ended=self.ctx.now(), last_error=why,
+                              cost=self.cost(Entry(**{**e.__dict__, "attempts": attempts})))
+        if moved:
+            await self.cleanup(e)
+
+    # ---- deleting what ended attempts left -----------------------------------------
+
+    async def cleanup(self, e: Entry) -> None:
+        """Delete the slice of every ended attempt; mark it cleaned once the world (as
+        listed at the start of this pass) no longer shows it."""
+        parent = parent_of(e)
+        attempts = [dict(a) for a in e.attempts]
+        changed = False
+        for a in attempts:
+            if not a.get("outcome") or a.get("cleaned"):
+                continue
+            info = self.world.get(parent, a["slice"])
+            if info is not None and not names.is_ours(info.labels, self.store.token, e.id):
+                info = None  # someone else's: never touched
+            if info is None and self.world.seen(parent):
+                a["cleaned"], changed = True, True
+                self.log.info("slice_gone", entry=e.id, slice=a["slice"])
+                continue
+            if info is not None and info.state != "DELETING":
+                await provision.delete(self.ctx.api, e, info)
+                self.log.info("slice_deleting", entry=e.id, slice=a["slice"])
+        if changed:
+            self.store.update(e, attempts=attempts)

@@ -1,0 +1,237 @@
+"""The queue's database: SQLite in the state dir (`queue.db`), WAL, mode 0600.
+
+The schema is versioned with `PRAGMA user_version` and grown by the functions in
+MIGRATIONS, one per version, each run once in its own transaction. A file that is
+not a readable SQLite database, or one whose schema is newer than this podctl
+knows, is refused with a clear error and never written to: the version is read
+before anything (even the switch to WAL) could change the file.
+
+Env values live here (the file is 0600, as the SSH key is); they leave the store
+only towards the hosts' configs. `Entry.to_json()` lists their keys, never values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from podctl.errors import NoSuchEntryError, QueueDatabaseError
+
+DB_NAME = "queue.db"
+STATES = ("pending", "provisioning", "starting", "running", "succeeded", "failed", "cancelled")
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+TIERS = ("on-demand", "spot", "queued")  # a node; a spot queued resource; an on-demand one
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_JSON_FIELDS = {"args", "env", "attempts"}
+
+
+@dataclass
+class Entry:
+    id: int
+    name: str
+    accelerator_type: str
+    project: str
+    zone: str
+    bucket: str
+    script: str  # the script's path inside the bundle
+    bundle_hash: str
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    tier: str = "on-demand"
+    valid_for: int | None = None  # seconds a queued resource may wait for capacity
+    max_hours: float | None = None
+    max_cost: float | None = None
+    max_attempts: int = 3
+    state: str = "pending"
+    attempt: int = 0  # 0 until the first slice is asked for
+    slice_name: str | None = None
+    run_id: str | None = None
+    operation: str | None = None  # the current node creation's long-running operation
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # one record per attempt
+    created: float = 0.0
+    updated: float = 0.0
+    started: float | None = None  # the current attempt's run started
+    ended: float | None = None
+    next_try_at: float = 0.0
+    backoff: int = 0  # stockouts / quota refusals in a row
+    last_error: str | None = None
+    exit_code: int | None = None
+    cost: float | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def queued(self) -> bool:
+        return self.tier in ("spot", "queued")
+
+    def current(self) -> dict[str, Any] | None:
+        return self.attempts[-1] if self.attempts and self.attempts[-1]["attempt"] == self.attempt else None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["env_keys"] = sorted(data.pop("env"))  # values never leave through here
+        data["run_ids"] = [a["run_id"] for a in self.attempts if a.get("run_id")]
+        return data
+
+    def __repr__(self) -> str:  # a stray repr() in a log must not carry env values
+        return f"Entry(id={self.id}, name={self.name!r}, state={self.state!r}, attempt={self.attempt})"
+
+
+_COLUMNS = [f.name for f in fields(Entry)]
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('token', ?)", (secrets.token_hex(3),))
+    conn.execute("""CREATE TABLE entries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, accelerator_type TEXT NOT NULL,
+        project TEXT NOT NULL, zone TEXT NOT NULL, bucket TEXT NOT NULL, script TEXT NOT NULL,
+        bundle_hash TEXT NOT NULL, args TEXT NOT NULL, env TEXT NOT NULL, priority INTEGER NOT NULL,
+        tier TEXT NOT NULL, valid_for INTEGER, max_hours REAL, max_cost REAL,
+        max_attempts INTEGER NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
+        slice_name TEXT, run_id TEXT, operation TEXT, attempts TEXT NOT NULL,
+        created REAL NOT NULL, updated REAL NOT NULL, started REAL, ended REAL,
+        next_try_at REAL NOT NULL, backoff INTEGER NOT NULL, last_error TEXT, exit_code INTEGER,
+        cost REAL)""")
+    conn.execute("CREATE INDEX entries_state ON entries (state, priority DESC, id)")
+
+
+# version -> the function that brings a database from version-1 to it
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+def db_path(state_dir: Path) -> Path:
+    return state_dir / DB_NAME
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise QueueDatabaseError(f"cannot read the queue database {path} ({e}).") from e
+    if head and head != _SQLITE_MAGIC:
+        raise QueueDatabaseError(f"queue database {path} is not a SQLite database (corrupt?); "
+                                 "move it aside to start an empty queue (podctl leaves it as it is).")
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.exists():
+            _check_header(path)
+        else:  # made 0600 before SQLite writes a byte (its -wal and -shm files follow its mode)
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
+        self.conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        try:
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise QueueDatabaseError(
+                    f"queue database {path} has schema {version}; this podctl knows up to "
+                    f"{SCHEMA_VERSION}: upgrade podctl.")
+            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads the schema page
+            if version < SCHEMA_VERSION:
+                self._migrate(version)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.token = self.conn.execute("SELECT value FROM meta WHERE key='token'").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise QueueDatabaseError(f"queue database {path} is unreadable ({e}); move it aside to "
+                                     "start an empty queue (podctl leaves it as it is).") from e
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _migrate(self, version: int) -> None:
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                # another process may have migrated while this one waited for the lock
+                if self.conn.execute("PRAGMA user_version").fetchone()[0] >= target:
+                    self.conn.execute("ROLLBACK")
+                    continue
+                MIGRATIONS[target](self.conn)
+                self.conn.execute(f"PRAGMA user_version = {int(target)}")
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- entries -----------------------------------------------------------------
+
+    @staticmethod
+    def _row(row: sqlite3.Row) -> Entry:
+        data = {k: row[k] for k in row.keys()}
+        for key in _JSON_FIELDS:
+            data[key] = json.loads(data[key])
+        return Entry(**data)
+
+    @staticmethod
+    def _encode(key: str, value: Any) -> Any:
+        return json.dumps(value) if key in _JSON_FIELDS else value
+
+    def add(self, entry: Entry) -> Entry:
+        now = time.time()
+        entry.created = entry.updated = entry.created or now
+        values = {k: self._encode(k, getattr(entry, k)) for k in _COLUMNS if k != "id"}
+        cursor = self.conn.execute(
+            f"INSERT INTO entries ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+            list(values.values()))
+        entry.id = int(cursor.lastrowid)
+        return entry
+
+    def get(self, entry_id: int) -> Entry:
+        row = self.conn.execute("SELECT * FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        if row is None:
+            raise NoSuchEntryError(f"no queue entry {entry_id}; `podctl queue ls` lists them.")
+        return self._row(row)
+
+    def entries(self, states: Iterable[str] | None = None) -> list[Entry]:
+        """By priority (highest first), then in the order they were added."""
+        query, params = "SELECT * FROM entries", []
+        if states is not None:
+            states = list(states)
+            query += f" WHERE state IN ({', '.join('?' * len(states))})"
+            params = states
+        rows = self.conn.execute(query + " ORDER BY priority DESC, id", params).fetchall()
+        return [self._row(r) for r in rows]
+
+    def update(self, entry: Entry, expect_state: str | None = None, **changes: Any) -> bool:
+        """Write CHANGES to ENTRY (in memory too), only if its state in the database is
+        still EXPECT_STATE (default: ENTRY's): False when another process moved it."""
+        expect = expect_state or entry.state
+        changes["updated"] = time.time()
+        unknown = set(changes) - set(_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown entry fields {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in changes)
+        cursor = self.conn.execute(
+            f"UPDATE entries SET {sets} WHERE id = ? AND state = ?",
+            [self._encode(k, v) for k, v in changes.items()] + [entry.id, expect])
+        if cursor.rowcount != 1:
+            return False
+        for key, value in changes.items():
+            setattr(entry, key, value)
+        return True

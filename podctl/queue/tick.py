@@ -1,0 +1,113 @@
+"""`podctl queue tick`: one reconcile pass over the queue, never waiting on anything
+slow (no slice wait, no log follow), so cron can run it every minute.
+
+    lock (non-blocking) -> read entries -> list the world once per zone that needs
+    a look -> one state-machine step per entry (machine.py) -> delete what ended
+    attempts left -> unlock
+
+Two ticks never work at once: the second finds the lock held, logs "another tick
+is running" and exits 0. Deterministic slice names and run ids (names.py) are the
+second guard: a create that finds its name taken adopts the slice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podctl.queue.lock import QueueLock
+from podctl.queue.machine import Machine, needs_cleanup
+from podctl.queue.provision import parent_of
+from podctl.queue.store import TERMINAL, Entry, Store, db_path
+from podctl.queue.world import observe
+
+CANCEL_LOCK_WAIT = 60.0  # seconds `queue cancel` waits for a running tick
+
+
+@dataclass(frozen=True)
+class PassResult:
+    ran: bool  # False: another tick held the lock
+    entries: int = 0
+    changed: int = 0
+    api_calls: int = 0
+
+
+def _needs_world(e: Entry) -> bool:
+    if needs_cleanup(e):
+        return True
+    # a due pending entry creates without looking first: AlreadyExists means adopt
+    return not e.terminal and e.state != "pending"
+
+
+async def run_pass(ctx: Any, store: Store) -> PassResult:
+    """One pass with the lock already held."""
+    calls_before = ctx.api.total_calls
+    active = [e for e in store.entries() if not e.terminal or needs_cleanup(e)]
+    world = await observe(ctx.api, {parent_of(e) for e in active if _needs_world(e)})
+    machine = Machine(ctx, store, world)
+    for e in active:
+        if needs_cleanup(e):  # attempts that ended in earlier passes
+            await machine.cleanup(e)
+        await machine.step(e)
+    return PassResult(True, len(active), machine.changed, ctx.api.total_calls - calls_before)
+
+
+def tick(ctx: Any, state_dir: Path) -> PassResult:
+    """One pass, if no other tick is running."""
+    from podctl._sync import run_sync
+
+    lock = QueueLock(state_dir)
+    if not lock.acquire():
+        ctx.log.info("another tick is running", lock=str(lock.path))
+        return PassResult(False)
+    try:
+        with Store(db_path(state_dir)) as store:
+            ctx.log.debug("tick_start", db=str(store.path))
+            result = run_sync(run_pass(ctx, store))
+        ctx.log.info("tick_done", entries=result.entries, changed=result.changed,
+                     api_calls=result.api_calls)
+        return result
+    finally:
+        lock.release()
+
+
+def loop(ctx: Any, state_dir: Path, interval: float) -> None:
+    """Passes every INTERVAL seconds until SIGINT or SIGTERM; a pass in flight ends
+    first (each step is short), so a signal never leaves a half-written intent."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.is_set():
+            tick(ctx, state_dir)
+            stop.wait(interval)
+        ctx.log.info("loop_stopped")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+async def _cancel(ctx: Any, store: Store, e: Entry) -> Entry:
+    world = await observe(ctx.api, [parent_of(e)])
+    machine = Machine(ctx, store, world)
+    info = world.get(parent_of(e), e.slice_name)
+    if e.state in TERMINAL:
+        await machine.cleanup(e)
+        return e
+    await machine.finish(e, info, "cancelled", "cancelled by `podctl queue cancel`",
+                         stop=e.state in ("starting", "running"))
+    return e
+
+
+def cancel(ctx: Any, state_dir: Path, entry_id: int) -> Entry:
+    """Cancel an entry: stop its run if it has one, delete its slice. Waits for a tick
+    that holds the lock (ticks are short) so that the two never race."""
+    from podctl._sync import run_sync
+
+    with QueueLock(state_dir).hold(CANCEL_LOCK_WAIT, "`podctl queue cancel`"):
+        with Store(db_path(state_dir)) as store:
+            e = store.get(entry_id)
+            return run_sync(_cancel(ctx, store, e))
