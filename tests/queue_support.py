@@ -1,0 +1,100 @@
+"""A queue around the in-process fake cloud, for the queue's tests and benchmark:
+real store, real tick, real clients; only the tick's clock can be moved."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from podctl._sync import run_sync
+from podctl.cloud.sshkey import ensure_ssh_key
+from podctl.queue import add as adding
+from podctl.queue import tick as ticking
+from podctl.queue.context import TickContext
+from podctl.queue.log import configure
+from podctl.queue.machine import needs_cleanup
+from podctl.queue.store import Entry, Store, db_path
+from podctl.settings import FAKE_BUCKET
+from podctl.storage import Storage
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PROJECT = "test-project"
+ZONE = "us-central1-a"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Clock:
+    """The tick's clock: real time plus an offset a test may move forward."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+class Queue:
+    def __init__(self, fake: Any, api: Any, home: Path):
+        self.fake, self.api = fake, api
+        self.state_dir = home / "state"
+        self.clock = Clock()
+        key = ensure_ssh_key(home / "config")
+        self.out = io.StringIO()
+        self.storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
+        self.ctx = TickContext(
+            api=api, storage_for=lambda bucket: Storage.connect(bucket, endpoint=fake.gcs_url),
+            config_dir=home / "config", ssh_keys=key.metadata_entry, private_key=key.private_path,
+            ssh_port=None, coordinator_port=free_port, log=configure(self.out, tty=False),
+            now=self.clock)
+
+    def store(self) -> Store:
+        return Store(db_path(self.state_dir))
+
+    def add(self, script: str, *args: str, slice_type: str = "v5p-8", workdir: Path | None = None,
+            **options: Any) -> Entry:
+        request = adding.AddRequest(slice_type=slice_type, script=SCRIPTS / script
+                                    if workdir is None else workdir / script,
+                                    args=list(args), workdir=workdir, **options)
+        adding.validate(request)
+        digest, inside = run_sync(adding.bundle_now(self.storage, request, lambda text: None))
+        with self.store() as store:
+            return adding.add(store, request, project=PROJECT, zone=ZONE, bucket=FAKE_BUCKET,
+                              bundle_hash=digest, script=inside)
+
+    def tick(self) -> ticking.PassResult:
+        return ticking.tick(self.ctx, self.state_dir)
+
+    def entries(self) -> dict[int, Entry]:
+        with self.store() as store:
+            return {e.id: e for e in store.entries()}
+
+    def entry(self, entry_id: int) -> Entry:
+        with self.store() as store:
+            return store.get(entry_id)
+
+    def until(self, done: Callable[[dict[int, Entry]], bool], what: str, limit: float = 90) -> dict[int, Entry]:
+        deadline = time.monotonic() + limit
+        while True:
+            self.tick()
+            entries = self.entries()
+            if done(entries):
+                return entries
+            assert time.monotonic() < deadline, f"never {what}: {entries}"
+            time.sleep(0.1)
+
+    def settle(self, limit: float = 90) -> dict[int, Entry]:
+        """Tick until every entry has ended and nothing it made is left in the fake."""
+        return self.until(lambda es: all(e.terminal and not needs_cleanup(e) for e in es.values())
+                          and self.fake.admin.is_empty(), "settled", limit)
+
+    def events(self) -> list[dict]:
+        return [json.loads(line) for line in self.out.getvalue().splitlines()]

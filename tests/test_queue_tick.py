@@ -1,0 +1,179 @@
+"""The queue's tick on the in-process fake cloud: real store, real clients, real
+hosts; only the tick's clock is moved (for backoffs and --max-hours)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.queue_support import Queue
+
+
+@pytest.fixture
+def queue(fake, api, isolated) -> Queue:
+    return Queue(fake, api, isolated)
+
+
+def test_three_entries_run_to_success_over_repeated_ticks(queue):
+    ids = [queue.add("many_lines.py", "5", name=f"job{i}", priority=i).id for i in range(3)]
+    ids.append(queue.add("many_lines.py", "3", slice_type="v5p-16", tier="spot").id)
+    entries = queue.settle()
+    assert [entries[i].state for i in ids] == ["succeeded"] * 4
+    for e in entries.values():
+        assert e.exit_code == 0 and e.attempt == 1 and len(e.attempts) == 1
+        assert e.run_id and e.attempts[0]["run_id"] == e.run_id and e.attempts[0]["cleaned"]
+    # the runs' own records say so too (`podctl runs`)
+    from podctl._sync import run_sync
+    from podctl.jobs.history import list_runs
+
+    records = {r.run_id: r for r in run_sync(list_runs(queue.storage))}
+    assert {records[e.run_id].state for e in entries.values()} == {"succeeded"}
+    moves = [(ev["entry"], ev["from"], ev["to"]) for ev in queue.events() if ev["event"] == "transition"]
+    for i in ids:
+        assert [m[1:] for m in moves if m[0] == i] == [
+            ("pending", "provisioning"), ("provisioning", "starting"), ("starting", "running"),
+            ("running", "succeeded")]
+
+
+def _creates(fake) -> int:
+    by_call = fake.admin.stats()["by_call"]
+    return by_call.get("nodes.create", 0) + by_call.get("queuedResources.create", 0)
+
+
+def test_stockout_keeps_an_entry_pending_until_capacity_is_freed(queue, fake):
+    fake.admin.set_capacity(0)
+    entry = queue.add("many_lines.py", "2")
+    e = queue.until(lambda es: es[entry.id].state == "pending" and es[entry.id].backoff == 1,
+                    "backed off")[entry.id]
+    assert "stockout" in e.last_error and e.next_try_at > queue.clock() + 30
+    assert e.attempt == 1 and e.attempts[0]["slice"] == e.slice_name
+    for _ in range(3):  # not due yet: no new creation, no API call for it at all
+        assert queue.tick().api_calls == 0
+    assert _creates(fake) == 1 and queue.entry(entry.id).state == "pending"
+    queue.clock.offset += 3600  # the backoff has passed, still no capacity: backs off again
+    queue.until(lambda es: es[entry.id].backoff == 2, "backed off twice")
+    assert queue.entry(entry.id).next_try_at - queue.clock() > 100  # doubled, about 120 s
+    fake.admin.set_capacity(None)
+    queue.clock.offset += 3600
+    e = queue.settle()[entry.id]
+    assert e.state == "succeeded" and e.attempt == 1 and e.backoff == 0 and _creates(fake) == 3
+
+
+def test_quota_keeps_an_entry_pending_with_backoff(queue, fake):
+    fake.admin.set_quota(0, project="test-project")
+    entry = queue.add("many_lines.py", "2", tier="queued")
+    queue.tick()
+    e = queue.entry(entry.id)
+    assert e.state == "pending" and "quota" in e.last_error.lower() and e.next_try_at > queue.clock()
+    fake.admin.set_quota(None, project="test-project")
+    queue.clock.offset += 3600
+    assert queue.settle()[entry.id].state == "succeeded"
+
+
+def test_a_run_over_max_hours_is_stopped_and_its_slice_deleted(queue, fake):
+    entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, max_hours=1.0)
+    queue.until(lambda es: es[entry.id].state == "running", "running")
+    queue.tick()
+    assert queue.entry(entry.id).state == "running"  # within its hour
+    queue.clock.offset += 2 * 3600
+    queue.tick()
+    e = queue.entry(entry.id)
+    assert e.state == "failed" and "--max-hours" in e.last_error and e.exit_code is None
+    e = queue.settle()[entry.id]
+    assert e.attempts[0]["cleaned"]
+    from podctl._sync import run_sync
+    from podctl.queue.execution import read_record
+
+    assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
+
+
+def test_a_scripts_own_failure_is_final(queue):
+    entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "0", "FAIL_CODE": "3"}, max_attempts=3)
+    e = queue.settle()[entry.id]
+    assert (e.state, e.exit_code, e.attempt) == ("failed", 3, 1)
+    assert "exited 3" in e.last_error
+
+
+def test_preemption_is_retried_then_succeeds(queue, fake):
+    entry = queue.add("sleep_then_exit.py", "3", tier="spot", max_attempts=2)
+    e = queue.until(lambda es: es[entry.id].state == "running", "running")[entry.id]
+    first = e.slice_name
+    fake.admin.preempt(first)
+    e = queue.settle()[entry.id]
+    assert e.state == "succeeded" and e.attempt == 2
+    assert [a["outcome"] for a in e.attempts] == ["lost", "succeeded"]
+    assert "PREEMPTED" in e.attempts[0]["error"] or "SUSPEND" in e.attempts[0]["error"]
+    assert e.attempts[0]["slice"] == first != e.attempts[1]["slice"]
+    assert e.attempts[0]["run_id"] != e.attempts[1]["run_id"]
+
+
+def test_preemption_without_attempts_left_fails(queue, fake):
+    entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, max_attempts=1)
+    e = queue.until(lambda es: es[entry.id].state == "running", "running")[entry.id]
+    fake.admin.preempt(e.slice_name)
+    e = queue.settle()[entry.id]
+    assert e.state == "failed" and "gave up after 1 attempts" in e.last_error
+
+
+@pytest.mark.parametrize("when", ["provisioning", "running"])
+def test_cancel(queue, fake, when):
+    from podctl.queue import tick
+
+    if when == "provisioning":
+        fake.admin.set_capacity(0)  # the queued resource waits for capacity
+    entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, tier="queued")
+    queue.until(lambda es: es[entry.id].state == when, when)
+    assert not fake.admin.is_empty()
+    e = tick.cancel(queue.ctx, queue.state_dir, entry.id)
+    assert e.state == "cancelled"
+    e = queue.settle()[entry.id]
+    assert e.state == "cancelled" and e.attempts[0]["outcome"] == "cancelled"
+    if when == "running":
+        from podctl._sync import run_sync
+        from podctl.queue.execution import read_record
+
+        assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
+
+
+def test_an_edit_after_add_does_not_change_the_queued_run(queue, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "say.py").write_text("print('version one', flush=True)\n")
+    entry = queue.add("say.py", workdir=work)
+    (work / "say.py").write_text("print('version two', flush=True)\n")
+    e = queue.settle()[entry.id]
+    assert e.state == "succeeded"
+    from podctl._sync import run_sync
+    from podctl.jobs.logs import LogReader
+
+    lines: list[str] = []
+    run_sync(LogReader(queue.storage, e.run_id, 1, lambda host, line: lines.append(line)).follow(follow=False))
+    assert lines == ["version one"]
+
+
+def test_two_passes_at_once_without_the_lock_still_make_one_slice(queue, fake):
+    """The second guard: deterministic names. Two passes over the same entry race
+    (each with its own database connection); the loser's create is refused and adopts."""
+    import asyncio
+
+    from podctl._sync import run_sync
+    from podctl.queue.tick import run_pass
+
+    entry = queue.add("many_lines.py", "2", tier="queued")
+
+    async def both():
+        with queue.store() as a, queue.store() as b:
+            return await asyncio.gather(run_pass(queue.ctx, a), run_pass(queue.ctx, b))
+
+    run_sync(both())
+    assert fake.admin.resources()["queued_resources"] == [
+        f"projects/test-project/locations/us-central1-a/queuedResources/{queue.entry(entry.id).slice_name}"]
+    assert queue.settle()[entry.id].state == "succeeded"
+
+
+def test_env_values_never_reach_the_log_or_the_json(queue):
+    entry = queue.add("show_env.py", "API_TOKEN", env={"API_TOKEN": "hunter2-secret"})
+    e = queue.settle()[entry.id]
+    assert e.state == "succeeded"
+    assert "hunter2-secret" not in queue.out.getvalue()
+    assert "hunter2-secret" not in repr(e) and "hunter2-secret" not in str(e.to_json())
+    assert e.to_json()["env_keys"] == ["API_TOKEN"]
