@@ -162,6 +162,14 @@ class RunOptions:
     fail_fast: bool = True
     resume: str | None = None  # a run id whose checkpoints this run continues from
 
+    def __post_init__(self) -> None:
+        from podctl.errors import InvalidValueError
+        from podctl.jobs.runs import valid_run_id
+
+        if self.resume is not None and not valid_run_id(self.resume):
+            raise InvalidValueError(f"--resume {self.resume!r} is not a run id (e.g. "
+                                    "my-slice-20261202-173000-ab12); `podctl runs` lists them.")
+
 
 async def resume_checkpoint_dir(session: Session, run_id: str) -> str:
     """Where the run RUN_ID kept its checkpoints (checked: the run exists)."""

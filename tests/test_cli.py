@@ -168,8 +168,8 @@ def test_help_is_fast_to_import():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_readme_main_command_runs(tmp_path):
-    """README's main job, `bash examples/lifecycle.sh`, runs and leaves nothing behind."""
+def test_lifecycle_example_runs(tmp_path):
+    """examples/lifecycle.sh, the CLI's lifecycle, runs and leaves nothing behind."""
     env = isolated_environ(tmp_path)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     repo = Path(__file__).resolve().parents[1]
