@@ -146,6 +146,9 @@ class Store:
             if version < SCHEMA_VERSION:
                 self._migrate(version)
             self.conn.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL cannot corrupt the file; a power cut may lose the last
+            # commits, and a lost intent is re-derived from the world by the next tick.
+            self.conn.execute("PRAGMA synchronous=NORMAL")
             self.token = self.conn.execute("SELECT value FROM meta WHERE key='token'").fetchone()[0]
         except sqlite3.DatabaseError as e:
             self.conn.close()
