@@ -1,8 +1,8 @@
 """A multi-host JAX training script to copy and change: a decoder-only transformer LM.
 
 Plain JAX + optax, no Flax: the parameters are a plain dict of arrays, so every
-sharding rule is one visible line in PARAM_RULES below rather than a property of
-a module system. The same file runs
+sharding rule is visible: LOGICAL_TO_MESH and param_logical_axes below name the
+mesh axis of every parameter dim, rather than leaving it to a module system. The same file runs
 
   * on a real v5p slice through `podctl run SLICE templates/train_pjit.py ...`
     (one process per host, 4 chips each),
@@ -515,9 +515,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def state_spec(path, leaf):
         # adam's mu/nu have the params' tree inside optax's tuples: match on the dict keys
-        keys = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
-        if keys and keys[0] == "params":
-            keys = keys[1:]
+        keys = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))[1:]
         spec = by_path.get(keys)
         return NamedSharding(mesh, spec if spec is not None and leaf.ndim else P())
 
