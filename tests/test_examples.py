@@ -1,0 +1,54 @@
+"""The examples run as a user runs them: the notebook through a real Jupyter kernel
+(nbclient + ipykernel; the kernel's own event loop is running all along), the plain
+script with python."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podctl.fake import daemon
+from podctl.settings import state_dir
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture
+def fake_stopped_at_end():
+    yield
+    where = state_dir() / "fake"
+    current = daemon.status(where)
+    if current.get("running"):
+        from podctl.fake.admin_client import FakeAdmin
+
+        leftover = FakeAdmin(current["admin"]).resources()
+        daemon.stop(where)
+        pytest.fail(f"the example left the fake cloud running (holding {leftover})")
+
+
+def test_notebook_executes(fake_stopped_at_end):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(EXAMPLES / "notebook.ipynb", as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(EXAMPLES)}})
+    client.execute()  # raises CellExecutionError, with the cell's traceback, on any failure
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    html = "\n".join(str(o.get("data", {}).get("text/html", "")) for o in outputs)
+    assert "<podctl.Slice notebook-demo v5p-16 READY" in text
+    assert "succeeded" in text  # a status line, updated in place
+    assert "<table>" in html  # the slice and checkpoint tables
+    # One status line per wait, updated in place: no flood of progress output.
+    assert sum(1 for o in outputs if o.get("output_type") == "display_data") <= 8
+
+
+def test_python_api_script_runs(fake_stopped_at_end, tmp_path):
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "python_api.py")], capture_output=True,
+                          text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed at step 11" in proc.stdout
+    assert "slice deleted, fake cloud stopped" in proc.stdout
