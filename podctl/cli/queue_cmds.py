@@ -24,8 +24,8 @@ Exit codes:
   0  the pass ran (also when entries failed: see `podctl queue ls`), or another
      tick was running
   1  podctl itself could not work: queue database unreadable or from a newer
-     podctl, Cloud TPU API or GCS unreachable, no credentials
-  2  usage: a bad option
+     podctl, Cloud TPU API or GCS unreachable or refusing
+  2  usage or configuration: a bad option, no project, no credentials
 """
 
 
@@ -175,16 +175,19 @@ def show(entry_id: int, as_json: bool) -> None:
     guarded(action)
 
 
-def _tick_context(ctx: Context, log: Any) -> Any:
+def _tick_context(ctx: Context, log: Any, project: str | None, zone: str | None) -> Any:
+    """Entries carry their own project and zone; these settings pick the backend and
+    the credentials (and, for Google Cloud, must resolve as for any command)."""
     from podctl.queue.context import TickContext
 
-    return TickContext.connect(ctx.settings(), log)
+    return TickContext.connect(ctx.settings(project, zone), log)
 
 
 @queue.command()
 @click.argument("entry_id", type=int)
+@where_options
 @pass_context
-def cancel(ctx: Context, entry_id: int) -> None:
+def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -> None:
     """Cancel an entry: stop its run if it runs, delete its slice or queued resource."""
 
     def action() -> None:
@@ -194,7 +197,7 @@ def cancel(ctx: Context, entry_id: int) -> None:
         with _store() as store:
             store.get(entry_id)  # NoSuchEntryError before anything connects
         log = queue_log.configure(sys.stderr)
-        entry = tick.cancel(_tick_context(ctx, log), _state_dir(), entry_id)
+        entry = tick.cancel(_tick_context(ctx, log, project, zone), _state_dir(), entry_id)
         click.echo(f"entry {entry.id} is {entry.state}")
 
     guarded(action)
@@ -203,8 +206,9 @@ def cancel(ctx: Context, entry_id: int) -> None:
 @queue.command(name="tick", help=TICK_HELP)
 @click.option("--loop", "interval", default=None, metavar="INTERVAL",
               help="Pass after pass, INTERVAL apart (e.g. 60s), until SIGINT or SIGTERM.")
+@where_options
 @pass_context
-def tick_cmd(ctx: Context, interval: str | None) -> None:
+def tick_cmd(ctx: Context, interval: str | None, project: str | None, zone: str | None) -> None:
     def action() -> None:
         from podctl.durations import parse_duration
         from podctl.queue import log as queue_log
@@ -214,7 +218,7 @@ def tick_cmd(ctx: Context, interval: str | None) -> None:
         seconds = parse_duration(interval, "--loop") if interval else None
         Store(db_path(_state_dir())).close()  # a bad db: exit 1 before the cloud is touched
         log = queue_log.configure()
-        context = _tick_context(ctx, log)
+        context = _tick_context(ctx, log, project, zone)
         if seconds is None:
             tick.tick(context, _state_dir())
         else:
