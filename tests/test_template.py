@@ -155,6 +155,25 @@ def test_a_mesh_that_does_not_match_the_devices_is_one_line(tmp_path: Path):
     assert proc.stdout == ""
 
 
+def test_reads_a_text_file_bytewise_and_refuses_token_ids_beyond_the_vocab(tmp_path: Path):
+    import numpy as np
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 100)
+    proc = train("--steps", "3", "--data", str(text))
+    assert proc.returncode == 0, proc.stderr
+    lines = metrics(proc.stdout)
+    assert lines[-1]["kind"] == "done" and lines[-1]["step"] == 3
+    assert "vocab 256" in proc.stderr  # TINY's --vocab 64 gave way to the byte vocabulary
+
+    ids = tmp_path / "tokens.npy"
+    np.save(ids, (np.arange(5000) % 100).astype(np.uint16))
+    proc = train("--steps", "1", "--data", str(ids))  # --vocab 64 < 100
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("train_pjit: error: --data ")
+    assert "not below --vocab 64" in proc.stderr
+
+
 def _bucket_objects(cli, prefix: str) -> tuple[str, list[str]]:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
