@@ -8,14 +8,23 @@
     POST /admin/fail      {count, code, call?}   the next COUNT /v2/ calls (of CALL) fail: 403, 429, 503,
                                             "drop" (reset, not done), "lose" (done, answer lost)
     POST /admin/latency   {seconds}         added to every /v2/ call
-    POST /admin/preempt   {name, after?}    preempt a node / queued resource now or later
+    POST /admin/preempt   {name, after?, grace?}   preempt a node / queued resource now or AFTER
+                                            simulated seconds; its hosts' processes get SIGTERM,
+                                            then SIGKILL after GRACE wall-clock seconds
+                                            (default: timings.preempt_grace)
     POST /admin/capacity  {zone, chips}     chips free to TPUs in a zone (null: a whole pod)
     POST /admin/quota     {project, zone, chips}   the project's chip quota (null: none)
-    POST /admin/timings   {time_scale?, node_create?, ...}   how fast the world moves
+    POST /admin/timings   {time_scale?, node_create?, ..., preempt_grace?}   how fast the world
+                                            moves (preempt_grace in wall-clock seconds)
     POST /admin/advance   {seconds}         move the clock forward (simulated seconds)
     POST /admin/host_latency {seconds}      delay before each SSH connection to a fake host is
                                             accepted (a simulated round trip; default 0)
     POST /admin/drop_host {name, worker}    one host of a READY node vanishes (node stays READY)
+    POST /admin/kill_processes {name, worker, signal?}   every process one host started gets
+                                            signal TERM or KILL (default); the host stays up
+    POST /admin/cut_ssh   {name, worker}    abort one host's SSH connections; new ones work
+    POST /admin/gcs_outage {seconds}        GCS answers 503 to everything for SECONDS (wall clock;
+                                            0 ends an outage)
     GET  /admin/hosts                       live fake hosts: {node: {ports, alive, connections, sessions}}
     POST /admin/reset                       forget everything (world, switches, GCS objects)
 """
@@ -23,6 +32,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import signal
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
@@ -56,13 +67,39 @@ def _latency(cloud: FakeCloud, body: dict) -> dict:
     return {"latency": seconds}
 
 
+def _seconds(body: dict, key: str, default: float | None = 0.0) -> float | None:
+    """A non-negative, finite number of seconds from BODY (DEFAULT when absent)."""
+    value = body.get(key)
+    if value is None:
+        return default
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise invalid(f"{key} must be a number of seconds >= 0, not {value!r}")
+    return seconds
+
+
+def _find(cloud: FakeCloud, body: dict) -> tuple[str, dict]:
+    name = str(body.get("name", ""))
+    try:
+        return cloud.world.find(name)
+    except ApiError as e:
+        raise ApiError(404, "NOT_FOUND", f"no node or queued resource named {name!r} in the "
+                       "fake cloud (see `podctl ls`)") from e
+
+
 def _preempt(cloud: FakeCloud, body: dict) -> dict:
-    cloud.world.preempt(str(body.get("name", "")), float(body.get("after", 0) or 0))
+    _find(cloud, body)
+    cloud.world.preempt(str(body["name"]), _seconds(body, "after") or 0.0,
+                        _seconds(body, "grace", None))
     return cloud.world.resources()
 
 
 def _capacity(cloud: FakeCloud, body: dict) -> dict:
-    zone, chips = body.get("zone", cloud.zone), body.get("chips")
+    zone, chips = body.get("zone") or cloud.zone, body.get("chips")
+    if zone not in cloud.world.zones:
+        raise invalid(f"the fake cloud has no zone {zone!r}; its zones: {', '.join(cloud.world.zones)}")
+    if chips is not None and int(chips) < 0:
+        raise invalid("capacity must be >= 0 chips (or null: a whole pod)")
     if chips is None:
         cloud.world.capacity.pop(zone, None)
     else:
@@ -89,7 +126,8 @@ def _timings(cloud: FakeCloud, body: dict) -> dict:
         if float(body["time_scale"]) <= 0:
             raise invalid("time_scale must be positive")
         world.time_scale = float(body.pop("time_scale"))
-    world.timings = dataclasses.replace(world.timings, **{k: float(v) for k, v in body.items()})
+    values = {k: _seconds(body, k) for k in body}
+    world.timings = dataclasses.replace(world.timings, **values)
     return {"time_scale": world.time_scale, **dataclasses.asdict(world.timings)}
 
 
@@ -110,6 +148,7 @@ def _reset(cloud: FakeCloud, body: dict) -> dict:
     if cloud.hosts:
         cloud.hosts.latency = 0.0
     if cloud.gcs:
+        cloud.gcs.outage(0)
         cloud.gcs.wipe()
     return {}
 
@@ -123,14 +162,50 @@ def _host_latency(cloud: FakeCloud, body: dict) -> dict:
     return {"host_latency": seconds}
 
 
-def _drop_host(cloud: FakeCloud, body: dict) -> dict:
-    _, node = cloud.world.find(str(body.get("name", "")))
+def _on_host(cloud: FakeCloud, body: dict, act: Callable[[str, int], Any]) -> Any:
+    """ACT(node name, worker) on a live host named by BODY's name and worker."""
+    kind, resource = _find(cloud, body)
+    if kind != "node":
+        raise invalid(f"{resource['name']} is a queued resource; name one of its nodes")
+    worker = body.get("worker")
+    if isinstance(worker, bool) or not isinstance(worker, int):
+        raise invalid(f"worker must be a host index (0, 1, ...), not {worker!r}")
+    if cloud.hosts is None:
+        raise precondition("the fake cloud's hosts are not running")
     try:
-        assert cloud.hosts is not None
-        cloud.hosts.drop_host(node["name"], int(body.get("worker", 0)))
-    except (KeyError, AssertionError) as e:
-        raise precondition(f"cannot drop that host: {e}") from e
+        return act(resource["name"], worker)
+    except LookupError as e:
+        raise precondition(str(e.args[0])) from e
+
+
+def _drop_host(cloud: FakeCloud, body: dict) -> dict:
+    _on_host(cloud, body, lambda name, worker: cloud.hosts.drop_host(name, worker))  # type: ignore[union-attr]
     return _hosts(cloud, body)
+
+
+_SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
+
+
+def _kill_processes(cloud: FakeCloud, body: dict) -> dict:
+    name = str(body.get("signal", "KILL")).upper().removeprefix("SIG")
+    if name not in _SIGNALS:
+        raise invalid(f"signal must be TERM or KILL, not {body.get('signal')!r}")
+    killed = _on_host(cloud, body, lambda node, worker: cloud.hosts.kill_processes(  # type: ignore[union-attr]
+        node, worker, _SIGNALS[name]))
+    return {"signalled": killed, "signal": name}
+
+
+def _cut_ssh(cloud: FakeCloud, body: dict) -> dict:
+    cut = _on_host(cloud, body, lambda node, worker: cloud.hosts.cut_ssh(node, worker))  # type: ignore[union-attr]
+    return {"connections_cut": cut}
+
+
+def _gcs_outage(cloud: FakeCloud, body: dict) -> dict:
+    seconds = _seconds(body, "seconds")
+    if cloud.gcs is None:
+        raise precondition("the fake cloud's GCS is not running")
+    cloud.gcs.outage(seconds or 0.0)
+    return {"gcs_outage_seconds": seconds}
 
 
 def _hosts(cloud: FakeCloud, body: dict) -> dict:
@@ -152,7 +227,8 @@ _GET: dict[str, Action] = {
 _POST: dict[str, Action] = {
     "fail": _fail, "latency": _latency, "preempt": _preempt, "capacity": _capacity, "quota": _quota,
     "timings": _timings, "advance": _advance, "reset": _reset, "stats/reset": _reset_stats,
-    "host_latency": _host_latency, "drop_host": _drop_host,
+    "host_latency": _host_latency, "drop_host": _drop_host, "kill_processes": _kill_processes,
+    "cut_ssh": _cut_ssh, "gcs_outage": _gcs_outage,
 }
 
 

@@ -51,8 +51,14 @@ class FakeAdmin:
     def set_latency(self, seconds: float) -> None:
         self._call("POST", "latency", {"seconds": seconds})
 
-    def preempt(self, name: str, after: float = 0.0) -> None:
-        self._call("POST", "preempt", {"name": name, "after": after})
+    def preempt(self, name: str, after: float = 0.0, grace: float | None = None) -> None:
+        """Preempt NAME now or AFTER simulated seconds. Its hosts stop taking SSH and their
+        processes get SIGTERM, then SIGKILL after GRACE wall-clock seconds (default:
+        timings.preempt_grace, 10 s); GCS stays reachable meanwhile."""
+        body: dict[str, Any] = {"name": name, "after": after}
+        if grace is not None:
+            body["grace"] = grace
+        self._call("POST", "preempt", body)
 
     def set_capacity(self, chips: int | None, zone: str | None = None) -> dict:
         return self._call("POST", "capacity", {"chips": chips, **({"zone": zone} if zone else {})})
@@ -75,6 +81,21 @@ class FakeAdmin:
     def drop_host(self, name: str, worker: int) -> dict:
         """Host WORKER of node NAME vanishes (its processes killed); the node stays READY."""
         return self._call("POST", "drop_host", {"name": name, "worker": worker})
+
+    def kill_processes(self, name: str, worker: int, signal: str = "KILL") -> int:
+        """Every process host WORKER of NAME started gets SIGNAL (TERM or KILL): a crash or an
+        OOM kill. The host stays up and takes new SSH connections. Returns how many."""
+        return self._call("POST", "kill_processes",
+                          {"name": name, "worker": worker, "signal": signal})["signalled"]
+
+    def cut_ssh(self, name: str, worker: int) -> int:
+        """Abort host WORKER's SSH connections (the client sees them drop); new ones work.
+        Returns how many were cut."""
+        return self._call("POST", "cut_ssh", {"name": name, "worker": worker})["connections_cut"]
+
+    def gcs_outage(self, seconds: float) -> None:
+        """GCS answers every request with 503 for SECONDS of wall-clock time (0 ends it)."""
+        self._call("POST", "gcs_outage", {"seconds": seconds})
 
     def hosts(self) -> dict:
         """{"nodes": {node name: {ports, alive, connections, sessions}}, "host_latency": s}."""

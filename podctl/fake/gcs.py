@@ -13,6 +13,7 @@ a 512-host slice may open 512 connections at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -32,6 +33,7 @@ class _Server(server.HTTPServer):
     allow_reuse_address = True
     storage: object = None
     _meta_written = 0.0
+    outage_until = 0.0  # time.monotonic() before which every request gets 503 (FakeGcs.outage)
 
     def service_actions(self) -> None:
         # Called by serve_forever between requests, in the one thread that touches the
@@ -107,6 +109,47 @@ def _generation_handler(base: type) -> type:
     return GenerationHandler
 
 
+_UNAVAILABLE = json.dumps({"error": {"code": 503, "message": "We encountered an internal error. "
+                                     "Please try again.", "errors": [{
+                                         "message": "Backend Error", "domain": "global",
+                                         "reason": "backendError"}]}}).encode()
+
+
+def _outage_handler(base: type) -> type:
+    """During an outage every request is answered 503, as GCS does when a backend is
+    unavailable; google-cloud-storage, gcsfs and tensorstore all retry that. Every
+    do_* method checks first, so nothing reaches the storage meanwhile."""
+
+    class OutageHandler(base):  # type: ignore[misc, valid-type]
+        def _unavailable(self) -> bool:
+            if time.monotonic() >= self.server.outage_until:
+                return False
+            # Read the body first: closing a socket with unread bytes resets it, and the
+            # client would see a dropped connection rather than the 503. (A chunked body
+            # is not drained; the clients podctl uses send a Content-Length.)
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > 0:
+                self.rfile.read(length)
+            self.send_response(503, "Service Unavailable")
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(_UNAVAILABLE)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(_UNAVAILABLE)
+            self.close_connection = True
+            return True
+
+    def guarded(method: str):  # type: ignore[no-untyped-def]
+        def handle(self: OutageHandler) -> None:
+            if not self._unavailable():
+                getattr(base, method)(self)
+        return handle
+
+    for verb in ("GET", "POST", "PUT", "DELETE", "PATCH"):
+        setattr(OutageHandler, f"do_{verb}", guarded(f"do_{verb}"))
+    return OutageHandler
+
+
 class FakeGcs:
     """One GCS emulator: `start()` binds and serves, `stop()` leaves no thread or port."""
 
@@ -132,7 +175,8 @@ class FakeGcs:
         self.ensure_bucket()
         try:
             self._httpd = _Server((self.host, self.port),
-                                  partial(_generation_handler(RequestHandler), self._storage))
+                                  partial(_outage_handler(_generation_handler(RequestHandler)),
+                                          self._storage))
             self._httpd.storage = self._storage
         except OSError as e:
             raise FakeCloudError(f"the fake GCS cannot listen on {self.host}:{self.port}: {e}") from e
@@ -145,6 +189,11 @@ class FakeGcs:
         from gcp_storage_emulator.handlers import buckets
 
         buckets.create_bucket(self.bucket, self._storage)  # no-op when it exists
+
+    def outage(self, seconds: float) -> None:
+        """Answer every request with 503 for SECONDS of wall-clock time from now (0 ends one)."""
+        if self._httpd is not None:
+            self._httpd.outage_until = time.monotonic() + seconds if seconds > 0 else 0.0
 
     def wipe(self) -> None:
         """Forget every object and bucket, then make the default bucket again."""

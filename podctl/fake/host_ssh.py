@@ -155,7 +155,9 @@ class Session(asyncssh.SSHServerSession):
         if self.proc is not None and self.proc.returncode is None:
             pid = self.proc.pid
             kill_group(pid, signal.SIGTERM)
-            asyncio.get_running_loop().call_later(KILL_GRACE, kill_group, pid, signal.SIGKILL)
+            # a preempted host's commands have its whole notice; the manager's SIGKILL ends it
+            grace = max(KILL_GRACE, self.host.grace)
+            asyncio.get_running_loop().call_later(grace, kill_group, pid, signal.SIGKILL)
 
     def kill(self) -> None:
         if self.proc is not None:

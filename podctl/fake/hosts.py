@@ -9,7 +9,11 @@ before any answer leaves, so no client ever sees a READY node without its ports
 (asyncssh starts accepting on those sockets a moment later; until then the kernel
 queues the connections). Nodes that are no longer READY (deleted, preempted,
 stopped, suspended, forgotten) lose their hosts in the same call: listeners
-closed, connections cut, and every process the host started killed. Detached
+closed, connections cut, and every process the host started killed. A preempted
+node's processes get a spot VM's notice instead: SIGTERM at once, SIGKILL after
+`world.preempt_grace(node)` wall-clock seconds, with GCS still there to save a
+checkpoint to; a node that leaves the world during its grace (deleted, reset)
+and the manager's close() kill them at once. Detached
 processes (setsid, nohup) are found by a token that each host puts into the
 environment of everything it starts (TOKEN_VAR), by scanning /proc/*/environ;
 Linux only. A process that wipes its own environment escapes; nothing else does.
@@ -61,9 +65,9 @@ def raise_nofile_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def kill_tagged(match: Callable[[str], bool]) -> int:
-    """SIGKILL every process whose TOKEN_VAR matches; repeat until a scan finds none
-    new (a process may fork between the scan and the kill). Returns how many."""
+def kill_tagged(match: Callable[[str], bool], sig: int = signal.SIGKILL) -> int:
+    """Send SIG (SIGKILL) to every process whose TOKEN_VAR matches; repeat until a scan
+    finds none new (a process may fork between the scan and the kill). Returns how many."""
     needle, me, sent = f"{TOKEN_VAR}=".encode(), os.getpid(), set()
     for _ in range(50):
         found = []
@@ -82,7 +86,7 @@ def kill_tagged(match: Callable[[str], bool]) -> int:
             break
         for pid in found:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, sig)
         sent.update(found)
     return len(sent)
 
@@ -90,7 +94,8 @@ def kill_tagged(match: Callable[[str], bool]) -> int:
 class Host:
     """One VM of a node: its port, its listener, its live connections and commands."""
 
-    __slots__ = ("node", "index", "sock", "port", "acceptor", "token", "alive", "conns", "sessions")
+    __slots__ = ("node", "index", "sock", "port", "acceptor", "token", "alive", "conns", "sessions",
+                 "grace")
 
     def __init__(self, node: NodeHosts, index: int, sock: socket.socket, token: str):
         self.node, self.index, self.sock, self.token = node, index, sock, token
@@ -99,6 +104,7 @@ class Host:
         self.alive = True
         self.conns: set[asyncssh.SSHServerConnection] = set()
         self.sessions: set[Session] = set()
+        self.grace = 0.0  # > 0 once preempted: how long its commands may take to end
 
     @property
     def home(self) -> Path:
@@ -115,15 +121,18 @@ class Host:
         (home / "tmp").mkdir(parents=True, exist_ok=True)
         return env
 
-    def vanish(self) -> None:
-        """Listener closed, connections cut, command groups killed (no waiting)."""
+    def vanish(self, grace: float = 0.0) -> None:
+        """Listener closed, connections cut; command groups killed now, or with GRACE > 0
+        (a preemption) left to the manager's SIGTERM now and SIGKILL after GRACE."""
         self.alive = False
+        self.grace = grace
         if self.acceptor is not None:
             self.acceptor.close()
         for conn in list(self.conns):
             conn.abort()
-        for session in list(self.sessions):
-            session.kill()
+        if grace <= 0:
+            for session in list(self.sessions):
+                session.kill()
 
 
 class NodeHosts:
@@ -173,6 +182,8 @@ class HostManager:
         self.nodes: dict[str, NodeHosts] = {}
         self.dirs: dict[str, tuple[str, Path]] = {}  # node name -> (node id, directory)
         self.failed: dict[str, str] = {}  # node name -> id of a node whose hosts could not start
+        # Preempted nodes in their grace: name -> (node id, host tokens, the SIGKILL timer)
+        self.dying: dict[str, tuple[str, frozenset[str], asyncio.TimerHandle | None]] = {}
         self._tasks: set[asyncio.Future] = set()
         self.prefix = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -198,10 +209,14 @@ class HostManager:
     def sync(self, world: Any) -> None:
         """Hosts for exactly the READY nodes of WORLD, now (see the module docstring)."""
         ready = {name: n for name, n in world.nodes.items() if n.get("state") == "READY"}
+        for name, (node_id, _, _) in list(self.dying.items()):
+            node = world.nodes.get(name)
+            if node is None or node.get("id") != node_id or node.get("state") != "PREEMPTED":
+                self._kill_dying(name)  # deleted (or forgotten) during its grace: no more notice
         gone = [nh for name, nh in self.nodes.items()
                 if ready.get(name) is not nh.node or ready[name].get("id") != nh.id]
         if gone:
-            self._vanish(gone)
+            self._vanish(gone, world)
         for name, node in ready.items():
             if name not in self.nodes and self.failed.get(name) != node.get("id"):
                 try:
@@ -216,13 +231,43 @@ class HostManager:
                 del self.dirs[name]
                 self._trash(directory)
 
-    def _vanish(self, nodes: Iterable[NodeHosts]) -> None:
+    def _vanish(self, nodes: Iterable[NodeHosts], world: Any = None) -> None:
         tokens = set()
         for nh in nodes:
             self.nodes.pop(nh.name, None)
+            node = world.nodes.get(nh.name) if world is not None else None
+            preempted = node is nh.node and node.get("state") == "PREEMPTED"
+            grace = world.preempt_grace(node) if preempted else 0.0
             for host in nh.hosts:
-                host.vanish()
-                tokens.add(host.token)
+                host.vanish(grace)
+            if grace > 0:
+                self._notice(nh, grace)
+            else:
+                tokens.update(host.token for host in nh.hosts)
+        if tokens:
+            kill_tagged(tokens.__contains__)
+
+    def _notice(self, nh: NodeHosts, grace: float) -> None:
+        """A spot VM's preemption notice: SIGTERM to everything the node's hosts started,
+        SIGKILL after GRACE wall-clock seconds (by the loop's timer, since sync must not wait)."""
+        tokens = frozenset(host.token for host in nh.hosts)
+        kill_tagged(tokens.__contains__, signal.SIGTERM)
+        try:
+            timer = asyncio.get_running_loop().call_later(grace, self._kill_dying, nh.name)
+        except RuntimeError:  # no loop to wait in (never so in the server): no grace then
+            timer = None
+        self.dying[nh.name] = (nh.id, tokens, timer)
+        if timer is None:
+            self._kill_dying(nh.name)
+
+    def _kill_dying(self, name: str) -> None:
+        """The end of a preempted node's grace, or its cut short: SIGKILL what is left."""
+        entry = self.dying.pop(name, None)
+        if entry is None:
+            return
+        _, tokens, timer = entry
+        if timer is not None:
+            timer.cancel()
         kill_tagged(tokens.__contains__)
 
     def _start(self, node: dict) -> None:
@@ -299,13 +344,36 @@ class HostManager:
 
     # ---- admin -----------------------------------------------------------------
 
+    def host(self, node_name: str, worker: int) -> Host:
+        """Live host WORKER of a READY node; LookupError (saying why) if there is none."""
+        nh = self.nodes.get(node_name)
+        if nh is None:
+            raise LookupError(f"{node_name} has no live hosts (it is not READY)")
+        if not 0 <= worker < len(nh.hosts):
+            raise LookupError(f"{node_name} has workers 0 to {len(nh.hosts) - 1}, not {worker}")
+        if not nh.hosts[worker].alive:
+            raise LookupError(f"worker {worker} of {node_name} was dropped already")
+        return nh.hosts[worker]
+
     def drop_host(self, node_name: str, worker: int) -> None:
         """One host of a READY node vanishes (the node stays READY): a lost VM."""
-        nh = self.nodes.get(node_name)
-        if nh is None or not 0 <= worker < len(nh.hosts):
-            raise KeyError(f"no live host {worker} of {node_name}")
-        nh.hosts[worker].vanish()
-        kill_tagged(nh.hosts[worker].token.__eq__)
+        host = self.host(node_name, worker)
+        host.vanish()
+        kill_tagged(host.token.__eq__)
+
+    def kill_processes(self, node_name: str, worker: int, sig: int = signal.SIGKILL) -> int:
+        """Every process one host started gets SIG (a crash, an OOM kill); the host stays
+        up and takes new SSH connections. Returns how many were signalled."""
+        return kill_tagged(self.host(node_name, worker).token.__eq__, sig)
+
+    def cut_ssh(self, node_name: str, worker: int) -> int:
+        """Abort one host's SSH connections (no SSH disconnect: the client sees the TCP
+        connection drop, as when a network path breaks); the listener stays. Their
+        commands end as for any lost connection (host_ssh.Session.connection_lost)."""
+        conns = list(self.host(node_name, worker).conns)
+        for conn in conns:
+            conn.abort()
+        return len(conns)
 
     def describe(self) -> dict[str, Any]:
         return {name: {"ports": [h.port for h in nh.hosts],
@@ -317,6 +385,8 @@ class HostManager:
     async def close(self) -> None:
         """Every host vanishes; waits for their listeners and commands to wind down."""
         conns = [c for nh in self.nodes.values() for h in nh.hosts for c in h.conns]
+        for name in list(self.dying):
+            self._kill_dying(name)  # no grace outlives the fake cloud
         self._vanish(list(self.nodes.values()))
         waits = [*self._tasks, *(asyncio.ensure_future(c.wait_closed()) for c in conns)]
         if waits:

@@ -57,6 +57,10 @@ class Timings:
     qr_suspend: float = 20.0
     node_stop: float = 20.0
     node_start: float = 30.0
+    # Wall-clock seconds, not simulated (time_scale does not apply): between a
+    # preemption's SIGTERM to every process of the node's hosts and their SIGKILL,
+    # since a checkpoint save in that notice takes real time (hosts.py).
+    preempt_grace: float = 10.0
 
 
 @dataclass
@@ -348,9 +352,12 @@ class World:
                     return kind, resource
         raise not_found(name)
 
-    def preempt(self, name: str, after: float = 0.0) -> None:
-        """Preempt a node or queued resource now, or `after` simulated seconds."""
+    def preempt(self, name: str, after: float = 0.0, grace: float | None = None) -> None:
+        """Preempt a node or queued resource now, or `after` simulated seconds; GRACE
+        (wall-clock seconds) overrides timings.preempt_grace for this one."""
         kind, resource = self.find(name)
+        if grace is not None:
+            resource["_preempt_grace"] = float(grace)  # kept with it: `after` may come later
         if after > 0:
             self.schedule(after, "preempt", resource["name"])
             return
@@ -364,6 +371,11 @@ class World:
             resource.pop("health", None)
         else:
             raise precondition(f"Node {resource['name']} is {resource['state']}; cannot preempt it")
+
+    def preempt_grace(self, node: dict) -> float:
+        """The notice a preempted NODE's processes get: its own, its queued resource's, or the default."""
+        qr = self.queued.get(node.get("queuedResource") or "", {})
+        return float(node.get("_preempt_grace", qr.get("_preempt_grace", self.timings.preempt_grace)))
 
     def resources(self) -> dict[str, list[str]]:
         """Everything that exists and may bill: what tests assert is empty at the end."""
