@@ -452,10 +452,10 @@ def peak_flops(devices: list, override: float | None) -> tuple[float | None, str
     kind = devices[0].device_kind.lower()
     if override:
         return override * len(devices), None
-    if devices[0].platform != "tpu":
-        return None, f"not meaningful on {devices[0].platform}"
+    if devices[0].platform == "cpu":
+        return None, "not meaningful on cpu"
     # v5p reports "TPU v5" (v5e is "TPU v5 lite" / "TPU v5e"); newer runtimes may say "v5p".
-    if "v5p" in kind or (kind.strip() == "tpu v5"):
+    if devices[0].platform == "tpu" and ("v5p" in kind or kind.strip() == "tpu v5"):
         return PEAK_BF16_FLOPS["v5p"] * len(devices), None
     return None, f"peak FLOP/s unknown for {devices[0].device_kind}; pass --peak-flops"
 

@@ -174,6 +174,34 @@ def test_reads_a_text_file_bytewise_and_refuses_token_ids_beyond_the_vocab(tmp_p
     assert "not below --vocab 64" in proc.stderr
 
 
+def _template():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_pjit", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mfu_peak_and_sharding_rules():
+    from types import SimpleNamespace as NS
+
+    from jax.sharding import PartitionSpec as P
+
+    t = _template()
+    assert t.peak_flops([NS(platform="tpu", device_kind="TPU v5")] * 8, None) == (8 * 459e12, None)
+    assert t.peak_flops([NS(platform="tpu", device_kind="TPU v5p")] * 4, None)[0] == 4 * 459e12
+    assert t.peak_flops([NS(platform="tpu", device_kind="TPU v5 lite")], None)[0] is None
+    assert t.peak_flops([NS(platform="cpu", device_kind="cpu")] * 4, None) == (
+        None, "not meaningful on cpu")
+    mesh = NS(shape={"data": 2, "fsdp": 4, "model": 2})
+    assert t.spec_for((50257, 256), ("vocab", "embed"), mesh) == P(None, "fsdp")  # 50257 is odd
+    assert t.spec_for((4, 256, 1024), ("layers", "embed", "mlp"), mesh) == P(None, "fsdp", "model")
+    assert t.spec_for((4, 256), ("layers", "norm"), mesh) == P(None, None)
+    assert t.spec_for((256, 64), ("vocab", "embed"), NS(shape={"data": 1, "fsdp": 1, "model": 1})) \
+        == P(None, None)
+
+
 def _bucket_objects(cli, prefix: str) -> tuple[str, list[str]]:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
