@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from podctl.cli.common import guarded
+from podctl.cli.fake_inject import inject
 
 
 def _settings() -> object:
@@ -76,3 +77,6 @@ def status(as_json: bool) -> None:
             click.echo("fake cloud not running (`podctl fake start`)")
 
     guarded(action)
+
+
+fake.add_command(inject)  # podctl fake inject ...: faults, by hand
