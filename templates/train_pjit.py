@@ -1,8 +1,8 @@
 """A multi-host JAX training script to copy and change: a decoder-only transformer LM.
 
 Plain JAX + optax, no Flax: the parameters are a plain dict of arrays, so every
-sharding rule is visible: LOGICAL_TO_MESH and param_logical_axes below name the
-mesh axis of every parameter dim, rather than leaving it to a module system. The same file runs
+sharding rule is in plain sight (LOGICAL_TO_MESH and param_logical_axes below name
+the mesh axis of every parameter dim) rather than inside a module system. It runs
 
   * on a real v5p slice through `podctl run SLICE templates/train_pjit.py ...`
     (one process per host, 4 chips each),
@@ -31,7 +31,6 @@ import os
 import signal
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 PROG = "train_pjit"
@@ -204,8 +203,8 @@ def make_mesh(sizes: dict[str, int], no_shard: bool):
         from jax.experimental import mesh_utils
 
         try:
-            return Mesh(mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True),
-                        AXES)
+            grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+            return Mesh(grid, AXES)
         except (ValueError, NotImplementedError, AssertionError) as e:
             sys.stderr.write(f"{PROG}: topology-aware mesh unavailable ({e}); plain order\n")
     return Mesh(np.array(devices).reshape(shape), AXES)
@@ -399,7 +398,8 @@ class Data:
             t = np.arange(self.width)[None, :]
             return ((start + stride * t) % a.vocab).astype(np.int32)
         offsets = rng.integers(0, len(self.tokens) - self.width, B)[lo:hi]
-        out = np.stack([np.asarray(self.tokens[o:o + self.width]) for o in offsets]).astype(np.int32)
+        out = np.stack([np.asarray(self.tokens[o:o + self.width]) for o in offsets])
+        out = out.astype(np.int32)
         if out.max(initial=0) >= a.vocab:
             fail(f"--data {a.data}: token id {int(out.max())} is not below --vocab {a.vocab}")
         return out
@@ -569,7 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     def save(step: int, force: bool) -> None:
         nonlocal last_saved
         # orbax would also save the very first step of a fresh run; only every K-th here
-        if manager is None or step == last_saved or not (force or step % a.checkpoint_every == 0):
+        # (and a stop before the first step has nothing worth saving)
+        due = force or step % a.checkpoint_every == 0
+        if manager is None or step in (0, last_saved) or not due:
             return
         if manager.save(step, args=ocp.args.StandardSave(state), force=force):
             last_saved = step
