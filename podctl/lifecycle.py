@@ -161,6 +161,10 @@ class RunOptions:
     hosts: str = "0"  # whose lines to show: "all" or "0,3"
     fail_fast: bool = True
     resume: str | None = None  # a run id whose checkpoints this run continues from
+    # A relaunch (recovery): the bundle uploaded by the first attempt, `script` being
+    # its path inside it, and what the run's record says of the attempt.
+    bundle_hash: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from podctl.errors import InvalidValueError
@@ -196,7 +200,8 @@ async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
                          hosts=parse_hosts(options.hosts, len(info.hosts)),
                          fail_fast=options.fail_fast, ssh_port=ssh_port,
                          coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,
-                         resumed_from=options.resume)
+                         resumed_from=options.resume, bundle_hash=options.bundle_hash,
+                         record_extra=dict(options.extra))
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
               notice=notice)

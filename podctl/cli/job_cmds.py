@@ -75,6 +75,11 @@ def _pins(settings: Any, info: Any) -> Any:
 @click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
 @click.option("--resume", default=None, metavar="RUN_ID",
               help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
+@click.option("--recover", default=0, show_default=True, type=click.IntRange(0, 100), metavar="N",
+              help="If the slice is preempted or a host is lost, make the slice again and "
+              "relaunch from the latest checkpoint, up to N times.")
+@click.option("--retry-errors", is_flag=True,
+              help="With --recover: also relaunch after the script's own non-zero exit.")
 @click.option("--max-hours", default=None, metavar="H",
               help="Budget: after H hours (or the slice's own budget, if sooner) stop the run "
               "with a checkpoint and delete the slice; enforced while this command follows.")
@@ -84,7 +89,8 @@ def _pins(settings: Any, info: Any) -> Any:
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], setup: str | None, hosts_text: str, detach: bool,
-        keep_going: bool, resume: str | None, max_hours: str | None, project: str | None,
+        keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
+        max_hours: str | None, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
 
@@ -99,6 +105,15 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         from podctl.jobs.job import parse_env
 
         hours = run_hours(max_hours, detach)  # checked before anything starts
+        if (recover or retry_errors) and detach:
+            from podctl.errors import UsageError
+
+            raise UsageError("--recover needs podctl to watch the run: drop --detach (or queue "
+                             "it: podctl queue add --max-attempts K).")
+        if retry_errors and not recover:
+            from podctl.errors import UsageError
+
+            raise UsageError("--retry-errors goes with --recover N.")
         options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
                                        env=parse_env(list(env_pairs)), setup=setup, hosts=hosts_text,
                                        fail_fast=not keep_going, resume=resume)
@@ -106,7 +121,26 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         out = sys.stderr if as_json else sys.stdout
         started: list[Any] = []
 
+        async def go_recovering() -> Any:
+            import time
+
+            from podctl.recovery import RecoveryPolicy, run_recovering
+
+            began = time.time()
+
+            def wrap(follow: Any, job: Any, info: Any) -> Any:
+                started.append(job)
+                left = None if hours is None else max(0.0, hours - (time.time() - began) / 3600)
+                return watch_budget(follow, api=session.api, parent=session.settings.parent,
+                                    job=job, info=info, notice=_notice, max_hours=left)
+
+            return await run_recovering(session, name, options,
+                                        RecoveryPolicy(recoveries=recover, retry_code_errors=retry_errors),
+                                        sink=_line_printer(out), notice=_notice, wrap=wrap)
+
         async def go() -> Any:
+            if recover:
+                return await go_recovering()
             info = await lifecycle.ready_slice(session, name)
             job = await lifecycle.start_run(session, info, options, sink=_line_printer(out),
                                             notice=_notice)
@@ -125,6 +159,12 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                 _notice(f"interrupted; run {started[0].run_id} stopped on every host")
             sys.exit(EXIT_INTERRUPTED)
         job = started[0]
+        recovered = None
+        if recover:
+            recovered, result = result, result.result
+            if result is None:  # the last attempt's follower was cut off by its slice
+                _notice(f"run {recovered.run_id} lost its slice; exit code {recovered.exit_code}")
+                sys.exit(recovered.exit_code)
         if result is None:
             if as_json:
                 emit_json({"run_id": job.run_id, "state": "running", "hosts": len(job.targets)})
@@ -132,9 +172,17 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                 click.echo(job.run_id)
             return
         if as_json:
-            emit_json({"run_id": result.run_id, "exit_code": result.exit_code,
+            emit_json({"run_id": recovered.run_id if recovered else result.run_id,
+                       "exit_code": result.exit_code,
                        "failed_host": result.failed.host if result.failed else None,
-                       "hosts": {str(h): s.exit_code for h, s in sorted(result.statuses.items())}})
+                       "hosts": {str(h): s.exit_code for h, s in sorted(result.statuses.items())},
+                       **({"attempts": [a.to_json() for a in recovered.attempts],
+                           "recoveries": recovered.recoveries, "steps_lost": recovered.steps_lost}
+                          if recovered else {})})
+        if recovered and recovered.recoveries:
+            _notice(f"run {recovered.run_id}: {recovered.recoveries} "
+                    f"recover{'y' if recovered.recoveries == 1 else 'ies'}, "
+                    f"{recovered.steps_lost} steps lost")
         if result.failed:
             _notice(f"run {result.run_id} failed: host {result.failed.host:04d} exited "
                     f"{result.exit_code}")
@@ -183,7 +231,8 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
 @pass_context
 def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | None,
              as_json: bool) -> None:
-    """List runs with their state (newest first)."""
+    """List runs with their state (newest first); a recovered run once, with its
+    recoveries and the steps they cost (its later attempts: --json, or `podctl logs`)."""
 
     def action() -> None:
         from podctl._sync import run_sync
@@ -195,6 +244,7 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
         if as_json:
             emit_json([r.to_json() for r in records])
             return
+        records = [r for r in records if not r.extra.get("parent")]
         if not records:
             click.echo("no runs yet")
             return
@@ -203,8 +253,11 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
         for r in records:
             when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created))
             code = "-" if r.exit_code is None else str(r.exit_code)
+            recoveries = r.extra.get("recoveries") or 0
+            recovered = (f"  {recoveries} recover{'y' if recoveries == 1 else 'ies'}, "
+                         f"{r.extra.get('steps_lost', 0)} steps lost" if recoveries else "")
             click.echo(f"{r.run_id:48s} {r.state:10s} exit {code:>3s}  {r.slice_name} "
-                       f"({r.num_hosts} hosts)  {when} UTC  {r.script or ''}")
+                       f"({r.num_hosts} hosts)  {when} UTC  {r.script or ''}{recovered}")
 
     guarded(action)
 

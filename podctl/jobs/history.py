@@ -12,6 +12,15 @@ from podctl.jobs.runs import RunRecord
 MAX_LISTED = 100
 
 
+async def save_record(storage: Any, record: RunRecord) -> None:
+    """run.json and its index entry, the same bytes in both."""
+    data = json.dumps(record.to_json()).encode()
+    await storage.upload_bytes(f"{runs.run_prefix(record.run_id)}/run.json", data,
+                               content_type="application/json")
+    await storage.upload_bytes(f"{runs.INDEX}/{record.run_id}.json", data,
+                               content_type="application/json")
+
+
 async def load_record(storage: Any, run_id: str) -> RunRecord:
     from podctl.storage import StorageNotFound
 

@@ -78,6 +78,7 @@ class RunRequest:
     # is then the script's path inside that bundle.
     run_id: str | None = None
     bundle_hash: str | None = None
+    record_extra: dict[str, Any] = field(default_factory=dict)  # e.g. a recovery's attempt
 
 
 @dataclass
@@ -121,13 +122,9 @@ class Job:
 
     async def _write_record(self) -> None:
         assert self.record is not None
-        import json
+        from podctl.jobs.history import save_record
 
-        data = json.dumps(self.record.to_json()).encode()
-        await self.storage.upload_bytes(f"{runs.run_prefix(self.run_id)}/run.json", data,
-                                        content_type="application/json")
-        await self.storage.upload_bytes(f"{runs.INDEX}/{self.run_id}.json", data,
-                                        content_type="application/json")
+        await save_record(self.storage, self.record)
 
     async def prepare(self) -> launch.JobSpec:
         request = self.request
@@ -154,7 +151,8 @@ class Job:
             extra={"bucket": self.storage.bucket_name,
                    "checkpoint_dir": request.checkpoint_dir
                    or runs.checkpoint_dir(self.storage.bucket_name, self.run_id),
-                   **({"resumed_from": request.resumed_from} if request.resumed_from else {})})
+                   **({"resumed_from": request.resumed_from} if request.resumed_from else {}),
+                   **request.record_extra})
         await self._write_record()
         return launch.JobSpec(
             run_id=self.run_id, bucket=self.storage.bucket_name, project=self.project,

@@ -1,0 +1,264 @@
+"""Recovery: a run cut short by its slice (preempted, suspended, a host lost) is
+relaunched on a new slice of the same spec, from its latest complete checkpoint.
+
+    start -> follow + watch the slice -> ended
+        ok, or the script's own failure           -> done (a code error is not retried)
+        infrastructure, attempts left              -> record it, delete what is left,
+                                                      create again (backoff on stockout),
+                                                      relaunch the same bundle --resume
+
+The run keeps the first attempt's id: its record lists every attempt (run id, why it
+ended, last step reached, step it resumed at, steps lost); later attempts are runs of
+their own whose records name the first (`extra.parent`), so their logs and status
+live where every run's do. A noticed preemption (SIGTERM first, as a spot TPU VM
+gets) loses no steps when the script checkpoints on SIGTERM, as the template does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Awaitable, Callable
+
+from podctl import lifecycle
+from podctl.cloud.types import SliceInfo
+from podctl.errors import NotFoundError, QuotaExceededError, StockoutError, WaitTimeoutError
+from podctl.jobs.logs import EXIT_HOST_LOST
+
+# Slice states in which the run's hosts are gone or going.
+DEAD_STATES = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "TERMINATED", "FAILED", "STOPPING",
+               "STOPPED", "DELETING"}
+# Exit codes that mean the machine, not the script: SIGTERM podctl did not send (a
+# preemption or maintenance notice), SIGKILL (the VM going away), a host lost.
+INFRA_EXIT_CODES = {143, 137, EXIT_HOST_LOST}
+
+Wrap = Callable[[Awaitable[Any], Any, SliceInfo], Awaitable[Any]]
+
+
+@dataclass
+class Attempt:
+    number: int
+    run_id: str
+    started: float
+    ended: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None  # why it ended, when the infrastructure ended it
+    start_step: int | None = None  # the step it resumed from (0: fresh)
+    last_step: int | None = None  # the last step it logged
+    steps_lost: int | None = None  # steps done again by the next attempt
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RecoveryPolicy:
+    recoveries: int = 0  # --recover N: at most N relaunches
+    retry_code_errors: bool = False
+    watch_seconds: float = 10.0  # how often the slice's state is read while the run goes
+    backoff_initial: float = 5.0  # between creations refused for capacity or quota
+    backoff_max: float = 120.0
+    recreate_timeout: float = 6 * 3600.0  # give up making the slice again after this long
+
+
+@dataclass
+class RecoveredRun:
+    run_id: str  # the first attempt's: the run's id
+    exit_code: int
+    attempts: list[Attempt] = field(default_factory=list)
+    result: Any = None  # the last attempt's RunResult
+
+    @property
+    def recoveries(self) -> int:
+        return len(self.attempts) - 1
+
+    @property
+    def steps_lost(self) -> int:
+        return sum(a.steps_lost or 0 for a in self.attempts)
+
+
+async def slice_state(session: lifecycle.Session, name: str) -> str:
+    """The slice's state now; "GONE" when it no longer exists."""
+    from podctl.cloud.describe import describe
+
+    try:
+        info = await describe(session.api, session.settings.parent, name)
+    except NotFoundError:
+        return "GONE"
+    if any(n.state in DEAD_STATES for n in info.nodes):
+        return next(n.state for n in info.nodes if n.state in DEAD_STATES)
+    return info.state
+
+
+async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo,
+                           policy: RecoveryPolicy, wrap: Wrap | None) -> tuple[Any, str | None]:
+    """Follow the run while reading the slice's state every WATCH_SECONDS -> (the
+    RunResult or None, the dead state that cut it short or None)."""
+    follow = job.follow()
+    task = asyncio.ensure_future(wrap(follow, job, info) if wrap else follow)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=policy.watch_seconds)
+            if done:
+                result = task.result()
+                if result.exit_code == 0:
+                    return result, None
+                # A noticed preemption ends the script (SIGTERM, exit 143) before the
+                # slice's state is read here: read it now, to tell why.
+                state = await slice_state(session, info.name)
+                return result, state if state in DEAD_STATES or state == "GONE" else None
+            state = await slice_state(session, info.name)
+            if state in DEAD_STATES or state == "GONE":
+                # Give a noticed preemption's last status a moment to land, then stop reading.
+                done, _ = await asyncio.wait({task}, timeout=min(policy.watch_seconds, 5.0))
+                if done:
+                    return task.result(), state
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                return None, state
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+
+
+def _infrastructure(exit_code: int | None, state: str | None, failed: Any) -> str | None:
+    """Why the infrastructure, not the script, ended the attempt; None if it did not."""
+    if state in DEAD_STATES or state == "GONE":
+        return f"slice {state.lower()}"
+    if exit_code == EXIT_HOST_LOST:
+        return "host lost" + (f" ({failed.error})" if failed is not None and failed.error else "")
+    if exit_code in INFRA_EXIT_CODES:
+        return f"exit code {exit_code} (killed from outside the script)"
+    return None
+
+
+async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: RecoveryPolicy,
+                    notice: lifecycle.Notice) -> SliceInfo:
+    """Delete what is left of the slice, then create it again with the same spec,
+    waiting out stockouts and quota with capped exponential backoff."""
+    from podctl.cloud import describe, terminate
+    from podctl.cloud.wait import wait_deleted
+
+    parent = session.settings.parent
+    with contextlib.suppress(NotFoundError):
+        current = await describe.describe(session.api, parent, info.name)
+        current = await terminate.owning_slice(session.api, parent, current)
+        notice(f"deleting {current.name} ({current.state})")
+        deleted = await terminate.delete(session.api, parent, current)
+        await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind)
+    # The user's own labels (budgets among them) go with it; podctl's own are made anew.
+    carried = {k: v for k, v in info.labels.items()
+               if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request")}
+    options = lifecycle.SliceOptions(
+        slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
+        spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
+        runtime_version=info.runtime_version, labels=carried)
+    request = lifecycle.up_request(session.settings, options)
+    deadline = time.monotonic() + policy.recreate_timeout
+    delay = policy.backoff_initial
+    while True:
+        try:
+            notice(f"creating {info.name} again ({request.spec.describe()})")
+            return (await lifecycle.up(session, request)).info
+        except (StockoutError, QuotaExceededError) as e:
+            if time.monotonic() + delay > deadline:
+                raise WaitTimeoutError(f"{info.name} could not be created again within "
+                                       f"{policy.recreate_timeout / 3600:.1f} h ({e}).") from e
+            notice(f"no capacity for {info.name} yet ({e}); trying again in {delay:.0f}s")
+            await asyncio.sleep(delay)
+            delay = min(policy.backoff_max, delay * 2)
+
+
+async def _save_attempts(session: lifecycle.Session, run_id: str, attempts: list[Attempt],
+                         last: Any = None) -> None:
+    """The run's record (the first attempt's) lists every attempt; at the end it takes
+    the last attempt's outcome."""
+    from podctl.jobs.history import load_record, save_record
+
+    record = await load_record(session.storage, run_id)
+    record.extra["attempts"] = [a.to_json() for a in attempts]
+    record.extra["recoveries"] = len(attempts) - 1
+    record.extra["steps_lost"] = sum(a.steps_lost or 0 for a in attempts)
+    if last is not None and len(attempts) > 1:
+        record.state, record.exit_code = last.state, last.exit_code
+        record.failed_host, record.ended = last.failed_host, last.ended
+    await save_record(session.storage, record)
+
+
+async def _metrics(session: lifecycle.Session, run_id: str) -> Any:
+    from podctl.jobs.metrics import read_metrics
+
+    try:
+        return await read_metrics(session.storage, run_id)
+    except Exception:  # metrics are an account of the run, never a reason to fail it
+        return None
+
+
+async def run_recovering(session: lifecycle.Session, name: str, options: lifecycle.RunOptions,
+                         policy: RecoveryPolicy, *, sink: Callable[[int, str], None],
+                         notice: lifecycle.Notice, wrap: Wrap | None = None) -> RecoveredRun:
+    """Run OPTIONS on slice NAME; recover from the infrastructure up to
+    POLICY.recoveries times. WRAP, if given, wraps each attempt's follow (budgets)."""
+    from podctl.jobs.history import load_record
+
+    info = await lifecycle.ready_slice(session, name)
+    job = await lifecycle.start_run(session, info, options, sink=sink, notice=notice)
+    run_id = job.run_id
+    attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
+    relaunch: lifecycle.RunOptions | None = None
+    while True:
+        attempt = attempts[-1]
+        try:
+            result, state = await _follow_watching(job, session, info, policy, wrap)
+        except BaseException:  # Ctrl-C or a budget: stop what runs, as a plain run does
+            with contextlib.suppress(Exception):
+                await job.stop()
+            raise
+        finally:
+            await job.close()
+        code = result.exit_code if result is not None else EXIT_HOST_LOST
+        attempt.ended, attempt.exit_code = time.time(), code
+        measured = await _metrics(session, attempt.run_id)
+        if measured is not None:
+            attempt.start_step, attempt.last_step = measured.start_step, measured.final_step
+        if len(attempts) > 1:  # how much the previous attempt's end cost
+            before = attempts[-2]
+            if before.last_step is not None and attempt.start_step is not None:
+                before.steps_lost = max(0, before.last_step - attempt.start_step)
+        reason = None if code == 0 else _infrastructure(code, state,
+                                                        result.failed if result else None)
+        if reason is None and code != 0 and policy.retry_code_errors:
+            reason = f"exit code {code} (retried: --retry-errors)"
+        attempt.reason = reason
+        last_record = await load_record(session.storage, attempt.run_id)
+        if result is None:  # the follower was cut off: say how the attempt ended
+            last_record.state, last_record.exit_code, last_record.ended = "lost", code, time.time()
+            from podctl.jobs.history import save_record
+
+            await save_record(session.storage, last_record)
+        if reason is None or len(attempts) > policy.recoveries:
+            await _save_attempts(session, run_id, attempts, last_record)
+            if reason is not None:
+                notice(f"run {run_id} ended: {reason}; no recoveries left (--recover "
+                       f"{policy.recoveries})")
+            return RecoveredRun(run_id, code, attempts, result)
+        where = f" at step {attempt.last_step}" if attempt.last_step is not None else ""
+        notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
+               f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
+        await _save_attempts(session, run_id, attempts)
+        info = await _recreate(session, info, policy, notice)
+        if relaunch is None:
+            first = await load_record(session.storage, run_id)
+            relaunch = replace(options, script=type(options.script)(first.script or ""),
+                               bundle_hash=first.bundle_hash, resume=run_id)
+        number = attempt.number + 1
+        job = await lifecycle.start_run(
+            session, info, replace(relaunch, extra={"parent": run_id, "attempt": number}),
+            sink=sink, notice=notice)
+        attempts.append(Attempt(number=number, run_id=job.run_id, started=time.time()))
+        await _save_attempts(session, run_id, attempts)

@@ -1,0 +1,102 @@
+"""`podctl run --recover N`: a preempted run is relaunched on a new slice from its
+latest checkpoint, through the CLI and the fake cloud's daemon."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from podctl.fake.admin_client import FakeAdmin
+from tests.test_cli import Podctl, assert_one_line_error, podctl  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = REPO / "templates" / "train_pjit.py"
+SCRIPTS = Path(__file__).parent / "scripts"
+TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
+        "--seq-len", "16", "--batch", "8", "--lr", "1e-2"]
+
+
+def _start(cli: Podctl, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "podctl", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cli.env, cwd=cli.tmp,
+                            stdin=subprocess.DEVNULL)
+
+
+def _collect(stream, lines: list[str]) -> threading.Thread:
+    thread = threading.Thread(target=lambda: lines.extend(iter(stream.readline, "")), daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(text in line for line in list(lines)):
+        assert proc.poll() is None, "".join(lines)[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} in:\n" + "".join(lines)[-3000:]
+        time.sleep(0.2)
+
+
+def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):  # noqa: F811
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    podctl("up", "--slice", "v5p-16", "--name", "rec")
+    proc = _start(podctl, "run", "rec", str(TEMPLATE), "--recover", "1", "--json", *TINY,
+                  "--steps", "24", "--checkpoint-every", "4")
+    err: list[str] = []
+    out_lines: list[str] = []
+    readers = [_collect(proc.stderr, err), _collect(proc.stdout, out_lines)]  # the only readers
+    try:
+        _wait_for(err, '"kind": "checkpoint", "step": 8', proc)
+        admin.preempt("rec")
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for reader in readers:
+        reader.join(timeout=10)
+    log, out = "".join(err), "".join(out_lines)
+    assert proc.returncode == 0, log[-4000:]
+    result = json.loads(out)
+    first, second = result["attempts"]
+    assert result["recoveries"] == 1 and result["exit_code"] == 0
+    assert first["reason"].startswith("slice ") and second["reason"] is None
+    # The second attempt went on from the first's last complete checkpoint (the one
+    # before the save that was under way, or the one SIGTERM made), not from 0...
+    assert second["start_step"] >= 4
+    assert second["last_step"] == 24
+    # ...so only the steps after that checkpoint were done twice.
+    assert first["steps_lost"] == max(0, first["last_step"] - second["start_step"])
+    assert "recovering (attempt 2 of 2)" in log and "creating rec again" in log
+    listed = podctl("runs").stdout
+    assert f"{result['run_id']}" in listed and "1 recovery" in listed
+    assert second["run_id"] not in listed  # an attempt, shown with its run
+    ckpts = podctl.json("ckpt", "ls", result["run_id"])["checkpoints"]
+    assert ckpts[-1]["step"] == 24 and ckpts[-1]["complete"]
+    podctl("down", "rec", "--yes")
+
+
+def test_a_code_error_is_not_recovered(podctl):  # noqa: F811
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("up", "--slice", "v5p-8", "--name", "rec-err")
+    proc = podctl("run", "rec-err", str(SCRIPTS / "exit_on_host.py"), "--recover", "2", "--json",
+                  "--env", "FAIL_HOST=0", "--env", "FAIL_CODE=3", check=False)
+    assert proc.returncode == 3, proc.stderr
+    result = json.loads(proc.stdout)
+    assert len(result["attempts"]) == 1 and result["recoveries"] == 0
+    assert result["attempts"][0]["reason"] is None
+    podctl("down", "rec-err", "--yes")
+
+
+def test_recover_bad_input(podctl):  # noqa: F811
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    assert_one_line_error(podctl("run", "x", "x.py", "--recover", "1", "--detach", check=False), 2,
+                          "--recover needs podctl to watch")
+    assert_one_line_error(podctl("run", "x", "x.py", "--retry-errors", check=False), 2,
+                          "--retry-errors goes with --recover")
+    proc = podctl("run", "x", "x.py", "--recover", "-1", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
