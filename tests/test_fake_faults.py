@@ -292,8 +292,16 @@ def test_inject_through_the_daemon(podctl):
         (["capacity", "8", "--zone", "mars-central1-a"], "no zone 'mars-central1-a'"),
     ]:
         assert_one_line_error(podctl("fake", "inject", *args, check=False), 1, words)
-    assert "preempted now" in podctl("fake", "inject", "preempt", "inj", "--grace", "1").stdout
+    started = podctl("--backend", "fake", "exec", "inj", "--", "bash", "-c",
+                     detach(f"python3 -c '{IGNORE_TERM}'")).stdout
+    stubborn = int(started.split()[-1])
+    assert eventually(lambda: alive(stubborn) and any(
+        (podctl.tmp / "state" / "fake" / "hosts").glob(f"*/*/inj/host-0000/ignoring-{stubborn}")), 30)
+    assert "preempted now" in podctl("fake", "inject", "preempt", "inj", "--grace", "600").stdout
     assert "PREEMPTED" in podctl("--backend", "fake", "status", "inj").stdout
+    assert alive(stubborn)  # in its grace
+    podctl("fake", "stop")  # no grace outlives the daemon
+    assert eventually(lambda: not alive(stubborn), 10)
     podctl("--backend", "fake", "down", "inj", "--yes")
 
 
