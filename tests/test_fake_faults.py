@@ -14,7 +14,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import asyncssh
 import pytest
 from google.cloud import tpu_v2
 

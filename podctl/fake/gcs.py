@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from podctl.errors import FakeCloudError
+from podctl.fake.loopback import require_loopback
 
 DEFAULT_BUCKET = "podctl-fake"  # podctl.settings.FAKE_BUCKET; callers pass theirs in
 
@@ -155,6 +156,7 @@ class FakeGcs:
 
     def __init__(self, data_dir: Path, *, bucket: str = DEFAULT_BUCKET, host: str = "127.0.0.1",
                  port: int = 0):
+        require_loopback(host)  # the emulator has no auth: anyone who reaches it owns the data
         self.data_dir, self.bucket, self.host, self.port = Path(data_dir), bucket, host, port
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
@@ -33,21 +32,12 @@ from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
 from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
 from podctl.fake.hosts import HostManager, raise_nofile_limit
+from podctl.fake.loopback import require_loopback
 from podctl.fake.world import World
 
 log = logging.getLogger(__name__)
 DEFAULT_PROJECT = "fake-project"
 DEFAULT_ZONE = "us-central1-a"
-
-
-def require_loopback(host: str) -> None:
-    """The fake cloud never listens beyond this machine."""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback:
-        raise FakeCloudError(f"the fake cloud binds to loopback only (127.0.0.1), not {host!r}")
 
 
 def save_world(world: World, path: Path) -> None:
@@ -154,7 +144,9 @@ class FakeCloud:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
         admin_api.add_routes(app, self)
-        self._runner = web.AppRunner(app, access_log=None)
+        # An idle keep-alive connection (a client still open, e.g. a notebook's) must not
+        # hold the fake's stop for aiohttp's default 60 s: a request takes milliseconds.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:

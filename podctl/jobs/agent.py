@@ -227,6 +227,15 @@ class Agent:
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             archive = Path(tmp) / "bundle.tar.gz"
             self.bucket.blob(self.cfg["bundle_object"]).download_to_filename(str(archive))
+            # Only the bytes podctl packed: whoever can write the bucket must not get to
+            # choose what every host unpacks and runs (the boot checks the agent the same way).
+            sha = hashlib.sha256()
+            with open(archive, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    sha.update(block)
+            if sha.hexdigest() != digest:
+                raise RuntimeError(f"the bundle {self.cfg['bundle_object']} in GCS does not match "
+                                   f"its hash {digest[:12]}; run again to upload it anew")
             unpacked = Path(tmp) / "tree"
             unpacked.mkdir()
             safe_extract(archive, unpacked)

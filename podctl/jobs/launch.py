@@ -118,7 +118,9 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
 
 
 def run_dir(run_id: str) -> str:
-    return f"$HOME/.podctl/runs/{shlex.quote(run_id)}"
+    # "$HOME" quoted: a HOME with a space (a fake host under such a state dir) would
+    # otherwise split into two words ("ambiguous redirect")
+    return f"\"$HOME\"/.podctl/runs/{shlex.quote(run_id)}"
 
 
 def start_command(run_id: str, once: bool = False) -> str:

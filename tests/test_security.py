@@ -1,0 +1,265 @@
+"""Security review, as tests through the real paths: `podctl` processes on the fake
+cloud's daemon, a fake v5p-8, its agent, the GCS emulator.
+
+Covered elsewhere, not repeated here:
+  - an --env value with $(...) and backticks arrives literally, run.json keeps the key
+    only: test_jobs.py::test_env_values_arrive_literally_and_secrets_stay_out_of_records
+  - the SSH key is 0600 in a 0700 dir: test_cli.py::test_ssh_key_is_made_once_and_private,
+    test_sshkey.py; world.json is 0600: test_cli.py::test_daemon_keeps_slices_across_its_restart
+  - a changed host key is refused by the library (HostKeyError): test_jobs.py::
+    test_a_changed_host_key_is_refused
+  - the fake cloud's API server refuses non-loopback hosts: test_fake_cloud.py::
+    test_the_fake_binds_loopback_only
+  - packing refuses absolute and escaping symlinks, unpacking refuses '..', absolute
+    names, links out, devices: test_bundle.py
+  - the queue keeps --env values out of `queue ls/show`, its JSON and its tick log, and
+    its db is 0600: test_queue.py::test_add_ls_show_keep_env_values_to_themselves,
+    test_queue_tick.py::test_env_values_never_reach_the_log_or_the_json
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import stat
+import tarfile
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from podctl.errors import FakeCloudError
+from podctl.fake.admin_client import FakeAdmin
+from podctl.settings import FAKE_BUCKET
+from podctl.storage import Storage
+from tests.test_cli import Podctl
+
+SECRET = "s3cr3t-VALUE-7f3a9"
+
+# Prints what it was given as one JSON line: its argv, its file name, TRICKY, and what
+# the setup saw of TRICKY (written to a file by the setup, before the script runs).
+SHOW = """
+import json, os, sys
+saw = open("setup-saw.bin", "rb").read().decode() if os.path.exists("setup-saw.bin") else None
+print("RESULT " + json.dumps({"argv": sys.argv[1:], "file": os.path.basename(__file__),
+                              "tricky": os.environ.get("TRICKY"), "setup": saw}), flush=True)
+"""
+# Proves it got the secret without printing it.
+USE_SECRET = """
+import hashlib, os
+print("digest", hashlib.sha256(os.environ["SECRET"].encode()).hexdigest(), flush=True)
+"""
+
+
+@pytest.fixture
+def podctl(tmp_path: Path):
+    """podctl with a v5p-8 on the fake daemon, its directories under paths with spaces
+    (the fake hosts' HOME is then one too); everything deleted and stopped at the end."""
+    cli = Podctl(tmp_path)
+    cli.env.update({"PODCTL_BACKEND": "fake", "PODCTL_STATE_DIR": str(tmp_path / "st ate"),
+                    "PODCTL_CONFIG_DIR": str(tmp_path / "con fig")})
+    cli("up", "--slice", "v5p-8", "--name", "sec")
+    yield cli
+    cli("down", "sec", "--yes", check=False)
+    status = json.loads(cli("fake", "status", "--json").stdout)
+    if status.get("running"):
+        leftover = FakeAdmin(status["admin"]).resources()
+        cli("fake", "stop")
+        assert not any(leftover.values()), leftover
+
+
+def job_script(tmp_path: Path, text: str) -> Path:
+    """A script in its own workdir (tmp_path also holds podctl's config and state)."""
+    work = tmp_path / "job"
+    work.mkdir(exist_ok=True)
+    (work / "use_secret.py").write_text(text)
+    return work / "use_secret.py"
+
+
+def fake_dir(cli: Podctl) -> Path:
+    return Path(cli.env["PODCTL_STATE_DIR"]) / "fake"
+
+
+def host_home(cli: Podctl) -> Path:
+    return next(fake_dir(cli).glob("hosts/*/*/sec/host-0000"))
+
+
+def test_hostile_names_args_env_and_setup_reach_the_script_byte_exact(podctl, tmp_path):
+    pwned = tmp_path / "pwned"
+    hostile = [f"$(touch {pwned})", f"`touch {pwned}`", f"; touch {pwned}; #", f"'; touch {pwned}; '",
+               'it\'s "quoted"', "new\nline", "  spaced  out  ", "--env", "-rf", "", "\\ back\\slash",
+               "*", "~", "$HOME", "a\tb"]
+    tricky = f"$(touch {pwned}) `touch {pwned}`; touch {pwned} 'q' \"dq\"\nline2 $HOME *"
+    work = tmp_path / "work dir; $(touch pwned) 'q'"
+    work.mkdir()
+    script = work / "odd $(touch pwned) name; 'q'.py"
+    script.write_text(SHOW)
+    setup = 'printf %s "$TRICKY" > setup-saw.bin'  # the setup is a shell line by design; its $TRICKY is data
+    proc = podctl("run", "sec", "--env", f"TRICKY={tricky}", "--setup", setup, str(script), "--", *hostile)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("[host 0000] RESULT "))
+    seen = json.loads(line.removeprefix("[host 0000] RESULT "))
+    assert seen == {"argv": hostile, "file": script.name, "tricky": tricky, "setup": tricky}
+    # no shell ran any of it, here or on the host
+    assert not pwned.exists()
+    assert not [p for p in tmp_path.rglob("pwned*")], "a hostile value was run by a shell"
+
+
+def test_env_secrets_never_leave_the_config_that_carries_them(podctl, tmp_path):
+    script = job_script(tmp_path, USE_SECRET)
+    proc = podctl("run", "sec", "--env", f"SECRET={SECRET}", str(script), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    run_id = result["run_id"]
+    assert hashlib.sha256(SECRET.encode()).hexdigest() in proc.stderr  # the script had it
+    said = proc.stdout + proc.stderr
+    for cmd in (["runs"], ["runs", "--json"], ["logs", run_id], ["status", "sec"]):
+        out = podctl(*cmd)
+        said += out.stdout + out.stderr
+    assert SECRET not in said and "SECRET" in podctl("runs", "--json").stdout
+
+    # Everything in GCS: the run's prefix, bundles, agents.
+    status = json.loads(podctl("fake", "status", "--json").stdout)
+    gcs = Storage.connect(FAKE_BUCKET, endpoint=status["gcs"])
+    objects = asyncio.run(gcs.list(""))
+    assert any(o.name.startswith(f"podctl/runs/{run_id}/") for o in objects)
+    for obj in objects:
+        assert SECRET.encode() not in asyncio.run(gcs.download_bytes(obj.name)), obj.name
+
+    # Every file on this machine: podctl's config and state, the daemon's log and world,
+    # the emulator's files, the host's home. Only the host's config.json holds the value
+    # (the agent needs it; 0600 in a 0700 directory), and nothing else.
+    podctl("fake", "stop")  # the emulator and the world write out what they hold
+    carriers = []
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink() and SECRET.encode() in path.read_bytes():
+            carriers.append(path)
+    config = host_home(podctl) / ".podctl" / "runs" / run_id / "config.json"
+    assert carriers == [config]
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert stat.S_IMODE(config.parent.stat().st_mode) == 0o700
+    podctl("fake", "start")
+
+
+def test_state_files_and_keys_are_private(podctl, tmp_path):
+    podctl("exec", "sec", "--", "true")  # pins the host key
+    config = Path(podctl.env["PODCTL_CONFIG_DIR"])
+    state = fake_dir(podctl)
+    private = [config / "ssh" / "podctl_ed25519", *(config / "known_hosts").glob("*.json"),
+               state / "daemon.json", state / "world.json", state / "daemon.log", state / "lock"]
+    assert len(private) == 6
+    for path in private:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    for directory in (config / "ssh", config / "known_hosts", state, state / "hosts", state / "gcs",
+                      host_home(podctl)):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    node_dir = host_home(podctl).parent
+    assert stat.S_IMODE((node_dir / ".ssh_host_ed25519_key").stat().st_mode) == 0o600
+
+
+def test_a_changed_host_key_stops_podctl_before_anything_is_sent(podctl, tmp_path):
+    podctl("exec", "sec", "--", "true")
+    pins = next((Path(podctl.env["PODCTL_CONFIG_DIR"]) / "known_hosts").glob("*_sec_*.json"))  # PROJECT_ZONE_NAME_CREATED.json
+    other = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    pins.write_text(json.dumps({where: other for where in json.loads(pins.read_text())}))
+    runs = host_home(podctl) / ".podctl" / "runs"
+    before = sorted(runs.iterdir()) if runs.exists() else []
+    script = job_script(tmp_path, USE_SECRET)
+    for args in (["exec", "sec", "--", "touch", "ran"], ["run", "sec", "--env", f"SECRET={SECRET}", str(script)]):
+        proc = podctl(*args, check=False)
+        errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(errors) == 1 and errors == proc.stderr.strip().splitlines()[-1:], proc.stderr
+        for words in ("podctl: error: host 0000", "different SSH host key", "refusing", str(pins)):
+            assert words in errors[0]
+    assert not (host_home(podctl) / "ran").exists()
+    assert (sorted(runs.iterdir()) if runs.exists() else []) == before  # no config was written
+
+
+def test_the_fake_binds_loopback_only_everywhere(tmp_path, fake, api):
+    """The GCS emulator refuses other hosts too (it has no auth), and every socket the
+    fake cloud listens on (API, GCS, each host's SSH) is on 127.0.0.1."""
+    from google.cloud import tpu_v2
+
+    from podctl.fake.gcs import FakeGcs
+    from tests.conftest import PARENT
+
+    for host in ("0.0.0.0", "192.168.1.1", "::", "example.com"):
+        with pytest.raises(FakeCloudError, match="loopback only"):
+            FakeGcs(tmp_path / "gcs", host=host)
+    assert fake.url.startswith("http://127.0.0.1:") and fake.gcs._httpd.server_address[0] == "127.0.0.1"
+    node = api.client.create_node(parent=PARENT, node_id="lo", node=tpu_v2.Node(
+        accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5")).result(timeout=30)
+    socks = [h.sock for nh in fake.hosts.nodes.values() for h in nh.hosts]
+    assert len(socks) == 2 and {sock.getsockname()[0] for sock in socks} == {"127.0.0.1"}
+    api.client.delete_node(name=node.name).result(timeout=30)
+
+
+def _tar(path: Path, members: list[tarfile.TarInfo], data: bytes = b"x") -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info in members:
+            if info.isreg():
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                tar.addfile(info)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize("members, words", [
+    ([_member("./../x")], "climbs out"),
+    ([_member("a/./../../x")], "climbs out"),
+    ([_member("h", tarfile.LNKTYPE, "/etc/passwd")], "outside the destination"),
+    ([_member("d", tarfile.DIRTYPE), _member("d/l", tarfile.SYMTYPE, "../../x")], "outside the destination"),
+    ([_member("blk", tarfile.BLKTYPE)], "device"),
+])
+def test_the_agent_refuses_what_test_bundle_does_not_craft(tmp_path, members, words):
+    """The agent's own copy (standalone, ValueError), on members test_bundle.py leaves out."""
+    from podctl.jobs import agent
+
+    evil = _tar(tmp_path / "evil.tar.gz", members)
+    with pytest.raises(ValueError, match=words):
+        agent.safe_extract(evil, tmp_path / "a" / "dest")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "a" / "x").exists()
+
+
+def test_packing_refuses_a_symlinked_directory_out_of_the_tree(tmp_path):
+    from podctl.errors import BundleError
+    from podctl.jobs.bundle import pack
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not yours")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print(1)")
+    (work / "data").symlink_to("../outside")
+    with pytest.raises(BundleError, match="leads outside the workdir"):
+        pack(work, out_dir=tmp_path / "out")
+
+
+def test_a_swapped_bundle_in_gcs_is_refused_by_the_agent(podctl, tmp_path):
+    """The bundle object is named by its hash; a host unpacks only bytes that match it
+    (here the object was replaced by a crafted tarball that climbs out)."""
+    from podctl.jobs.bundle import bundle_object_name, pack
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('ran')")
+    digest = pack(work, out_dir=tmp_path / "packed").hash
+    evil = _tar(tmp_path / "evil.tar.gz", [_member("train.py"), _member("../../../escaped")])
+    status = json.loads(podctl("fake", "status", "--json").stdout)
+    gcs = Storage.connect(FAKE_BUCKET, endpoint=status["gcs"])
+    asyncio.run(gcs.upload_bytes(bundle_object_name(digest), evil.read_bytes()))
+    proc = podctl("run", "sec", str(work / "train.py"), check=False)
+    assert proc.returncode != 0
+    assert "does not match its hash" in proc.stdout + proc.stderr
+    assert "ran" not in proc.stdout and not list(fake_dir(podctl).rglob("escaped"))
