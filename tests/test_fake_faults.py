@@ -104,8 +104,10 @@ def test_preemption_gives_notice_and_gcs_then_deletion_kills_at_once(client, fak
     gcs = storage(fake)
     assert asyncio.run(gcs.download_bytes("notice/host-1")) == b"saved"
     assert alive(stubborn)  # it ignores SIGTERM and its grace is not over
+    assert fake.admin.hosts()["in_grace"] == [node.name]
     client.delete_node(name=node.name)  # deletion does not wait for the grace
     assert eventually(lambda: not alive(stubborn), 10)
+    assert fake.admin.hosts()["in_grace"] == []
 
 
 def test_after_the_grace_whatever_ignored_sigterm_is_killed(client, fake, node16):
@@ -124,6 +126,7 @@ def test_after_the_grace_whatever_ignored_sigterm_is_killed(client, fake, node16
     stubborn.append(asyncio.run(go()))
     assert eventually(lambda: not any(alive(pid) for pid in stubborn), 15)
     assert client.get_node(name=node.name).state == tpu_v2.Node.State.PREEMPTED  # still there
+    assert fake.admin.hosts()["in_grace"] == []
 
 
 def test_a_preempted_runs_agent_ships_its_status(client, fake, api, isolated, tmp_path):

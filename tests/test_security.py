@@ -102,6 +102,11 @@ def test_hostile_names_args_env_and_setup_reach_the_script_byte_exact(podctl, tm
     line = next(x for x in proc.stdout.splitlines() if x.startswith("[host 0000] RESULT "))
     seen = json.loads(line.removeprefix("[host 0000] RESULT "))
     assert seen == {"argv": hostile, "file": script.name, "tricky": tricky, "setup": tricky}
+    # `podctl exec` quotes each word for the host's shell
+    show_argv = "import json, sys; print('ARGV ' + json.dumps(sys.argv[1:]))"
+    out = podctl("exec", "sec", "--", "python3", "-c", show_argv, *hostile).stdout
+    line = next(x for x in out.splitlines() if x.startswith("[host 0000] ARGV "))
+    assert json.loads(line.removeprefix("[host 0000] ARGV ")) == hostile
     # no shell ran any of it, here or on the host
     assert not pwned.exists()
     assert not [p for p in tmp_path.rglob("pwned*")], "a hostile value was run by a shell"
@@ -119,6 +124,8 @@ def test_env_secrets_never_leave_the_config_that_carries_them(podctl, tmp_path):
         out = podctl(*cmd)
         said += out.stdout + out.stderr
     assert SECRET not in said and "SECRET" in podctl("runs", "--json").stdout
+    bad = podctl("run", "sec", "--env", f"1SECRET={SECRET}", str(script), check=False)
+    assert bad.returncode == 2 and "1SECRET" in bad.stderr and SECRET not in bad.stderr
 
     # Everything in GCS: the run's prefix, bundles, agents.
     status = json.loads(podctl("fake", "status", "--json").stdout)

@@ -25,7 +25,8 @@
     POST /admin/cut_ssh   {name, worker}    abort one host's SSH connections; new ones work
     POST /admin/gcs_outage {seconds}        GCS answers 503 to everything for SECONDS (wall clock;
                                             0 ends an outage)
-    GET  /admin/hosts                       live fake hosts: {node: {ports, alive, connections, sessions}}
+    GET  /admin/hosts                       live fake hosts: {node: {ports, alive, connections, sessions}},
+                                            and the preempted nodes still in their grace
     POST /admin/reset                       forget everything (world, switches, GCS objects)
 """
 
@@ -210,7 +211,8 @@ def _gcs_outage(cloud: FakeCloud, body: dict) -> dict:
 
 def _hosts(cloud: FakeCloud, body: dict) -> dict:
     return {"nodes": cloud.hosts.describe() if cloud.hosts else {},
-            "host_latency": cloud.hosts.latency if cloud.hosts else 0.0}
+            "host_latency": cloud.hosts.latency if cloud.hosts else 0.0,
+            "in_grace": sorted(cloud.hosts.dying) if cloud.hosts else []}  # preempted, not yet SIGKILLed
 
 
 def _reset_stats(cloud: FakeCloud, body: dict) -> dict:

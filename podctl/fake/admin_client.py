@@ -98,7 +98,8 @@ class FakeAdmin:
         self._call("POST", "gcs_outage", {"seconds": seconds})
 
     def hosts(self) -> dict:
-        """{"nodes": {node name: {ports, alive, connections, sessions}}, "host_latency": s}."""
+        """{"nodes": {node name: {ports, alive, connections, sessions}}, "host_latency": s,
+        "in_grace": [preempted nodes whose processes are not yet SIGKILLed]}."""
         return self._call("GET", "hosts")
 
     def reset(self) -> None:
