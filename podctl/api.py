@@ -130,6 +130,7 @@ class Cloud:
                 made.down(missing_ok=True)
         finally:
             self._loop.close()
+            self.session.close()
             if self._started_fake:
                 from podctl.fake import daemon
 

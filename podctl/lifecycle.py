@@ -54,6 +54,18 @@ class Session:
 
         return Storage.connect(bucket, endpoint=storage_endpoint(self.settings))
 
+    def close(self) -> None:
+        """Close the HTTP connections. They are keep-alive: the fake's single-threaded
+        GCS emulator would otherwise wait on them when asked to stop."""
+        import contextlib
+
+        if self._storage is not None:
+            with contextlib.suppress(Exception):
+                self._storage.client._http.close()
+        if self.api is not None:
+            with contextlib.suppress(Exception):
+                self.api.close()
+
     def ssh_key(self) -> Any:
         from podctl.cloud.sshkey import ensure_ssh_key
 

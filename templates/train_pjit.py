@@ -545,20 +545,9 @@ def main(argv: list[str] | None = None) -> int:
         directory = a.checkpoint_dir
         if "://" not in directory:
             directory = os.path.abspath(directory)
-        handlers = {}
-        if os.environ.get("STORAGE_EMULATOR_HOST") and directory.startswith("gs://"):
-            # The fake cloud only. orbax's default OCDBT format keeps a manifest per
-            # process that later write batches read back, by object generation; against
-            # the emulator (whose responses carry no x-goog-generation header) some of
-            # those reads fail ("Malformed StorageGeneration"), that save fails in the
-            # background, and with two processes the other one then waits for it at the
-            # commit barrier forever (seen in 2 of 3 two-host runs; 0 of 5 with plain
-            # zarr). Plain zarr writes each chunk as its own object, no read-back.
-            # Real GCS serves OCDBT fine: keep the default there.
-            handlers["item_handlers"] = ocp.StandardCheckpointHandler(use_ocdbt=False)
         manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
             save_interval_steps=a.checkpoint_every, max_to_keep=a.keep,
-            enable_async_checkpointing=True), **handlers)
+            enable_async_checkpointing=True))
         latest = manager.latest_step()
         if latest is not None:
             target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),

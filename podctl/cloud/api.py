@@ -37,6 +37,15 @@ class TpuApi:
         self._sleep = sleep
         self.calls: Counter[str] = Counter()  # by method, each HTTP request once
 
+    def close(self) -> None:
+        """Close the HTTP sessions: the API's and the one its operations client made."""
+        transport = self.client.transport
+        operations = getattr(transport, "_operations_client", None)
+        transport.close()
+        session = getattr(getattr(operations, "transport", None), "_session", None)
+        if session is not None:  # its REST transport has no close() of its own
+            session.close()
+
     async def _call(self, method: str, what: str, fn: Callable[..., T], /, *, mutates: bool = False,
                     **kwargs: Any) -> T:
         async def once() -> T:

@@ -50,6 +50,13 @@ def _locked(state_dir: Path) -> Iterator[None]:
 
 
 def _alive(pid: int) -> bool:
+    # A daemon this process started (the Python API, a test) is its child: once it
+    # exits it stays a zombie, which kill(0) finds alive, until it is reaped here.
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: init reaps it
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
