@@ -104,6 +104,15 @@ def test_preemption_is_retried_then_succeeds(queue, fake):
     assert "PREEMPTED" in e.attempts[0]["error"] or "SUSPEND" in e.attempts[0]["error"]
     assert e.attempts[0]["slice"] == first != e.attempts[1]["slice"]
     assert e.attempts[0]["run_id"] != e.attempts[1]["run_id"]
+    # The retry was given the first attempt's checkpoints, as --recover does.
+    from podctl._sync import run_sync
+    from podctl.jobs.runs import checkpoint_dir, record_checkpoint_dir
+    from podctl.queue.execution import read_record
+
+    retry = run_sync(read_record(queue.storage, e.attempts[1]["run_id"]))
+    assert retry.extra["resumed_from"] == e.attempts[0]["run_id"]
+    assert record_checkpoint_dir(retry) == checkpoint_dir(queue.storage.bucket_name,
+                                                          e.attempts[0]["run_id"])
 
 
 def test_preemption_without_attempts_left_fails(queue, fake):

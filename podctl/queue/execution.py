@@ -47,10 +47,17 @@ async def start(ctx: Any, entry: Entry, info: SliceInfo) -> bool:
     record = await read_record(storage, entry.run_id)
     if record is not None and record.state != "starting":
         return False  # started (and recorded) by an earlier tick: adopt it
+    # A retry after the infrastructure failed goes on from the first attempt's
+    # checkpoints (the template resumes from the latest complete one), as --recover does.
+    first = next((a["run_id"] for a in entry.attempts if a.get("run_id")), None)
+    resumed = first if first and first != entry.run_id else None
     request = RunRequest(info=info, script=Path(entry.script), args=list(entry.args),
                          env=dict(entry.env), hosts=None, detach=True, ssh_port=ctx.ssh_port,
                          coordinator_port=ctx.coordinator_port(), run_id=entry.run_id,
-                         bundle_hash=entry.bundle_hash)
+                         bundle_hash=entry.bundle_hash,
+                         checkpoint_dir=runs.checkpoint_dir(storage.bucket_name, resumed) if resumed else None,
+                         resumed_from=resumed,
+                         record_extra={"parent": resumed, "attempt": entry.attempt} if resumed else {})
     job = Job(storage, request, project=entry.project, zone=entry.zone,
               private_key=ctx.private_key, pins=_pins(ctx, entry, info),
               sink=lambda host, line: None,
