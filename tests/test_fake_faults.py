@@ -248,10 +248,16 @@ def test_bad_fault_requests_are_refused(fake, node16):
     assert fake.admin.hosts()["nodes"][node16[0].name]["alive"] == 2  # nothing was done
 
 
-def test_a_preempted_nodes_hosts_cannot_be_killed_or_cut(client, fake, node16):
-    fake.admin.preempt("faults", grace=0)
-    with pytest.raises(FakeCloudError, match="no live hosts"):
-        fake.admin.cut_ssh("faults", 0)
+def test_a_preempted_nodes_hosts_are_out_of_reach_and_a_reset_ends_the_grace(fake, node16):
+    node, key = node16
+    stubborn = start_stubborn(fake, ports(node)[0], key, 0)
+    fake.admin.preempt("faults", grace=600)
+    for fault in (fake.admin.cut_ssh, fake.admin.kill_processes, fake.admin.drop_host):
+        with pytest.raises(FakeCloudError, match="no live hosts"):
+            fault("faults", 0)
+    assert alive(stubborn)
+    fake.admin.reset()  # as the `fake` fixture does between tests: nothing outlives it
+    assert eventually(lambda: not alive(stubborn), 10)
 
 
 # ---- podctl fake inject, on the daemon ----------------------------------------------------
