@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from podctl.cloud.types import SliceInfo
-from podctl.errors import JobError
+from podctl.errors import JobError, PodctlError
 from podctl.settings import Settings
 
 Notice = Callable[[str], None]
@@ -228,9 +228,11 @@ async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
         await job.start(spec)
         job.timings["start"] = time.monotonic() - began
         notice(f"started on all {len(job.targets)} hosts")
-    except BaseException:  # Ctrl-C or a failure: nothing keeps running on the hosts
+    except BaseException as e:  # Ctrl-C or a failure: nothing keeps running on the hosts
         await job.stop()
         await job.close()
+        if isinstance(e, PodctlError):
+            e.run_id = job.run_id  # type: ignore[attr-defined]  # which run did not start
         raise
     return job
 

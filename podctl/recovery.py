@@ -24,7 +24,9 @@ from typing import Any, Awaitable, Callable
 
 from podctl import lifecycle
 from podctl.cloud.types import SliceInfo
-from podctl.errors import NotFoundError, QuotaExceededError, StockoutError, WaitTimeoutError
+from podctl.errors import (
+    NotFoundError, PodctlError, QuotaExceededError, StockoutError, WaitTimeoutError,
+)
 from podctl.jobs.logs import EXIT_HOST_LOST
 
 # Slice states in which the run's hosts are gone or going.
@@ -199,6 +201,22 @@ async def _metrics(session: lifecycle.Session, run_id: str) -> Any:
         return None
 
 
+async def _start(session: lifecycle.Session, info: SliceInfo, options: lifecycle.RunOptions,
+                 sink: Callable[[int, str], None], notice: lifecycle.Notice) -> tuple[Any, str, str | None]:
+    """Start an attempt -> (the Job, or None if the slice died while it started; the
+    run id; the slice's dead state, if it died). A start that failed on a live slice
+    is the user's to see: raised."""
+    try:
+        job = await lifecycle.start_run(session, info, options, sink=sink, notice=notice)
+        return job, job.run_id, None
+    except PodctlError as e:
+        state = await slice_state(session, info.name)
+        if (state not in DEAD_STATES and state != "GONE") or not getattr(e, "run_id", None):
+            raise
+        notice(f"the run could not start: slice {info.name} is {state}")
+        return None, e.run_id, state  # type: ignore[attr-defined]
+
+
 async def run_recovering(session: lifecycle.Session, name: str, options: lifecycle.RunOptions,
                          policy: RecoveryPolicy, *, sink: Callable[[int, str], None],
                          notice: lifecycle.Notice, wrap: Wrap | None = None) -> RecoveredRun:
@@ -207,20 +225,21 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
     from podctl.jobs.history import load_record
 
     info = await lifecycle.ready_slice(session, name)
-    job = await lifecycle.start_run(session, info, options, sink=sink, notice=notice)
-    run_id = job.run_id
+    job, run_id, state = await _start(session, info, options, sink, notice)
     attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
     relaunch: lifecycle.RunOptions | None = None
     while True:
         attempt = attempts[-1]
-        try:
-            result, state = await _follow_watching(job, session, info, policy, wrap)
-        except BaseException:  # Ctrl-C or a budget: stop what runs, as a plain run does
-            with contextlib.suppress(Exception):
-                await job.stop()
-            raise
-        finally:
-            await job.close()
+        result = None
+        if job is not None:
+            try:
+                result, state = await _follow_watching(job, session, info, policy, wrap)
+            except BaseException:  # Ctrl-C or a budget: stop what runs, as a plain run does
+                with contextlib.suppress(Exception):
+                    await job.stop()
+                raise
+            finally:
+                await job.close()
         code = result.exit_code if result is not None else EXIT_HOST_LOST
         attempt.ended, attempt.exit_code = time.time(), code
         measured = await _metrics(session, attempt.run_id)
@@ -251,14 +270,19 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
-        info = await _recreate(session, info, policy, notice)
+        if state is None and code != EXIT_HOST_LOST and await slice_state(session, info.name) in (
+                "READY", "ACTIVE"):
+            # The processes were killed but every host is up: relaunch where it ran.
+            notice(f"slice {info.name} is healthy; relaunching on it")
+            info = await lifecycle.ready_slice(session, info.name)
+        else:
+            info = await _recreate(session, info, policy, notice)
         if relaunch is None:
             first = await load_record(session.storage, run_id)
             relaunch = replace(options, script=type(options.script)(first.script or ""),
                                bundle_hash=first.bundle_hash, resume=run_id)
         number = attempt.number + 1
-        job = await lifecycle.start_run(
-            session, info, replace(relaunch, extra={"parent": run_id, "attempt": number}),
-            sink=sink, notice=notice)
-        attempts.append(Attempt(number=number, run_id=job.run_id, started=time.time()))
+        job, attempt_id, state = await _start(
+            session, info, replace(relaunch, extra={"parent": run_id, "attempt": number}), sink, notice)
+        attempts.append(Attempt(number=number, run_id=attempt_id, started=time.time()))
         await _save_attempts(session, run_id, attempts)

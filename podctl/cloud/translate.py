@@ -17,11 +17,12 @@ from google.auth import exceptions as auth_exc
 
 from podctl.errors import (
     AlreadyExistsError, CloudError, ConfigError, NotFoundError, PermissionDeniedError,
-    PodctlError, QuotaExceededError, StockoutError, TransientError,
+    PodctlError, QuotaExceededError, SliceLostError, StockoutError, TransientError,
 )
 
 _URL_PREFIX = re.compile(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ")
 _RESOURCE_EXHAUSTED = 8
+_ABORTED = 10
 _QUOTA_HINT = "request more in the console (IAM & Admin > Quotas) or use a smaller slice"
 
 
@@ -87,4 +88,9 @@ def translate_operation_error(e: BaseException, what: str, zone: str) -> PodctlE
         return StockoutError(
             f"no v5p capacity in {zone} right now (stockout) while {what}. Try another zone "
             "(--zone), a queued resource that waits for capacity (--queued), or later.")
+    if isinstance(e, gexc.Aborted) or number == _ABORTED:
+        # e.g. a spot node preempted while it was being created. Aborted is a Conflict
+        # to api_core, but nothing "already exists": the slice was lost on the way.
+        return SliceLostError(f"the slice was lost while {what} ({_message(e)}); try again, "
+                              "or ask through a queued resource (--queued).")
     return translate(e, what)

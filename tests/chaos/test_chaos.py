@@ -1,0 +1,333 @@
+"""Each fault the fake cloud can inject, in each phase of a job's life, with the
+outcome a user must get: the run finishes with the right result, or fails with a
+clear message; nothing billable is left (the `fake` fixture checks); no log line that
+reached GCS is lost; a resumed run continues from its last complete checkpoint.
+
+Phases: up, bundle (upload), launch, training, checkpoint (a save under way), down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podctl import lifecycle
+from podctl.cloud.wait import wait_deleted
+from podctl.errors import SliceLostError, StockoutError
+from podctl.recovery import RecoveryPolicy, run_recovering
+from tests.chaos.conftest import Kit, Record, run
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "templates" / "train_pjit.py"
+SCRIPTS = REPO / "tests" / "scripts"
+TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
+        "--seq-len", "16", "--batch", "8", "--lr", "1e-2"]
+EVERY = 4  # --checkpoint-every
+POLICY = RecoveryPolicy(recoveries=1, watch_seconds=1.0, backoff_initial=0.5, backoff_max=2.0,
+                        recreate_timeout=120)
+
+
+async def _up(kit: Kit, name: str, slice_type: str = "v5p-16") -> Any:
+    request = lifecycle.up_request(kit.session.settings, lifecycle.SliceOptions(slice_type, name=name))
+    return (await lifecycle.up(kit.session, request)).info
+
+
+async def _down(kit: Kit, name: str) -> None:
+    from podctl.errors import NotFoundError
+
+    try:
+        await lifecycle.down(kit.session, name)
+    except NotFoundError:
+        pass
+
+
+def _metric(line: str) -> dict | None:
+    try:
+        data = json.loads(line) if line.startswith("{") else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and "kind" in data else None
+
+
+def when_line(record: Record, test, action) -> None:
+    """Call ACTION once, the first time a line passes TEST (as the follower reads it)."""
+    def hook(host: int, line: str) -> None:
+        if test(host, line):
+            record.hooks.remove(hook)
+            action()
+
+    record.hooks.append(hook)
+
+
+def at_step(step: int):
+    return lambda host, line: host == 0 and (m := _metric(line)) is not None and \
+        m["kind"] == "step" and m["step"] >= step
+
+
+def at_checkpoint(step: int):
+    return lambda host, line: host == 0 and (m := _metric(line)) is not None and \
+        m["kind"] == "checkpoint" and m["step"] >= step
+
+
+async def _train(kit: Kit, name: str, record: Record, *, steps: int = 16, recover: int = 1,
+                 script: Path = TEMPLATE, args: list[str] | None = None) -> Any:
+    options = lifecycle.RunOptions(
+        script=script, args=tuple(args if args is not None else
+                                  [*TINY, "--steps", str(steps), "--checkpoint-every", str(EVERY)]),
+        hosts="all")
+    return await run_recovering(kit.session, name, options,
+                                RecoveryPolicy(**{**POLICY.__dict__, "recoveries": recover}),
+                                sink=record.sink, notice=record.notice)
+
+
+async def _check_logs(kit: Kit, record: Record, result: Any, num_hosts: int) -> None:
+    """Every line the follower showed is in GCS, in order, and for an attempt that ran
+    to its end, every line in GCS was shown."""
+    for attempt in result.attempts:
+        stored = await kit.stored_lines(attempt.run_id, num_hosts)
+        shown = record.lines.get(attempt.run_id, [])
+        for host in range(num_hosts):
+            s = [line for h, line in stored if h == host]
+            seen = [line for h, line in shown if h == host]
+            assert seen == s[:len(seen)], f"host {host} of {attempt.run_id}: shown lines not as stored"
+            if attempt.reason is None:
+                assert seen == s, f"host {host} of {attempt.run_id}: a stored line was not shown"
+
+
+def _check_resumed(result: Any) -> int:
+    """A later attempt starts at a checkpoint step at or before where the last one got."""
+    for before, after in zip(result.attempts, result.attempts[1:]):
+        assert after.start_step is not None and after.start_step > 0, "resumed from step 0"
+        assert before.last_step is None or after.start_step <= before.last_step + 1
+        assert before.steps_lost is not None and before.steps_lost <= EVERY
+    return result.steps_lost
+
+
+def _outcome(result: Any) -> str:
+    if result.exit_code != 0:
+        return f"failed: exit {result.exit_code} ({result.attempts[-1].reason or 'the script'})"
+    if result.recoveries:
+        return f"finished after {result.recoveries} recovery, {result.steps_lost} steps lost"
+    return "finished"
+
+
+# ---- up ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code,count", [("503", 2), ("429", 2), ("drop", 1), ("lose", 1)])
+def test_up_survives_failing_calls(kit, code, count):
+    kit.admin.fail_next(count, code=code, call="nodes.create")
+    info = run(_up(kit, "chaos-up", "v5p-8"))
+    assert info.ready and len(kit.admin.resources()["nodes"]) == 1  # one slice, not two
+    run(_down(kit, "chaos-up"))
+    kit.record("up", f"fail {count} x {code} on nodes.create", "finishes", "finished: 1 slice")
+
+
+def test_up_in_a_stockout_fails_clearly_and_leaves_nothing(kit):
+    kit.admin.set_capacity(0)
+    with pytest.raises(StockoutError) as e:
+        run(_up(kit, "chaos-stock", "v5p-8"))
+    assert "capacity" in str(e.value).lower() or "stockout" in str(e.value).lower()
+    assert kit.admin.is_empty()
+    kit.record("up", "stockout", "fails", f"failed: {str(e.value)[:60]}")
+
+
+def test_up_preempted_while_creating_fails_clearly_and_leaves_nothing(kit):
+    kit.admin.set_timings(time_scale=5.0)  # creation takes a while: preempt inside it
+
+    async def up_and_preempt() -> None:
+        creating = asyncio.ensure_future(_up(kit, "chaos-pre", "v5p-8"))
+        while not (await asyncio.to_thread(kit.admin.resources))["nodes"]:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(kit.admin.preempt, "chaos-pre")
+        await creating
+
+    with pytest.raises(SliceLostError, match="lost while creating") as e:
+        run(up_and_preempt())
+    # The failed `up` deleted what it had made: the deletion is under way.
+    kit.admin.set_timings(time_scale=300.0)
+    run(wait_deleted(kit.session.api, kit.session.settings.parent, "chaos-pre"))
+    assert kit.admin.is_empty()
+    kit.record("up", "preempt while creating", "fails", f"failed: {str(e.value)[:60]}")
+
+
+# ---- bundle upload and launch -------------------------------------------------------
+
+def test_gcs_outage_during_bundle_upload_is_ridden_out(kit, tmp_path):
+    info = run(_up(kit, "chaos-bundle", "v5p-8"))
+    record = Record()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ticker.py").write_bytes((SCRIPTS / "ticker.py").read_bytes())
+    (work / "blob.bin").write_bytes(b"x" * 3_000_000)  # an upload that takes a moment
+    kit.admin.gcs_outage(3.0)
+    result = run(_train(kit, "chaos-bundle", record, script=work / "ticker.py", args=["10", "0.05"],
+                        recover=0))
+    assert result.exit_code == 0
+    run(_check_logs(kit, record, result, len(info.hosts)))
+    run(_down(kit, "chaos-bundle"))
+    kit.record("bundle", "gcs 503 for 3 s", "finishes", _outcome(result))
+
+
+def test_preempted_before_launch_is_recovered(kit):
+    info = run(_up(kit, "chaos-launch"))
+    record = Record()
+    # The slice goes just as the run is being prepared: its start fails, then recovers.
+    when_notice = [False]
+
+    def on_notice(text: str) -> None:
+        Record.notice(record, text)
+        if text.startswith("bundle ") and not when_notice[0]:
+            when_notice[0] = True
+            kit.admin.preempt("chaos-launch", grace=0)
+
+    record.notice = on_notice  # type: ignore[method-assign]
+    result = run(_train(kit, "chaos-launch", record, steps=8))
+    assert result.exit_code == 0 and result.recoveries == 1
+    assert result.attempts[0].reason.startswith("slice ")
+    run(_down(kit, "chaos-launch"))
+    kit.record("launch", "preempt", "recovers", _outcome(result))
+
+
+# ---- training -------------------------------------------------------------------------
+
+def test_preempted_mid_training_resumes_from_its_checkpoint(kit):
+    run(_up(kit, "chaos-train"))
+    record = Record()
+    when_line(record, at_step(6), lambda: kit.admin.preempt("chaos-train"))
+    result = run(_train(kit, "chaos-train", record))
+    assert result.exit_code == 0 and result.recoveries == 1
+    steps_lost = _check_resumed(result)
+    assert steps_lost == 0  # the notice (SIGTERM) made a checkpoint at once
+    run(_check_logs(kit, record, result, 2))
+    run(_down(kit, "chaos-train"))
+    kit.record("training", "preempt (10 s notice)", "recovers", _outcome(result))
+
+
+@pytest.mark.slow
+def test_preempted_mid_training_without_recover_fails_clearly(kit):
+    run(_up(kit, "chaos-norec"))
+    record = Record()
+    when_line(record, at_step(4), lambda: kit.admin.preempt("chaos-norec"))
+    result = run(_train(kit, "chaos-norec", record, recover=0))
+    assert result.exit_code == 143
+    assert any("no recoveries left" in n for n in record.notices)
+    run(_check_logs(kit, record, result, 2))
+    run(_down(kit, "chaos-norec"))
+    kit.record("training", "preempt, no --recover", "fails", _outcome(result))
+
+
+@pytest.mark.slow
+def test_a_killed_process_is_relaunched_on_the_same_healthy_slice(kit):
+    run(_up(kit, "chaos-kill"))
+    record = Record()
+    when_line(record, at_step(6), lambda: kit.admin.kill_processes("chaos-kill", 1, signal="TERM"))
+    result = run(_train(kit, "chaos-kill", record))
+    assert result.exit_code == 0 and result.recoveries == 1
+    assert any("is healthy; relaunching on it" in n for n in record.notices)
+    _check_resumed(result)
+    run(_down(kit, "chaos-kill"))
+    kit.record("training", "kill host 1's processes (TERM)", "recovers", _outcome(result))
+
+
+def test_ssh_cut_mid_training_does_not_disturb_the_run(kit):
+    info = run(_up(kit, "chaos-ssh", "v5p-16"))
+    record = Record()
+    when_line(record, lambda h, line: line.startswith("tick 5 "),
+              lambda: kit.admin.cut_ssh("chaos-ssh", 0))
+    result = run(_train(kit, "chaos-ssh", record, script=SCRIPTS / "ticker.py", args=["30", "0.05"],
+                        recover=0))
+    assert result.exit_code == 0 and result.recoveries == 0  # the agents are detached
+    run(_check_logs(kit, record, result, len(info.hosts)))
+    assert sum(1 for h, line in record.lines[result.run_id] if line.startswith("tick ")) == 60
+    run(_down(kit, "chaos-ssh"))
+    kit.record("training", "cut host 0's SSH", "finishes", _outcome(result))
+
+
+def test_gcs_outage_mid_training_loses_no_line(kit):
+    info = run(_up(kit, "chaos-gcs", "v5p-16"))
+    record = Record()
+    when_line(record, lambda h, line: line.startswith("tick 3 "), lambda: kit.admin.gcs_outage(4.0))
+    result = run(_train(kit, "chaos-gcs", record, script=SCRIPTS / "ticker.py", args=["60", "0.1"],
+                        recover=0))
+    assert result.exit_code == 0
+    run(_check_logs(kit, record, result, len(info.hosts)))
+    assert sum(1 for h, line in record.lines[result.run_id] if line.startswith("tick ")) == 120
+    run(_down(kit, "chaos-gcs"))
+    kit.record("training", "gcs 503 for 4 s", "finishes", _outcome(result))
+
+
+@pytest.mark.slow
+def test_a_lost_host_is_detected_and_the_slice_made_again(kit):
+    """No SIGTERM, no status: the host simply vanishes. Found by its missing heartbeat
+    (90 s), so this case is long."""
+    run(_up(kit, "chaos-lost"))
+    record = Record()
+    when_line(record, at_step(6), lambda: kit.admin.drop_host("chaos-lost", 1))
+    result = run(_train(kit, "chaos-lost", record, steps=12))
+    assert result.exit_code == 0 and result.recoveries == 1
+    assert result.attempts[0].reason.startswith("host lost")
+    _check_resumed(result)
+    run(_down(kit, "chaos-lost"))
+    kit.record("training", "drop host 1", "recovers", _outcome(result))
+
+
+# ---- a checkpoint save under way -----------------------------------------------------
+
+@pytest.mark.slow
+def test_preempted_during_a_checkpoint_save_resumes_from_a_complete_one(kit):
+    run(_up(kit, "chaos-ckpt"))
+    record = Record()
+    when_line(record, at_checkpoint(8), lambda: kit.admin.preempt("chaos-ckpt", grace=0))
+    result = run(_train(kit, "chaos-ckpt", record))
+    assert result.exit_code == 0 and result.recoveries == 1
+    _check_resumed(result)  # from 4 or 8, whichever was complete: never a torn save
+    run(_down(kit, "chaos-ckpt"))
+    kit.record("checkpoint", "preempt, no notice", "recovers", _outcome(result))
+
+
+@pytest.mark.slow
+def test_gcs_outage_during_a_checkpoint_save(kit):
+    run(_up(kit, "chaos-ckgcs"))
+    record = Record()
+    when_line(record, at_checkpoint(4), lambda: kit.admin.gcs_outage(3.0))
+    result = run(_train(kit, "chaos-ckgcs", record, steps=12, recover=0))
+    # tensorstore and gcsfs retry 503s: the save goes through and the run ends well.
+    assert result.exit_code == 0, record.lines
+    run(_down(kit, "chaos-ckgcs"))
+    kit.record("checkpoint", "gcs 503 for 3 s", "finishes", _outcome(result))
+
+
+# ---- down -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code,count", [("503", 2), ("drop", 1), ("lose", 1)])
+def test_down_survives_failing_calls(kit, code, count):
+    run(_up(kit, "chaos-down", "v5p-8"))
+    kit.admin.fail_next(count, code=code, call="nodes.delete")
+    run(lifecycle.down(kit.session, "chaos-down"))
+    assert kit.admin.is_empty()
+    kit.record("down", f"fail {count} x {code} on nodes.delete", "finishes", "finished: deleted")
+
+
+def test_down_of_a_preempted_slice(kit):
+    run(_up(kit, "chaos-dp", "v5p-8"))
+    kit.admin.preempt("chaos-dp", grace=0)
+    run(lifecycle.down(kit.session, "chaos-dp"))
+    assert kit.admin.is_empty()
+    kit.record("down", "preempt just before", "finishes", "finished: deleted")
+
+
+def test_every_phase_and_fault_kind_is_covered():
+    """The table's rows, CI subset included, span every phase and every kind of fault."""
+    import inspect
+    import sys
+
+    source = inspect.getsource(sys.modules[__name__])
+    for phase in ('"up"', '"bundle"', '"launch"', '"training"', '"checkpoint"', '"down"'):
+        assert f"kit.record({phase}" in source
+    for fault in ("fail_next", "set_capacity", "preempt", "kill_processes", "cut_ssh",
+                  "gcs_outage", "drop_host"):
+        assert f"kit.admin.{fault}(" in source
