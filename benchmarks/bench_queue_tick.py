@@ -15,7 +15,6 @@ The fake cloud's admin `stats()` counts the calls the server saw.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import tempfile
 import time

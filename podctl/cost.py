@@ -65,13 +65,10 @@ def price_table() -> dict[str, dict[str, Any]]:
 
 def load_price_config(cwd: Path | None = None) -> dict[str, Any]:
     """The [prices] table of podctl.toml in CWD (also under [podctl]), checked."""
+    from podctl.settings import load_podctl_toml
+
     path = (cwd or Path.cwd()) / "podctl.toml"
-    if not path.exists():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path} is not valid TOML ({e}); fix or remove it.") from e
+    data = load_podctl_toml(cwd or Path.cwd())
     prices = data.get("prices", data.get("podctl", {}).get("prices", {}))
     if not isinstance(prices, dict):
         raise ConfigError(f"{path}: [prices] must be a table, e.g. on-demand = 4.20.")

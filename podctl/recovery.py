@@ -60,6 +60,10 @@ class RecoveryPolicy:
     recoveries: int = 0  # --recover N: at most N relaunches
     retry_code_errors: bool = False
     watch_seconds: float = 10.0  # how often the slice's state is read while the run goes
+    # After the slice is seen dead, how long its hosts may still take to end on their
+    # own: a spot TPU VM's notice is 30 s, in which the template saves a checkpoint and
+    # the agent reports; deleting the slice sooner would cut that save short.
+    notice_seconds: float = 30.0
     backoff_initial: float = 5.0  # between creations refused for capacity or quota
     backoff_max: float = 120.0
     recreate_timeout: float = 6 * 3600.0  # give up making the slice again after this long
@@ -113,8 +117,8 @@ async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo
                 return result, state if state in DEAD_STATES or state == "GONE" else None
             state = await slice_state(session, info.name)
             if state in DEAD_STATES or state == "GONE":
-                # Give a noticed preemption's last status a moment to land, then stop reading.
-                done, _ = await asyncio.wait({task}, timeout=min(policy.watch_seconds, 5.0))
+                # Let a noticed preemption's last checkpoint and status land, then stop reading.
+                done, _ = await asyncio.wait({task}, timeout=policy.notice_seconds)
                 if done:
                     return task.result(), state
                 task.cancel()

@@ -69,14 +69,20 @@ def state_dir(env: Mapping[str, str] = os.environ) -> Path:
     return _home_dir(env, "PODCTL_STATE_DIR", "XDG_STATE_HOME", ".local/state")
 
 
-def read_podctl_toml(directory: Path) -> dict:
+def load_podctl_toml(directory: Path) -> dict:
+    """The whole of DIRECTORY/podctl.toml ({} when there is none), checked."""
     path = directory / "podctl.toml"
     if not path.exists():
         return {}
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid TOML ({e}); fix or remove it.") from e
+
+
+def read_podctl_toml(directory: Path) -> dict:
+    """Its settings: the [podctl] table, or the top level."""
+    data = load_podctl_toml(directory)
     return data.get("podctl", data)
 
 

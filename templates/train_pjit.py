@@ -31,13 +31,14 @@ import os
 import signal
 import sys
 import time
+from typing import NoReturn
 from pathlib import Path
 
 PROG = "train_pjit"
 PEAK_BF16_FLOPS = {"v5p": 459e12}  # per chip; a v5p chip is one JAX device (megacore)
 
 
-def fail(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+def fail(message: str, code: int = 2) -> NoReturn:
     """Expected errors: one line on stderr, no traceback, non-zero exit."""
     sys.stderr.write(f"{PROG}: error: {message}\n")
     sys.stderr.flush()
@@ -484,7 +485,6 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()
 
     import jax.numpy as jnp
-    import numpy as np
     import optax
     from jax.sharding import NamedSharding, PartitionSpec as P
 

@@ -7,7 +7,10 @@ reset so tests do not see each other's switches.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -79,3 +82,44 @@ def fake(_session_cloud, request: pytest.FixtureRequest) -> Iterator:
 @pytest.fixture
 def api(fake) -> TpuApi:
     return api_for_endpoint(fake.tpu_api_url, retry=FAST_RETRY)
+
+
+# ---- the CLI as a user runs it: separate `podctl` processes and the fake's daemon ----
+
+class Podctl:
+    def __init__(self, tmp: Path):
+        self.env = isolated_environ(tmp)
+        self.tmp = tmp
+
+    def __call__(self, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "podctl", *args], capture_output=True, text=True,
+                              env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL, timeout=120,
+                              cwd=self.tmp)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"podctl {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> object:
+        return json.loads(self(*args, "--json").stdout)
+
+
+@pytest.fixture
+def podctl(tmp_path: Path):
+    cli = Podctl(tmp_path)
+    yield cli
+    status = cli("fake", "status", "--json", check=False)
+    if json.loads(status.stdout or "{}").get("running"):
+        from podctl.fake.admin_client import FakeAdmin
+
+        leftover = FakeAdmin(json.loads(status.stdout)["admin"]).resources()
+        cli("fake", "stop")
+        assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("podctl: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for word in words:
+        assert word in lines[0]

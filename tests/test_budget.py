@@ -19,7 +19,7 @@ from podctl.errors import BudgetExceededError, InvalidValueError
 from podctl.jobs.history import load_record
 from podctl.jobs.metrics import read_metrics
 from tests.conftest import FAST, PARENT, ZONE
-from tests.test_cli import assert_one_line_error, podctl  # noqa: F401 (podctl: a fixture)
+from tests.conftest import assert_one_line_error
 from tests.test_jobs import make_job
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")

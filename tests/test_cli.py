@@ -12,46 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import isolated_environ
-
-
-class Podctl:
-    def __init__(self, tmp: Path):
-        self.env = isolated_environ(tmp)
-        self.tmp = tmp
-
-    def __call__(self, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "podctl", *args], capture_output=True, text=True,
-                              env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL, timeout=120,
-                              cwd=self.tmp)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"podctl {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
-        return proc
-
-    def json(self, *args: str) -> object:
-        return json.loads(self(*args, "--json").stdout)
-
-
-@pytest.fixture
-def podctl(tmp_path: Path):
-    cli = Podctl(tmp_path)
-    yield cli
-    status = cli("fake", "status", "--json", check=False)
-    if json.loads(status.stdout or "{}").get("running"):
-        from podctl.fake.admin_client import FakeAdmin
-
-        leftover = FakeAdmin(json.loads(status.stdout)["admin"]).resources()
-        cli("fake", "stop")
-        assert not any(leftover.values()), f"the test left billable resources: {leftover}"
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
-    assert proc.returncode == code, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("podctl: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    for word in words:
-        assert word in lines[0]
+from tests.conftest import assert_one_line_error, isolated_environ
 
 
 def test_fake_start_status_stop(podctl):

@@ -17,7 +17,7 @@ from podctl.jobs.metrics import parse_records, read_metrics, summarize
 from podctl.jobs.runs import RunRecord
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
-from tests.test_cli import assert_one_line_error, podctl  # noqa: F401 (podctl: a fixture)
+from tests.conftest import assert_one_line_error
 
 # ---- prices -------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import Podctl, assert_one_line_error, podctl  # noqa: F401 (fixture)
+from tests.conftest import Podctl, assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ def _demo(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
                           text=True, env=cli.env, stdin=subprocess.DEVNULL, timeout=400, cwd=cli.tmp)
 
 
-def test_demo_trains_resumes_and_its_checkpoints_can_be_pulled(podctl, tmp_path):  # noqa: F811
+def test_demo_trains_resumes_and_its_checkpoints_can_be_pulled(podctl, tmp_path):
     """With a fake cloud already running, the demo uses it and leaves it running (empty),
     so that its runs' checkpoints can be listed and pulled afterwards."""
     podctl.env["PODCTL_BACKEND"] = "fake"
@@ -70,12 +70,12 @@ def test_demo_trains_resumes_and_its_checkpoints_can_be_pulled(podctl, tmp_path)
 
 
 @pytest.mark.parametrize("bad", [["--steps", "0"], ["--checkpoint-every", "0"]])
-def test_demo_bad_input(podctl, bad):  # noqa: F811
+def test_demo_bad_input(podctl, bad):
     proc = _demo(podctl, *bad)
     assert_one_line_error(proc, 2, "at least 1")
 
 
-def test_readme_main_command_is_the_demo_and_leaves_nothing_running(podctl):  # noqa: F811
+def test_readme_main_command_is_the_demo_and_leaves_nothing_running(podctl):
     """README's main command, as written there, from nothing: it starts the fake cloud,
     and stops it again at the end."""
     readme = (REPO / "README.md").read_text()

@@ -22,7 +22,7 @@ from podctl.retry import RetryPolicy
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage, StorageUnavailable
 from tests.conftest import PARENT, PROJECT, ZONE
-from tests.test_cli import Podctl, assert_one_line_error
+from tests.conftest import assert_one_line_error
 from tests.test_fake_hosts import alive, connect, eventually, make_node, new_key, ports, run
 
 # Saves "a checkpoint" to GCS and leaves a marker when the preemption notice comes.
@@ -261,19 +261,6 @@ def test_a_preempted_nodes_hosts_are_out_of_reach_and_a_reset_ends_the_grace(fak
 
 
 # ---- podctl fake inject, on the daemon ----------------------------------------------------
-
-
-@pytest.fixture
-def podctl(tmp_path: Path):
-    cli = Podctl(tmp_path)
-    yield cli
-    status = json.loads(cli("fake", "status", "--json").stdout)
-    if status.get("running"):
-        from podctl.fake.admin_client import FakeAdmin
-
-        leftover = FakeAdmin(status["admin"]).resources()
-        cli("fake", "stop")
-        assert not any(leftover.values()), f"the test left billable resources: {leftover}"
 
 
 def test_inject_needs_a_running_fake(podctl):

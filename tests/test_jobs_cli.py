@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import Podctl, assert_one_line_error
+from tests.conftest import Podctl, assert_one_line_error
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

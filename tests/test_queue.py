@@ -4,7 +4,6 @@ bad input and bad databases answered in one line, ticks that race or are killed.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import stat
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from podctl.fake.admin_client import FakeAdmin
-from tests.test_cli import Podctl, assert_one_line_error
+from tests.conftest import Podctl, assert_one_line_error
 
 SCRIPTS = Path(__file__).parent / "scripts"
 TERMINAL = {"succeeded", "failed", "cancelled"}

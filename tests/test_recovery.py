@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from podctl.fake.admin_client import FakeAdmin
-from tests.test_cli import Podctl, assert_one_line_error, podctl  # noqa: F401 (fixture)
+from tests.conftest import Podctl, assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "templates" / "train_pjit.py"
@@ -40,7 +40,7 @@ def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout: floa
         time.sleep(0.2)
 
 
-def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):  # noqa: F811
+def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     admin = FakeAdmin(podctl.json("fake", "status")["admin"])
@@ -80,7 +80,7 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):  # noqa: F81
     podctl("down", "rec", "--yes")
 
 
-def test_a_code_error_is_not_recovered(podctl):  # noqa: F811
+def test_a_code_error_is_not_recovered(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("up", "--slice", "v5p-8", "--name", "rec-err")
     proc = podctl("run", "rec-err", str(SCRIPTS / "exit_on_host.py"), "--recover", "2", "--json",
@@ -92,7 +92,7 @@ def test_a_code_error_is_not_recovered(podctl):  # noqa: F811
     podctl("down", "rec-err", "--yes")
 
 
-def test_recover_bad_input(podctl):  # noqa: F811
+def test_recover_bad_input(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     assert_one_line_error(podctl("run", "x", "x.py", "--recover", "1", "--detach", check=False), 2,
                           "--recover needs podctl to watch")

@@ -34,7 +34,7 @@ from podctl.errors import FakeCloudError
 from podctl.fake.admin_client import FakeAdmin
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
-from tests.test_cli import Podctl
+from tests.conftest import Podctl
 
 SECRET = "s3cr3t-VALUE-7f3a9"
 

@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.test_jobs_cli import podctl  # noqa: F401  (the fake v5p-16 "cli16" fixture)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "templates" / "train_pjit.py"

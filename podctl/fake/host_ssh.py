@@ -175,8 +175,8 @@ class Session(asyncssh.SSHServerSession):
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, cwd=self.host.home, env=env, start_new_session=True)
         except OSError as e:
-            self._finish(lambda: (chan.write_stderr(f"fake host: cannot run bash: {e}\n".encode()),
-                                  chan.exit(127)))
+            message = f"fake host: cannot run bash: {e}\n".encode()  # `e` ends with the block
+            self._finish(lambda: (chan.write_stderr(message), chan.exit(127)))
             return
         self.host.sessions.add(self)
         try:

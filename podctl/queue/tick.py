@@ -12,7 +12,6 @@ second guard: a create that finds its name taken adopts the slice.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 from dataclasses import dataclass

@@ -27,8 +27,8 @@ SCRIPTS = REPO / "tests" / "scripts"
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
         "--seq-len", "16", "--batch", "8", "--lr", "1e-2"]
 EVERY = 4  # --checkpoint-every
-POLICY = RecoveryPolicy(recoveries=1, watch_seconds=1.0, backoff_initial=0.5, backoff_max=2.0,
-                        recreate_timeout=120)
+POLICY = RecoveryPolicy(recoveries=1, watch_seconds=1.0, notice_seconds=12.0, backoff_initial=0.5,
+                        backoff_max=2.0, recreate_timeout=120)  # the fake's notice is 10 s
 
 
 async def _up(kit: Kit, name: str, slice_type: str = "v5p-16") -> Any:
@@ -73,7 +73,12 @@ def at_checkpoint(step: int):
         m["kind"] == "checkpoint" and m["step"] >= step
 
 
-async def _train(kit: Kit, name: str, record: Record, *, steps: int = 16, recover: int = 1,
+# Long enough that a fault set off by a line the follower reads (up to ~2 s after the
+# host printed it) still lands while the script trains.
+STEPS = 48
+
+
+async def _train(kit: Kit, name: str, record: Record, *, steps: int = STEPS, recover: int = 1,
                  script: Path = TEMPLATE, args: list[str] | None = None) -> Any:
     options = lifecycle.RunOptions(
         script=script, args=tuple(args if args is not None else
@@ -173,7 +178,7 @@ def test_gcs_outage_during_bundle_upload_is_ridden_out(kit, tmp_path):
 
 
 def test_preempted_before_launch_is_recovered(kit):
-    info = run(_up(kit, "chaos-launch"))
+    run(_up(kit, "chaos-launch"))
     record = Record()
     # The slice goes just as the run is being prepared: its start fails, then recovers.
     when_notice = [False]
@@ -185,7 +190,7 @@ def test_preempted_before_launch_is_recovered(kit):
             kit.admin.preempt("chaos-launch", grace=0)
 
     record.notice = on_notice  # type: ignore[method-assign]
-    result = run(_train(kit, "chaos-launch", record, steps=8))
+    result = run(_train(kit, "chaos-launch", record, steps=8))  # nothing to set off mid-way
     assert result.exit_code == 0 and result.recoveries == 1
     assert result.attempts[0].reason.startswith("slice ")
     run(_down(kit, "chaos-launch"))
@@ -213,7 +218,8 @@ def test_preempted_mid_training_without_recover_fails_clearly(kit):
     record = Record()
     when_line(record, at_step(4), lambda: kit.admin.preempt("chaos-norec"))
     result = run(_train(kit, "chaos-norec", record, recover=0))
-    assert result.exit_code == 143
+    # The notice (SIGTERM) let the script checkpoint and exit 143, and the agent report it.
+    assert result.exit_code == 143 and result.attempts[0].reason.startswith("slice ")
     assert any("no recoveries left" in n for n in record.notices)
     run(_check_logs(kit, record, result, 2))
     run(_down(kit, "chaos-norec"))
@@ -267,7 +273,7 @@ def test_a_lost_host_is_detected_and_the_slice_made_again(kit):
     run(_up(kit, "chaos-lost"))
     record = Record()
     when_line(record, at_step(6), lambda: kit.admin.drop_host("chaos-lost", 1))
-    result = run(_train(kit, "chaos-lost", record, steps=12))
+    result = run(_train(kit, "chaos-lost", record))
     assert result.exit_code == 0 and result.recoveries == 1
     assert result.attempts[0].reason.startswith("host lost")
     _check_resumed(result)
@@ -294,7 +300,7 @@ def test_gcs_outage_during_a_checkpoint_save(kit):
     run(_up(kit, "chaos-ckgcs"))
     record = Record()
     when_line(record, at_checkpoint(4), lambda: kit.admin.gcs_outage(3.0))
-    result = run(_train(kit, "chaos-ckgcs", record, steps=12, recover=0))
+    result = run(_train(kit, "chaos-ckgcs", record, recover=0))
     # tensorstore and gcsfs retry 503s: the save goes through and the run ends well.
     assert result.exit_code == 0, record.lines
     run(_down(kit, "chaos-ckgcs"))
