@@ -285,7 +285,12 @@ class Run:
 
         try:
             if self._job is not None:
-                result = self.cloud._loop.run(lifecycle.follow_run(self._job), poll=poll)
+                try:
+                    result = self.cloud._loop.run(lifecycle.follow_run(self._job), poll=poll)
+                except KeyboardInterrupt:  # as Ctrl-C in the CLI: the run stops on every host
+                    self._job = None
+                    self.cloud._run(_stop_elsewhere(self.cloud.session, self.slice_name, self.run_id))
+                    raise
                 self._job, code = None, result.exit_code
             else:
                 reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts,

@@ -148,9 +148,18 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             if detach:
                 await job.close()
                 return None
-            return await watch_budget(
-                lifecycle.follow_run(job), api=session.api, parent=session.settings.parent, job=job,
-                info=info, notice=_notice, max_hours=hours)
+            try:
+                return await watch_budget(
+                    lifecycle.follow_run(job), api=session.api, parent=session.settings.parent,
+                    job=job, info=info, notice=_notice, max_hours=hours)
+            except BaseException:
+                # A Ctrl-C that lands before the follower's task first ran cancels it
+                # before its own handler could stop the hosts: stop them here.
+                try:
+                    await job.stop()
+                finally:
+                    await job.close()
+                raise
 
         try:
             result = run_sync(go())
