@@ -75,6 +75,12 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     listed = podctl("runs").stdout
     assert f"{result['run_id']}" in listed and "1 recovery" in listed
     assert second["run_id"] not in listed  # an attempt, shown with its run
+    # `podctl logs RUN_ID` shows both attempts, the second starting where it resumed.
+    replay = podctl("logs", result["run_id"], "--host", "0")
+    assert f"attempt 2 of 2: run {second['run_id']}" in replay.stderr
+    starts = [json.loads(line.split("] ", 1)[1])["start_step"] for line in replay.stdout.splitlines()
+              if '"kind": "config"' in line]
+    assert starts == [0, second["start_step"]]
     ckpts = podctl.json("ckpt", "ls", result["run_id"])["checkpoints"]
     assert ckpts[-1]["step"] == 24 and ckpts[-1]["complete"]
     podctl("down", "rec", "--yes")

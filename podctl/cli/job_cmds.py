@@ -211,7 +211,9 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 @pass_context
 def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str | None,
          zone: str | None, bucket: str | None) -> None:
-    """Replay a run's logs from GCS from the start (and follow them with --follow)."""
+    """Replay a run's logs from GCS from the start (and follow them with --follow).
+
+    A recovered run (--recover) shows each attempt in turn; --follow follows the last."""
 
     def action() -> None:
         from podctl._sync import run_sync
@@ -222,9 +224,14 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
         settings = ctx.settings(project, zone, bucket)
         storage = _storage(settings)
         record = run_sync(load_record(storage, run_id))
-        reader = LogReader(storage, run_id, record.num_hosts, _line_printer(sys.stdout),
-                           parse_hosts(host_text, record.num_hosts))
-        statuses = run_sync(reader.follow(follow=follow))
+        attempts = [a["run_id"] for a in record.extra.get("attempts", []) if a.get("run_id")] or [run_id]
+        statuses: dict = {}
+        for number, attempt_id in enumerate(attempts, 1):
+            if len(attempts) > 1:
+                _notice(f"attempt {number} of {len(attempts)}: run {attempt_id}")
+            reader = LogReader(storage, attempt_id, record.num_hosts, _line_printer(sys.stdout),
+                               parse_hosts(host_text, record.num_hosts))
+            statuses = run_sync(reader.follow(follow=follow and number == len(attempts)))
         if follow:
             from podctl.jobs.runs import job_exit_code
 
