@@ -340,18 +340,8 @@ class Run:
 
     def checkpoints(self) -> "CheckpointList":
         """The run's checkpoint steps in GCS (podctl.jobs.checkpoints.Checkpoint)."""
-        from podctl.jobs import checkpoints
-        from podctl.jobs.history import load_record
-        from podctl.jobs.runs import record_checkpoint_dir
-
-        session = self.cloud.session
-
-        async def look() -> list[Any]:
-            directory = record_checkpoint_dir(await load_record(session.storage, self.run_id))
-            bucket, _ = checkpoints.split_gs_url(directory)
-            return await checkpoints.list_checkpoints(session.storage_for(bucket), directory)
-
-        return CheckpointList(self.cloud._run(look()))
+        _, _, steps = self.cloud._run(lifecycle.run_checkpoints(self.cloud.session, self.run_id))
+        return CheckpointList(steps)
 
     def stop(self) -> None:
         """Stop the run on every host (the script gets SIGTERM: the template saves a

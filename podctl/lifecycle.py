@@ -196,6 +196,18 @@ async def resume_checkpoint_dir(session: Session, run_id: str) -> str:
     return record_checkpoint_dir(record)
 
 
+async def run_checkpoints(session: Session, run_id: str) -> tuple[Any, str, list[Any]]:
+    """RUN_ID's checkpoints -> (GCS of their bucket, their gs:// directory, the steps);
+    a run started with --resume keeps its checkpoints where the earlier run did."""
+    from podctl.jobs import checkpoints
+    from podctl.jobs.history import load_record
+    from podctl.jobs.runs import record_checkpoint_dir
+
+    directory = record_checkpoint_dir(await load_record(session.storage, run_id))
+    storage = session.storage_for(checkpoints.split_gs_url(directory)[0])
+    return storage, directory, await checkpoints.list_checkpoints(storage, directory)
+
+
 async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
                     sink: Callable[[int, str], None], notice: Notice) -> Any:
     """Bundle, upload, start the agents on every host -> a started Job (its fleet closed

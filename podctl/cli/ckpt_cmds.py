@@ -14,20 +14,10 @@ from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 
 def _run_checkpoints(session: Any, run_id: str) -> tuple[Any, str, list[Any]]:
-    """(storage of the checkpoints' bucket, their gs:// directory, the steps)."""
+    from podctl import lifecycle
     from podctl._sync import run_sync
-    from podctl.jobs import checkpoints
-    from podctl.jobs.history import load_record
-    from podctl.jobs.runs import record_checkpoint_dir
 
-    async def look() -> tuple[Any, str, list[Any]]:
-        record = await load_record(session.storage, run_id)
-        directory = record_checkpoint_dir(record)
-        bucket, _ = checkpoints.split_gs_url(directory)
-        storage = session.storage_for(bucket)
-        return storage, directory, await checkpoints.list_checkpoints(storage, directory)
-
-    return run_sync(look())
+    return run_sync(lifecycle.run_checkpoints(session, run_id))
 
 
 @click.group()
