@@ -103,10 +103,8 @@ class Podctl:
         return json.loads(self(*args, "--json").stdout)
 
 
-@pytest.fixture
-def podctl(tmp_path: Path):
-    cli = Podctl(tmp_path)
-    yield cli
+def stop_fake_and_check(cli: Podctl) -> None:
+    """The end of a CLI test: stop its fake daemon, and fail if it held anything billable."""
     status = cli("fake", "status", "--json", check=False)
     if json.loads(status.stdout or "{}").get("running"):
         from podctl.fake.admin_client import FakeAdmin
@@ -114,6 +112,13 @@ def podctl(tmp_path: Path):
         leftover = FakeAdmin(json.loads(status.stdout)["admin"]).resources()
         cli("fake", "stop")
         assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+
+
+@pytest.fixture
+def podctl(tmp_path: Path):
+    cli = Podctl(tmp_path)
+    yield cli
+    stop_fake_and_check(cli)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:

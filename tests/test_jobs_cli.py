@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Podctl, assert_one_line_error
+from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -23,13 +23,7 @@ def podctl(tmp_path: Path):
     cli("up", "--slice", "v5p-16", "--name", "cli16")
     yield cli
     cli("down", "cli16", "--yes", check=False)
-    status = json.loads(cli("fake", "status", "--json").stdout)
-    if status.get("running"):
-        from podctl.fake.admin_client import FakeAdmin
-
-        leftover = FakeAdmin(status["admin"]).resources()
-        cli("fake", "stop")
-        assert not any(leftover.values()), leftover
+    stop_fake_and_check(cli)
 
 
 def test_run_streams_host_lines_and_exits_with_the_jobs_code(podctl):

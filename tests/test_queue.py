@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from podctl.fake.admin_client import FakeAdmin
-from tests.conftest import Podctl, assert_one_line_error
+from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parent / "scripts"
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -49,11 +49,7 @@ def q(tmp_path: Path):
     cli = QueueCli(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"
     yield cli
-    status = json.loads(cli("fake", "status", "--json").stdout)
-    if status.get("running"):
-        leftover = FakeAdmin(status["admin"]).resources()
-        cli("fake", "stop")
-        assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+    stop_fake_and_check(cli)
 
 
 def test_add_ls_show_keep_env_values_to_themselves(q):

@@ -31,10 +31,9 @@ import asyncssh
 import pytest
 
 from podctl.errors import FakeCloudError
-from podctl.fake.admin_client import FakeAdmin
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
-from tests.conftest import Podctl
+from tests.conftest import Podctl, stop_fake_and_check
 
 SECRET = "s3cr3t-VALUE-7f3a9"
 
@@ -63,11 +62,7 @@ def podctl(tmp_path: Path):
     cli("up", "--slice", "v5p-8", "--name", "sec")
     yield cli
     cli("down", "sec", "--yes", check=False)
-    status = json.loads(cli("fake", "status", "--json").stdout)
-    if status.get("running"):
-        leftover = FakeAdmin(status["admin"]).resources()
-        cli("fake", "stop")
-        assert not any(leftover.values()), leftover
+    stop_fake_and_check(cli)
 
 
 def job_script(tmp_path: Path, text: str) -> Path:
