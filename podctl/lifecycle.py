@@ -101,7 +101,6 @@ def up_request(settings: Settings, options: SliceOptions) -> Any:
     """Check the options and turn them into an UpRequest: no API call, so bad input is
     refused before anything is started or connected."""
     from podctl.cloud.sshkey import ensure_ssh_key
-    from podctl import topology
     from podctl.cloud import names
     from podctl.cloud.types import SliceSpec
     from podctl.cloud.up import UpRequest
@@ -115,7 +114,7 @@ def up_request(settings: Settings, options: SliceOptions) -> Any:
     spec = SliceSpec.build(
         options.slice_type, num_slices=options.num_slices, queued=options.queued, tier=tier,
         valid_for_seconds=parse_duration(options.valid_for, "--valid-for") if options.valid_for else None,
-        runtime_version=options.runtime_version or topology.DEFAULT_RUNTIME_VERSION)
+        runtime_version=options.runtime_version)
     wait_seconds = parse_duration(options.timeout, "--timeout")
     name = names.validate_name(options.name or names.default_name(spec), spec.num_slices)
     return UpRequest(parent=settings.parent, name=name, spec=spec,

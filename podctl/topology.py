@@ -1,9 +1,15 @@
-"""The v5p slice catalog: `v5p-N` -> TensorCores, chips, hosts and ICI topology.
+"""The slice catalog: `v5p-N`, `v6e-N`, `v5litepod-N`, `v4-N` -> chips, hosts and ICI topology.
 
-A v5p chip has 2 TensorCores and every host VM carries 4 chips, so `v5p-N` has
-N/2 chips on N/8 hosts. Google's table lists the common sizes; beyond one 4x4x4
-cube any AxBxC torus with each side a multiple of 4 is accepted (as xpk does),
-and such a size is flagged as "not in Google's table" rather than refused.
+Every fact about a generation lives in one record of podctl/data/generations.toml
+(TensorCores per chip, chips per host, the shapes Google offers, peak FLOP/s, HBM,
+default runtime, zones, libtpu names, each with its source); this module reads those
+records and nothing here names a generation. N counts TensorCores for v5p and v4
+(`v5p-8` = 4 chips) and chips for v5e and v6e (`v6e-8` = 8 chips), as the API does.
+
+A shape outside Google's own table but in the per-chip-count list that Google's
+MaxText and xpk use (e.g. v5p-384 = 4x4x12) is accepted and flagged "not in Google's
+table"; a size that is no shape at all is refused, and the sizes suggested instead are
+always from Google's table.
 
 This module is shared data: the fake cloud imports it too, so it must import
 nothing from podctl but `errors`.
@@ -11,63 +17,125 @@ nothing from podctl but `errors`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import tomllib
 from dataclasses import dataclass
+from importlib import resources
+from typing import Any
 
 from podctl.errors import InvalidSliceError
 
-CORES_PER_CHIP = 2
-CHIPS_PER_HOST = 4
-PEAK_BF16_TFLOPS_PER_CHIP = 459.0
-HBM_GIB_PER_CHIP = 95
-MAX_SLICE_CHIPS = 6144
-MAX_MULTISLICE_CHIPS = 18432
-DEFAULT_RUNTIME_VERSION = "v2-alpha-tpuv5"
-V5P_ZONES = ("us-central1-a", "us-east5-a", "us-east5-b", "us-east5-c", "us-south1-a")
+_NAME = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>[^-]+)$")
+_BOUNDS = {1: "1,1,1", 4: "2,2,1", 8: "2,4,1"}  # chips on one host -> libtpu's host bounds
 
-# Google's table (plus v5p-32 from xpk's defaults): accelerator type -> topology.
-GOOGLE_TABLE: dict[str, str] = {
-    "v5p-8": "2x2x1",
-    "v5p-16": "2x2x2",
-    "v5p-32": "2x2x4",
-    "v5p-64": "2x4x4",
-    "v5p-128": "4x4x4",
-    "v5p-256": "4x4x8",
-    "v5p-512": "4x8x8",
-    "v5p-1024": "8x8x8",
-    "v5p-2048": "8x8x16",
-    "v5p-4096": "8x16x16",
-    "v5p-8192": "16x16x16",
-    "v5p-12288": "16x16x24",
-}
-# Below one cube only these shapes exist.
-_SUB_CUBE_CHIPS = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4"}
-_NAME = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<cores>[^-]+)$")
+
+@dataclass(frozen=True)
+class Generation:
+    """One TPU generation the Cloud TPU API serves (a record of generations.toml)."""
+
+    key: str  # the accelerator type's prefix: "v5p", "v6e", "v5litepod", "v4"
+    name: str
+    api_type: str  # AcceleratorConfig.Type, e.g. "V5P"
+    size_unit: str  # "cores" or "chips": what N in KEY-N counts
+    cores_per_chip: int
+    chips_per_host: int  # per host VM of a multi-host slice
+    single_host_max_chips: int
+    devices_per_chip: int
+    peak_bf16_tflops_per_chip: float
+    hbm_gib_per_chip: float
+    default_runtime_version: str
+    max_chips: int
+    multislice_max_chips: int | None  # None: no figure found
+    zones: tuple[str, ...]
+    libtpu_topology_prefix: str
+    chip_config_name: str
+    documented: tuple[str, ...]  # the shapes in Google's table
+    topologies: tuple[str, ...]  # every shape podctl accepts, ascending by chips
+    sources: dict[str, str]
+    as_of: str
+
+    @property
+    def peak_flops_per_chip(self) -> float:
+        return self.peak_bf16_tflops_per_chip * 1e12
+
+    def size_of(self, chips: int) -> int:
+        """Chips -> the N of KEY-N."""
+        return chips * self.cores_per_chip if self.size_unit == "cores" else chips
+
+    def type_name(self, chips: int) -> str:
+        return f"{self.key}-{self.size_of(chips)}"
+
+    def shape_for_chips(self, chips: int) -> str | None:
+        return next((t for t in self.topologies if parse_topology(t) == chips), None)
+
+    def valid_sizes(self, documented_only: bool = False) -> list[int]:
+        shapes = self.documented if documented_only else self.topologies
+        return sorted(self.size_of(parse_topology(t)) for t in shapes)
+
+    def slice_type(self, topology: str) -> "SliceType":
+        """A slice of this generation by its shape (as acceleratorConfig gives it)."""
+        chips = parse_topology(topology)
+        shape = self.shape_for_chips(chips)
+        if shape is None or sorted(_sides(shape)) != sorted(_sides(topology)):
+            raise InvalidSliceError(f"{topology!r} is not a {self.name} topology "
+                                    f"(e.g. {', '.join(self.documented[:4])}).")
+        return SliceType(self, self.size_of(chips), topology)
 
 
 @dataclass(frozen=True)
 class SliceType:
-    """One v5p slice shape, e.g. v5p-4096 = 2048 chips on 512 hosts, 8x16x16."""
+    """One slice shape, e.g. v5p-4096 = 2048 chips on 512 hosts, 8x16x16."""
 
-    cores: int
+    generation: Generation
+    size: int  # the N of KEY-N
     topology: str
 
     @property
     def name(self) -> str:
-        return f"v5p-{self.cores}"
+        return f"{self.generation.key}-{self.size}"
 
     @property
     def chips(self) -> int:
-        return self.cores // CORES_PER_CHIP
+        return parse_topology(self.topology)
+
+    @property
+    def cores(self) -> int:
+        return self.chips * self.generation.cores_per_chip
 
     @property
     def hosts(self) -> int:
-        return self.chips // CHIPS_PER_HOST
+        """Host VMs: one holds a small slice whole; beyond, chips_per_host each."""
+        if self.chips <= self.generation.single_host_max_chips:
+            return 1
+        return self.chips // self.generation.chips_per_host
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
+
+    @property
+    def devices_per_host(self) -> int:
+        """What jax.local_devices() sees on one host."""
+        return self.chips_per_host * self.generation.devices_per_chip
 
     @property
     def in_google_table(self) -> bool:
-        return self.name in GOOGLE_TABLE
+        return self.topology in self.generation.documented
+
+    @property
+    def libtpu_topology(self) -> str:
+        """libtpu's topology name, e.g. "v5:8x8x16"."""
+        return f"{self.generation.libtpu_topology_prefix}:{self.topology}"
+
+    @property
+    def chip_config_name(self) -> str:
+        return self.generation.chip_config_name
+
+    @property
+    def chips_per_host_bounds(self) -> str:
+        return _BOUNDS[self.chips_per_host]
 
 
 @dataclass(frozen=True)
@@ -86,105 +154,133 @@ class MultiSlice:
         return self.slice_type.hosts * self.num_slices
 
 
-def _cube_topology(chips: int) -> str | None:
-    """The most cubic AxBxC (sides multiples of 4, A<=B<=C) with A*B*C == chips."""
-    if chips % 64:
-        return None
-    units = chips // 64  # the product of the sides divided by 4 each
-    best: tuple[int, int, int] | None = None
-    for a in range(1, round(units ** (1 / 3)) + 2):
-        if units % a:
-            continue
-        rest = units // a
-        for b in range(a, math.isqrt(rest) + 1):
-            if rest % b:
-                continue
-            c = rest // b
-            if c < b:
-                continue
-            if best is None or c - a < best[2] - best[0]:
-                best = (a, b, c)
-    if best is None:
-        return None
-    return "x".join(str(4 * side) for side in best)
-
-
-def topology_for_chips(chips: int) -> str | None:
-    """The ICI topology of a slice with this many chips, or None if none exists."""
-    if chips in _SUB_CUBE_CHIPS:
-        return _SUB_CUBE_CHIPS[chips]
-    if chips <= 0 or chips > MAX_SLICE_CHIPS:
-        return None
-    table = GOOGLE_TABLE.get(f"v5p-{chips * CORES_PER_CHIP}")
-    return table or _cube_topology(chips)
-
-
-def valid_core_counts() -> list[int]:
-    """Every valid N of `v5p-N`, ascending."""
-    chips = sorted(set(_SUB_CUBE_CHIPS) | set(range(64, MAX_SLICE_CHIPS + 1, 64)))
-    return [c * CORES_PER_CHIP for c in chips if topology_for_chips(c)]
-
-
-def _nearest(cores: int) -> str:
-    valid = valid_core_counts()
-    below = [n for n in valid if n < cores]
-    above = [n for n in valid if n > cores]
-    near = ([below[-1]] if below else []) + ([above[0]] if above else [])
-    return ", ".join(f"v5p-{n}" for n in near)
-
-
-def parse_slice(name: str) -> SliceType:
-    """`v5p-N` -> SliceType; a bad name raises InvalidSliceError naming valid sizes."""
-    text = name.strip().lower()
-    match = _NAME.match(text)
-    if not match:
-        raise InvalidSliceError(
-            f"{name!r} is not a slice type: expected v5p-N, N the TensorCore count "
-            "(e.g. v5p-8, v5p-4096)."
-        )
-    family, cores_text = match["family"], match["cores"]
-    if family != "v5p":
-        raise InvalidSliceError(
-            f"{name!r}: podctl supports TPU v5p only for now (e.g. v5p-8, v5p-4096)."
-        )
-    if not cores_text.isdigit():
-        raise InvalidSliceError(
-            f"{name!r}: N in v5p-N must be a whole number of TensorCores (e.g. v5p-8, v5p-4096)."
-        )
-    cores = int(cores_text)
-    largest = max(valid_core_counts())
-    if cores == 0:
-        raise InvalidSliceError(f"{name!r}: a slice needs TensorCores; the smallest is v5p-8.")
-    if cores > largest:
-        raise InvalidSliceError(
-            f"{name!r} is larger than the largest v5p slice, v5p-{largest} "
-            f"({MAX_SLICE_CHIPS} chips); for more, join slices with --num-slices K "
-            f"(up to {MAX_MULTISLICE_CHIPS:,} chips in all)."
-        )
-    topology = topology_for_chips(cores // CORES_PER_CHIP) if cores % CORES_PER_CHIP == 0 else None
-    if topology is None:
-        raise InvalidSliceError(
-            f"{name!r} is not a v5p size (N must be 8, 16, 32, 64 or a multiple of 128 "
-            f"up to {largest}); nearest: {_nearest(cores)}."
-        )
-    return SliceType(cores=cores, topology=topology)
-
-
-def parse_multislice(name: str, num_slices: int) -> MultiSlice:
-    """`v5p-N` x K slices; refuses K < 1 and more than multislice's chip limit."""
-    slice_type = parse_slice(name)
-    if num_slices < 1:
-        raise InvalidSliceError(f"--num-slices must be 1 or more, not {num_slices}.")
-    multi = MultiSlice(slice_type, num_slices)
-    if multi.chips > MAX_MULTISLICE_CHIPS:
-        most = MAX_MULTISLICE_CHIPS // slice_type.chips
-        raise InvalidSliceError(
-            f"{num_slices} x {slice_type.name} is {multi.chips:,} chips, over multislice's "
-            f"{MAX_MULTISLICE_CHIPS:,}; use at most {most} slices of {slice_type.name}."
-        )
-    return multi
+def _sides(topology: str) -> list[int]:
+    return [int(side) for side in topology.split("x")]
 
 
 def parse_topology(topology: str) -> int:
     """'8x16x16' -> 2048 chips."""
-    return math.prod(int(side) for side in topology.split("x"))
+    return math.prod(_sides(topology))
+
+
+def _generation(key: str, record: dict[str, Any]) -> Generation:
+    multi = record.get("multislice_max_chips")
+    shapes = tuple(sorted(record["topologies"], key=parse_topology))
+    return Generation(
+        key=key, name=record["name"], api_type=record["api_type"], size_unit=record["size_unit"],
+        cores_per_chip=record["cores_per_chip"], chips_per_host=record["chips_per_host"],
+        single_host_max_chips=record["single_host_max_chips"],
+        devices_per_chip=record["devices_per_chip"],
+        peak_bf16_tflops_per_chip=float(record["peak_bf16_tflops_per_chip"]),
+        hbm_gib_per_chip=float(record["hbm_gib_per_chip"]),
+        default_runtime_version=record["default_runtime_version"], max_chips=record["max_chips"],
+        multislice_max_chips=multi if isinstance(multi, int) else None,
+        zones=tuple(record["zones"]), libtpu_topology_prefix=record["libtpu_topology_prefix"],
+        chip_config_name=record["chip_config_name"], documented=tuple(record["documented"]),
+        topologies=shapes, sources=dict(record.get("sources", {})), as_of=record["as_of"])
+
+
+@functools.lru_cache(maxsize=1)
+def _records() -> dict[str, Any]:
+    text = resources.files("podctl").joinpath("data/generations.toml").read_text()
+    return tomllib.loads(text)
+
+
+@functools.lru_cache(maxsize=1)
+def generations() -> dict[str, Generation]:
+    """Every generation the Cloud TPU API serves, by accelerator-type prefix."""
+    return {key: _generation(key, record) for key, record in _records().items()
+            if key != "not_served"}
+
+
+def generation(key: str) -> Generation:
+    """'v6e' -> its record; an unknown or unserved prefix raises InvalidSliceError."""
+    found = generations().get(key)
+    if found is None:
+        raise InvalidSliceError(_unknown_family(key, key))
+    return found
+
+
+def generation_by_api_type(api_type: str) -> Generation | None:
+    """'V6E' -> the v6e record (None for a type podctl does not know)."""
+    return next((g for g in generations().values() if g.api_type == api_type), None)
+
+
+def all_zones() -> tuple[str, ...]:
+    """Every zone some served generation is offered in, in record order."""
+    return tuple(dict.fromkeys(z for g in generations().values() for z in g.zones))
+
+
+def examples() -> str:
+    """'v5p-8, v6e-1, v5litepod-1, v4-8' for help texts: each generation's smallest."""
+    return ", ".join(f"{g.key}-{g.valid_sizes(documented_only=True)[0]}"
+                     for g in generations().values())
+
+
+def _unknown_family(name: str, family: str) -> str:
+    not_served = _records().get("not_served", {})
+    for key, record in not_served.items():
+        if family == key or family in record.get("aliases", ()):
+            return f"{name!r}: {record['reason']}; podctl provisions through the Cloud TPU API."
+    served = ", ".join(f"{k}-N" for k in generations())
+    return f"{name!r}: unknown TPU generation {family!r}; the Cloud TPU API serves {served}."
+
+
+def _nearest(gen: Generation, size: int) -> str:
+    """The sizes either side of SIZE, from Google's own table only."""
+    valid = gen.valid_sizes(documented_only=True)
+    below = [n for n in valid if n < size]
+    above = [n for n in valid if n > size]
+    near = ([below[-1]] if below else []) + ([above[0]] if above else [])
+    return ", ".join(f"{gen.key}-{n}" for n in near)
+
+
+def parse_slice(name: str) -> SliceType:
+    """`KEY-N` -> SliceType; a bad name raises InvalidSliceError naming valid sizes."""
+    text = name.strip().lower()
+    match = _NAME.match(text)
+    if not match:
+        raise InvalidSliceError(
+            f"{name!r} is not a slice type: expected GENERATION-N, e.g. {examples()} "
+            "(N counts TensorCores for v5p and v4, chips for v6e and v5litepod).")
+    family, size_text = match["family"], match["size"]
+    if family not in generations():
+        raise InvalidSliceError(_unknown_family(name, family))
+    gen = generations()[family]
+    unit = "TensorCores" if gen.size_unit == "cores" else "chips"
+    smallest, largest = gen.valid_sizes()[0], gen.valid_sizes()[-1]
+    if not size_text.isdigit():
+        raise InvalidSliceError(f"{name!r}: N in {family}-N must be a whole number of {unit} "
+                                f"(e.g. {family}-{smallest}, {family}-{largest}).")
+    size = int(size_text)
+    if size == 0:
+        raise InvalidSliceError(f"{name!r}: a slice needs {unit}; the smallest is {family}-{smallest}.")
+    if size > largest:
+        multi = (f" (up to {gen.multislice_max_chips:,} chips in all)"
+                 if gen.multislice_max_chips else "")
+        raise InvalidSliceError(
+            f"{name!r} is larger than the largest {gen.name} slice, {family}-{largest} "
+            f"({gen.max_chips} chips); for more, join slices with --num-slices K{multi}.")
+    per_chip = gen.cores_per_chip if gen.size_unit == "cores" else 1
+    shape = gen.shape_for_chips(size // per_chip) if size % per_chip == 0 else None
+    if shape is None:
+        raise InvalidSliceError(
+            f"{name!r} is not a {gen.name} size ({unit}; Google's table has "
+            f"{', '.join(str(n) for n in gen.valid_sizes(documented_only=True))}); "
+            f"nearest: {_nearest(gen, size)}.")
+    return SliceType(gen, size, shape)
+
+
+def parse_multislice(name: str, num_slices: int) -> MultiSlice:
+    """`KEY-N` x K slices; refuses K < 1 and more than multislice's chip limit."""
+    slice_type = parse_slice(name)
+    if num_slices < 1:
+        raise InvalidSliceError(f"--num-slices must be 1 or more, not {num_slices}.")
+    multi = MultiSlice(slice_type, num_slices)
+    limit = slice_type.generation.multislice_max_chips
+    if limit is not None and multi.chips > limit:
+        most = limit // slice_type.chips
+        raise InvalidSliceError(
+            f"{num_slices} x {slice_type.name} is {multi.chips:,} chips, over multislice's "
+            f"{limit:,}; use at most {most} slices of {slice_type.name}.")
+    return multi

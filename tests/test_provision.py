@@ -102,7 +102,7 @@ def test_up_refuses_a_slice_podctl_did_not_create(api, fake):
 
 def test_stockout_fails_cleanly_and_leaves_nothing(api, fake):
     fake.admin.set_capacity(4)  # one v5p-8's worth of chips
-    with pytest.raises(StockoutError, match="no v5p capacity in us-central1-a"):
+    with pytest.raises(StockoutError, match="no TPU capacity in us-central1-a"):
         run(up(api, request("big", "v5p-16")))
     assert fake.admin.is_empty()
 

@@ -86,7 +86,7 @@ def translate_operation_error(e: BaseException, what: str, zone: str) -> PodctlE
         if _is_quota(e):  # type: ignore[arg-type]
             return translate(e, what)
         return StockoutError(
-            f"no v5p capacity in {zone} right now (stockout) while {what}. Try another zone "
+            f"no TPU capacity in {zone} right now (stockout) while {what}. Try another zone "
             "(--zone), a queued resource that waits for capacity (--queued), or later.")
     if isinstance(e, gexc.Aborted) or number == _ABORTED:
         # e.g. a spot node preempted while it was being created. Aborted is a Conflict

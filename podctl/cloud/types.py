@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from podctl.errors import InvalidValueError
-from podctl.topology import (
-    DEFAULT_RUNTIME_VERSION, MultiSlice, SliceType, parse_multislice, parse_topology,
-)
+from podctl.topology import MultiSlice, SliceType, parse_multislice, parse_topology
 
 Tier = Literal["on-demand", "spot", "guaranteed"]
 TIERS: tuple[Tier, ...] = ("on-demand", "spot", "guaranteed")
@@ -26,19 +24,24 @@ BILLABLE_STATES = {"CREATING", "READY", "PREEMPTED", "STOPPING", "STARTING", "RE
 
 @dataclass(frozen=True)
 class SliceSpec:
-    """What `up` asks for: K slices of one v5p type, as a node or a queued resource."""
+    """What `up` asks for: K slices of one TPU type, as a node or a queued resource."""
 
     slice_type: SliceType
     num_slices: int = 1
     queued: bool = False
     tier: Tier = "on-demand"
     valid_for_seconds: int | None = None
-    runtime_version: str = DEFAULT_RUNTIME_VERSION
+    runtime_version: str = ""  # empty: the generation's default (generations.toml)
+
+    def __post_init__(self) -> None:
+        if not self.runtime_version:
+            object.__setattr__(self, "runtime_version",
+                               self.slice_type.generation.default_runtime_version)
 
     @classmethod
     def build(cls, slice_name: str, *, num_slices: int = 1, queued: bool = False,
               tier: Tier = "on-demand", valid_for_seconds: int | None = None,
-              runtime_version: str = DEFAULT_RUNTIME_VERSION) -> "SliceSpec":
+              runtime_version: str | None = None) -> "SliceSpec":
         """Validate a request; multislice is only offered through queued resources."""
         multi = parse_multislice(slice_name, num_slices)
         if tier not in TIERS:
@@ -48,7 +51,8 @@ class SliceSpec:
             raise InvalidValueError("--guaranteed is a queued-resource tier: add --queued.")
         if valid_for_seconds is not None and not queued:
             raise InvalidValueError("--valid-for applies to queued resources: add --queued.")
-        return cls(multi.slice_type, num_slices, queued, tier, valid_for_seconds, runtime_version)
+        return cls(multi.slice_type, num_slices, queued, tier, valid_for_seconds,
+                   runtime_version or "")
 
     @property
     def multislice(self) -> MultiSlice:
@@ -108,7 +112,7 @@ class SliceInfo:
     labels: dict[str, str]
     nodes: tuple[NodeInfo, ...] = ()
     error: str | None = None  # why a queued resource failed
-    runtime_version: str = DEFAULT_RUNTIME_VERSION
+    runtime_version: str = ""
     valid_until: float | None = None
     observed: float = field(default_factory=time.time)
 

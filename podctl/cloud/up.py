@@ -49,14 +49,18 @@ class UpResult:
     created: bool  # False: an existing slice of the same spec was reused
 
 
-async def check_zone(api: TpuApi, parent: str) -> None:
-    """One call that tells a zone without v5p (or no such zone) before anything is created."""
+async def check_zone(api: TpuApi, parent: str, slice_type: topology.SliceType) -> None:
+    """One call that tells a zone without this slice's generation (or no such zone) before
+    anything is created. It asks for the generation's smallest type in Google's table,
+    which every zone of the generation lists, not for the size asked."""
+    gen = slice_type.generation
     try:
-        await api.get_accelerator_type(f"{parent}/acceleratorTypes/v5p-8")
+        smallest = gen.valid_sizes(documented_only=True)[0]
+        await api.get_accelerator_type(f"{parent}/acceleratorTypes/{gen.key}-{smallest}")
     except NotFoundError as e:
         zone = parent.rsplit("/", 1)[-1]
-        raise InvalidValueError(f"zone {zone!r} offers no TPU v5p (or does not exist); v5p zones "
-                                f"include {', '.join(topology.V5P_ZONES[:2])}.") from e
+        raise InvalidValueError(f"zone {zone!r} offers no {gen.name} (or does not exist); "
+                                f"{gen.name} zones include {', '.join(gen.zones[:2])}.") from e
 
 
 def _check_reusable(info: SliceInfo, spec: SliceSpec) -> None:
@@ -90,7 +94,7 @@ async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
     existing = await describe.find(api, request.parent, request.name)
     if existing:
         return await _reuse(api, request, existing, clock, progress)
-    await check_zone(api, request.parent)
+    await check_zone(api, request.parent, request.spec.slice_type)
     # A label unique to this call tells, after a lost response or an interrupt,
     # whether a slice of this name is the one this call created.
     token = secrets.token_hex(6)

@@ -45,14 +45,20 @@ from typing import Any, Callable, Iterable
 
 import asyncssh
 
+from podctl import topology
 from podctl.fake.host_ssh import Session, SshServer, authorized_keys
 
 TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
-DEVICES_PER_HOST = 4  # 4 chips per v5p host; JAX sees 4 CPU devices
 _KEY_FILE = ".ssh_host_ed25519_key"
 _ID_FILE = ".node-id"
 _BACKLOG = 128
 log = logging.getLogger(__name__)
+
+
+def _devices_per_host(node: dict) -> int:
+    """CPU devices per fake host = what JAX sees on one of the node's real hosts
+    (generations.toml: 4 on a v5p host, 8 on a one-VM v6e-8)."""
+    return topology.parse_slice(str(node.get("acceleratorType", ""))).devices_per_host
 
 
 def raise_nofile_limit() -> int:
@@ -301,7 +307,7 @@ class HostManager:
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
             "TPU_WORKER_HOSTNAMES": ",".join(ep["ipAddress"] for ep in endpoints),
             "TPU_ACCELERATOR_TYPE": str(node.get("acceleratorType", "")),
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES_PER_HOST}",
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={_devices_per_host(node)}",
             "JAX_PLATFORMS": "cpu",
             "STORAGE_EMULATOR_HOST": self.gcs_url,
             "TENSORSTORE_GCS_HTTP_URL": self.gcs_url,

@@ -32,7 +32,10 @@ from podctl.fake import queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
-RUNTIME_VERSIONS = ("v2-alpha-tpuv5", "tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite")
+# Every generation's default runtime (generations.toml) and the base image.
+RUNTIME_VERSIONS = tuple(dict.fromkeys(
+    ["v2-alpha-tpuv5", "tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite"]
+    + [g.default_runtime_version for g in topology.generations().values()]))
 _ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -68,7 +71,7 @@ class World:
     time_scale: float = 1.0
     clock_offset: float = 0.0
     timings: Timings = field(default_factory=Timings)
-    zones: tuple[str, ...] = topology.V5P_ZONES
+    zones: tuple[str, ...] = field(default_factory=topology.all_zones)
     default_capacity: int = POD_CHIPS
     capacity: dict[str, int] = field(default_factory=dict)  # zone -> chips
     quota: dict[str, int] = field(default_factory=dict)  # "project/zone" -> chips
@@ -147,12 +150,15 @@ class World:
             st = topology.parse_slice(type_id)
         except InvalidSliceError as e:
             raise not_found(name) from e
+        if parent.rsplit("/", 1)[-1] not in st.generation.zones:
+            raise not_found(name)  # a zone lists only the generations it offers
         return {"name": name, "type": st.name,
-                "acceleratorConfigs": [{"type": "V5P", "topology": st.topology}]}
+                "acceleratorConfigs": [{"type": st.generation.api_type, "topology": st.topology}]}
 
     def accelerator_types(self, parent: str) -> list[dict]:
-        self.check_parent(parent)
-        return [self.accelerator_type(f"{parent}/acceleratorTypes/{t}") for t in topology.GOOGLE_TABLE]
+        _, zone = self.check_parent(parent)
+        return [self.accelerator_type(f"{parent}/acceleratorTypes/{g.type_name(topology.parse_topology(t))}")
+                for g in topology.generations().values() if zone in g.zones for t in g.documented]
 
     def runtime_versions(self, parent: str) -> list[dict]:
         self.check_parent(parent)
@@ -230,16 +236,19 @@ class World:
         runtime = body.get("runtimeVersion", "")
         if runtime not in RUNTIME_VERSIONS:
             raise invalid(f"Runtime version {runtime!r} is not available; see runtimeVersions")
+        _, zone = self.check_parent(parent)
+        if zone not in slice_type.generation.zones:
+            raise invalid(f"Accelerator type {slice_type.name} is not available in zone {zone}")
         labels = body.get("labels", {})
         for key, value in labels.items():
             if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(str(value)):
                 raise invalid(f"Invalid label {key}={value!r}: lowercase letters, digits, _ and -")
         node = {k: v for k, v in body.items() if k in _NODE_FIELDS}
-        _, zone = self.check_parent(parent)
         node.update({
             "name": f"{parent}/nodes/{node_id}",
             "acceleratorType": slice_type.name,
-            "acceleratorConfig": {"type": "V5P", "topology": slice_type.topology},
+            "acceleratorConfig": {"type": slice_type.generation.api_type,
+                                  "topology": slice_type.topology},
             "state": "CREATING",
             "createTime": rfc3339(self.now()),
             "id": str(secrets.randbelow(2**62)),
@@ -256,10 +265,11 @@ class World:
         config = body.get("acceleratorConfig")
         try:
             if config:
-                if wire.enum_name(wire.ACCELERATOR_TYPE, config.get("type")) != "V5P":
-                    raise invalid(f"Accelerator {config.get('type')!r} is not offered here (v5p only)")
-                chips = topology.parse_topology(config.get("topology", ""))
-                return topology.parse_slice(f"v5p-{chips * topology.CORES_PER_CHIP}")
+                gen = topology.generation_by_api_type(
+                    wire.enum_name(wire.ACCELERATOR_TYPE, config.get("type")) or "")
+                if gen is None:
+                    raise invalid(f"Accelerator {config.get('type')!r} is not offered here")
+                return gen.slice_type(config.get("topology", ""))
             return topology.parse_slice(body.get("acceleratorType", ""))
         except (InvalidSliceError, ValueError) as e:
             raise invalid(f"Invalid accelerator: {e}") from e
@@ -396,7 +406,7 @@ class World:
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in data.items() if k in known}  # e.g. an older world's next_ip
         data["timings"] = Timings(**data.get("timings", {}))
-        data["zones"] = tuple(data.get("zones", topology.V5P_ZONES))
+        data["zones"] = tuple(data.get("zones", topology.all_zones()))
         return cls(**data)
 
 
