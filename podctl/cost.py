@@ -1,14 +1,16 @@
 """Prices, estimates before a run, and cost and goodput after it.
 
-Prices are US dollars per chip-hour, by region and tier, from the table shipped in
-podctl/data/prices.toml (each figure with its date and source). A user's figure wins:
-`--price` on the command line, else a `[prices]` table in podctl.toml:
+Prices are US dollars per chip-hour, by TPU generation, region and tier, from the table
+shipped in podctl/data/prices.toml (each figure with its date and source). A user's
+figure wins: `--price` on the command line, else a `[prices]` table in podctl.toml:
 
     [prices]
-    on-demand = 4.20          # every region
+    on-demand = 4.20          # v5p, every region
     spot = 2.10
-    [prices.us-central1]      # one region (or one zone: [prices.us-central1-a])
+    [prices.us-central1]      # v5p in one region (or one zone: [prices.us-central1-a])
     on-demand = 4.20
+    [prices.v6e]              # another generation: the same keys, one level down
+    on-demand = 2.70
 
 A price that neither gives is unknown (None), never guessed; commands then say
 `price unknown for REGION; pass --price or set [prices] in podctl.toml`.
@@ -26,10 +28,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from podctl.errors import ConfigError, InvalidValueError
-from podctl.topology import PEAK_BF16_TFLOPS_PER_CHIP, parse_slice
+from podctl.topology import generations, parse_slice
 
 TIERS = ("on-demand", "spot", "1y-cud", "3y-cud")
-PEAK_FLOPS_PER_CHIP = PEAK_BF16_TFLOPS_PER_CHIP * 1e12
 DEFAULT_MFU = 0.45  # an assumption, said so wherever it is used
 
 
@@ -56,11 +57,21 @@ def unknown_price_message(zone: str | None) -> str:
     return f"price unknown for {where}; pass --price or set [prices] in podctl.toml"
 
 
+def generation_of(accelerator_type: str) -> str:
+    """'v6e-256' -> 'v6e' (the key of its generations.toml and prices.toml records)."""
+    return accelerator_type.strip().lower().rsplit("-", 1)[0]
+
+
 @functools.lru_cache(maxsize=1)
-def price_table() -> dict[str, dict[str, Any]]:
-    """The shipped table: region -> {tier: price, as_of, source}."""
+def _shipped() -> dict[str, Any]:
     text = resources.files("podctl").joinpath("data/prices.toml").read_text()
-    return tomllib.loads(text)["v5p"]
+    return tomllib.loads(text)
+
+
+def price_table(generation: str = "v5p") -> dict[str, dict[str, Any]]:
+    """The shipped table of one generation: region -> {tier: price, as_of, source}."""
+    return {region: row for region, row in _shipped().get(generation, {}).items()
+            if isinstance(row, dict)}
 
 
 def load_price_config(cwd: Path | None = None) -> dict[str, Any]:
@@ -72,13 +83,20 @@ def load_price_config(cwd: Path | None = None) -> dict[str, Any]:
     prices = data.get("prices", data.get("podctl", {}).get("prices", {}))
     if not isinstance(prices, dict):
         raise ConfigError(f"{path}: [prices] must be a table, e.g. on-demand = 4.20.")
+    _check_prices(path, prices, nested=True)
+    return prices
+
+
+def _check_prices(path: Path, prices: dict[str, Any], *, nested: bool) -> None:
     for key, value in prices.items():
+        if nested and key in generations() and isinstance(value, dict):
+            _check_prices(path, value, nested=False)  # [prices.v6e]: the same keys again
+            continue
         for tier, figure in (value.items() if isinstance(value, dict) else [(key, value)]):
             if tier not in TIERS or isinstance(figure, bool) or not isinstance(figure, (int, float)) \
                     or not figure > 0:
                 raise ConfigError(f"{path}: [prices] {key} = {value!r}: expected tiers "
                                   f"({', '.join(TIERS)}) with prices in USD per chip-hour above 0.")
-    return prices
 
 
 def check_price(value: float | None, option: str = "--price") -> float | None:
@@ -89,22 +107,27 @@ def check_price(value: float | None, option: str = "--price") -> float | None:
 
 
 def chip_hour_price(zone: str, *, spot: bool, override: float | None = None,
-                    config: Mapping[str, Any] | None = None) -> Price | None:
-    """USD per chip-hour of a v5p chip in ZONE: OVERRIDE, else CONFIG (podctl.toml's
+                    config: Mapping[str, Any] | None = None,
+                    generation: str = "v5p") -> Price | None:
+    """USD per chip-hour of a GENERATION chip in ZONE: OVERRIDE, else CONFIG (podctl.toml's
     [prices]; read from the current directory when None), else the shipped table;
-    None when none of them knows."""
+    None when none of them knows. [prices] without a generation key is v5p's."""
     tier = "spot" if spot else "on-demand"
     region = region_of(zone)
     if override is not None:
         return Price(check_price(override), tier, region, "--price", None)
     config = load_price_config() if config is None else config
+    if isinstance(config.get(generation), dict):
+        config = config[generation]
+    elif generation != "v5p":
+        config = {}
     for key in (zone, region):
         figure = config.get(key, {}).get(tier) if isinstance(config.get(key), dict) else None
         if figure is not None:
             return Price(float(figure), tier, region, f"podctl.toml [prices.{key}]", None)
     if isinstance(config.get(tier), (int, float)):
         return Price(float(config[tier]), tier, region, "podctl.toml [prices]", None)
-    row = price_table().get(region, {})
+    row = price_table(generation).get(region, {})
     if tier not in row:
         return None
     return Price(float(row[tier]), tier, region, row["source"], row.get("as_of"))
@@ -112,8 +135,9 @@ def chip_hour_price(zone: str, *, spot: bool, override: float | None = None,
 
 def slice_hourly_cost(accelerator_type: str, zone: str, *, spot: bool,
                       override: float | None = None) -> float | None:
-    """USD per hour for the whole slice `v5p-N` in ZONE; None when the price is unknown."""
-    price = chip_hour_price(zone, spot=spot, override=override)
+    """USD per hour for the whole slice `KEY-N` in ZONE; None when the price is unknown."""
+    price = chip_hour_price(zone, spot=spot, override=override,
+                            generation=generation_of(accelerator_type))
     return None if price is None else parse_slice(accelerator_type).chips * price.usd_per_chip_hour
 
 
@@ -145,14 +169,18 @@ def check_mfu(mfu: float, where: str = "--mfu") -> float:
 
 @dataclass(frozen=True)
 class Estimate:
-    """One training run on one slice type: 6·N·D FLOPs at MFU of the chips' peak."""
+    """One training run on one system (a TPU slice, or GPU machines for comparison):
+    6·N·D FLOPs at MFU of the chips' peak."""
 
-    slice_type: str
-    chips: int
+    slice_type: str  # the system's name: v5p-4096, h100-512
+    chips: int  # TPU chips or GPUs
     params: float
     tokens: float
     mfu: float
-    price: Price | None
+    price: Price | None  # per chip (GPU) hour
+    peak_flops_per_chip: float
+    kind: str = "tpu"  # or "gpu": podctl provisions TPUs only; GPU rows are for comparison
+    detail: str = ""  # e.g. "64 x a3-highgpu-8g (8 x H100)"
 
     @property
     def flops(self) -> float:
@@ -160,7 +188,7 @@ class Estimate:
 
     @property
     def seconds(self) -> float:
-        return self.flops / (self.chips * PEAK_FLOPS_PER_CHIP * self.mfu)
+        return self.flops / (self.chips * self.peak_flops_per_chip * self.mfu)
 
     @property
     def hours(self) -> float:
@@ -179,9 +207,11 @@ class Estimate:
         return None if self.total_usd is None else self.total_usd / (self.tokens / 1e6)
 
     def to_json(self) -> dict[str, Any]:
-        return {"slice": self.slice_type, "chips": self.chips, "params": self.params,
+        return {"slice": self.slice_type, "kind": self.kind,
+                "provisioned_by_podctl": self.kind == "tpu", "detail": self.detail,
+                "chips": self.chips, "params": self.params,
                 "tokens": self.tokens, "mfu": self.mfu, "flops": self.flops,
-                "peak_flops_per_chip": PEAK_FLOPS_PER_CHIP, "hours": self.hours,
+                "peak_flops_per_chip": self.peak_flops_per_chip, "hours": self.hours,
                 "days": self.hours / 24, "usd_per_hour": self.usd_per_hour,
                 "total_usd": self.total_usd, "usd_per_million_tokens": self.usd_per_million_tokens,
                 "price": self.price.to_json() if self.price else None}
@@ -192,7 +222,9 @@ def estimate(slice_type: str, *, params: float, tokens: float, mfu: float,
     if not params > 0 or not tokens > 0:
         raise InvalidValueError("--params and --tokens must be above zero.")
     kind = parse_slice(slice_type)
-    return Estimate(kind.name, kind.chips, params, tokens, check_mfu(mfu), price)
+    return Estimate(kind.name, kind.chips, params, tokens, check_mfu(mfu), price,
+                    kind.generation.peak_flops_per_chip,
+                    detail=f"{kind.hosts} host{'s' if kind.hosts > 1 else ''}, {kind.topology}")
 
 
 # ---- after: what a slice or a run cost ------------------------------------------------
@@ -238,10 +270,12 @@ class SliceCost:
 def slice_cost(info: Any, *, override: float | None = None,
                config: Mapping[str, Any] | None = None) -> SliceCost:
     """What a slice (a podctl SliceInfo) costs per hour and has cost since it was
-    created; unknown for a slice that is not v5p (the table holds v5p only)."""
-    if not info.accelerator_type.startswith("v5p-") or not info.chips:
+    created; unknown for a generation podctl has no record of."""
+    generation = generation_of(info.accelerator_type)
+    if generation not in generations() or not info.chips:
         return SliceCost(None, None, None)
-    price = chip_hour_price(info.zone, spot=info.tier == "spot", override=override, config=config)
+    price = chip_hour_price(info.zone, spot=info.tier == "spot", override=override, config=config,
+                            generation=generation)
     if price is None:
         return SliceCost(None, None, None)
     hourly = info.chips * price.usd_per_chip_hour

@@ -177,7 +177,7 @@ def test_plan_prints_its_working(podctl):
     assert data["mfu_source"].startswith("assumed")
     table = podctl("plan", "--params", "70B", "--tokens", "1T", "--compare", "v5p-1024,v5p-8192",
                    "--zone", "us-east5-a").stdout
-    assert "SLICE" in table and "v5p-8192" in table and "$/M TOKENS" in table
+    assert "SYSTEM" in table and "v5p-8192" in table and "$/M TOKENS" in table
 
 
 def test_plan_without_a_known_price_still_plans_and_says_so(podctl):
@@ -197,7 +197,7 @@ def test_plan_without_a_known_price_still_plans_and_says_so(podctl):
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--mfu", "1.5"], ["(0, 1]"]),
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--mfu", "0"], ["(0, 1]"]),
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-4095"], ["v5p-4096"]),
-    (["--params", "70B", "--tokens", "1T", "--compare", "v5p-8,v9-8"], ["v5p only"]),
+    (["--params", "70B", "--tokens", "1T", "--compare", "v5p-8,v9-8"], ["unknown TPU generation"]),
     (["--params", "70B", "--tokens", "1T"], ["--slice"]),
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--price", "0"], ["--price"]),
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--mfu", "0.4", "--mfu-from",

@@ -70,73 +70,109 @@ def _short_source(source: str) -> str:
     return f"{first} via {via}" if via else first
 
 
-def _print_estimate(e: Any, mfu_from: str) -> None:
-    from podctl.cost import PEAK_FLOPS_PER_CHIP, fmt_usd
+def _chips_label(e: Any) -> str:
+    if e.kind == "gpu":
+        return f"{e.chips} GPUs ({e.slice_type}: {e.detail})"
+    return f"{e.chips} ({e.slice_type})"
 
+
+def _print_estimate(e: Any, mfu_from: str) -> None:
+    from podctl.cost import fmt_usd
+
+    peak = e.peak_flops_per_chip
+    unit = "GPU" if e.kind == "gpu" else "chip"
     rows = [
         ("FLOPs", f"6 x {_big(e.params)} params x {_big(e.tokens)} tokens = {e.flops:.3e}"),
-        ("chips", f"{e.chips} ({e.slice_type}) x {PEAK_FLOPS_PER_CHIP / 1e12:g} TFLOP/s peak "
-                  f"(bf16) = {e.chips * PEAK_FLOPS_PER_CHIP:.3e} FLOP/s"),
+        ("chips", f"{_chips_label(e)} x {peak / 1e12:g} TFLOP/s peak "
+                  f"(bf16) = {e.chips * peak:.3e} FLOP/s"),
         ("MFU", f"{e.mfu:g} ({mfu_from})"),
-        ("time", f"{e.flops:.3e} / ({e.chips * PEAK_FLOPS_PER_CHIP:.3e} x {e.mfu:g}) = "
+        ("time", f"{e.flops:.3e} / ({e.chips * peak:.3e} x {e.mfu:g}) = "
                  f"{e.hours:,.1f} h ({e.hours / 24:,.1f} days)"),
     ]
     if e.price:
         p = e.price
         dated = f", as of {p.as_of}" if p.as_of else ""
         rows += [
-            ("price", f"${p.usd_per_chip_hour:.2f} per chip-hour, {p.tier}, {p.region} "
+            ("price", f"${p.usd_per_chip_hour:.2f} per {unit}-hour, {p.tier}, {p.region} "
                       f"({_short_source(p.source)}{dated})"),
-            ("$/hour", f"{e.chips} chips x ${p.usd_per_chip_hour:.2f} = {fmt_usd(e.usd_per_hour)}"),
+            ("$/hour", f"{e.chips} {unit}s x ${p.usd_per_chip_hour:.2f} = {fmt_usd(e.usd_per_hour)}"),
             ("total", f"{fmt_usd(e.usd_per_hour)} x {e.hours:,.1f} h = {fmt_usd(e.total_usd)}"),
             ("$/M tokens", f"{fmt_usd(e.usd_per_million_tokens)}"),
         ]
+    if e.kind == "gpu":
+        rows.append(("note", "podctl provisions only TPUs; this GPU system is for comparison"))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
 
 
-def _print_compare(estimates: list[Any], mfu_from: str) -> None:
+def _print_compare(estimates: list[Any], sources: list[str]) -> None:
     from podctl.cost import fmt_usd
 
     first = estimates[0]
-    click.echo(f"{_big(first.params)} params, {_big(first.tokens)} tokens, 6ND = {first.flops:.3e} "
-               f"FLOPs, MFU {first.mfu:g} ({mfu_from})")
-    head = ("SLICE", "CHIPS", "HOURS", "DAYS", "$/HOUR", "TOTAL", "$/M TOKENS")
-    rows = [(e.slice_type, str(e.chips), f"{e.hours:,.1f}", f"{e.hours / 24:,.1f}",
-             fmt_usd(e.usd_per_hour), fmt_usd(e.total_usd), fmt_usd(e.usd_per_million_tokens))
+    click.echo(f"{_big(first.params)} params, {_big(first.tokens)} tokens: 6ND = {first.flops:.3e} "
+               "FLOPs on every system; hours = 6ND / (chips x peak x MFU) / 3600")
+    head = ("SYSTEM", "CHIPS", "PEAK/CHIP", "MFU", "CHIPS x PEAK x MFU", "HOURS", "DAYS",
+            "$/CHIP-H", "$/HOUR", "TOTAL", "$/M TOKENS", "")
+    rows = [(e.slice_type, str(e.chips), f"{e.peak_flops_per_chip / 1e12:g} TF", f"{e.mfu:g}",
+             f"{e.chips * e.peak_flops_per_chip * e.mfu:.3e}", f"{e.hours:,.1f}",
+             f"{e.hours / 24:,.1f}", fmt_usd(e.price.usd_per_chip_hour if e.price else None),
+             fmt_usd(e.usd_per_hour), fmt_usd(e.total_usd), fmt_usd(e.usd_per_million_tokens),
+             "GPU: comparison only" if e.kind == "gpu" else "")
             for e in estimates]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
-        click.echo("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+        click.echo("  ".join(c.ljust(w) if i in (0, len(head) - 1) else c.rjust(w)
                              for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    mfus = dict.fromkeys(f"{e.slice_type} {e.mfu:g} ({src})" for e, src in zip(estimates, sources))
+    click.echo("MFU: " + "; ".join(mfus))
+    for e in estimates:
+        if e.price:
+            p = e.price
+            dated = f", as of {p.as_of}" if p.as_of else ""
+            unit = "GPU" if e.kind == "gpu" else "chip"
+            click.echo(f"price {e.slice_type}: ${p.usd_per_chip_hour:.2f} per {unit}-hour, {p.tier}, "
+                       f"{p.region} ({_short_source(p.source)}{dated})")
+    if any(e.kind == "gpu" for e in estimates):
+        click.echo("podctl provisions only TPUs; GPU rows are Google Cloud machines, for comparison.")
 
 
 @click.command()
 @click.option("--params", "params_text", required=True, metavar="N",
               help="Model parameters: 70B, 7b, 500M, 1.5e12.")
 @click.option("--tokens", "tokens_text", required=True, metavar="D", help="Training tokens: 1T, 2e12.")
-@click.option("--slice", "slice_name", default=None, metavar="v5p-N", help="Slice type to price.")
-@click.option("--compare", default=None, metavar="v5p-A,v5p-B", help="Several slice types, side by side.")
-@click.option("--mfu", type=float, default=None, help="Model FLOPs utilization in (0, 1] (default 0.45, assumed).")
+@click.option("--slice", "slice_name", default=None, metavar="TYPE",
+              help="Slice type to price: v5p-N, v6e-N, v5litepod-N, v4-N.")
+@click.option("--compare", default=None, metavar="A,B,...",
+              help="Systems side by side: TPU slices of any generation and GPU reference "
+                   "systems h100-N, b200-N (N GPUs; Google Cloud A3 / A4 machines).")
+@click.option("--mfu", "mfu_text", default=None, metavar="MFU|SYS=MFU,...",
+              help="Model FLOPs utilization in (0, 1], for all or per system: 0.5, or "
+                   "v5p=0.5,h100=0.4 (default 0.45, assumed).")
 @click.option("--mfu-from", default=None, metavar="RUN_ID", help="Use the MFU a run measured.")
 @click.option("--spot", is_flag=True, help="Price at the spot tier.")
-@price_option
+@click.option("--price", "price_text", default=None, metavar="USD|SYS=USD,...",
+              help="Price per chip (GPU) hour, for all or per system: 4.20, or v6e=2.7,b200=6 "
+                   "(default: podctl.toml [prices], else the shipped tables).")
 @where_options
 @bucket_option
 @json_option
 @pass_context
 def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | None,
-         compare: str | None, mfu: float | None, mfu_from: str | None, spot: bool,
-         price: float | None, project: str | None, zone: str | None, bucket: str | None,
+         compare: str | None, mfu_text: str | None, mfu_from: str | None, spot: bool,
+         price_text: str | None, project: str | None, zone: str | None, bucket: str | None,
          as_json: bool) -> None:
-    """Estimate time and cost of training: 6·N·D FLOPs at MFU of the chips' peak.
+    """Estimate time and cost of training: 6·N·D FLOPs at MFU of the chips' peak, on a
+    TPU slice, or several systems side by side (TPU against GPU).
 
     \b
     podctl plan --params 70B --tokens 1T --slice v5p-4096 --mfu 0.5 --zone us-east5-a
+    podctl plan --params 70B --tokens 1T --compare v5p-4096,v6e-256,h100-1024 \\
+        --mfu v5p=0.5,h100=0.4 --zone us-central1-a
     """
 
     def action() -> None:
+        from podctl import compare as cmp
         from podctl import cost
         from podctl.cli.render import emit_json
         from podctl.errors import InvalidValueError
@@ -147,31 +183,41 @@ def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | Non
         if slice_name:
             names = [slice_name] + [n for n in names if n != slice_name]
         if not names:
-            raise InvalidValueError("which slice? pass --slice v5p-N (or --compare v5p-A,v5p-B).")
-        if mfu is not None and mfu_from:
+            raise InvalidValueError("which slice? pass --slice v5p-N (or --compare v5p-A,h100-B).")
+        if mfu_text is not None and mfu_from:
             raise InvalidValueError("--mfu and --mfu-from both give the MFU: choose one.")
-        cost.check_price(price)
-        if mfu is not None:
-            chosen, source = cost.check_mfu(mfu), "--mfu"
-        elif mfu_from:
-            chosen, source = _measured_mfu(ctx, mfu_from, project, zone, bucket)
-        else:
-            chosen, source = cost.DEFAULT_MFU, "assumed; pass --mfu or --mfu-from RUN_ID"
+        mfus = cmp.parse_per_system(mfu_text, "--mfu", cost.check_mfu)
+        prices = cmp.parse_per_system(price_text, "--price", cost.check_price)
+        measured = _measured_mfu(ctx, mfu_from, project, zone, bucket) if mfu_from else None
         where = _plan_zone(ctx, zone)
-        chip_price = (cost.chip_hour_price(where, spot=spot, override=price) if where
-                      else cost.chip_hour_price("-", spot=spot, override=price) if price else None)
-        estimates = [cost.estimate(n, params=params, tokens=tokens, mfu=chosen, price=chip_price)
-                     for n in names]
-        unknown = None if chip_price else cost.unknown_price_message(where)
+        config = cost.load_price_config()
+        estimates, sources = [], []
+        for name in names:
+            chosen = mfus.for_system(name.lower())
+            if chosen is not None:
+                source = "--mfu"
+            elif measured:
+                chosen, source = measured
+            else:
+                chosen, source = cost.DEFAULT_MFU, "assumed; pass --mfu or --mfu-from RUN_ID"
+            estimates.append(cmp.estimate_system(
+                name, params=params, tokens=tokens, mfu=chosen, zone=where, spot=spot,
+                price_override=prices.for_system(name.lower()), config=config))
+            sources.append(source)
+        notes = [n for n in (cmp.price_note(e, where) for e in estimates) if n]
+        if len(estimates) == 1 and estimates[0].kind == "tpu" and notes:
+            notes = [cost.unknown_price_message(where)]
         if as_json:
-            emit_json({"estimates": [e.to_json() for e in estimates], "mfu_source": source,
-                       "zone": where, "price_note": unknown})
+            emit_json({"estimates": [{**e.to_json(), "mfu_source": src}
+                                     for e, src in zip(estimates, sources)],
+                       "mfu_source": sources[0], "zone": where,
+                       "price_note": "; ".join(notes) or None})
         elif len(estimates) == 1:
-            _print_estimate(estimates[0], source)
+            _print_estimate(estimates[0], sources[0])
         else:
-            _print_compare(estimates, source)
-        if unknown and not as_json:
-            _notice(unknown)
+            _print_compare(estimates, sources)
+        for note in notes if not as_json else ():
+            _notice(note)
 
     guarded(action)
 
@@ -199,7 +245,7 @@ def _run_cost(ctx: Context, run_id: str, price: float | None, project: str | Non
     from podctl.jobs.history import load_record
     from podctl.jobs.logs import LogReader
     from podctl.jobs.metrics import read_metrics
-    from podctl.topology import CHIPS_PER_HOST
+    from podctl.topology import parse_slice
 
     settings = ctx.settings(project, zone, bucket)
     storage = _storage(settings)
@@ -214,8 +260,11 @@ def _run_cost(ctx: Context, run_id: str, price: float | None, project: str | Non
                          record.slice_name))
     same = info is not None and info.created <= record.created
     spot = bool(same and info.tier == "spot")
-    chips = info.chips if same else record.num_hosts * CHIPS_PER_HOST
-    chip_price = cost.chip_hour_price(record.zone, spot=spot, override=price)
+    # Records from before generations.toml are v5p's, the only generation podctl ran then.
+    accelerator_type = info.accelerator_type if same else record.extra.get("accelerator_type", "v5p-8")
+    chips = info.chips if same else record.num_hosts * parse_slice(accelerator_type).chips_per_host
+    chip_price = cost.chip_hour_price(record.zone, spot=spot, override=price,
+                                      generation=cost.generation_of(accelerator_type))
     metrics = run_sync(read_metrics(storage, run_id))
     billed = max(0.0, (ended or time.time()) - record.created)
     bill = cost.RunCost(billed_seconds=billed, chips=chips, price=chip_price,

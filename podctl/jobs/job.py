@@ -149,6 +149,7 @@ class Job:
             num_hosts=len(self.targets), kind="script", script=script, args=list(request.args),
             env_keys=sorted(request.env), bundle_hash=bundle_hash, created=time.time(),
             extra={"bucket": self.storage.bucket_name,
+                   "accelerator_type": info.accelerator_type,  # chips after the slice is gone
                    "checkpoint_dir": request.checkpoint_dir
                    or runs.checkpoint_dir(self.storage.bucket_name, self.run_id),
                    **({"resumed_from": request.resumed_from} if request.resumed_from else {}),

@@ -1,0 +1,141 @@
+"""`podctl plan --compare`: TPU slices of every generation against GPU reference systems,
+row by row against hand-worked figures.
+
+Hand-worked, for 70B params and 1T tokens: 6ND = 6 x 70e9 x 1e12 = 4.2e23 FLOPs.
+- v5p-4096: 2048 chips x 459e12 x 0.5 = 4.70016e17 FLOP/s; 4.2e23 / 4.70016e17 / 3600
+  = 248.2185 h; $4.20 x 2048 = $8,601.60/h; x 248.2185 h = $2,135,076.25; / 1e6 tokens-millions
+  = $2.1351 per million tokens.
+- h100-1024 (128 x a3-highgpu-8g): 1024 GPUs x 989e12 x 0.4 = 4.050944e17 FLOP/s;
+  4.2e23 / 4.050944e17 / 3600 = 287.9987 h; $87.83 / 8 = $10.97875 per GPU-hour;
+  x 1024 = $11,242.24/h; x 287.9987 h = $3,237,750.67; $3.2378 per million tokens.
+- v6e-256: 256 x 918e12 x 0.45 = 1.057536e17 FLOP/s; 1103.1933 h; price unknown.
+- b200-512 (64 x a4-highgpu-8g): 512 x 2250e12 x 0.4 = 4.608e17 FLOP/s; 253.1829 h;
+  price unknown.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from podctl import compare, cost
+from podctl.errors import InvalidSliceError, InvalidValueError
+from tests.conftest import assert_one_line_error
+
+P, D = 70e9, 1e12
+
+
+def _row(name: str, mfu: float, zone: str | None, price: float | None = None) -> cost.Estimate:
+    return compare.estimate_system(name, params=P, tokens=D, mfu=mfu, zone=zone, spot=False,
+                                   price_override=price, config={})
+
+
+def test_tpu_row_against_hand_worked_figures():
+    e = _row("v5p-4096", 0.5, "us-east5-a")
+    assert (e.kind, e.chips, e.peak_flops_per_chip) == ("tpu", 2048, 459e12)
+    assert e.flops == pytest.approx(4.2e23)
+    assert e.hours == pytest.approx(248.2185, rel=1e-6)
+    assert e.usd_per_hour == pytest.approx(8601.60)
+    assert e.total_usd == pytest.approx(2_135_076.25, rel=1e-6)
+    assert e.usd_per_million_tokens == pytest.approx(2.1351, rel=1e-4)
+
+
+def test_gpu_row_against_hand_worked_figures():
+    e = _row("h100-1024", 0.4, "us-central1-a")
+    assert (e.kind, e.chips, e.peak_flops_per_chip, e.detail) == ("gpu", 1024, 989e12,
+                                                                   "128 x a3-highgpu-8g")
+    assert e.hours == pytest.approx(287.9987, rel=1e-6)
+    assert e.price.usd_per_chip_hour == pytest.approx(10.97875)
+    assert e.usd_per_hour == pytest.approx(11_242.24)
+    assert e.total_usd == pytest.approx(3_237_750.67, rel=1e-6)
+    assert e.usd_per_million_tokens == pytest.approx(3.2378, rel=1e-4)
+    assert e.price.as_of == "2026-09-26" and "a3-highgpu-1g" in e.price.source
+    assert e.to_json()["provisioned_by_podctl"] is False
+
+
+def test_rows_without_a_known_price_still_compare_and_say_what_to_do():
+    v6e = _row("v6e-256", 0.45, "us-east5-b")
+    assert v6e.hours == pytest.approx(1103.1933, rel=1e-6) and v6e.price is None
+    assert "--price v6e=USD" in compare.price_note(v6e, "us-east5-b")
+    b200 = _row("b200-512", 0.4, "us-central1-a")
+    assert (b200.hours, b200.price, b200.detail) == (pytest.approx(253.1829, rel=1e-6), None,
+                                                     "64 x a4-highgpu-8g")
+    assert "--price b200=USD_PER_GPU_HOUR" in compare.price_note(b200, "us-central1-a")
+    priced = _row("b200-512", 0.4, "us-central1-a", price=6.0)
+    assert priced.usd_per_hour == pytest.approx(3072.0) and priced.price.source == "--price"
+    assert _row("h100", 0.4, None).chips == 8  # a bare GPU key is one machine
+
+
+@pytest.mark.parametrize("name, generation, price", [
+    ("v5litepod-256", "v5litepod", 1.20), ("v4-4096", "v4", 3.22), ("v5p-8", "v5p", 4.20),
+])
+def test_every_generation_is_priced_from_its_own_table(name, generation, price):
+    zone = {"v5litepod": "us-central1-a", "v4": "us-central2-b", "v5p": "us-east5-a"}[generation]
+    e = _row(name, 0.5, zone)
+    assert e.price.usd_per_chip_hour == price
+    assert e.peak_flops_per_chip == cost.parse_slice(name).generation.peak_flops_per_chip
+
+
+def test_per_system_settings():
+    mfus = compare.parse_per_system("0.45,v5p=0.5,h100-1024=0.3", "--mfu", cost.check_mfu)
+    assert mfus.for_system("v5p-4096") == 0.5
+    assert mfus.for_system("h100-1024") == 0.3 and mfus.for_system("h100-64") == 0.45
+    assert compare.parse_per_system("0.5", "--mfu", cost.check_mfu).for_system("b200-8") == 0.5
+    assert compare.parse_per_system(None, "--mfu", cost.check_mfu).for_system("v5p-8") is None
+    with pytest.raises(InvalidValueError, match=r"\(0, 1\]"):
+        compare.parse_per_system("v5p=1.5", "--mfu", cost.check_mfu)
+    with pytest.raises(InvalidValueError, match="SYSTEM=NUMBER"):
+        compare.parse_per_system("v5p:0.5", "--mfu", cost.check_mfu)
+    with pytest.raises(InvalidValueError, match="multiple of 8"):
+        _row("h100-12", 0.4, None)
+    with pytest.raises(InvalidSliceError, match="GPU reference systems: h100-N"):
+        _row("a100-8", 0.4, None)
+
+
+def test_plan_compares_tpu_against_gpu_side_by_side(podctl):
+    args = ("plan", "--params", "70B", "--tokens", "1T", "--compare", "v5p-4096,h100-1024,b200-512",
+            "--mfu", "v5p=0.5,h100=0.4,b200=0.4", "--price", "v5p=4.20", "--zone", "us-central1-a")
+    proc = podctl(*args)
+    lines = proc.stdout.splitlines()
+    assert "6ND = 4.200e+23 FLOPs on every system" in lines[0]
+    assert lines[1].split()[:4] == ["SYSTEM", "CHIPS", "PEAK/CHIP", "MFU"]
+    v5p = next(line for line in lines if line.startswith("v5p-4096"))
+    assert all(w in v5p for w in ["2048", "459 TF", "0.5", "4.700e+17", "248.2", "$8,601.60",
+                                  "$2,135,076.25", "$2.14"])
+    h100 = next(line for line in lines if line.startswith("h100-1024"))
+    assert all(w in h100 for w in ["1024", "989 TF", "0.4", "4.051e+17", "288.0", "$10.98",
+                                   "$11,242.24", "$3,237,750.67", "$3.24", "GPU: comparison only"])
+    b200 = next(line for line in lines if line.startswith("b200-512"))
+    assert "253.2" in b200 and "?" in b200
+    assert "podctl provisions only TPUs" in proc.stdout
+    assert "b200-512: price unknown" in proc.stderr and "--price b200=" in proc.stderr
+    data = json.loads(podctl(*args, "--json").stdout)
+    assert [(e["slice"], e["kind"], e["provisioned_by_podctl"]) for e in data["estimates"]] == [
+        ("v5p-4096", "tpu", True), ("h100-1024", "gpu", False), ("b200-512", "gpu", False)]
+    assert data["estimates"][1]["total_usd"] == pytest.approx(3_237_750.67, rel=1e-6)
+    assert [e["mfu"] for e in data["estimates"]] == [0.5, 0.4, 0.4]
+    # a plain --mfu still works, for every system
+    single = podctl.json("plan", "--params", "70B", "--tokens", "1T", "--compare",
+                         "v6e-256,h100-1024", "--mfu", "0.5", "--zone", "us-east5-b")
+    assert [e["mfu"] for e in single["estimates"]] == [0.5, 0.5]
+
+
+def test_plan_of_one_gpu_system_says_podctl_does_not_provision_it(podctl):
+    out = podctl("plan", "--params", "7B", "--tokens", "100B", "--slice", "h100-64", "--mfu",
+                 "0.4", "--zone", "us-central1-a").stdout
+    assert "64 GPUs (h100-64: 8 x a3-highgpu-8g) x 989 TFLOP/s" in out
+    assert "podctl provisions only TPUs" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--compare", "v5p-8,a100-8"], ["unknown TPU generation", "h100-N"]),
+    (["--compare", "v5p-8,h100-7"], ["multiple of 8"]),
+    (["--compare", "v5p-8,tpu7x-8"], ["does not serve TPU7x"]),
+    (["--compare", "v5p-8,h100-8", "--mfu", "h100=2"], ["(0, 1]"]),
+    (["--compare", "v5p-8,h100-8", "--price", "h100=-1"], ["--price", "above 0"]),
+    (["--compare", "v5p-8,h100-8", "--mfu", "lots"], ["SYSTEM=NUMBER"]),
+])
+def test_plan_compare_refuses_nonsense_in_one_line(podctl, args, words):
+    proc = podctl("plan", "--params", "70B", "--tokens", "1T", *args, check=False)
+    assert_one_line_error(proc, 2, *words)
