@@ -83,6 +83,32 @@ def test_real_multihost_jax_on_a_fake_v5p_16(slice16, fake, tmp_path):
         assert f"process {host} of 2: devices 8, local 4, sum {2.0 * sum(range(32))}" in lines.by_host[host]
 
 
+V6E_PARENT = PARENT.rsplit("/", 1)[0] + "/us-east5-b"  # a zone with v6e (generations.toml)
+
+
+def test_real_multihost_jax_on_a_fake_v6e_16(api, fake, isolated, tmp_path):
+    """v6e from its record alone: 4 hosts of 4 chips (so 4 CPU devices each), up, the
+    same multi-host JAX script, down."""
+    key = ensure_ssh_key(isolated / "config")
+    spec = SliceSpec.build("v6e-16")
+    assert spec.runtime_version == "v2-alpha-tpuv6e"
+    result = asyncio.run(up(api, UpRequest(parent=V6E_PARENT, name="v6e16", spec=spec,
+                                           ssh_keys=key.metadata_entry, owner="t", policy=FAST)))
+    try:
+        info = result.info
+        assert (info.accelerator_type, info.topology, len(info.hosts), info.chips) == (
+            "v6e-16", "4x4", 4, 16)
+        assert info.runtime_version == "v2-alpha-tpuv6e"
+        job, lines = make_job(fake, info, key, tmp_path, str(JAX_HELLO))
+        done = asyncio.run(run_job(job))
+        assert done.exit_code == 0, lines.by_host
+        for host in range(4):
+            assert f"process {host} of 4: devices 16, local 4, sum {2.0 * sum(range(64))}" in \
+                lines.by_host[host]
+    finally:
+        asyncio.run(terminate.terminate(api, V6E_PARENT, "v6e16", policy=FAST))
+
+
 def test_a_failing_host_fails_the_job_and_stops_the_others(slice16, fake, tmp_path):
     info, key = slice16
     job, lines = make_job(fake, info, key, tmp_path, "exit_on_host.py",

@@ -35,3 +35,19 @@ def guarded(action: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         click.echo("podctl: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+
+
+def slice_help() -> str:
+    """--slice's help, from the generation records (topology reads one small TOML file)."""
+    from podctl import topology
+
+    sizes = "; ".join(f"{g.key}-N ({g.key}-{g.valid_sizes()[0]} ... {g.key}-{g.valid_sizes()[-1]}, "
+                      f"N {'TensorCores' if g.size_unit == 'cores' else 'chips'})"
+                      for g in topology.generations().values())
+    return f"Slice type: {sizes}."
+
+
+def runtime_help() -> str:
+    from podctl import topology
+
+    return ", ".join(f"{g.key} {g.default_runtime_version}" for g in topology.generations().values())

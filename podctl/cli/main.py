@@ -15,7 +15,7 @@ from podctl.cli.common import Context
 @click.version_option(package_name="podctl")
 @click.pass_context
 def cli(ctx: click.Context, backend: str | None) -> None:
-    """Run JAX training jobs on Cloud TPU v5p Pod slices.
+    """Run JAX training jobs on Cloud TPU Pod slices (v5p, v6e, v5e, v4).
 
     \b
     podctl up --slice v5p-64          create (or reuse) a slice and wait until it is ready
@@ -28,6 +28,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl exec NAME -- CMD ...       a plain command on every host
     podctl ckpt ls|pull RUN_ID        a run's checkpoints in GCS
     podctl plan --params 70B --tokens 1T --slice v5p-4096   time and cost before a run
+                                      (--compare v5p-4096,h100-1024: TPU against GPU)
     podctl cost [NAME|RUN_ID]         what a slice or a run has cost; a run's goodput
     podctl budget check               delete slices over their budget (run it from cron)
     podctl queue add|ls|show|cancel|tick   queued runs, moved along by `queue tick` from cron

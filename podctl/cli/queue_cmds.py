@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, guarded, slice_help
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 TICK_HELP = """One reconcile pass over the queue (for cron): each entry takes its next step.
@@ -47,7 +47,7 @@ def _store() -> Any:
 
 
 @queue.command(context_settings={"ignore_unknown_options": True})
-@click.option("--slice", "slice_type", required=True, metavar="v5p-N", help="Slice type.")
+@click.option("--slice", "slice_type", required=True, metavar="TYPE", help=slice_help())
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--priority", default=0, show_default=True, type=int, help="Higher runs first.")

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, guarded, runtime_help, slice_help
 
 pass_context = click.make_pass_decorator(Context)
 
@@ -31,9 +31,8 @@ def _open(ctx: Context, project: str | None, zone: str | None) -> tuple[Any, Any
 
 
 @click.command()
-@click.option("--slice", "slice_name", required=True, metavar="v5p-N",
-              help="Slice type: v5p-N, N TensorCores (v5p-8 ... v5p-12288).")
-@click.option("--name", default=None, help="Slice name (default: USER-v5p-N, so a second `up` reuses it).")
+@click.option("--slice", "slice_name", required=True, metavar="TYPE", help=slice_help())
+@click.option("--name", default=None, help="Slice name (default: USER-TYPE, so a second `up` reuses it).")
 @where_options
 @click.option("--queued", is_flag=True, help="Ask through a queued resource, which waits for capacity.")
 @click.option("--spot", is_flag=True, help="Spot capacity: cheaper, and may be preempted.")
@@ -42,7 +41,8 @@ def _open(ctx: Context, project: str | None, zone: str | None) -> tuple[Any, Any
               help="Multislice: K slices joined over the data-center network (queued).")
 @click.option("--valid-for", default=None, metavar="DURATION",
               help="How long a queued resource may wait for capacity (e.g. 6h).")
-@click.option("--runtime-version", default=None, help="TPU VM runtime (default: v2-alpha-tpuv5).")
+@click.option("--runtime-version", default=None,
+              help=f"TPU VM runtime (default: the generation's: {runtime_help()}).")
 @click.option("--no-wait", is_flag=True, help="Return once the slice is asked for.")
 @click.option("--timeout", default="30m", show_default=True, metavar="DURATION",
               help="Give up waiting (and delete what this `up` created) after this long.")
@@ -81,7 +81,8 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
                               price=price)
         if not request.spec.slice_type.in_google_table:
             click.echo(f"podctl: note: {request.spec.slice_type.name} ({request.spec.slice_type.topology}) "
-                       "is not in Google's table of v5p sizes; Cloud TPU may refuse it.", err=True)
+                       f"is not in Google's table of {request.spec.slice_type.generation.name} sizes; "
+                       "Cloud TPU may refuse it.", err=True)
         session = lifecycle.Session.open(settings)
         with ProgressReporter(f"{request.name} ({request.spec.describe()})") as progress:
             result = run_sync(lifecycle.up(session, request, progress=progress))
