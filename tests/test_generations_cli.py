@@ -1,0 +1,34 @@
+"""Every generation through the CLI on the fake, as a user types it: `podctl up --slice
+v6e-256` works as v5p does, in a zone that offers v6e."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import assert_one_line_error
+
+
+def test_lifecycle_v6e_256_through_the_cli(podctl):
+    up = podctl.json("--backend", "fake", "up", "--slice", "v6e-256", "--zone", "us-east5-b")
+    assert up["created"] and up["ready"] and up["state"] == "READY"
+    # 256 chips on 64 host VMs of 4 chips (generations.toml), the v6e runtime by default
+    assert (up["hosts"], up["topology"], up["chips"]) == (64, "16x16", 256)
+    assert up["accelerator_type"] == "v6e-256" and up["runtime_version"] == "v2-alpha-tpuv6e"
+    name = up["name"]
+    status = podctl("--backend", "fake", "status", name, "--zone", "us-east5-b").stdout
+    assert "256 on 64 hosts" in status
+    cost = podctl("--backend", "fake", "cost", name, "--zone", "us-east5-b", "--price", "2.5",
+                  "--json")
+    assert '"usd_per_hour": 640.0' in cost.stdout  # 256 chips x $2.50
+    podctl("--backend", "fake", "down", name, "--yes", "--zone", "us-east5-b")
+    assert podctl.json("--backend", "fake", "ls", "--zone", "us-east5-b") == []
+
+
+@pytest.mark.parametrize("args, words", [
+    # the fake's default zone, us-central1-a, offers v5p and v5e but not v6e
+    (["--slice", "v6e-16"], ["zone 'us-central1-a' offers no TPU v6e", "us-central1-b"]),
+    (["--slice", "v6e-12", "--zone", "us-east5-b"], ["nearest: v6e-8, v6e-16"]),
+    (["--slice", "tpu7x-128"], ["does not serve TPU7x", "GKE or Compute Engine"]),
+])
+def test_generation_mistakes_in_one_line(podctl, args, words):
+    assert_one_line_error(podctl("--backend", "fake", "up", *args, check=False), 2, *words)
