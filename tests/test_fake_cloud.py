@@ -79,10 +79,15 @@ def test_bad_requests_are_refused_like_google_does(client, fake):
     with pytest.raises(gexc.BadRequest, match="Runtime version"):
         client.create_node(parent=PARENT, node_id="ok", node=tpu_v2.Node(
             accelerator_type="v5p-8", runtime_version="nope"))
-    with pytest.raises(gexc.BadRequest, match="v5p only"):
-        client.create_node(parent=PARENT, node_id="ok", node=tpu_v2.Node(
+    with pytest.raises(gexc.BadRequest, match="not available in zone us-central1-a"):
+        client.create_node(parent=PARENT, node_id="ok", node=tpu_v2.Node(  # v4 is us-central2-b's
             accelerator_config=tpu_v2.AcceleratorConfig(type_=tpu_v2.AcceleratorConfig.Type.V4,
                                                         topology="2x2x1"),
+            runtime_version="tpu-ubuntu2204-base"))
+    with pytest.raises(gexc.BadRequest, match="not offered here"):
+        client.create_node(parent=PARENT, node_id="ok", node=tpu_v2.Node(
+            accelerator_config=tpu_v2.AcceleratorConfig(type_=tpu_v2.AcceleratorConfig.Type.V2,
+                                                        topology="2x2"),
             runtime_version="v2-alpha-tpuv5"))
     with pytest.raises(gexc.BadRequest, match="Invalid label"):
         client.create_node(parent=PARENT, node_id="ok", node=tpu_v2.Node(labels={"Bad": "x"}, **NODE))
