@@ -1,4 +1,4 @@
-"""podctl: run JAX training jobs on Cloud TPU v5p Pod slices, from the CLI or from Python.
+"""podctl: run JAX training jobs on Cloud TPU Pod slices (v5p, v6e, v5e, v4), from the CLI or from Python.
 
     import podctl
 

@@ -119,7 +119,8 @@ def slice_budget(info: SliceInfo) -> SliceBudget | None:
 
 
 def slice_cost_now(info: SliceInfo, now: float, override: float | None = None) -> float | None:
-    price = cost.chip_hour_price(info.zone, spot=info.tier == "spot", override=override)
+    price = cost.chip_hour_price(info.zone, spot=info.tier == "spot", override=override,
+                                 generation=cost.generation_of(info.accelerator_type))
     return cost.cost_so_far(info.chips, max(0.0, now - info.created), price)
 
 
@@ -188,7 +189,8 @@ async def watch_budget(follow: Awaitable[T], *, api: Any, parent: str, job: Any,
         why = overdue(info, max(now, deadline)) or f"deadline passed after " \
               f"{(now - info.created) / 3600:.1f} h"
     else:
-        price = cost.chip_hour_price(info.zone, spot=info.tier == "spot")
+        price = cost.chip_hour_price(info.zone, spot=info.tier == "spot",
+                                     generation=cost.generation_of(info.accelerator_type))
         spent = cost.cost_so_far(info.chips, now - started, price)
         money = f", ${spent:,.2f}" if spent is not None else ""
         why = f"{(now - started) / 3600:.1f} h of --max-hours {max_hours:g}{money}"
@@ -296,7 +298,8 @@ def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: s
     if max_cost is None and max_hours is None:
         return request
     spec = request.spec
-    chip_price = cost.chip_hour_price(zone, spot=spec.tier == "spot", override=price)
+    chip_price = cost.chip_hour_price(zone, spot=spec.tier == "spot", override=price,
+                                      generation=spec.slice_type.generation.key)
     labels = budget_labels(
         now=time.time() if now is None else now, zone=zone, max_cost=max_cost,
         usd_per_hour=chip_price and spec.multislice.chips * chip_price.usd_per_chip_hour,

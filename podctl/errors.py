@@ -8,7 +8,7 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
 
     PodctlError                      exit 1 unless noted
     ├── UsageError                   exit 2: bad input, fix the command line
-    │   ├── InvalidSliceError        a bad `v5p-N`, `--num-slices`
+    │   ├── InvalidSliceError        a bad `v5p-N` / `v6e-N` ..., `--num-slices`
     │   └── InvalidValueError        a bad name, zone, duration, label, ...
     ├── ConfigError                  exit 2: no project, no credentials, bad podctl.toml
     ├── CloudError                   the Cloud TPU API said no

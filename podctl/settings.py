@@ -120,7 +120,7 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
         raise ConfigError("no Google Cloud project: pass --project, set CLOUDSDK_CORE_PROJECT, "
                           "or run `gcloud config set project PROJECT` (or use --backend fake).")
     if not zone:
-        raise ConfigError("no zone: pass --zone (v5p: us-central1-a, us-east5-a), set "
+        raise ConfigError("no zone: pass --zone (v5p: us-central1-a, us-east5-a; v6e: us-east5-b), set "
                           "CLOUDSDK_COMPUTE_ZONE, or run `gcloud config set compute/zone ZONE`.")
     if not _PROJECT.match(project):
         raise InvalidValueError(f"{project!r} is not a Google Cloud project id (6-30 lowercase "

@@ -49,7 +49,7 @@ def node_info(node: tpu_v2.Node, slice_index: int = 0) -> NodeInfo:
 def _topology(accelerator_type: str) -> str:
     try:
         return parse_slice(accelerator_type).topology
-    except InvalidSliceError:  # not a v5p node; show no topology rather than fail
+    except InvalidSliceError:  # a type podctl has no record of; show no topology rather than fail
         return ""
 
 
