@@ -54,8 +54,19 @@ class PerSystem:
     named: dict[str, float]
 
     def for_system(self, name: str) -> float | None:
-        family = name.rsplit("-", 1)[0] if name[-1:].isdigit() and "-" in name else name
-        return self.named.get(name, self.named.get(family, self.default))
+        return self.named.get(name, self.named.get(_family(name), self.default))
+
+    def check_names(self, option: str, names: list[str]) -> None:
+        """Refuse a key that names no system being compared (a typo would pass unseen)."""
+        known = {n.lower() for n in names} | {_family(n.lower()) for n in names}
+        for key in self.named:
+            if key not in known:
+                raise InvalidValueError(f"{option} {key}=...: no system {key!r} in this plan "
+                                        f"({', '.join(names)}).")
+
+
+def _family(name: str) -> str:
+    return name.rsplit("-", 1)[0] if name[-1:].isdigit() and "-" in name else name
 
 
 def parse_per_system(text: str | None, option: str, check: Any) -> PerSystem:

@@ -135,6 +135,7 @@ def test_plan_of_one_gpu_system_says_podctl_does_not_provision_it(podctl):
     (["--compare", "v5p-8,h100-8", "--mfu", "h100=2"], ["(0, 1]"]),
     (["--compare", "v5p-8,h100-8", "--price", "h100=-1"], ["--price", "above 0"]),
     (["--compare", "v5p-8,h100-8", "--mfu", "lots"], ["SYSTEM=NUMBER"]),
+    (["--compare", "v5p-8,h100-8", "--mfu", "v5=0.5"], ["no system 'v5'"]),
 ])
 def test_plan_compare_refuses_nonsense_in_one_line(podctl, args, words):
     proc = podctl("plan", "--params", "70B", "--tokens", "1T", *args, check=False)

@@ -188,6 +188,8 @@ def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | Non
             raise InvalidValueError("--mfu and --mfu-from both give the MFU: choose one.")
         mfus = cmp.parse_per_system(mfu_text, "--mfu", cost.check_mfu)
         prices = cmp.parse_per_system(price_text, "--price", cost.check_price)
+        mfus.check_names("--mfu", names)
+        prices.check_names("--price", names)
         measured = _measured_mfu(ctx, mfu_from, project, zone, bucket) if mfu_from else None
         where = _plan_zone(ctx, zone)
         config = cost.load_price_config()
