@@ -143,7 +143,7 @@ def price_note(e: cost.Estimate, zone: str | None) -> str | None:
     if e.kind == "gpu":
         return (f"{e.slice_type}: price unknown for {cost.region_of(zone) if zone else 'this zone'}; "
                 f"pass --price {key}=USD_PER_GPU_HOUR")
-    return f"{e.slice_type}: {cost.unknown_price_message(zone)} (or --price {key}=USD)"
+    return f"{e.slice_type}: {cost.unknown_price_message(zone, key)} (or --price {key}=USD)"
 
 
 def same_inputs(estimates: list[cost.Estimate]) -> bool:

@@ -52,9 +52,10 @@ def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
 
 
-def unknown_price_message(zone: str | None) -> str:
+def unknown_price_message(zone: str | None, generation: str = "v5p") -> str:
     where = region_of(zone) if zone else "this slice (no zone given)"
-    return f"price unknown for {where}; pass --price or set [prices] in podctl.toml"
+    table = "[prices]" if generation == "v5p" else f"[prices.{generation}]"
+    return f"price unknown for {where}; pass --price or set {table} in podctl.toml"
 
 
 def generation_of(accelerator_type: str) -> str:

@@ -140,3 +140,20 @@ def test_plan_of_one_gpu_system_says_podctl_does_not_provision_it(podctl):
 def test_plan_compare_refuses_nonsense_in_one_line(podctl, args, words):
     proc = podctl("plan", "--params", "70B", "--tokens", "1T", *args, check=False)
     assert_one_line_error(proc, 2, *words)
+
+
+def test_podctl_toml_prices_per_generation(tmp_path, monkeypatch):
+    config = {"on-demand": 5.0, "v6e": {"on-demand": 2.7, "us-east5": {"spot": 1.1}}}
+    assert cost.chip_hour_price("us-east5-b", spot=False, config=config,
+                                generation="v6e").usd_per_chip_hour == 2.7
+    assert cost.chip_hour_price("us-east5-b", spot=True, config=config,
+                                generation="v6e").usd_per_chip_hour == 1.1
+    # plain [prices] is v5p's, as before generations; it never prices another generation
+    assert cost.chip_hour_price("us-east5-b", spot=False, config=config).usd_per_chip_hour == 5.0
+    assert cost.chip_hour_price("us-central1-a", spot=False, config={"on-demand": 5.0},
+                                generation="v5litepod").usd_per_chip_hour == 1.20  # shipped
+    assert "[prices.v6e]" in cost.unknown_price_message("us-east5-b", "v6e")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "podctl.toml").write_text('[prices.v6e]\non-demand = "cheap"\n')
+    with pytest.raises(cost.ConfigError, match="USD per chip-hour"):
+        cost.load_price_config()

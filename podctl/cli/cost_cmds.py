@@ -208,7 +208,7 @@ def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | Non
             sources.append(source)
         notes = [n for n in (cmp.price_note(e, where) for e in estimates) if n]
         if len(estimates) == 1 and estimates[0].kind == "tpu" and notes:
-            notes = [cost.unknown_price_message(where)]
+            notes = [cost.unknown_price_message(where, cost.generation_of(estimates[0].slice_type))]
         if as_json:
             emit_json({"estimates": [{**e.to_json(), "mfu_source": src}
                                      for e, src in zip(estimates, sources)],
