@@ -340,7 +340,7 @@ def test_operation_polls_are_counted_once_each(api, fake):
     fake.admin.reset_stats()
     api.calls.clear()
     fake.admin.fail_next(2, 503)
-    assert run(api.poll(op)) is False
+    assert run(api.poll(op)).done is False
     assert api.calls["operations.get"] == fake.admin.stats()["by_call"]["operations.get"] == 3
     run(down(api, "poll"))
 

@@ -45,7 +45,7 @@ def connect(settings: Settings) -> TpuApi:
         credentials, _ = google.auth.default(scopes=_SCOPES)
     except Exception as e:  # DefaultCredentialsError and friends
         raise translate(e, "loading Application Default Credentials") from e
-    return api_for_endpoint(GOOGLE_ENDPOINT, credentials)
+    return api_for_endpoint(settings.tpu_endpoint or GOOGLE_ENDPOINT, credentials)
 
 
 def storage_endpoint(settings: Settings) -> str | None:
