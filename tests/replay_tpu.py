@@ -13,8 +13,11 @@ the 404 body, and queued resources (no queued-resource recording is public; thei
 operations use the recorded operation shape, their node the recorded node).
 
 It also serves an OAuth token endpoint (`/token`) for a service-account key whose
-`token_uri` points here, and checks the bearer token on every API call, so the gcp
-backend's Application Default Credentials run for real. `errors` makes a call
+`token_uri` points here, and checks the bearer on every API call: a token it
+issued, or a self-signed JWT (what google-cloud-tpu's client sends with a
+service-account key, `always_use_jwt_access`) whose signature verifies against a
+key in `public_keys`, so the gcp backend's Application Default Credentials run
+for real. `errors` makes a call
 answer with a given status and body (item 4's real-only errors).
 """
 
@@ -60,6 +63,8 @@ class Replay:
         self.errors: list[tuple[str, str, int, dict]] = []  # (method, path regex, status, body)
         self.requests: list[str] = []
         self.tokens_issued = 0
+        self.public_keys: list[str] = []  # PEM, of the service accounts it trusts
+        self.jwts_verified = 0
         self.lock = threading.Lock()
         self._seq = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -181,6 +186,21 @@ class Replay:
                 return 200, self._operation(DELETE_REPLY, DELETE_DONE, name)
         return 404, {"error": {"code": 404, "message": f"no route {method} {path}", "status": "NOT_FOUND"}}
 
+    def authorized(self, header: str) -> bool:
+        bearer = header.removeprefix("Bearer ")
+        if bearer == TOKEN:
+            return True
+        from google.auth import jwt
+
+        for key in self.public_keys:
+            try:
+                jwt.decode(bearer, certs=key, verify=True)
+            except (ValueError, Exception):  # noqa: BLE001 - any failure is "not this key"
+                continue
+            self.jwts_verified += 1
+            return True
+        return False
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         replay = self
 
@@ -208,7 +228,7 @@ class Replay:
                         replay.tokens_issued += 1
                         return self._send(200, {"access_token": TOKEN, "expires_in": 3600,
                                                 "token_type": "Bearer"})
-                    if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    if not replay.authorized(self.headers.get("Authorization", "")):
                         return self._send(401, {"error": {
                             "code": 401, "status": "UNAUTHENTICATED",
                             "message": "Request had invalid authentication credentials."}})

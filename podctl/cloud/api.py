@@ -15,12 +15,13 @@ import contextlib
 from collections import Counter
 from typing import Any, Callable, TypeVar
 
+import requests
 from google.cloud import tpu_v2
 
 from podctl.cloud import operations
 from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate
-from podctl.errors import TransientError
+from podctl.errors import ConfigError, TransientError
 from podctl.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -29,9 +30,12 @@ CALL_TIMEOUT = 60.0  # seconds for one create or delete request
 
 class TpuApi:
     def __init__(self, client: tpu_v2.TpuClient, *, endpoint: str, retry: RetryPolicy = RetryPolicy(),
-                 sleep: Callable[[float], Any] = asyncio.sleep):
+                 sleep: Callable[[float], Any] = asyncio.sleep, override: str | None = None):
         self.client = client
         self.endpoint = endpoint
+        # Where ENDPOINT came from when a user moved it (e.g. "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"):
+        # one that does not answer is then their setting to fix, not an outage to wait out.
+        self.override = override
         self.retry = retry
         self._sleep = sleep
         self.calls: Counter[str] = Counter()  # by method, each HTTP request once
@@ -62,7 +66,14 @@ class TpuApi:
             except Exception as e:  # translated below; nothing else escapes
                 raise translate(e, what) from e
 
-        return await self.retry.retrying(TransientError, self._sleep)(once)
+        try:
+            return await self.retry.retrying(TransientError, self._sleep)(once)
+        except TransientError as e:
+            if self.override and isinstance(e.__cause__, (requests.ConnectionError, requests.Timeout)):
+                raise ConfigError(
+                    f"the Cloud TPU endpoint {self.endpoint} (set by {self.override}) does not answer "
+                    f"while {what}: check it, or unset it to use https://tpu.googleapis.com.") from e
+            raise
 
     @property
     def total_calls(self) -> int:
