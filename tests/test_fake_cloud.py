@@ -84,10 +84,12 @@ def test_bad_requests_are_refused_like_google_does(client, fake):
             accelerator_config=tpu_v2.AcceleratorConfig(type_=tpu_v2.AcceleratorConfig.Type.V4,
                                                         topology="2x2x1"),
             runtime_version="v2-alpha-tpuv5"))
-    with pytest.raises(gexc.BadRequest, match="Invalid label"):
+    with pytest.raises(gexc.BadRequest, match="Invalid label key"):
         client.create_node(parent=PARENT, node_id="ok", node=tpu_v2.Node(labels={"Bad": "x"}, **NODE))
     with pytest.raises(gexc.NotFound, match="Location"):
-        client.list_nodes(parent="projects/p/locations/mars-central1-a")
+        client.list_nodes(parent="projects/test-project/locations/mars-central1-a")
+    with pytest.raises(gexc.Forbidden, match="tpu.nodes.list"):  # a project the fake does not know
+        client.list_nodes(parent="projects/p/locations/us-central1-a")
     assert fake.admin.is_empty()
 
 
