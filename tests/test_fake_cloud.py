@@ -68,7 +68,7 @@ def test_queued_resource_rules(client, fake):
     assert client.get_queued_resource(name=name).state.state == tpu_v2.QueuedResourceState.State.SUSPENDED
     client.reset_queued_resource(name=name).result(timeout=10)
     assert client.get_queued_resource(name=name).state.state in {
-        tpu_v2.QueuedResourceState.State.ACCEPTED, tpu_v2.QueuedResourceState.State.PROVISIONING,
+        tpu_v2.QueuedResourceState.State.WAITING_FOR_RESOURCES, tpu_v2.QueuedResourceState.State.PROVISIONING,
         tpu_v2.QueuedResourceState.State.ACTIVE}
     client.delete_queued_resource(request={"name": name, "force": True}).result(timeout=10)
 
