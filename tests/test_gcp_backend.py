@@ -163,3 +163,24 @@ def test_endpoint_override_that_does_not_answer(gcp):
     gcp.env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] = dead
     proc = gcp("--backend", "gcp", "ls", check=False)
     assert_one_line_error(proc, 2, dead.rstrip("/"), "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU")
+
+
+def test_storage_endpoint_override_with_adc(fake, tmp_path: Path, key_pem: str, monkeypatch):
+    """Google's GCS code path (ADC, no emulator switch) moved by CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE:
+    here to the fake's GCS emulator, in gcloud's form (with /storage/v1/)."""
+    import asyncio
+
+    from podctl.storage import Storage
+    from podctl.settings import FAKE_BUCKET
+
+    with Replay(project=PROJECT) as replay:  # only its token endpoint is used
+        key = json.loads(key_pem)
+        key["token_uri"] = f"{replay.url}/token"
+        (tmp_path / "sa.json").write_text(json.dumps(key))
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "sa.json"))
+        monkeypatch.setenv("CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE", f"{fake.gcs_url}/storage/v1/")
+        storage = Storage.connect(FAKE_BUCKET, project=PROJECT)
+        assert storage.endpoint is None  # Google's path, not the emulator's
+        asyncio.run(storage.upload_bytes("override/x", b"hello"))
+        assert asyncio.run(storage.download_bytes("override/x")) == b"hello"
+        assert replay.tokens_issued >= 1  # ADC got its token from the key's token_uri

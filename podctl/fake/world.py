@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError
-from podctl.fake import access, labels, queued, wire
+from podctl.fake import labels, node_fields, queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
@@ -48,14 +48,6 @@ _NODE_OUTPUT_ONLY = {
 }
 # UpdateNodeRequest.update_mask: the fields the proto lets an update change.
 _UPDATE_PATHS = {"description", "tags", "labels", "metadata", "networkConfig.enableExternalIps"}
-_SCOPES = [
-    "https://www.googleapis.com/auth/devstorage.read_write",
-    "https://www.googleapis.com/auth/logging.write",
-    "https://www.googleapis.com/auth/service.management",
-    "https://www.googleapis.com/auth/servicecontrol",
-    "https://www.googleapis.com/auth/cloud-platform",
-    "https://www.googleapis.com/auth/pubsub",
-]
 # Recorded: every operation's metadata is google.cloud.common.OperationMetadata.
 _META_TYPE = "type.googleapis.com/google.cloud.common.OperationMetadata"
 _NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
@@ -254,7 +246,7 @@ class World:
         labels.check(body.get("labels", {}))
         node = {k: v for k, v in body.items() if k in _NODE_FIELDS}
         project, zone = self.check_parent(parent)
-        node.update(self._server_filled(project, zone, node))
+        node.update(node_fields.server_filled(project, zone, node))
         node.update({
             "name": f"{parent}/nodes/{node_id}",
             "acceleratorType": slice_type.name,
@@ -269,25 +261,6 @@ class World:
             "_reserved": False,
         })
         return node
-
-    @staticmethod
-    def _server_filled(project: str, zone: str, node: dict) -> dict:
-        """What Google fills in on create (recorded): network, subnetwork, service account,
-        CIDR block, and empty scheduling and shielded-instance configs."""
-        network = dict(node.get("networkConfig") or {})
-        net = network.get("network") or "default"
-        network["network"] = net if "/" in net else f"projects/{project}/global/networks/{net}"
-        sub = network.get("subnetwork") or "default"
-        region = zone.rsplit("-", 1)[0]
-        network["subnetwork"] = sub if "/" in sub else f"projects/{project}/regions/{region}/subnetworks/{sub}"
-        account = dict(node.get("serviceAccount") or {})
-        account.setdefault("email", f"{access.project_number(project)}-compute@developer.gserviceaccount.com")
-        account.setdefault("scope", list(_SCOPES))
-        scheduling = {k: v for k, v in (node.get("schedulingConfig") or {}).items() if v}
-        shielded = {k: v for k, v in (node.get("shieldedInstanceConfig") or {}).items() if v}
-        return {"networkConfig": network, "serviceAccount": account,
-                "cidrBlock": node.get("cidrBlock") or "10.20.30.0/24",
-                "schedulingConfig": scheduling, "shieldedInstanceConfig": shielded}
 
     @staticmethod
     def _slice_type(body: dict) -> topology.SliceType:
@@ -359,7 +332,7 @@ class World:
         """FieldMask semantics: each masked field takes the body's value, and a masked
         field the body leaves out is cleared."""
         node = self.get_node(name)
-        paths = [_camel(p.strip()) for p in update_mask.split(",") if p.strip()]
+        paths = [node_fields.camel(p.strip()) for p in update_mask.split(",") if p.strip()]
         if not paths or set(paths) - _UPDATE_PATHS:
             raise invalid(f"update_mask must name some of {sorted(_UPDATE_PATHS)}, got {update_mask!r}")
         if "labels" in paths:
@@ -381,19 +354,7 @@ class World:
         return op
 
     def guest_attributes(self, name: str, query_path: str, worker_ids: list[str]) -> dict:
-        """What each worker has published (hosts publish through the admin API), one
-        entry per worker asked for that has something under QUERY_PATH."""
-        node = self.get_node(name)
-        published: dict = node.get("_guest_attributes", {})
-        out = []
-        for worker in sorted(published, key=int):
-            if worker_ids and worker not in worker_ids:
-                continue
-            items = [item for item in published[worker]
-                     if not query_path or f"{item['namespace']}/{item['key']}".startswith(query_path)]
-            if items:
-                out.append({"queryPath": query_path, "queryValue": {"items": items}})
-        return {"guestAttributes": out}
+        return node_fields.guest_attributes(self.get_node(name), query_path, worker_ids)
 
     def stop_node(self, name: str) -> dict:
         node = self.get_node(name)
@@ -486,11 +447,6 @@ def _node_ready(world: World, name: str) -> None:
     # Recorded: the finished create's Node has no `health` yet; a GET has it.
     response = {k: v for k, v in node.items() if k != "health"}
     world.finish(node.get("_create_op"), response={"@type": _NODE_TYPE, **response})
-
-
-def _camel(path: str) -> str:
-    """A FieldMask path as JSON or proto names it -> lowerCamelCase (network_config.x -> networkConfig.x)."""
-    return ".".join(re.sub(r"_([a-z])", lambda m: m.group(1).upper(), part) for part in path.split("."))
 
 
 def _node_stockout(world: World, name: str) -> None:
