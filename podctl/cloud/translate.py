@@ -111,8 +111,9 @@ def _error_info(e: gexc.GoogleAPICallError) -> tuple[str | None, dict]:
 def _denied(e: gexc.GoogleAPICallError, what: str, text: str) -> PodctlError:
     reason, meta = _error_info(e)
     if reason == "SERVICE_DISABLED":
-        consumer = meta.get("consumer", "the project")
-        project = consumer.removeprefix("projects/")
+        # The consumer is the project's number; the id, when the request named it, reads better.
+        named = _PROJECT_IN.search(what)
+        project = named.group(1) if named else meta.get("consumer", "PROJECT").removeprefix("projects/")
         service = meta.get("service", "tpu.googleapis.com")
         url = meta.get("activationUrl") or f"https://console.cloud.google.com/apis/library/{service}"
         return ApiDisabledError(
