@@ -17,7 +17,8 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   ├── SpecMismatchError        `up` found the name taken by a different spec
     │   ├── QuotaExceededError       429 with a quota violation: ask for more quota
     │   ├── StockoutError            operation error code 8: no capacity in the zone
-    │   ├── PermissionDeniedError    403: the account may not do this
+    │   ├── PermissionDeniedError    403: the account may not do this (or no such project)
+    │   │   └── ApiDisabledError     403 SERVICE_DISABLED: enable tpu.googleapis.com
     │   ├── TransientError           429 rate limit / 503 / reset connection, after retries
     │   ├── SliceLostError           PREEMPTED, SUSPENDED, FAILED while podctl waited
     │   └── WaitTimeoutError         the slice was not ready by the deadline
@@ -83,6 +84,10 @@ class StockoutError(CloudError):
 
 
 class PermissionDeniedError(CloudError):
+    pass
+
+
+class ApiDisabledError(PermissionDeniedError):
     pass
 
 

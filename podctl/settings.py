@@ -5,6 +5,11 @@ Each value comes from the first of: a command-line flag, the environment
 in the current directory, and, against Google Cloud, the active gcloud
 configuration (read from its files, without running gcloud). The fake backend
 falls back to its own project and zone instead of gcloud's.
+
+Against Google Cloud the Cloud TPU and Cloud Storage endpoints may be moved as
+gcloud's are (Private Service Connect, regional endpoints, a local replay in
+tests): `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` / `_STORAGE`, else `tpu_endpoint` /
+`storage_endpoint` in podctl.toml. Credentials stay Application Default ones.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ FAKE_BUCKET = "podctl-fake"  # made by the fake cloud's GCS emulator at start
 _PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_ENDPOINT = re.compile(r"^(https?)://([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(:[0-9]{1,5})?(/.*)?$")
+# The API path gcloud's override may carry, which the Python clients add themselves.
+_API_PATHS = {"tpu": ("/v2",), "storage": ("/storage/v1",)}
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class Settings:
     config_dir: Path
     state_dir: Path
     bucket: str | None = None  # where runs keep bundles, logs, status, checkpoints
+    tpu_endpoint: str | None = None  # an override of https://tpu.googleapis.com (gcp only)
 
     def require_bucket(self) -> str:
         if not self.bucket:
@@ -106,6 +115,26 @@ def read_gcloud_config(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def endpoint_override(service: str, env: Mapping[str, str] = os.environ,
+                      toml: dict | None = None, cwd: Path | None = None) -> str | None:
+    """Where SERVICE ("tpu" or "storage") is, when gcloud's override or podctl.toml moves it:
+    a root URL such as http://127.0.0.1:8080 (no trailing slash, no API path)."""
+    var = f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{service.upper()}"
+    if toml is None:
+        toml = read_podctl_toml(cwd or Path.cwd())
+    value = env.get(var) or toml.get(f"{service}_endpoint")
+    if not value:
+        return None
+    found = _ENDPOINT.match(str(value).strip())
+    if not found:
+        raise InvalidValueError(f"{var} / {service}_endpoint {value!r} is not an http(s) URL "
+                                f"such as https://{service}.googleapis.com/.")
+    url = str(value).strip().rstrip("/")
+    for path in _API_PATHS[service]:
+        url = url.removesuffix(path)
+    return url
+
+
 def resolve(*, backend: str | None = None, project: str | None = None, zone: str | None = None,
             bucket: str | None = None, env: Mapping[str, str] = os.environ,
             cwd: Path | None = None) -> Settings:
@@ -134,5 +163,7 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
         if not _BUCKET.match(bucket):
             raise InvalidValueError(f"{bucket!r} is not a GCS bucket name (3-63 lowercase letters, "
                                     "digits, -, _ and .).")
+    tpu_endpoint = endpoint_override("tpu", env, toml) if backend == "gcp" else None
     return Settings(backend=backend, project=project, zone=zone,
-                    config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket)
+                    config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket,
+                    tpu_endpoint=tpu_endpoint)

@@ -90,8 +90,14 @@ class Storage:
         from google.cloud import storage
 
         if endpoint is None:
+            # Google's GCS, or where gcloud's override moves it (ADC credentials either way).
+            # Read here rather than passed in, so every caller that means Google gets it.
+            from podctl.settings import endpoint_override
+
+            override = endpoint_override("storage")
+            options = {"api_endpoint": override} if override else None
             try:
-                client = storage.Client(project=project)
+                client = storage.Client(project=project, client_options=options)
             except auth_exc.DefaultCredentialsError as e:
                 raise ConfigError(_NO_CREDENTIALS + " (or use --backend fake).") from e
         else:

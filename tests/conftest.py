@@ -3,6 +3,13 @@
 Every test that uses `fake` ends by asserting that the fake cloud holds no node and
 no queued resource (nothing billable) unless it marked otherwise; the world is then
 reset so tests do not see each other's switches.
+
+google.cloud.common is imported for the tests that drive google-cloud-tpu's own LRO
+methods (`.result()`) against the fake: like Google, the fake types operation metadata
+google.cloud.common.OperationMetadata, which that client can parse only when this
+package has registered it, as for any user of it against Google. podctl itself never
+needs it (podctl/cloud/operations.py); tests/test_real_shapes.py proves that with a type
+nobody registers.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+import google.cloud.common  # noqa: F401
 import pytest
 
 from podctl.cloud.api import RetryPolicy, TpuApi

@@ -68,7 +68,7 @@ def test_queued_resource_rules(client, fake):
     assert client.get_queued_resource(name=name).state.state == tpu_v2.QueuedResourceState.State.SUSPENDED
     client.reset_queued_resource(name=name).result(timeout=10)
     assert client.get_queued_resource(name=name).state.state in {
-        tpu_v2.QueuedResourceState.State.ACCEPTED, tpu_v2.QueuedResourceState.State.PROVISIONING,
+        tpu_v2.QueuedResourceState.State.WAITING_FOR_RESOURCES, tpu_v2.QueuedResourceState.State.PROVISIONING,
         tpu_v2.QueuedResourceState.State.ACTIVE}
     client.delete_queued_resource(request={"name": name, "force": True}).result(timeout=10)
 
@@ -89,10 +89,12 @@ def test_bad_requests_are_refused_like_google_does(client, fake):
             accelerator_config=tpu_v2.AcceleratorConfig(type_=tpu_v2.AcceleratorConfig.Type.V2,
                                                         topology="2x2"),
             runtime_version="v2-alpha-tpuv5"))
-    with pytest.raises(gexc.BadRequest, match="Invalid label"):
+    with pytest.raises(gexc.BadRequest, match="Invalid label key"):
         client.create_node(parent=PARENT, node_id="ok", node=tpu_v2.Node(labels={"Bad": "x"}, **NODE))
     with pytest.raises(gexc.NotFound, match="Location"):
-        client.list_nodes(parent="projects/p/locations/mars-central1-a")
+        client.list_nodes(parent="projects/test-project/locations/mars-central1-a")
+    with pytest.raises(gexc.Forbidden, match="tpu.nodes.list"):  # a project the fake does not know
+        client.list_nodes(parent="projects/p/locations/us-central1-a")
     assert fake.admin.is_empty()
 
 

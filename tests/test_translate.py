@@ -43,3 +43,29 @@ def test_foreign_tpu_types_still_list():
                      accelerator_type="v5litepod-16", topology="4x4", num_slices=1, tier="on-demand",
                      created=0.0, labels={})
     assert info.chips == 16 and info.to_json()["chips"] == 16
+
+
+def _from_fake(error) -> gexc.GoogleAPICallError:
+    """The fake's ApiError as google-api-core parses it off the wire."""
+    import json
+
+    response = requests.Response()
+    response.status_code = error.http_status
+    response._content = json.dumps({"error": {"code": error.http_status, "message": error.message,
+                                              "status": error.status, "details": error.details}}).encode()
+    response.request = requests.Request("GET", "http://127.0.0.1/v2/x").prepare()
+    return gexc.from_http_response(response)
+
+
+def test_real_only_errors_read_from_their_error_info():
+    from podctl.errors import ApiDisabledError
+    from podctl.fake import access
+
+    what = "listing nodes in projects/p1/locations/us-central1-a"
+    denied = translate(_from_fake(access.denied("nodes.list", "projects/p1/locations/us-central1-a")), what)
+    assert type(denied) is PermissionDeniedError
+    assert "tpu.nodes.list" in str(denied) and "add-iam-policy-binding p1" in str(denied)
+    disabled = translate(_from_fake(access.service_disabled("p1")), what)
+    assert type(disabled) is ApiDisabledError and "--project p1" in str(disabled)
+    assert "https://console.developers.google.com/apis/api/tpu.googleapis.com" in str(disabled)
+    assert type(translate(_from_fake(access.rate_limited("p1")), what)) is TransientError

@@ -15,24 +15,27 @@ import contextlib
 from collections import Counter
 from typing import Any, Callable, TypeVar
 
-from google.api_core import operation as lro
-from google.api_core.retry import Retry
+import requests
 from google.cloud import tpu_v2
 
+from podctl.cloud import operations
+from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate
-from podctl.errors import TransientError
+from podctl.errors import ConfigError, TransientError
 from podctl.retry import RetryPolicy
 
 T = TypeVar("T")
-_NO_RETRY = Retry(predicate=lambda error: False)
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request
 
 
 class TpuApi:
     def __init__(self, client: tpu_v2.TpuClient, *, endpoint: str, retry: RetryPolicy = RetryPolicy(),
-                 sleep: Callable[[float], Any] = asyncio.sleep):
+                 sleep: Callable[[float], Any] = asyncio.sleep, override: str | None = None):
         self.client = client
         self.endpoint = endpoint
+        # Where ENDPOINT came from when a user moved it (e.g. "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"):
+        # one that does not answer is then their setting to fix, not an outage to wait out.
+        self.override = override
         self.retry = retry
         self._sleep = sleep
         self.calls: Counter[str] = Counter()  # by method, each HTTP request once
@@ -46,11 +49,11 @@ class TpuApi:
         if session is not None:  # its REST transport has no close() of its own
             session.close()
 
-    async def _call(self, method: str, what: str, fn: Callable[..., T], /, *, mutates: bool = False,
-                    **kwargs: Any) -> T:
+    async def _call(self, method: str, what: str, fn: Callable[..., T], /, *args: Any,
+                    mutates: bool = False, **kwargs: Any) -> T:
         async def once() -> T:
             self.calls[method] += 1
-            call = asyncio.ensure_future(asyncio.to_thread(fn, **kwargs))
+            call = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
             try:
                 return await asyncio.shield(call)
             except asyncio.CancelledError:
@@ -63,7 +66,14 @@ class TpuApi:
             except Exception as e:  # translated below; nothing else escapes
                 raise translate(e, what) from e
 
-        return await self.retry.retrying(TransientError, self._sleep)(once)
+        try:
+            return await self.retry.retrying(TransientError, self._sleep)(once)
+        except TransientError as e:
+            if self.override and isinstance(e.__cause__, (requests.ConnectionError, requests.Timeout)):
+                raise ConfigError(
+                    f"the Cloud TPU endpoint {self.endpoint} (set by {self.override}) does not answer "
+                    f"while {what}: check it, or unset it to use https://tpu.googleapis.com.") from e
+            raise
 
     @property
     def total_calls(self) -> int:
@@ -79,15 +89,17 @@ class TpuApi:
         return await self._list("nodes.list", f"listing nodes in {parent}", self.client.list_nodes,
                                 tpu_v2.ListNodesRequest(parent=parent, page_size=page_size), "nodes")
 
-    async def create_node(self, parent: str, node_id: str, node: tpu_v2.Node) -> lro.Operation:
-        return await self._call("nodes.create", f"creating node {node_id}", self.client.create_node,
-                                parent=parent, node_id=node_id, node=node, retry=None,
-                                mutates=True, timeout=CALL_TIMEOUT)
+    # The calls that answer with an operation go through operations.send (see there why
+    # not through the generated client): their metadata is never unpacked.
 
-    async def delete_node(self, name: str) -> lro.Operation:
-        return await self._call("nodes.delete", f"deleting {name}", self.client.delete_node,
-                                name=name, retry=None,
-                                mutates=True, timeout=CALL_TIMEOUT)
+    async def create_node(self, parent: str, node_id: str, node: tpu_v2.Node) -> Operation:
+        return await self._call("nodes.create", f"creating node {node_id}", operations.send,
+                                self.client, "POST", f"{parent}/nodes", params={"nodeId": node_id},
+                                body=operations.to_body(node), mutates=True, timeout=CALL_TIMEOUT)
+
+    async def delete_node(self, name: str) -> Operation:
+        return await self._call("nodes.delete", f"deleting {name}", operations.send,
+                                self.client, "DELETE", name, mutates=True, timeout=CALL_TIMEOUT)
 
     # ---- queued resources -----------------------------------------------------------
 
@@ -101,16 +113,16 @@ class TpuApi:
                                 self.client.list_queued_resources, request, "queued_resources")
 
     async def create_queued_resource(self, parent: str, qr_id: str,
-                                     qr: tpu_v2.QueuedResource) -> lro.Operation:
+                                     qr: tpu_v2.QueuedResource) -> Operation:
         return await self._call("queuedResources.create", f"creating queued resource {qr_id}",
-                                self.client.create_queued_resource, parent=parent,
-                                queued_resource_id=qr_id, queued_resource=qr, retry=None,
+                                operations.send, self.client, "POST", f"{parent}/queuedResources",
+                                params={"queuedResourceId": qr_id}, body=operations.to_body(qr),
                                 mutates=True, timeout=CALL_TIMEOUT)
 
-    async def delete_queued_resource(self, name: str, force: bool) -> lro.Operation:
-        request = tpu_v2.DeleteQueuedResourceRequest(name=name, force=force)
-        return await self._call("queuedResources.delete", f"deleting {name}",
-                                self.client.delete_queued_resource, request=request, retry=None,
+    async def delete_queued_resource(self, name: str, force: bool) -> Operation:
+        return await self._call("queuedResources.delete", f"deleting {name}", operations.send,
+                                self.client, "DELETE", name,
+                                params={"force": "true"} if force else None,
                                 mutates=True, timeout=CALL_TIMEOUT)
 
     # ---- catalog and operations ------------------------------------------------------
@@ -119,17 +131,18 @@ class TpuApi:
         return await self._call("acceleratorTypes.get", f"looking up {name}",
                                 self.client.get_accelerator_type, name=name, retry=None)
 
-    async def get_operation(self, name: str) -> Any:
-        """A long-running operation by name (a google.longrunning Operation), e.g. one that
-        an earlier process started: `done`, and `error.code` (8: stockout) when it failed."""
-        return await self._call("operations.get", f"reading {name}", self.client.get_operation,
-                                request={"name": name}, retry=None)
+    async def get_operation(self, name: str) -> Operation:
+        """A long-running operation by name, e.g. one that an earlier process started:
+        `done`, and `error["code"]` (8: stockout) when it failed."""
+        return await self._call("operations.get", f"reading {name}", operations.send,
+                                self.client, "GET", name, timeout=CALL_TIMEOUT)
 
-    async def poll(self, operation: lro.Operation) -> bool:
-        """Refresh a long-running operation once (one GET); True when it has finished."""
-        # retry=None would mean the operations client's default retry; this one never retries.
-        return await self._call("operations.get", f"polling {operation.operation.name}",
-                                operation.done, retry=_NO_RETRY)
+    async def poll(self, operation: Operation) -> Operation:
+        """The operation as it is now (one GET); a finished one is not asked again."""
+        if operation.done:
+            return operation
+        return await self._call("operations.get", f"polling {operation.name}", operations.send,
+                                self.client, "GET", operation.name, timeout=CALL_TIMEOUT)
 
     async def _list(self, method: str, what: str, fn: Callable[..., Any], request: Any,
                     field: str) -> list:

@@ -20,14 +20,15 @@ _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
-                     retry: RetryPolicy = RetryPolicy()) -> TpuApi:
-    """A TpuApi on the REST transport at ENDPOINT (e.g. the fake's http://127.0.0.1:PORT)."""
+                     retry: RetryPolicy = RetryPolicy(), override: str | None = None) -> TpuApi:
+    """A TpuApi on the REST transport at ENDPOINT (e.g. the fake's http://127.0.0.1:PORT);
+    OVERRIDE names the setting that moved it there, if one did."""
     client = tpu_v2.TpuClient(
         transport="rest",
         credentials=credentials or AnonymousCredentials(),
         client_options=ClientOptions(api_endpoint=endpoint),
     )
-    return TpuApi(client, endpoint=endpoint, retry=retry)
+    return TpuApi(client, endpoint=endpoint, retry=retry, override=override)
 
 
 def fake_endpoint(settings: Settings) -> str:
@@ -45,6 +46,9 @@ def connect(settings: Settings) -> TpuApi:
         credentials, _ = google.auth.default(scopes=_SCOPES)
     except Exception as e:  # DefaultCredentialsError and friends
         raise translate(e, "loading Application Default Credentials") from e
+    if settings.tpu_endpoint:
+        return api_for_endpoint(settings.tpu_endpoint, credentials,
+                                override="CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU or podctl.toml tpu_endpoint")
     return api_for_endpoint(GOOGLE_ENDPOINT, credentials)
 
 

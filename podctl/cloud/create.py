@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from google.api_core import operation as lro
 from google.cloud import tpu_v2
 
 from podctl.cloud.api import TpuApi
 from podctl.cloud.describe import Kind
+from podctl.cloud.operations import Operation
 from podctl.cloud.types import SliceSpec
 
 
@@ -26,7 +26,7 @@ class CreateRequest:
 class Creation:
     name: str
     kind: Kind
-    operation: lro.Operation
+    operation: Operation
 
 
 def node_template(request: CreateRequest) -> tpu_v2.Node:

@@ -5,6 +5,12 @@ own for a connection that fails. Quota and rate limiting both arrive as 429: a
 quota violation carries a QuotaFailure detail (or says "Quota"), and is final;
 a bare rate limit passes, so it becomes a TransientError that callers retry.
 A stockout is not an HTTP error at all but a failed operation with code 8.
+
+Google's front end says why in a google.rpc.ErrorInfo detail, which api-core
+exposes as `reason` and `metadata`: IAM_PERMISSION_DENIED names the permission
+and the resource (an unknown project reads the same), SERVICE_DISABLED the
+activation link, RATE_LIMIT_EXCEEDED the quota metric of a per-minute limit.
+Each becomes one line that says what to run or whom to ask.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
 from podctl.errors import (
-    AlreadyExistsError, CloudError, ConfigError, NotFoundError, PermissionDeniedError,
+    ApiDisabledError, AlreadyExistsError, CloudError, ConfigError, NotFoundError, PermissionDeniedError,
     PodctlError, QuotaExceededError, SliceLostError, StockoutError, TransientError,
 )
 
@@ -24,6 +30,8 @@ _URL_PREFIX = re.compile(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ")
 _RESOURCE_EXHAUSTED = 8
 _ABORTED = 10
 _QUOTA_HINT = "request more in the console (IAM & Admin > Quotas) or use a smaller slice"
+_QUOTA_TEXT = re.compile(r"Quota limit '([^']+)' has been exceeded\. Limit: (\d+) in (region|zone) ([a-z0-9-]+)")
+_PROJECT_IN = re.compile(r"projects/([^/\s']+)")
 
 
 def _message(e: gexc.GoogleAPICallError) -> str:
@@ -63,14 +71,13 @@ def translate(e: BaseException, what: str) -> PodctlError:
     if isinstance(e, (gexc.Conflict, gexc.AlreadyExists)):
         return AlreadyExistsError(f"already exists ({what}): {text}")
     if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
-        return PermissionDeniedError(f"permission denied while {what}: {text}. The account "
-                                     "needs the TPU Admin role (roles/tpu.admin) in this project.")
-    if isinstance(e, gexc.Unauthenticated):
+        return _denied(e, what, text)
+    if isinstance(e, (gexc.Unauthenticated, gexc.Unauthorized)):
         return ConfigError(f"not signed in to Google Cloud ({text}): run "
                            "`gcloud auth application-default login`.")
     if isinstance(e, (gexc.TooManyRequests, gexc.ResourceExhausted)):
         if _is_quota(e):
-            return QuotaExceededError(f"quota exceeded while {what}: {text.rstrip('.')}; {_QUOTA_HINT}.")
+            return _quota(e, what, text)
         return TransientError(f"rate limited while {what}: {text}")
     if isinstance(e, (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.GatewayTimeout,
                       gexc.DeadlineExceeded, gexc.BadGateway)):
@@ -94,3 +101,42 @@ def translate_operation_error(e: BaseException, what: str, zone: str) -> PodctlE
         return SliceLostError(f"the slice was lost while {what} ({_message(e)}); try again, "
                               "or ask through a queued resource (--queued).")
     return translate(e, what)
+
+
+def _error_info(e: gexc.GoogleAPICallError) -> tuple[str | None, dict]:
+    metadata = getattr(e, "metadata", None)
+    return getattr(e, "reason", None), dict(metadata) if isinstance(metadata, dict) else {}
+
+
+def _denied(e: gexc.GoogleAPICallError, what: str, text: str) -> PodctlError:
+    reason, meta = _error_info(e)
+    if reason == "SERVICE_DISABLED":
+        # The consumer is the project's number; the id, when the request named it, reads better.
+        named = _PROJECT_IN.search(what)
+        project = named.group(1) if named else meta.get("consumer", "PROJECT").removeprefix("projects/")
+        service = meta.get("service", "tpu.googleapis.com")
+        url = meta.get("activationUrl") or f"https://console.cloud.google.com/apis/library/{service}"
+        return ApiDisabledError(
+            f"the Cloud TPU API ({service}) is not enabled in project {project}: run `gcloud "
+            f"services enable {service} --project {project}` or enable it at {url}, wait a "
+            "minute, and retry.")
+    permission = meta.get("permission")
+    resource = meta.get("resource") or ""
+    found = _PROJECT_IN.search(resource or text)
+    project = found.group(1) if found else "PROJECT"
+    lacking = f"permission {permission}" if permission else "permission"
+    return PermissionDeniedError(
+        f"{lacking} denied on {resource or 'the resource'} while {what} (or project {project} "
+        f"does not exist): ask for the TPU Admin role, `gcloud projects add-iam-policy-binding "
+        f"{project} --member=user:YOU --role=roles/tpu.admin`, or check --project.")
+
+
+def _quota(e: gexc.GoogleAPICallError, what: str, text: str) -> PodctlError:
+    found = _QUOTA_TEXT.search(text)
+    if found:
+        name, limit, scope, where = found.groups()
+        return QuotaExceededError(
+            f"quota {name} exceeded while {what} (limit {limit} in {scope} {where}): request more "
+            "at https://console.cloud.google.com/iam-admin/quotas (filter by that name) or use a "
+            "smaller slice.")
+    return QuotaExceededError(f"quota exceeded while {what}: {text.rstrip('.')}; {_QUOTA_HINT}.")

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
 
-from google.api_core import operation as lro
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, retry_if_result
 from tenacity import wait_exponential_jitter
 
@@ -22,6 +21,7 @@ from podctl.cloud import describe
 from podctl.cloud.api import TpuApi
 from podctl.cloud.convert import slice_from_node
 from podctl.cloud.describe import Kind
+from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate_operation_error
 from podctl.cloud.types import SliceInfo
 from podctl.errors import NotFoundError, SliceLostError, TransientError, WaitTimeoutError
@@ -93,7 +93,7 @@ def _lost(info: SliceInfo) -> SliceLostError | None:
 
 
 async def wait_ready(api: TpuApi, parent: str, name: str, *, kind: Kind | None = None,
-                     operation: lro.Operation | None = None,
+                     operation: Operation | None = None,
                      policy: WaitPolicy = WaitPolicy(), clock: Clock = Clock(),
                      progress: Progress | None = None) -> SliceInfo:
     """Until the slice is READY (a node) or ACTIVE with every node READY (a queued resource).
@@ -103,17 +103,23 @@ async def wait_ready(api: TpuApi, parent: str, name: str, *, kind: Kind | None =
     """
     zone = parent.rsplit("/", 1)[-1]
     if operation is not None:
+        current = operation
+
         async def poll_operation() -> SliceInfo | bool | None:
-            if not await api.poll(operation):
+            nonlocal current
+            current = await api.poll(current)
+            if not current.done:
                 if progress:
                     progress("CREATING")
                 return None
-            error = operation.exception()
+            error = current.exception()
             if error is not None:
                 raise translate_operation_error(error, f"creating {name}", zone) from error
             # The finished operation carries the node: no GET needed when it is ready.
-            info = slice_from_node(operation.result())
-            return info if info.ready else True
+            # (Google's leaves `health` out of it; readiness is the state.)
+            node = current.node()
+            info = slice_from_node(node) if node is not None else None
+            return info if info is not None and info.ready else True
 
         done = await wait_until(poll_operation, what=f"waiting for {name}", policy=policy, clock=clock)
         if isinstance(done, SliceInfo):

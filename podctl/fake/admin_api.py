@@ -14,6 +14,12 @@
                                             (default: timings.preempt_grace)
     POST /admin/capacity  {zone, chips}     chips free to TPUs in a zone (null: a whole pod)
     POST /admin/quota     {project, zone, chips}   the project's chip quota (null: none)
+    POST /admin/project   {project, exists?, api_enabled?, denied?}   a project's switches: known
+                                            or not, Cloud TPU API enabled or not, permissions
+                                            its caller lacks (e.g. ["tpu.nodes.create"])
+    POST /admin/guest_attributes {name, worker, namespace, key, value}   what host WORKER of node
+                                            NAME publishes (as a TPU VM's agent does); nodes.
+                                            getGuestAttributes returns it
     POST /admin/timings   {time_scale?, node_create?, ..., preempt_grace?}   how fast the world
                                             moves (preempt_grace in wall-clock seconds)
     POST /admin/advance   {seconds}         move the clock forward (simulated seconds)
@@ -116,6 +122,35 @@ def _quota(cloud: FakeCloud, body: dict) -> dict:
     else:
         cloud.world.quota[key] = int(body["chips"])
     return {"quota": cloud.world.quota}
+
+
+def _project(cloud: FakeCloud, body: dict) -> dict:
+    project = body.get("project")
+    if not isinstance(project, str) or not project:
+        raise invalid("project takes {project, exists?, api_enabled?, denied?}")
+    switches = cloud.world.projects.setdefault(project, {})
+    for key in ("exists", "api_enabled"):
+        if key in body:
+            switches[key] = bool(body[key])
+    if "denied" in body:
+        switches["denied"] = [str(p) for p in body["denied"] or []]
+    return {"projects": cloud.world.projects}
+
+
+def _guest_attributes(cloud: FakeCloud, body: dict) -> dict:
+    kind, node = _find(cloud, body)
+    if kind != "node":
+        raise invalid("guest attributes are published by a node's hosts; name a node")
+    worker = int(body.get("worker", 0))
+    if not 0 <= worker < node["_hosts"]:
+        raise invalid(f"{node['name']} has workers 0-{node['_hosts'] - 1}")
+    entry = {k: str(body.get(k, "")) for k in ("namespace", "key", "value")}
+    if not entry["namespace"] or not entry["key"]:
+        raise invalid("guest_attributes takes {name, worker, namespace, key, value}")
+    items = node.setdefault("_guest_attributes", {}).setdefault(str(worker), [])
+    items[:] = [i for i in items if (i["namespace"], i["key"]) != (entry["namespace"], entry["key"])]
+    items.append(entry)
+    return {"published": len(items)}
 
 
 def _timings(cloud: FakeCloud, body: dict) -> dict:
@@ -228,6 +263,7 @@ _GET: dict[str, Action] = {
 }
 _POST: dict[str, Action] = {
     "fail": _fail, "latency": _latency, "preempt": _preempt, "capacity": _capacity, "quota": _quota,
+    "project": _project, "guest_attributes": _guest_attributes,
     "timings": _timings, "advance": _advance, "reset": _reset, "stats/reset": _reset_stats,
     "host_latency": _host_latency, "drop_host": _drop_host, "kill_processes": _kill_processes,
     "cut_ssh": _cut_ssh, "gcs_outage": _gcs_outage,

@@ -68,6 +68,21 @@ class FakeAdmin:
         body.update({k: v for k, v in (("project", project), ("zone", zone)) if v})
         self._call("POST", "quota", body)
 
+    def set_project(self, project: str, *, exists: bool | None = None, api_enabled: bool | None = None,
+                    denied: list[str] | None = None) -> dict:
+        """PROJECT's switches: known or not, the Cloud TPU API enabled or not, and the
+        permissions its caller lacks (each answered 403 as Google answers it)."""
+        body: dict[str, Any] = {"project": project}
+        body.update({k: v for k, v in (("exists", exists), ("api_enabled", api_enabled),
+                                        ("denied", denied)) if v is not None})
+        return self._call("POST", "project", body)
+
+    def publish_guest_attribute(self, name: str, worker: int, namespace: str, key: str,
+                                value: str) -> None:
+        """Host WORKER of node NAME publishes NAMESPACE/KEY = VALUE (nodes.getGuestAttributes)."""
+        self._call("POST", "guest_attributes", {"name": name, "worker": worker,
+                                                "namespace": namespace, "key": key, "value": value})
+
     def set_timings(self, **timings: float) -> dict:
         return self._call("POST", "timings", timings)
 

@@ -1,8 +1,8 @@
 """Queued resources in the fake world: the way large v5p slices are really obtained.
 
 A queued resource asks for one or more nodes (multislice: `multisliceParams`
-with `nodeCount` and `nodeIdPrefix` -> nodes PREFIX-0, PREFIX-1, ...). It is
-accepted at once, waits in WAITING_FOR_RESOURCES until the zone has the chips
+with `nodeCount` and `nodeIdPrefix` -> nodes PREFIX-0, PREFIX-1, ...). It waits
+in WAITING_FOR_RESOURCES from its create on (Google no longer shows ACCEPTED) until the zone has the chips
 for all its nodes and its validity window is open, then provisions them. A
 preempted one suspends and gives its chips back; one whose window closes first
 fails. These functions take the World as their first argument; world.py calls
@@ -11,6 +11,7 @@ them from its request methods and transitions.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from podctl.fake.apierror import (
@@ -20,8 +21,12 @@ from podctl.fake.apierror import (
 if TYPE_CHECKING:
     from podctl.fake.world import World
 
-_QR_FIELDS = {"name", "tpu", "spot", "guaranteed", "queueingPolicy", "reservationName"}
+_QR_FIELDS = {"tpu", "spot", "guaranteed", "queueingPolicy", "reservationName"}
+_QR_OUTPUT_ONLY = {"name", "createTime", "state", "queuedResourceState"}
+_ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QR_TYPE = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource"
+# DeleteQueuedResourceRequest.force: without it, deleted only "if its nodes have already
+# been deleted or the queued resource is in the ACCEPTED, FAILED, or SUSPENDED state".
 _DELETABLE_WITHOUT_FORCE = {"ACCEPTED", "FAILED", "SUSPENDED"}
 _WAITING = {"ACCEPTED", "WAITING_FOR_RESOURCES"}
 
@@ -81,12 +86,20 @@ def _planned_nodes(world: World, parent: str, body: dict) -> list[dict]:
     return nodes
 
 
-def create(world: World, parent: str, qr_id: str, body: dict) -> dict:
+def create(world: World, parent: str, qr_id: str, body: dict, request_id: str = "") -> dict:
     project, zone = world.check_parent(parent)
+    body = {k: v for k, v in body.items() if k not in _QR_OUTPUT_ONLY}
     unknown = set(body) - _QR_FIELDS
     if unknown:
-        raise invalid(f"Invalid JSON payload received. Unknown name {sorted(unknown)[0]!r}")
+        raise invalid(f'Invalid JSON payload received. Unknown name "{sorted(unknown)[0]}" at '
+                      "'queued_resource': Cannot find field.")
+    if not _ID.match(qr_id or ""):
+        raise invalid(f"Invalid queued resource id {qr_id!r}: use 1-63 lowercase letters, digits "
+                      "and hyphens, starting with a letter and not ending with a hyphen")
     name = f"{parent}/queuedResources/{qr_id}"
+    again = world.replayed(name, request_id)
+    if again is not None:
+        return again  # the same request retried: the same operation, not a 409
     planned = _planned_nodes(world, parent, body)  # also validates ids and accelerators
     if name in world.queued:
         raise ApiError(409, "ALREADY_EXISTS", f"Resource '{name}' already exists")
@@ -104,7 +117,7 @@ def create(world: World, parent: str, qr_id: str, body: dict) -> dict:
         "name": name,
         "createTime": rfc3339(world.now()),
         "_created": world.now(),
-        "state": {"state": "CREATING", "stateInitiator": "USER"},
+        "state": {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "USER"},
         "_zone": zone,
         "_node_names": [n["name"] for n in planned],
         "_chips": sum(n["_chips"] for n in planned),
@@ -114,6 +127,8 @@ def create(world: World, parent: str, qr_id: str, body: dict) -> dict:
     op = world.new_operation(parent, "create", name)
     qr["_create_op"] = op["name"]
     world.queued[name] = qr
+    if request_id:
+        world.request_ids[f"{name}/{request_id}"] = op["name"]
     world.schedule(world.timings.qr_accept, "qr_accepted", name)
     return op
 
@@ -134,10 +149,12 @@ def list_(world: World, parent: str, page_size: int, page_token: str) -> tuple[l
 def delete(world: World, name: str, force: bool) -> dict:
     qr = get(world, name)
     state = qr["state"]["state"]
-    if not force and state not in _DELETABLE_WITHOUT_FORCE:
+    nodes_left = any(n in world.nodes for n in qr["_node_names"])
+    if not force and state not in _DELETABLE_WITHOUT_FORCE and nodes_left:
         raise precondition(
-            f"Queued resource {name} is {state}; it can be deleted only when ACCEPTED, FAILED "
-            "or SUSPENDED, or with force=true (which also deletes its nodes)")
+            f"Queued resource {name} is {state} and has nodes; it can be deleted only when its "
+            "nodes are gone or it is ACCEPTED, FAILED or SUSPENDED, or with force=true (which "
+            "also deletes its nodes)")
     op = world.new_operation(name.rpartition("/queuedResources/")[0], "delete", name)
     qr.setdefault("_delete_ops", []).append(op["name"])
     if state != "DELETING":
@@ -154,7 +171,7 @@ def reset(world: World, name: str) -> dict:
     qr = get(world, name)
     if qr["state"]["state"] != "SUSPENDED":
         raise precondition(f"Queued resource {name} is {qr['state']['state']}; only SUSPENDED resets")
-    qr["state"] = {"state": "ACCEPTED", "stateInitiator": "USER"}
+    qr["state"] = {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "USER"}
     op = world.new_operation(name.rpartition("/queuedResources/")[0], "reset", name)
     world.finish(op["name"], response=_snapshot(qr))
     return op
@@ -176,7 +193,7 @@ def place_waiting(world: World) -> bool:
         elif now >= qr["_valid_after"] and qr["_chips"] <= world.free_chips(qr["_zone"]):
             _provision(world, qr)
             changed = True
-        elif state == "ACCEPTED":
+        elif state == "ACCEPTED":  # a world saved by an older fake
             qr["state"] = {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "SERVICE"}
             changed = True
     return changed
@@ -207,10 +224,10 @@ def preempt(world: World, qr: dict) -> None:
 
 
 def qr_accepted(world: World, name: str) -> None:
+    """The create operation finishes; the resource itself waits (or provisions) on."""
     qr = world.queued.get(name)
-    if qr is None or qr["state"]["state"] != "CREATING":
+    if qr is None:
         return
-    qr["state"] = {"state": "ACCEPTED", "stateInitiator": "SERVICE"}
     world.finish(qr.get("_create_op"), response=_snapshot(qr))
 
 

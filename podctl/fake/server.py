@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from aiohttp import web
 
 from podctl.errors import FakeCloudError
-from podctl.fake import admin_api, tpu_api, wire
+from podctl.fake import access, admin_api, tpu_api, wire
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
 from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
@@ -201,11 +201,12 @@ class FakeCloud:
         try:
             route, groups = tpu_api.match(request.method, request.match_info["tail"])
             self.calls[route.call] += 1
+            access.check(self.world.projects, self.project, route.call, request.match_info["tail"])
             fault = None
             if self.faults and self.faults[0][1] in (None, route.call):
                 fault = self.faults.pop(0)[0]
             if fault in {"403", "429", "503"}:
-                raise _fault_error(fault)
+                raise _fault_error(fault, route.call, request.match_info["tail"])
             if fault == "drop":
                 return _drop(request)  # the client sees a reset connection, nothing done
             if self.latency:
@@ -243,14 +244,11 @@ async def _json_body(request: web.Request) -> dict:
     return body
 
 
-def _fault_error(fault: str) -> ApiError:
+def _fault_error(fault: str, call: str, path: str) -> ApiError:
     if fault == "403":
-        return ApiError(403, "PERMISSION_DENIED",
-                        "Permission 'tpu.nodes.create' denied on resource (or it may not exist).")
+        return access.denied(call, path.split(":", 1)[0])
     if fault == "429":
-        return ApiError(429, "RESOURCE_EXHAUSTED", "Rate Limit Exceeded", [{
-            "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
-            "domain": "googleapis.com"}])
+        return access.rate_limited(access.project_of(path) or "unknown")
     return ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
 
 

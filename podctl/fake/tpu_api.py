@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from podctl.fake import queued, wire
+from podctl.fake import filters, queued, wire
 from podctl.fake.apierror import ApiError, invalid, page
 from podctl.fake.world import World
 
@@ -78,11 +78,24 @@ def _delete_qr(w: World, g: dict, q: dict, b: dict) -> dict:
     return queued.delete(w, _full(g, "queuedResources"), q.get("force", "").lower() == "true")
 
 
-def _paged(kind: str, source: Callable[[World, str], list]) -> Handler:
+def _paged(kind: str, source: Callable[[World, str], list], fields: set[str] | None = None) -> Handler:
+    """A list call; with FIELDS, one that documents `filter` and `orderBy` over them."""
     def handler(w: World, g: dict, q: dict, b: dict) -> dict:
-        return _list(kind, page(source(w, g["parent"]), _int(q, "pageSize"), q.get("pageToken", "")))
+        items = source(w, g["parent"])
+        if fields is not None:
+            items = filters.apply_filter(items, q.get("filter", ""), fields)
+            items = filters.apply_order(items, q.get("orderBy", ""), fields)
+        return _list(kind, page(items, _int(q, "pageSize"), q.get("pageToken", "")))
 
     return handler
+
+
+def _guest_attributes(w: World, g: dict, q: dict, b: dict) -> dict:
+    workers = b.get("workerIds") or []
+    if not isinstance(workers, list):
+        raise invalid("workerIds must be a list of worker ids")
+    return w.guest_attributes(_full(g, "nodes"), str(b.get("queryPath", "") or ""),
+                              [str(x) for x in workers])
 
 
 def _service_identity(w: World, g: dict, q: dict, b: dict) -> dict:
@@ -110,22 +123,22 @@ ROUTES: list[Route] = [
            lambda w, g, q, b: w.start_node(_full(g, "nodes"))),
     _route("POST", r"{P}/nodes/{ID}:stop", "nodes.stop",
            lambda w, g, q, b: w.stop_node(_full(g, "nodes"))),
-    _route("POST", r"{P}/nodes/{ID}:getGuestAttributes", "nodes.getGuestAttributes",
-           lambda w, g, q, b: (w.get_node(_full(g, "nodes")), {"guestAttributes": []})[1]),
+    _route("POST", r"{P}/nodes/{ID}:getGuestAttributes", "nodes.getGuestAttributes", _guest_attributes),
     _route("GET", r"{P}/queuedResources", "queuedResources.list", _list_qrs),
     _route("POST", r"{P}/queuedResources", "queuedResources.create",
-           lambda w, g, q, b: queued.create(w, g["parent"], q.get("queuedResourceId", ""), b)),
+           lambda w, g, q, b: queued.create(w, g["parent"], q.get("queuedResourceId", ""), b,
+                                            q.get("requestId", ""))),
     _route("GET", r"{P}/queuedResources/{ID}", "queuedResources.get",
            lambda w, g, q, b: queued.get(w, _full(g, "queuedResources"))),
     _route("DELETE", r"{P}/queuedResources/{ID}", "queuedResources.delete", _delete_qr),
     _route("POST", r"{P}/queuedResources/{ID}:reset", "queuedResources.reset",
            lambda w, g, q, b: queued.reset(w, _full(g, "queuedResources"))),
     _route("GET", r"{P}/acceleratorTypes", "acceleratorTypes.list",
-           _paged("acceleratorTypes", World.accelerator_types)),
+           _paged("acceleratorTypes", World.accelerator_types, {"name", "type", "acceleratorConfigs"})),
     _route("GET", r"{P}/acceleratorTypes/{ID}", "acceleratorTypes.get",
            lambda w, g, q, b: w.accelerator_type(_full(g, "acceleratorTypes"))),
     _route("GET", r"{P}/runtimeVersions", "runtimeVersions.list",
-           _paged("runtimeVersions", World.runtime_versions)),
+           _paged("runtimeVersions", World.runtime_versions, {"name", "version"})),
     _route("GET", r"{P}/runtimeVersions/{ID}", "runtimeVersions.get",
            lambda w, g, q, b: w.runtime_version(_full(g, "runtimeVersions"))),
     _route("GET", r"{P}/operations", "operations.list",

@@ -86,6 +86,8 @@ def render_queued_resource(qr: dict, ints: bool) -> dict:
 
 def render_operation(op: dict, ints: bool) -> dict:
     out = _public(op)
+    if not out.get("done"):
+        out.pop("done", None)  # proto3 JSON leaves a false `done` out: recorded so
     response = out.get("response")
     if response and response.get("@type", "").endswith("tpu.v2.Node"):
         out["response"] = {"@type": response["@type"], **render_node(_strip_type(response), ints)}

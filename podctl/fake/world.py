@@ -11,7 +11,7 @@ takes 10 s at time_scale 60. Transitions are events in a heap, applied in order 
 Lifecycles (what Cloud TPU does, as far as podctl can see it):
     node:  CREATING -> READY -> (PREEMPTED) -> DELETING -> gone
            CREATING -> gone, operation error 8, when the zone has no capacity
-    queued resource: CREATING -> ACCEPTED -> WAITING_FOR_RESOURCES -> PROVISIONING
+    queued resource: WAITING_FOR_RESOURCES (from the create on) -> PROVISIONING
            -> ACTIVE -> (SUSPENDING -> SUSPENDED on preemption) -> DELETING -> gone;
            FAILED when its validity window closes before capacity frees.
 """
@@ -28,23 +28,31 @@ from typing import Any, Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError
-from podctl.fake import queued, wire
+from podctl.fake import labels, node_fields, queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
-# Every generation's default runtime (generations.toml) and the base image.
+# What a v5p zone offers (gcloud compute tpus tpu-vm versions list,
+# cloud.google.com/tpu/docs/runtimes), and every generation's default (generations.toml).
 RUNTIME_VERSIONS = tuple(dict.fromkeys(
-    ["v2-alpha-tpuv5", "tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite"]
+    ["tpu-ubuntu2204-base", "tpu-vm-cos-stable", "v2-alpha-tpuv5", "v2-alpha-tpuv5-lite"]
     + [g.default_runtime_version for g in topology.generations().values()]))
 _ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+# The Node fields a create may set (cloud_tpu.proto); OUTPUT_ONLY ones are ignored, as
+# Google's front end ignores them, and any other name is refused as unknown.
 _NODE_FIELDS = {
     "description", "acceleratorType", "acceleratorConfig", "runtimeVersion", "networkConfig",
     "networkConfigs", "cidrBlock", "serviceAccount", "schedulingConfig", "labels", "metadata",
-    "tags", "dataDisks", "shieldedInstanceConfig", "name",
+    "tags", "dataDisks", "shieldedInstanceConfig", "bootDiskConfig", "reservationName",
 }
-_META_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
+_NODE_OUTPUT_ONLY = {
+    "name", "state", "healthDescription", "health", "networkEndpoints", "id", "createTime",
+    "apiVersion", "symptoms", "queuedResource", "multisliceNode", "upcomingMaintenance",
+}
+# UpdateNodeRequest.update_mask: the fields the proto lets an update change.
+_UPDATE_PATHS = {"description", "tags", "labels", "metadata", "networkConfig.enableExternalIps"}
+# Recorded: every operation's metadata is google.cloud.common.OperationMetadata.
+_META_TYPE = "type.googleapis.com/google.cloud.common.OperationMetadata"
 _NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
 _EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
 
@@ -80,6 +88,8 @@ class World:
     operations: dict[str, dict] = field(default_factory=dict)
     events: list[list] = field(default_factory=list)  # heap of [due, seq, kind, target]
     seq: int = 0
+    projects: dict[str, dict] = field(default_factory=dict)  # admin switches (access.py)
+    request_ids: dict[str, str] = field(default_factory=dict)  # "call/requestId" -> operation
 
     # ---- time ---------------------------------------------------------------
 
@@ -123,10 +133,10 @@ class World:
         used += sum(q["_chips"] for q in self.queued.values() if q["name"].startswith(prefix)
                     and not any(name in self.nodes for name in q["_node_names"]))
         if used + chips > limit:
-            message = (
-                f"Quota limit 'TPUV5PPodPerProjectPerZoneForTPUAPI' has been exceeded. "
-                f"Limit: {limit} chips in zone {zone}; in use: {used}; requested: {chips}."
-            )
+            # Worded as Google's; the limit is kept per zone here, Google's per region.
+            region = zone.rsplit("-", 1)[0]
+            message = (f"Quota limit 'TPUV5PPerProjectPerRegionForTPUAPI' has been exceeded. "
+                       f"Limit: {limit} in region {region}.")
             raise ApiError(429, "RESOURCE_EXHAUSTED", message, [{
                 "@type": "type.googleapis.com/google.rpc.QuotaFailure",
                 "violations": [{"subject": f"projects/{project}", "description": message}],
@@ -175,9 +185,10 @@ class World:
 
     def new_operation(self, parent: str, verb: str, target: str) -> dict:
         name = f"{parent}/operations/operation-{int(self.now() * 1000)}-{secrets.token_hex(6)}"
+        # `done: false` stays off the wire (wire.render_operation), as in the recording.
         op = {"name": name, "done": False, "metadata": {
-            "@type": _META_TYPE, "createTime": rfc3339(self.now()), "target": target,
-            "verb": verb, "cancelRequested": False, "apiVersion": "v2",
+            "@type": _META_TYPE, "apiVersion": "v2", "createTime": rfc3339(self.now()),
+            "target": target, "verb": verb,
         }}
         self.operations[name] = op
         return op
@@ -225,9 +236,11 @@ class World:
         return self.nodes[name]
 
     def node_from_body(self, parent: str, node_id: str, body: dict) -> dict:
+        body = {k: v for k, v in body.items() if k not in _NODE_OUTPUT_ONLY}
         unknown = set(body) - _NODE_FIELDS
         if unknown:
-            raise invalid(f"Invalid JSON payload received. Unknown name {sorted(unknown)[0]!r}")
+            raise invalid(f'Invalid JSON payload received. Unknown name "{sorted(unknown)[0]}" at '
+                          "'node': Cannot find field.")
         if not _ID.match(node_id or ""):
             raise invalid(
                 f"Invalid node id {node_id!r}: use 1-63 lowercase letters, digits and hyphens, "
@@ -236,14 +249,12 @@ class World:
         runtime = body.get("runtimeVersion", "")
         if runtime not in RUNTIME_VERSIONS:
             raise invalid(f"Runtime version {runtime!r} is not available; see runtimeVersions")
-        _, zone = self.check_parent(parent)
+        project, zone = self.check_parent(parent)
         if zone not in slice_type.generation.zones:
             raise invalid(f"Accelerator type {slice_type.name} is not available in zone {zone}")
-        labels = body.get("labels", {})
-        for key, value in labels.items():
-            if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(str(value)):
-                raise invalid(f"Invalid label {key}={value!r}: lowercase letters, digits, _ and -")
+        labels.check(body.get("labels", {}))
         node = {k: v for k, v in body.items() if k in _NODE_FIELDS}
+        node.update(node_fields.server_filled(project, zone, node))
         node.update({
             "name": f"{parent}/nodes/{node_id}",
             "acceleratorType": slice_type.name,
@@ -274,6 +285,12 @@ class World:
         except (InvalidSliceError, ValueError) as e:
             raise invalid(f"Invalid accelerator: {e}") from e
 
+    def replayed(self, call: str, request_id: str) -> dict | None:
+        """The operation a retried request with REQUEST_ID already started (AIP-155; of the
+        v2 calls only queuedResources.create and .delete take a requestId)."""
+        name = self.request_ids.get(f"{call}/{request_id}") if request_id else None
+        return self.operations.get(name) if name else None
+
     def create_node(self, parent: str, node_id: str, body: dict) -> dict:
         project, zone = self.check_parent(parent)
         node = self.node_from_body(parent, node_id, body)
@@ -300,6 +317,9 @@ class World:
     def make_ready(self, node: dict) -> None:
         node["state"], node["health"] = "READY", "HEALTHY"
         node["networkEndpoints"] = self._endpoints(node["_hosts"])
+        if (node.get("networkConfig") or {}).get("enableExternalIps"):
+            for endpoint in node["networkEndpoints"]:  # recorded shape; loopback stands in
+                endpoint["accessConfig"] = {"externalIp": endpoint["ipAddress"]}
 
     def delete_node(self, name: str) -> dict:
         node = self.get_node(name)
@@ -319,16 +339,32 @@ class World:
         return op
 
     def update_node(self, name: str, body: dict, update_mask: str) -> dict:
+        """FieldMask semantics: each masked field takes the body's value, and a masked
+        field the body leaves out is cleared."""
         node = self.get_node(name)
-        allowed = {"description", "tags", "labels", "metadata"}
-        paths = [p for p in update_mask.split(",") if p]
-        if not paths or set(paths) - allowed:
-            raise invalid(f"update_mask must name some of {sorted(allowed)}, got {update_mask!r}")
+        paths = [node_fields.camel(p.strip()) for p in update_mask.split(",") if p.strip()]
+        if not paths or set(paths) - _UPDATE_PATHS:
+            raise invalid(f"update_mask must name some of {sorted(_UPDATE_PATHS)}, got {update_mask!r}")
+        if "labels" in paths:
+            labels.check(body.get("labels") or {})
         for path in paths:
-            node[path] = body.get(path, node.get(path))
+            if path == "networkConfig.enableExternalIps":
+                value = (body.get("networkConfig") or {}).get("enableExternalIps")
+                network = node.setdefault("networkConfig", {})
+                if value:
+                    network["enableExternalIps"] = True
+                else:
+                    network.pop("enableExternalIps", None)
+            elif body.get(path) not in (None, "", [], {}):
+                node[path] = body[path]
+            else:
+                node.pop(path, None)
         op = self.new_operation(name.rpartition("/nodes/")[0], "update", name)
         self.finish(op["name"], response={"@type": _NODE_TYPE, **node})
         return op
+
+    def guest_attributes(self, name: str, query_path: str, worker_ids: list[str]) -> dict:
+        return node_fields.guest_attributes(self.get_node(name), query_path, worker_ids)
 
     def stop_node(self, name: str) -> dict:
         node = self.get_node(name)
@@ -418,7 +454,9 @@ def _node_ready(world: World, name: str) -> None:
     if node is None or node["state"] != "CREATING":
         return
     world.make_ready(node)
-    world.finish(node.get("_create_op"), response={"@type": _NODE_TYPE, **node})
+    # Recorded: the finished create's Node has no `health` yet; a GET has it.
+    response = {k: v for k, v in node.items() if k != "health"}
+    world.finish(node.get("_create_op"), response={"@type": _NODE_TYPE, **response})
 
 
 def _node_stockout(world: World, name: str) -> None:

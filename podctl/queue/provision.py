@@ -37,7 +37,7 @@ async def ask(api: Any, entry: Entry, token: str, ssh_keys: str) -> str | None:
                                    spec=spec_of(entry), labels=names.labels(token, entry.id),
                                    ssh_keys=ssh_keys)
     creation = await create.create(api, request)
-    return creation.operation.operation.name if creation.kind == "node" else None
+    return creation.operation.name if creation.kind == "node" else None
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,10 @@ async def creation_outcome(api: Any, operation: str) -> Creation | None:
         return None
     if not op.done:
         return Creation(done=False)
-    if op.HasField("error"):
-        return Creation(done=True, stockout=op.error.code == STOCKOUT_CODE,
-                        error=f"code {op.error.code}: {op.error.message}")
+    if op.error is not None:
+        code = op.error.get("code")
+        return Creation(done=True, stockout=code == STOCKOUT_CODE,
+                        error=f"code {code}: {op.error.get('message', '')}")
     return Creation(done=True)
 
 
