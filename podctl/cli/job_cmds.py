@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 EXIT_INTERRUPTED = 130
@@ -58,9 +58,8 @@ def _pins(settings: Any, info: Any) -> Any:
                               info.created))
 
 
-# podctl's own options may stand anywhere; every other word after SCRIPT is the
-# script's, in order, and after `--` everything is (for a script that has --env too).
-@click.command(context_settings={"ignore_unknown_options": True})
+# podctl's options go before SCRIPT; every word after SCRIPT is the script's (ScriptCommand).
+@click.command(cls=ScriptCommand)
 @click.argument("name")
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -278,6 +277,38 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
     guarded(action)
 
 
+@click.command()
+@click.argument("run_id")
+@click.option("--no-wait", is_flag=True, help="Return once every host was told to stop.")
+@where_options
+@bucket_option
+@pass_context
+def stop(ctx: Context, run_id: str, no_wait: bool, project: str | None, zone: str | None,
+         bucket: str | None) -> None:
+    """Stop a run (a detached one, or one another terminal follows) on every host.
+
+    As Ctrl-C does: the script gets SIGTERM (the template saves a checkpoint first), and
+    when it exits, whatever it left running ends too. Waits until every host has ended."""
+
+    def action() -> None:
+        from podctl import lifecycle
+        from podctl._sync import run_sync
+
+        session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
+        try:
+            result = run_sync(lifecycle.stop_run(session, run_id, wait=not no_wait, notice=_notice))
+        finally:
+            session.close()
+        if not result.stopped:
+            _notice(f"run {run_id} is not running ({result.state}, or its slice is gone); "
+                    "nothing to stop")
+        else:
+            _notice(f"run {run_id} stopped on every host" if not no_wait
+                    else f"run {run_id}: every host was told to stop")
+
+    guarded(action)
+
+
 @click.command(name="exec", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -313,4 +344,4 @@ def exec_cmd(ctx: Context, name: str, command: tuple[str, ...], hosts_text: str,
     guarded(action)
 
 
-COMMANDS = (run, logs, runs_cmd, exec_cmd)
+COMMANDS = (run, logs, runs_cmd, stop, exec_cmd)

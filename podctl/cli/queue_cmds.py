@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 TICK_HELP = """One reconcile pass over the queue (for cron): each entry takes its next step.
@@ -46,7 +46,7 @@ def _store() -> Any:
     return Store(db_path(_state_dir()))
 
 
-@queue.command(context_settings={"ignore_unknown_options": True})
+@queue.command(cls=ScriptCommand)
 @click.option("--slice", "slice_type", required=True, metavar="v5p-N", help="Slice type.")
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

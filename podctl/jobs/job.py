@@ -89,13 +89,18 @@ class RunResult:
     statuses: dict[int, HostStatus]
 
 
+def check_script(script: Path, workdir: Path | None = None) -> None:
+    """A script to run must be a file here (and --workdir a directory): bad input, exit 2."""
+    if not script.expanduser().is_file():
+        raise InvalidValueError(f"no script {str(script)!r}: give the path of a Python file.")
+    if workdir is not None and not workdir.expanduser().is_dir():
+        raise InvalidValueError(f"--workdir {str(workdir)!r} is not a directory.")
+
+
 def _script_in_workdir(script: Path, workdir: Path | None) -> tuple[Path, str]:
     script = script.expanduser()
-    if not script.is_file():
-        raise JobError(f"no script {str(script)!r}: give the path of a Python file.")
+    check_script(script, workdir)
     root = (workdir or script.parent).expanduser().resolve()
-    if not root.is_dir():
-        raise JobError(f"--workdir {str(root)!r} is not a directory.")
     try:
         relative = script.resolve().relative_to(root)
     except ValueError as e:
@@ -206,9 +211,11 @@ class Job:
 
 async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins, command: list[str],
                         sink: LineSink, hosts: set[int] | None) -> dict[int, int]:
-    """Run COMMAND (argv, quoted for the remote shell) on the hosts; stream its lines."""
+    """Run COMMAND on the hosts; stream its lines. One word is a shell command line, run
+    as it is (as `ssh HOST 'CMD'` and `gcloud ... --command` do: `exec NAME -- 'echo
+    $TPU_WORKER_ID'`); several are argv, each quoted for the remote shell."""
     chosen = [t for t in targets if hosts is None or t.index in hosts]
-    line = shlex.join(command)
+    line = command[0] if len(command) == 1 else shlex.join(command)
     async with Fleet(chosen, private_key, pins) as fleet:
         async def one(conn: Any, target: Target) -> int:
             async with conn.create_process(line) as process:
