@@ -77,7 +77,11 @@ def test_exec_runs_a_plain_command_everywhere(podctl):
 
 
 @pytest.mark.parametrize("args, code, words", [
-    (["run", "cli16", "nope.py"], 1, ["no script"]),
+    (["run", "cli16", "nope.py"], 2, ["no script"]),
+    (["run", "nosuch", "nope.py"], 2, ["no script"]),  # checked before anything is asked
+    (["run", "cli16", "--bogus", str(SCRIPTS / "show_env.py")], 2, ["No such option '--bogus'"]),
+    (["run", "cli16"], 2, ["Missing argument 'SCRIPT'", "podctl run --help"]),
+    (["stop", "not-a-run"], 2, ["not a run id"]),
     (["run", "nosuch", str(SCRIPTS / "show_env.py")], 1, ["no slice named 'nosuch'"]),
     (["run", "cli16", "--env", "BAD", str(SCRIPTS / "show_env.py")], 2, ["KEY=VALUE"]),
     (["run", "cli16", "--hosts", "7", str(SCRIPTS / "show_env.py")], 2, ["hosts 0-1"]),
@@ -126,3 +130,20 @@ def test_detach_returns_the_run_id_and_logs_follow_it(podctl):
     assert run_id.startswith("cli16-")
     follow = podctl("logs", run_id, "--follow", "--host", "1")
     assert [l for l in follow.stdout.splitlines()] == [f"[host 0001] 1 {i}" for i in range(50)]
+
+
+def test_options_after_the_script_are_the_scripts_own(podctl):
+    proc = podctl("run", "cli16", "--hosts", "0", str(SCRIPTS / "show_args.py"),
+                  "--lr", "3", "--json", "--env", "MYVAR=1", "--detach", "--", "x")
+    assert "[host 0000] ARGS " + json.dumps(["--lr", "3", "--json", "--env", "MYVAR=1", "--detach",
+                                             "--", "x"]) in proc.stdout.splitlines()
+    # `SCRIPT -- ARGS` still hands ARGS over as they are
+    proc = podctl("run", "cli16", str(SCRIPTS / "show_args.py"), "--", "--json")
+    assert "[host 0000] ARGS " + json.dumps(["--json"]) in proc.stdout.splitlines()
+
+
+def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podctl):
+    proc = podctl("exec", "cli16", "--", "echo $TPU_WORKER_ID")
+    assert sorted(proc.stdout.splitlines()) == ["[host 0000] 0", "[host 0001] 1"]
+    proc = podctl("exec", "cli16", "--hosts", "0", "--", "echo", "$TPU_WORKER_ID", "a b")
+    assert proc.stdout.splitlines() == ["[host 0000] $TPU_WORKER_ID a b"]
