@@ -147,3 +147,13 @@ def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podct
     assert sorted(proc.stdout.splitlines()) == ["[host 0000] 0", "[host 0001] 1"]
     proc = podctl("exec", "cli16", "--hosts", "0", "--", "echo", "$TPU_WORKER_ID", "a b")
     assert proc.stdout.splitlines() == ["[host 0000] $TPU_WORKER_ID a b"]
+
+
+def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
+    proc = podctl("run", "cli16", "--hosts", "all", str(SCRIPTS / "jax_auto_init.py"))
+    lines = proc.stdout.splitlines()
+    assert "[host 0000] process 0 of 2, 8 devices" in lines
+    assert "[host 0001] process 1 of 2, 8 devices" in lines
+    # ... and its coordinator listens on the host's own loopback address, not on every interface
+    listen = json.loads(next(l for l in lines if l.startswith("[host 0000] LISTEN ")).split(" ", 3)[3])
+    assert listen and all(a.removeprefix("::ffff:").startswith("127.") for a in listen), listen
