@@ -34,3 +34,12 @@ def test_a_required_option_after_the_script_is_podctls_as_there_is_no_other_read
     entries = json.loads(podctl("queue", "ls", "--json").stdout)
     assert [(e["accelerator_type"], e["args"]) for e in entries] == [("v5p-8", ["--lr", "3", "--json"])]
     podctl("queue", "cancel", "--backend", "fake", str(entries[0]["id"]))
+
+
+@pytest.mark.parametrize("args", [
+    ["status", "../../x"], ["down", "../x", "--yes"], ["exec", "a/b", "--", "true"],
+    ["run", "UPPER", __file__],
+])
+def test_a_slice_name_no_slice_can_have_gets_the_name_check_before_any_call(podctl, args):
+    proc = podctl("--backend", "fake", *args, check=False)
+    assert_one_line_error(proc, 2, "is not a valid slice name")
