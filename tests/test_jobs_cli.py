@@ -47,6 +47,18 @@ def test_secrets_never_reach_podctls_output(podctl):
     assert "hunter2-very-secret" not in listing and "API_TOKEN" in listing
 
 
+def test_a_secret_comes_from_podctls_environment_or_an_env_file_so_argv_never_holds_it(podctl):
+    (podctl.tmp / "secrets.env").write_text("# for the run\nFROM_FILE=file-secret\n\nOVERRIDDEN=old\n")
+    proc = podctl("run", "cli16", "--env", "API_TOKEN", "--env-file", "secrets.env",
+                  "--env", "OVERRIDDEN=new", str(SCRIPTS / "show_env.py"), "API_TOKEN", "FROM_FILE",
+                  "OVERRIDDEN", env={"API_TOKEN": "hunter2-from-env"})
+    assert "[host 0000] ENV " + json.dumps({"API_TOKEN": "hunter2-from-env", "FROM_FILE": "file-secret",
+                                            "OVERRIDDEN": "new"}, sort_keys=True) in proc.stdout
+    assert "hunter2" not in proc.stderr and "file-secret" not in proc.stderr
+    listing = podctl("runs", "--json").stdout
+    assert "hunter2" not in listing and "file-secret" not in listing and "FROM_FILE" in listing
+
+
 def test_logs_after_the_client_was_killed_show_every_line(podctl):
     cmd = [sys.executable, "-m", "podctl", "run", "cli16", "--hosts", "all",
            str(SCRIPTS / "many_lines.py"), "3000"]
@@ -83,7 +95,11 @@ def test_exec_runs_a_plain_command_everywhere(podctl):
     (["run", "cli16"], 2, ["Missing argument 'SCRIPT'", "podctl run --help"]),
     (["stop", "not-a-run"], 2, ["not a run id"]),
     (["run", "nosuch", str(SCRIPTS / "show_env.py")], 1, ["no slice named 'nosuch'"]),
-    (["run", "cli16", "--env", "BAD", str(SCRIPTS / "show_env.py")], 2, ["KEY=VALUE"]),
+    (["run", "cli16", "--env", "1BAD=x", str(SCRIPTS / "show_env.py")], 2, ["KEY=VALUE"]),
+    (["run", "cli16", "--env", "UNSET_HERE", str(SCRIPTS / "show_env.py")], 2,
+     ["UNSET_HERE is not set in podctl's environment"]),
+    (["run", "cli16", "--env-file", "missing.env", str(SCRIPTS / "show_env.py")], 2,
+     ["--env-file 'missing.env': cannot read it"]),
     (["run", "cli16", "--hosts", "7", str(SCRIPTS / "show_env.py")], 2, ["hosts 0-1"]),
     (["logs", "not-a-run"], 2, ["not a run id"]),
     (["logs", "cli16-20260101-000000-abcd"], 1, ["no run"]),

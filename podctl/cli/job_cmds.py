@@ -65,8 +65,11 @@ def _pins(settings: Any, info: Any) -> Any:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Directory to ship (default: the script's directory).")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
-              help="Environment for the script on every host (values are never printed).")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V|K",
+              help="Environment for the script on every host (values are never printed); K alone: "
+              "its value from podctl's own environment, out of argv.")
+@click.option("--env-file", "env_files", multiple=True, type=click.Path(path_type=Path),
+              metavar="FILE", help="KEY=VALUE lines (# comments) for the script's environment; --env wins.")
 @click.option("--setup", default=None, metavar="CMD", help="Run once per host per bundle first.")
 @click.option("--hosts", "hosts_text", default="0", show_default=True,
               help="Whose lines to show: all, or host numbers like 0,3.")
@@ -87,7 +90,8 @@ def _pins(settings: Any, info: Any) -> Any:
 @json_option
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
-        env_pairs: tuple[str, ...], setup: str | None, hosts_text: str, detach: bool,
+        env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
+        hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
@@ -114,7 +118,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 
             raise UsageError("--retry-errors goes with --recover N.")
         options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
-                                       env=parse_env(list(env_pairs)), setup=setup, hosts=hosts_text,
+                                       env=parse_env(list(env_pairs), env_files), setup=setup,
+                                       hosts=hosts_text,
                                        fail_fast=not keep_going, resume=resume)
         session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
         out = sys.stderr if as_json else sys.stdout

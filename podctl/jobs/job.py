@@ -30,16 +30,41 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Notice = Callable[[str], None]
 
 
-def parse_env(pairs: list[str]) -> dict[str, str]:
-    """["K=V", ...] -> {K: V}; the value is kept as it is, shell characters and all."""
-    env = {}
+def parse_env(pairs: list[str], files: list[Path] | tuple[Path, ...] = (),
+              environ: dict[str, str] | None = None) -> dict[str, str]:
+    """--env-file FILEs, then --env's: "K=V" -> {K: V}, the value kept as it is, shell
+    characters and all; "K" alone takes K's value from podctl's own environment (ENVIRON),
+    so a secret need not stand in podctl's argv, where any local user can read it."""
+    import os
+
+    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    env: dict[str, str] = {}
+    for path in files:
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidValueError(f"--env-file {str(path)!r}: cannot read it ({e}).") from e
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if line and not line.startswith("#"):  # KEY=VALUE a line, as `docker --env-file`
+                env.update(_one_env(line, environ, f"--env-file {path}, line {number}"))
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not _ENV_KEY.match(key):
-            raise InvalidValueError(f"--env {key if sep else pair!r}: expected KEY=VALUE with KEY "
-                                    "made of letters, digits and _ (e.g. --env WANDB_MODE=offline).")
-        env[key] = value
+        env.update(_one_env(pair, environ, "--env"))
     return env
+
+
+def _one_env(pair: str, environ: Any, where: str) -> dict[str, str]:
+    key, sep, value = pair.partition("=")
+    if not _ENV_KEY.match(key):
+        # the words only: a value (a secret) must not be echoed back
+        raise InvalidValueError(f"{where}: {key[:40] if sep else pair[:40]!r} is not KEY=VALUE or KEY, "
+                                "with KEY made of letters, digits and _ (e.g. --env WANDB_MODE=offline).")
+    if not sep:
+        if key not in environ:
+            raise InvalidValueError(f"{where}: {key} is not set in podctl's environment (--env {key} "
+                                    f"takes its value from there; or give --env {key}=VALUE).")
+        value = environ[key]
+    return {key: value}
 
 
 def parse_hosts(text: str, num_hosts: int) -> set[int] | None:
