@@ -173,3 +173,35 @@ def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tp
     # ... and its coordinator listens on the host's own loopback address, not on every interface
     listen = json.loads(next(l for l in lines if l.startswith("[host 0000] LISTEN ")).split(" ", 3)[3])
     assert listen and all(a.removeprefix("::ffff:").startswith("127.") for a in listen), listen
+
+
+def test_lines_are_split_only_at_newlines_and_kept_as_the_script_printed_them(podctl):
+    def stdout_of(*args: str) -> tuple[list[str], str]:  # bytes: text mode would turn \r into \n
+        proc = subprocess.run([sys.executable, "-m", "podctl", *args], capture_output=True,
+                              env=podctl.env, cwd=podctl.tmp, timeout=120, check=True)
+        return proc.stdout.decode().split("\n")[:-1], proc.stderr.decode()
+
+    lines, err = stdout_of("run", "cli16", str(SCRIPTS / "odd_lines.py"))
+    expected = ["[host 0000] a\x0bb\x0cc\x1cd\x1de\x1ef\x85g\u2028h", "[host 0000] progress 1\rprogress 2",
+                "[host 0000] \x1b[2J\x1b]0;owned\x07cleared?"]
+    assert lines == expected  # off a terminal: as the host printed them
+    run_id = next(l.split()[2] for l in err.splitlines() if l.startswith("podctl: run "))
+    assert stdout_of("logs", run_id, "--host", "0")[0] == expected
+
+
+def test_on_a_terminal_a_scripts_escape_sequences_are_shown_not_obeyed():
+    import io
+
+    from podctl.cli.job_cmds import _line_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    sink = _line_printer(screen)
+    sink(0, "\x1b[2J\x1b]0;owned\x07cleared?\tok")
+    sink(1, "fake\r[host 0000] forged\x85\u2028")
+    assert screen.getvalue().splitlines() == [
+        "[host 0000] \\x1b[2J\\x1b]0;owned\\x07cleared?\tok",
+        "[host 0001] fake\\x0d[host 0000] forged\\x85\\u2028"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,25 @@ def bucket_option(fn: Any) -> Any:
                         "checkpoints (default: $PODCTL_BUCKET, podctl.toml; the fake has its own).")(fn)
 
 
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def visible(line: str) -> str:
+    """LINE with its control characters shown as escapes (ESC as \\x1b): a script's
+    output must not move the cursor, retitle or clear the user's terminal, or forge
+    a line that seems to come from another host or from podctl. Tabs stay."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", line)
+
+
 def _line_printer(stream: Any) -> Any:
-    """One write per line, so lines of different hosts never split or interleave."""
+    """One write per line, so lines of different hosts never split or interleave. On a
+    terminal control characters are made visible; elsewhere (a file, a pipe) the line
+    is written as the host printed it, as `podctl logs` keeps it in GCS."""
+    terminal = bool(getattr(stream, "isatty", lambda: False)())
+
     def sink(host: int, line: str) -> None:
-        stream.write(f"[host {host:04d}] {line}\n")
+        stream.write(f"[host {host:04d}] {visible(line) if terminal else line}\n")
         stream.flush()
 
     return sink

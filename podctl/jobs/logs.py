@@ -32,6 +32,16 @@ class Progress:
     lines: dict[int, int] = field(default_factory=dict)
 
 
+def split_lines(data: bytes) -> list[str]:
+    """A chunk's lines as the host's agent wrote them: split at "\\n" only (a trailing
+    "\\r" dropped), not at the other line breaks str.splitlines knows (\\x0b, \\x0c,
+    \\x1c-\\x1e, \\x85, \\u2028, a lone \\r), which a script may print inside a line."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def _chunk_number(name: str) -> int:
     return int(name.rsplit("/", 1)[-1].split(".", 1)[0])
 
@@ -70,7 +80,7 @@ class LogReader:
                 if number != expected:
                     break
                 data = await self.storage.download_bytes(name)
-                lines = data.decode("utf-8", errors="replace").splitlines()
+                lines = split_lines(data)
                 for line in lines:
                     self.sink(host, line)
                 emitted += len(lines)
