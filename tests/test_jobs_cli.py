@@ -205,3 +205,16 @@ def test_on_a_terminal_a_scripts_escape_sequences_are_shown_not_obeyed():
     assert screen.getvalue().splitlines() == [
         "[host 0000] \\x1b[2J\\x1b]0;owned\\x07cleared?\tok",
         "[host 0001] fake\\x0d[host 0000] forged\\x85\\u2028"]
+
+
+def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):
+    run_id = podctl("run", "cli16", "--detach", "--env", "FAIL_HOST=0", "--env", "FAIL_CODE=255",
+                    "--keep-going", str(SCRIPTS / "exit_on_host.py")).stdout.strip()
+    deadline = time.time() + 60
+    while "[host 0000] host 0 failing" not in podctl("logs", run_id).stdout:
+        assert time.time() < deadline, "host 0 never failed"
+        time.sleep(0.5)
+    podctl("stop", run_id, "--no-wait")  # host 1 waits to be stopped
+    proc = podctl("logs", run_id, "--follow", check=False)
+    assert proc.returncode == 255
+    assert f"run {run_id} ended: host 0000 failed (exit code 255); is slice cli16 still there?" in proc.stderr

@@ -250,12 +250,19 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
             if len(attempts) > 1:
                 _notice(f"attempt {number} of {len(attempts)}: run {attempt_id}")
             reader = LogReader(storage, attempt_id, record.num_hosts, _line_printer(sys.stdout),
-                               parse_hosts(host_text, record.num_hosts))
+                               parse_hosts(host_text, record.num_hosts), notice=_notice)
             statuses = run_sync(reader.follow(follow=follow and number == len(attempts)))
         if follow:
             from podctl.jobs.runs import job_exit_code
 
-            sys.exit(job_exit_code(statuses)[0])
+            code, failed = job_exit_code(statuses)
+            if failed is not None:  # say why, as `run` does: an exit code alone says little
+                why = ("stopped by podctl" if failed.stopped
+                       else failed.error or f"exit code {failed.exit_code}")
+                hint = (f"; is slice {record.slice_name} still there? (`podctl status "
+                        f"{record.slice_name}`)" if failed.exit_code == 255 else "")
+                _notice(f"run {run_id} ended: host {failed.host:04d} failed ({why}){hint}")
+            sys.exit(code)
 
     guarded(action)
 

@@ -199,7 +199,8 @@ class Job:
         await self._write_record()
 
     async def follow(self) -> RunResult:
-        reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts)
+        reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts,
+                           notice=self.notice)
         stopping = False
 
         async def on_status(status: HostStatus) -> None:
