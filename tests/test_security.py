@@ -109,7 +109,7 @@ def test_hostile_names_args_env_and_setup_reach_the_script_byte_exact(podctl, tm
 
 def test_env_secrets_never_leave_the_config_that_carries_them(podctl, tmp_path):
     script = job_script(tmp_path, USE_SECRET)
-    proc = podctl("run", "sec", "--env", f"SECRET={SECRET}", str(script), "--json")
+    proc = podctl("run", "sec", "--env", f"SECRET={SECRET}", "--json", str(script))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     run_id = result["run_id"]
