@@ -16,7 +16,7 @@ from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.types import SliceSpec
 from podctl.cloud import terminate
-from podctl.errors import InvalidValueError, JobError
+from podctl.errors import InvalidValueError
 from podctl.jobs.job import Job, RunRequest, exec_on_hosts, parse_env, parse_hosts
 from podctl.jobs import launch
 from podctl.jobs.logs import LogReader
