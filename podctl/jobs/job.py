@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from podctl.cloud.types import SliceInfo
-from podctl.errors import BundleError, InvalidValueError, JobError
+from podctl.errors import BundleError, InvalidValueError
 from podctl.jobs import bundle, launch, runs
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
