@@ -368,15 +368,8 @@ class Run:
 
 
 async def _stop_elsewhere(session: Any, slice_name: str, run_id: str) -> None:
-    """Stop a run this object did not start: open connections to its slice's hosts."""
-    from podctl.cloud.connect import job_ports
-    from podctl.jobs import launch
-    from podctl.jobs.ssh import Fleet
-
-    info = await lifecycle.ready_slice(session, slice_name)
-    targets = launch.targets_for(info, job_ports(session.settings)[0])
-    async with Fleet(targets, session.ssh_key().private_path, session.pins(info)) as fleet:
-        await launch.stop_agents(fleet, run_id)
+    """Stop a run this object did not start (`podctl stop RUN_ID` does the same)."""
+    await lifecycle.stop_run(session, run_id, wait=False)
 
 
 class CheckpointList(list):

@@ -181,6 +181,10 @@ class RunOptions:
         from podctl.errors import InvalidValueError
         from podctl.jobs.runs import valid_run_id
 
+        if self.bundle_hash is None:  # a relaunch's script is a path inside its bundle
+            from podctl.jobs.job import check_script
+
+            check_script(self.script, self.workdir)
         if self.resume is not None and not valid_run_id(self.resume):
             raise InvalidValueError(f"--resume {self.resume!r} is not a run id (e.g. "
                                     "my-slice-20261202-173000-ab12); `podctl runs` lists them.")
@@ -258,3 +262,53 @@ async def follow_run(job: Any) -> Any:
         raise
     finally:
         await job.close()
+
+
+@dataclass
+class StopResult:
+    run_id: str
+    state: str  # the record's state after the stop: "stopped", or how it had ended before
+    stopped: bool  # False: nothing was running (the run had ended, or its slice is gone)
+    hosts: int = 0
+
+
+async def stop_run(session: Session, run_id: str, *, wait: bool = True,
+                   notice: Notice | None = None) -> StopResult:
+    """Stop a run started elsewhere (a detached run, another terminal's): SIGTERM to its
+    script on every host, as Ctrl-C does (the template saves a checkpoint first), then,
+    with WAIT, until every host has ended; its record then says `stopped`."""
+    from podctl.cloud.connect import job_ports
+    from podctl.errors import NotFoundError
+    from podctl.jobs import launch
+    from podctl.jobs.history import load_record, save_record
+    from podctl.jobs.logs import LogReader
+    from podctl.jobs.ssh import Fleet
+
+    record = await load_record(session.storage, run_id)
+    attempts = [a["run_id"] for a in record.extra.get("attempts", []) if a.get("run_id")]
+    live_id = attempts[-1] if attempts else run_id  # a recovered run: its last attempt
+    if record.state not in ("starting", "running"):
+        return StopResult(run_id, record.state, stopped=False)
+    try:
+        info = await describe_slice(session, record.slice_name)
+    except NotFoundError:
+        return StopResult(run_id, record.state, stopped=False)
+    if not info.ready:
+        return StopResult(run_id, record.state, stopped=False)
+    targets = launch.targets_for(info, job_ports(session.settings)[0])
+    async with Fleet(targets, session.ssh_key().private_path, session.pins(info)) as fleet:
+        await launch.stop_agents(fleet, live_id)
+    if notice:
+        notice(f"run {run_id}: asked every host to stop (SIGTERM: a checkpoint first)")
+    if wait:  # until every host wrote its status (a lost host counts after its heartbeats stop)
+        await LogReader(session.storage, live_id, len(targets), lambda h, line: None, set()).follow()
+    record = await load_record(session.storage, run_id)  # a follower may have written it since
+    record.state, record.ended = "stopped", record.ended or time.time()
+    await save_record(session.storage, record)
+    return StopResult(run_id, "stopped", stopped=True, hosts=len(targets))
+
+
+async def describe_slice(session: Session, name: str) -> SliceInfo:
+    from podctl.cloud.describe import describe
+
+    return await describe(session.api, session.settings.parent, name)

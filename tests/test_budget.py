@@ -93,7 +93,7 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
     (["up", "--slice", "v5p-8", "--max-cost", "10"], ["price unknown for us-central1", "--price"]),
     (["up", "--slice", "v5p-8", "--max-cost", "-1", "--zone", "us-east5-a"], ["--max-cost"]),
     (["up", "--slice", "v5p-8", "--max-hours", "soon"], ["--max-hours", "not a duration"]),
-    (["run", "x", "train.py", "--max-hours", "1", "--detach"], ["drop --detach"]),
+    (["run", "x", "--max-hours", "1", "--detach", "train.py"], ["drop --detach"]),
     (["budget", "check", "--grace", "never"], ["--grace"]),
 ])
 def test_bad_budgets_are_refused_in_one_line(podctl, args, words):
@@ -137,7 +137,7 @@ def test_run_max_hours_and_budget_check_stop_runs_through_the_cli(podctl):
     script.write_text((Path(__file__).parent / "scripts" / "budget_train.py").read_text())
     fake = ("--backend", "fake")
     podctl(*fake, "up", "--slice", "v5p-8", "--name", "follow8")
-    proc = podctl(*fake, "run", "follow8", str(script), "--max-hours", "2s", check=False)
+    proc = podctl(*fake, "run", "follow8", "--max-hours", "2s", str(script), check=False)
     assert proc.returncode == 1, proc.stderr
     assert "podctl: budget reached (0.0 h of --max-hours" in proc.stderr
     assert "deleting slice follow8" in proc.stderr and "Traceback" not in proc.stderr
@@ -145,7 +145,7 @@ def test_run_max_hours_and_budget_check_stop_runs_through_the_cli(podctl):
     assert podctl.json(*fake, "ls") == []
     # A detached run on a slice whose own deadline passes: `budget check` stops it first.
     podctl(*fake, "up", "--slice", "v5p-8", "--name", "cron8", "--max-hours", "3s")
-    run_id = podctl(*fake, "run", "cron8", str(script), "--detach").stdout.strip()
+    run_id = podctl(*fake, "run", "cron8", "--detach", str(script)).stdout.strip()
     deadline = int(podctl.json(*fake, "status", "cron8")["labels"]["podctl-deadline"])
     time.sleep(max(0.0, deadline + 1 - time.time()))  # a few seconds at most
     reaped = podctl.json(*fake, "budget", "check", "--grace", "30s")

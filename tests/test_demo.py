@@ -65,7 +65,7 @@ def test_demo_trains_resumes_and_its_checkpoints_can_be_pulled(podctl, tmp_path)
     assert_one_line_error(podctl("ckpt", "ls", "not-a-run", check=False), 2, "not a run id")
     assert_one_line_error(podctl("ckpt", "ls", "x-v5p-8-20260101-000000-abcd", check=False), 1,
                           "no run")
-    assert_one_line_error(podctl("--backend", "fake", "run", "nope", "x.py", "--resume", "bad",
+    assert_one_line_error(podctl("--backend", "fake", "run", "nope", "--resume", "bad", "x.py",
                                  check=False), 2, "--resume 'bad' is not a run id")
 
 

@@ -50,5 +50,19 @@ def test_python_api_script_runs(fake_stopped_at_end, tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "python_api.py")], capture_output=True,
                           text=True, timeout=400, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "resumed at step 11" in proc.stdout
+    assert "checkpoints: [step 5, step 10]" in proc.stdout
+    assert "resumed at step 11; checkpoints: [step 5, step 10, step 15]" in proc.stdout
     assert "slice deleted, fake cloud stopped" in proc.stdout
+
+
+def test_readmes_python_example_says_what_the_template_does():
+    """README's Python API block, as examples/python_api.py runs it (that test): the
+    checkpoints it shows are the ones its arguments make, and every run it starts is
+    waited for inside the `with` block, whose end deletes the slice under it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '"--checkpoint-every", "10"' in block and "# [step 10, step 20]" in block
+    inside = [line for line in block.splitlines() if line.startswith(" " * 8)]
+    started = [line.split("=")[0].strip() for line in inside if "slice_.run(" in line]
+    for name in started:
+        assert any(line.strip().startswith(f"{name}.wait(") for line in inside), name

@@ -309,6 +309,8 @@ def test_inject_through_the_daemon(podctl):
     (["preempt", "inj", "--after", "-5"], "0 or more seconds"),
     (["fail-calls", "2", "--code", "500"], "--code must be one of"),
     (["fail-calls", "-2"], "COUNT must be a whole number"),
+    (["fail-calls", "9" * 31], "COUNT must be a whole number from 0 to 1,000,000,000"),
+    (["fail-calls", "\u00b2"], "COUNT must be a whole number"),
     (["capacity", "lots"], "CHIPS"),
 ])
 def test_inject_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, words):

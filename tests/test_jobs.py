@@ -16,7 +16,7 @@ from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.types import SliceSpec
 from podctl.cloud import terminate
-from podctl.errors import InvalidValueError, JobError
+from podctl.errors import InvalidValueError
 from podctl.jobs.job import Job, RunRequest, exec_on_hosts, parse_env, parse_hosts
 from podctl.jobs import launch
 from podctl.jobs.logs import LogReader
@@ -205,10 +205,13 @@ def test_a_changed_host_key_is_refused(slice16, tmp_path):
 
 
 def test_bad_env_and_hosts_are_refused():
-    for bad in (["NOEQUALS"], ["1BAD=x"], ["=x"], ["A B=x"]):
+    for bad in (["1BAD=x"], ["=x"], ["A B=x"]):
         with pytest.raises(InvalidValueError, match="KEY=VALUE"):
             parse_env(bad)
-    assert parse_env(["A=b=c", "E="]) == {"A": "b=c", "E": ""}
+    with pytest.raises(InvalidValueError, match="NOEQUALS is not set in podctl's environment"):
+        parse_env(["NOEQUALS"], environ={})
+    assert parse_env(["A=b=c", "E=", "FROM_ENV"], environ={"FROM_ENV": "v"}) == {
+        "A": "b=c", "E": "", "FROM_ENV": "v"}
     assert parse_hosts("all", 4) is None and parse_hosts("0,3", 4) == {0, 3}
     for bad in ("4", "x", "", "-1"):
         with pytest.raises(InvalidValueError):
@@ -218,7 +221,7 @@ def test_bad_env_and_hosts_are_refused():
 def test_missing_script_is_refused(slice16, fake, tmp_path):
     info, key = slice16
     job, _ = make_job(fake, info, key, tmp_path, "does_not_exist.py")
-    with pytest.raises(JobError, match="no script"):
+    with pytest.raises(InvalidValueError, match="no script"):  # bad input: exit 2
         asyncio.run(job.prepare())
 
 

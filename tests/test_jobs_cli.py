@@ -47,6 +47,18 @@ def test_secrets_never_reach_podctls_output(podctl):
     assert "hunter2-very-secret" not in listing and "API_TOKEN" in listing
 
 
+def test_a_secret_comes_from_podctls_environment_or_an_env_file_so_argv_never_holds_it(podctl):
+    (podctl.tmp / "secrets.env").write_text("# for the run\nFROM_FILE=file-secret\n\nOVERRIDDEN=old\n")
+    proc = podctl("run", "cli16", "--env", "API_TOKEN", "--env-file", "secrets.env",
+                  "--env", "OVERRIDDEN=new", str(SCRIPTS / "show_env.py"), "API_TOKEN", "FROM_FILE",
+                  "OVERRIDDEN", env={"API_TOKEN": "hunter2-from-env"})
+    assert "[host 0000] ENV " + json.dumps({"API_TOKEN": "hunter2-from-env", "FROM_FILE": "file-secret",
+                                            "OVERRIDDEN": "new"}, sort_keys=True) in proc.stdout
+    assert "hunter2" not in proc.stderr and "file-secret" not in proc.stderr
+    listing = podctl("runs", "--json").stdout
+    assert "hunter2" not in listing and "file-secret" not in listing and "FROM_FILE" in listing
+
+
 def test_logs_after_the_client_was_killed_show_every_line(podctl):
     cmd = [sys.executable, "-m", "podctl", "run", "cli16", "--hosts", "all",
            str(SCRIPTS / "many_lines.py"), "3000"]
@@ -77,9 +89,17 @@ def test_exec_runs_a_plain_command_everywhere(podctl):
 
 
 @pytest.mark.parametrize("args, code, words", [
-    (["run", "cli16", "nope.py"], 1, ["no script"]),
+    (["run", "cli16", "nope.py"], 2, ["no script"]),
+    (["run", "nosuch", "nope.py"], 2, ["no script"]),  # checked before anything is asked
+    (["run", "cli16", "--bogus", str(SCRIPTS / "show_env.py")], 2, ["No such option '--bogus'"]),
+    (["run", "cli16"], 2, ["Missing argument 'SCRIPT'", "podctl run --help"]),
+    (["stop", "not-a-run"], 2, ["not a run id"]),
     (["run", "nosuch", str(SCRIPTS / "show_env.py")], 1, ["no slice named 'nosuch'"]),
-    (["run", "cli16", "--env", "BAD", str(SCRIPTS / "show_env.py")], 2, ["KEY=VALUE"]),
+    (["run", "cli16", "--env", "1BAD=x", str(SCRIPTS / "show_env.py")], 2, ["KEY=VALUE"]),
+    (["run", "cli16", "--env", "UNSET_HERE", str(SCRIPTS / "show_env.py")], 2,
+     ["UNSET_HERE is not set in podctl's environment"]),
+    (["run", "cli16", "--env-file", "missing.env", str(SCRIPTS / "show_env.py")], 2,
+     ["--env-file 'missing.env': cannot read it"]),
     (["run", "cli16", "--hosts", "7", str(SCRIPTS / "show_env.py")], 2, ["hosts 0-1"]),
     (["logs", "not-a-run"], 2, ["not a run id"]),
     (["logs", "cli16-20260101-000000-abcd"], 1, ["no run"]),
@@ -126,3 +146,75 @@ def test_detach_returns_the_run_id_and_logs_follow_it(podctl):
     assert run_id.startswith("cli16-")
     follow = podctl("logs", run_id, "--follow", "--host", "1")
     assert [l for l in follow.stdout.splitlines()] == [f"[host 0001] 1 {i}" for i in range(50)]
+
+
+def test_options_after_the_script_are_the_scripts_own(podctl):
+    proc = podctl("run", "cli16", "--hosts", "0", str(SCRIPTS / "show_args.py"),
+                  "--lr", "3", "--json", "--env", "MYVAR=1", "--detach", "--", "x")
+    assert "[host 0000] ARGS " + json.dumps(["--lr", "3", "--json", "--env", "MYVAR=1", "--detach",
+                                             "--", "x"]) in proc.stdout.splitlines()
+    # `SCRIPT -- ARGS` still hands ARGS over as they are
+    proc = podctl("run", "cli16", str(SCRIPTS / "show_args.py"), "--", "--json")
+    assert "[host 0000] ARGS " + json.dumps(["--json"]) in proc.stdout.splitlines()
+
+
+def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podctl):
+    proc = podctl("exec", "cli16", "--", "echo $TPU_WORKER_ID")
+    assert sorted(proc.stdout.splitlines()) == ["[host 0000] 0", "[host 0001] 1"]
+    proc = podctl("exec", "cli16", "--hosts", "0", "--", "echo", "$TPU_WORKER_ID", "a b")
+    assert proc.stdout.splitlines() == ["[host 0000] $TPU_WORKER_ID a b"]
+
+
+def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
+    proc = podctl("run", "cli16", "--hosts", "all", str(SCRIPTS / "jax_auto_init.py"))
+    lines = proc.stdout.splitlines()
+    assert "[host 0000] process 0 of 2, 8 devices" in lines
+    assert "[host 0001] process 1 of 2, 8 devices" in lines
+    # ... and its coordinator listens on the host's own loopback address, not on every interface
+    listen = json.loads(next(l for l in lines if l.startswith("[host 0000] LISTEN ")).split(" ", 3)[3])
+    assert listen and all(a.removeprefix("::ffff:").startswith("127.") for a in listen), listen
+
+
+def test_lines_are_split_only_at_newlines_and_kept_as_the_script_printed_them(podctl):
+    def stdout_of(*args: str) -> tuple[list[str], str]:  # bytes: text mode would turn \r into \n
+        proc = subprocess.run([sys.executable, "-m", "podctl", *args], capture_output=True,
+                              env=podctl.env, cwd=podctl.tmp, timeout=120, check=True)
+        return proc.stdout.decode().split("\n")[:-1], proc.stderr.decode()
+
+    lines, err = stdout_of("run", "cli16", str(SCRIPTS / "odd_lines.py"))
+    expected = ["[host 0000] a\x0bb\x0cc\x1cd\x1de\x1ef\x85g\u2028h", "[host 0000] progress 1\rprogress 2",
+                "[host 0000] \x1b[2J\x1b]0;owned\x07cleared?"]
+    assert lines == expected  # off a terminal: as the host printed them
+    run_id = next(l.split()[2] for l in err.splitlines() if l.startswith("podctl: run "))
+    assert stdout_of("logs", run_id, "--host", "0")[0] == expected
+
+
+def test_on_a_terminal_a_scripts_escape_sequences_are_shown_not_obeyed():
+    import io
+
+    from podctl.cli.job_cmds import _line_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    sink = _line_printer(screen)
+    sink(0, "\x1b[2J\x1b]0;owned\x07cleared?\tok")
+    sink(1, "fake\r[host 0000] forged\x85\u2028")
+    assert screen.getvalue().splitlines() == [
+        "[host 0000] \\x1b[2J\\x1b]0;owned\\x07cleared?\tok",
+        "[host 0001] fake\\x0d[host 0000] forged\\x85\\u2028"]
+
+
+def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):
+    run_id = podctl("run", "cli16", "--detach", "--env", "FAIL_HOST=0", "--env", "FAIL_CODE=255",
+                    "--keep-going", str(SCRIPTS / "exit_on_host.py")).stdout.strip()
+    deadline = time.time() + 60
+    while "[host 0000] host 0 failing" not in podctl("logs", run_id).stdout:
+        assert time.time() < deadline, "host 0 never failed"
+        time.sleep(0.5)
+    podctl("stop", run_id, "--no-wait")  # host 1 waits to be stopped
+    proc = podctl("logs", run_id, "--follow", check=False)
+    assert proc.returncode == 255
+    assert f"run {run_id} ended: host 0000 failed (exit code 255); is slice cli16 still there?" in proc.stderr

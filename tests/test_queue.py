@@ -53,9 +53,10 @@ def q(tmp_path: Path):
 
 
 def test_add_ls_show_keep_env_values_to_themselves(q):
-    added = q.json("queue", "add", "--slice", "v5p-8", "--env", "API_TOKEN=hunter2-secret",
-                   "--priority", "5", "--max-hours", "2", "--name", "nightly",
-                   str(SCRIPTS / "show_env.py"), "API_TOKEN")
+    # --json before the script: what follows the script is the script's
+    added = json.loads(q("queue", "add", "--slice", "v5p-8", "--env", "API_TOKEN=hunter2-secret",
+                         "--priority", "5", "--max-hours", "2", "--name", "nightly", "--json",
+                         str(SCRIPTS / "show_env.py"), "API_TOKEN").stdout)
     assert (added["state"], added["name"], added["priority"], added["env_keys"]) == (
         "pending", "nightly", 5, ["API_TOKEN"])
     assert added["script"] == "show_env.py" and added["args"] == ["API_TOKEN"]
@@ -73,8 +74,9 @@ def test_add_ls_show_keep_env_values_to_themselves(q):
     (["add", "--slice", "v5p-8", "--spot", "--queued", str(SCRIPTS / "show_env.py")], 2, ["choose one"]),
     (["add", "--slice", "v5p-8", "--valid-for", "2h", str(SCRIPTS / "show_env.py")], 2, ["--queued"]),
     (["add", "--slice", "v5p-8", "--max-hours", "0", str(SCRIPTS / "show_env.py")], 2, ["--max-hours"]),
-    (["add", "--slice", "v5p-8", "--env", "NOPE", str(SCRIPTS / "show_env.py")], 2, ["KEY=VALUE"]),
-    (["add", "--slice", "v5p-8", "missing.py"], 1, ["no script"]),
+    (["add", "--slice", "v5p-8", "--env", "NOPE", str(SCRIPTS / "show_env.py")], 2, ["NOPE is not set"]),
+    (["add", "--slice", "v5p-8", "--env", "1X=y", str(SCRIPTS / "show_env.py")], 2, ["KEY=VALUE"]),
+    (["add", "--slice", "v5p-8", "missing.py"], 2, ["no script"]),  # bad input
     (["show", "42"], 1, ["no queue entry 42"]),
     (["cancel", "42"], 1, ["no queue entry 42"]),
     (["tick", "--loop", "soon"], 2, ["not a duration"]),

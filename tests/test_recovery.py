@@ -45,7 +45,7 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     podctl("fake", "start")
     admin = FakeAdmin(podctl.json("fake", "status")["admin"])
     podctl("up", "--slice", "v5p-16", "--name", "rec")
-    proc = _start(podctl, "run", "rec", str(TEMPLATE), "--recover", "1", "--json", *TINY,
+    proc = _start(podctl, "run", "rec", "--recover", "1", "--json", str(TEMPLATE), *TINY,
                   "--steps", "24", "--checkpoint-every", "4")
     err: list[str] = []
     out_lines: list[str] = []
@@ -89,8 +89,8 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
 def test_a_code_error_is_not_recovered(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("up", "--slice", "v5p-8", "--name", "rec-err")
-    proc = podctl("run", "rec-err", str(SCRIPTS / "exit_on_host.py"), "--recover", "2", "--json",
-                  "--env", "FAIL_HOST=0", "--env", "FAIL_CODE=3", check=False)
+    proc = podctl("run", "rec-err", "--recover", "2", "--json", "--env", "FAIL_HOST=0",
+                  "--env", "FAIL_CODE=3", str(SCRIPTS / "exit_on_host.py"), check=False)
     assert proc.returncode == 3, proc.stderr
     result = json.loads(proc.stdout)
     assert len(result["attempts"]) == 1 and result["recoveries"] == 0
@@ -100,9 +100,9 @@ def test_a_code_error_is_not_recovered(podctl):
 
 def test_recover_bad_input(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
-    assert_one_line_error(podctl("run", "x", "x.py", "--recover", "1", "--detach", check=False), 2,
+    assert_one_line_error(podctl("run", "x", "--recover", "1", "--detach", "x.py", check=False), 2,
                           "--recover needs podctl to watch")
-    assert_one_line_error(podctl("run", "x", "x.py", "--retry-errors", check=False), 2,
+    assert_one_line_error(podctl("run", "x", "--retry-errors", "x.py", check=False), 2,
                           "--retry-errors goes with --recover")
-    proc = podctl("run", "x", "x.py", "--recover", "-1", check=False)
+    proc = podctl("run", "x", "--recover", "-1", "x.py", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

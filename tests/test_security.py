@@ -33,7 +33,7 @@ import pytest
 from podctl.errors import FakeCloudError
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
-from tests.conftest import Podctl, stop_fake_and_check
+from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
 
 SECRET = "s3cr3t-VALUE-7f3a9"
 
@@ -109,7 +109,7 @@ def test_hostile_names_args_env_and_setup_reach_the_script_byte_exact(podctl, tm
 
 def test_env_secrets_never_leave_the_config_that_carries_them(podctl, tmp_path):
     script = job_script(tmp_path, USE_SECRET)
-    proc = podctl("run", "sec", "--env", f"SECRET={SECRET}", str(script), "--json")
+    proc = podctl("run", "sec", "--env", f"SECRET={SECRET}", "--json", str(script))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     run_id = result["run_id"]
@@ -178,6 +178,18 @@ def test_a_changed_host_key_stops_podctl_before_anything_is_sent(podctl, tmp_pat
             assert words in errors[0]
     assert not (host_home(podctl) / "ran").exists()
     assert (sorted(runs.iterdir()) if runs.exists() else []) == before  # no config was written
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-an-object"])
+def test_a_damaged_host_key_pins_file_refuses_to_connect_rather_than_turn_checking_off(podctl, damage):
+    podctl("exec", "sec", "--", "true")
+    pins = next((Path(podctl.env["PODCTL_CONFIG_DIR"]) / "known_hosts").glob("*_sec_*.json"))
+    text = pins.read_text()
+    pins.write_text(text[:len(text) // 2] if damage == "truncated" else "[]")
+    proc = podctl("exec", "sec", "--", "touch", "ran", check=False)
+    assert_one_line_error(proc, 1, "cannot be read", "refusing to connect unchecked", str(pins))
+    assert not (host_home(podctl) / "ran").exists()
+    assert pins.read_text() == (text[:len(text) // 2] if damage == "truncated" else "[]")  # not re-pinned
 
 
 def test_the_fake_binds_loopback_only_everywhere(tmp_path, fake, api):

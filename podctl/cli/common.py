@@ -51,3 +51,60 @@ def runtime_help() -> str:
     from podctl import topology
 
     return ", ".join(f"{g.key} {g.default_runtime_version}" for g in topology.generations().values())
+
+
+class ScriptCommand(click.Command):
+    """A command that runs a script (`run NAME SCRIPT`, `queue add SCRIPT`): its own
+    options go before SCRIPT, and every word after SCRIPT is the script's, in order, as
+    with `python SCRIPT ARGS` (a script with its own --json, --env or --resume keeps
+    them). The one exception is where there is no other reading: an option the command
+    requires that was not given before SCRIPT (e.g. `queue add train.py --slice v5p-8`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, split_at_script(self, list(args)))
+
+
+def split_at_script(command: click.Command, args: list[str]) -> list[str]:
+    """ARGS with a `--` put right after SCRIPT, so that click reads every later word as
+    the script's; a required option found only after SCRIPT is moved before it."""
+    arguments = [p.name for p in command.params if isinstance(p, click.Argument)]
+    position = arguments.index("script")
+    takes_value: dict[str, click.Option] = {}
+    for p in command.params:
+        if isinstance(p, click.Option):
+            for opt in (*p.opts, *p.secondary_opts):
+                takes_value[opt] = p
+    seen, i = 0, 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            return args  # the user drew the line himself
+        if word.startswith("-") and word != "-":
+            option = takes_value.get(word.split("=", 1)[0])
+            i += 2 if option is not None and not (option.is_flag or option.count) and "=" not in word else 1
+            continue
+        if seen < position:
+            seen, i = seen + 1, i + 1
+            continue
+        head, rest = args[:i + 1], args[i + 1:]
+        if rest[:1] == ["--"]:  # `SCRIPT -- ARGS`: click takes that `--` itself
+            return args
+        return [*head, *_required_from(command, head, rest, takes_value), "--", *rest]
+    return args
+
+
+def _required_from(command: click.Command, head: list[str], rest: list[str],
+                   options: dict[str, click.Option]) -> list[str]:
+    """Take out of REST (in place) each required option HEAD lacks; -> those words."""
+    given = {options[w.split("=", 1)[0]].name for w in head if w.split("=", 1)[0] in options}
+    moved: list[str] = []
+    for p in command.params:
+        if not (isinstance(p, click.Option) and p.required and p.name not in given):
+            continue
+        for j, word in enumerate(rest):
+            if word.split("=", 1)[0] in (*p.opts, *p.secondary_opts):
+                width = 1 if "=" in word or p.is_flag else 2
+                moved += rest[j:j + width]
+                del rest[j:j + width]
+                break
+    return moved

@@ -49,11 +49,16 @@ def _seconds(text: str, what: str) -> float:
     return value
 
 
+MAX_COUNT = 10**9  # more calls, chips or workers than any test or slice has
+
+
 def _count(text: str, what: str) -> int:
     from podctl.errors import InvalidValueError
 
-    if not text.isdigit():
-        raise InvalidValueError(f"{what} must be a whole number 0 or more, not {text!r}.")
+    # isascii: "²" is a digit to str.isdigit, not to int()
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_COUNT:
+        raise InvalidValueError(f"{what} must be a whole number from 0 to {MAX_COUNT:,}, not "
+                                f"{text[:40]!r}.")
     return int(text)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 EXIT_INTERRUPTED = 130
@@ -19,10 +20,25 @@ def bucket_option(fn: Any) -> Any:
                         "checkpoints (default: $PODCTL_BUCKET, podctl.toml; the fake has its own).")(fn)
 
 
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def visible(line: str) -> str:
+    """LINE with its control characters shown as escapes (ESC as \\x1b): a script's
+    output must not move the cursor, retitle or clear the user's terminal, or forge
+    a line that seems to come from another host or from podctl. Tabs stay."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", line)
+
+
 def _line_printer(stream: Any) -> Any:
-    """One write per line, so lines of different hosts never split or interleave."""
+    """One write per line, so lines of different hosts never split or interleave. On a
+    terminal control characters are made visible; elsewhere (a file, a pipe) the line
+    is written as the host printed it, as `podctl logs` keeps it in GCS."""
+    terminal = bool(getattr(stream, "isatty", lambda: False)())
+
     def sink(host: int, line: str) -> None:
-        stream.write(f"[host {host:04d}] {line}\n")
+        stream.write(f"[host {host:04d}] {visible(line) if terminal else line}\n")
         stream.flush()
 
     return sink
@@ -58,16 +74,18 @@ def _pins(settings: Any, info: Any) -> Any:
                               info.created))
 
 
-# podctl's own options may stand anywhere; every other word after SCRIPT is the
-# script's, in order, and after `--` everything is (for a script that has --env too).
-@click.command(context_settings={"ignore_unknown_options": True})
+# podctl's options go before SCRIPT; every word after SCRIPT is the script's (ScriptCommand).
+@click.command(cls=ScriptCommand)
 @click.argument("name")
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Directory to ship (default: the script's directory).")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
-              help="Environment for the script on every host (values are never printed).")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V|K",
+              help="Environment for the script on every host (values are never printed); K alone: "
+              "its value from podctl's own environment, out of argv.")
+@click.option("--env-file", "env_files", multiple=True, type=click.Path(path_type=Path),
+              metavar="FILE", help="KEY=VALUE lines (# comments) for the script's environment; --env wins.")
 @click.option("--setup", default=None, metavar="CMD", help="Run once per host per bundle first.")
 @click.option("--hosts", "hosts_text", default="0", show_default=True,
               help="Whose lines to show: all, or host numbers like 0,3.")
@@ -88,7 +106,8 @@ def _pins(settings: Any, info: Any) -> Any:
 @json_option
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
-        env_pairs: tuple[str, ...], setup: str | None, hosts_text: str, detach: bool,
+        env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
+        hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
@@ -115,7 +134,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 
             raise UsageError("--retry-errors goes with --recover N.")
         options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
-                                       env=parse_env(list(env_pairs)), setup=setup, hosts=hosts_text,
+                                       env=parse_env(list(env_pairs), env_files), setup=setup,
+                                       hosts=hosts_text,
                                        fail_fast=not keep_going, resume=resume)
         session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
         out = sys.stderr if as_json else sys.stdout
@@ -230,12 +250,19 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
             if len(attempts) > 1:
                 _notice(f"attempt {number} of {len(attempts)}: run {attempt_id}")
             reader = LogReader(storage, attempt_id, record.num_hosts, _line_printer(sys.stdout),
-                               parse_hosts(host_text, record.num_hosts))
+                               parse_hosts(host_text, record.num_hosts), notice=_notice)
             statuses = run_sync(reader.follow(follow=follow and number == len(attempts)))
         if follow:
             from podctl.jobs.runs import job_exit_code
 
-            sys.exit(job_exit_code(statuses)[0])
+            code, failed = job_exit_code(statuses)
+            if failed is not None:  # say why, as `run` does: an exit code alone says little
+                why = ("stopped by podctl" if failed.stopped
+                       else failed.error or f"exit code {failed.exit_code}")
+                hint = (f"; is slice {record.slice_name} still there? (`podctl status "
+                        f"{record.slice_name}`)" if failed.exit_code == 255 else "")
+                _notice(f"run {run_id} ended: host {failed.host:04d} failed ({why}){hint}")
+            sys.exit(code)
 
     guarded(action)
 
@@ -278,6 +305,38 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
     guarded(action)
 
 
+@click.command()
+@click.argument("run_id")
+@click.option("--no-wait", is_flag=True, help="Return once every host was told to stop.")
+@where_options
+@bucket_option
+@pass_context
+def stop(ctx: Context, run_id: str, no_wait: bool, project: str | None, zone: str | None,
+         bucket: str | None) -> None:
+    """Stop a run (a detached one, or one another terminal follows) on every host.
+
+    As Ctrl-C does: the script gets SIGTERM (the template saves a checkpoint first), and
+    when it exits, whatever it left running ends too. Waits until every host has ended."""
+
+    def action() -> None:
+        from podctl import lifecycle
+        from podctl._sync import run_sync
+
+        session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
+        try:
+            result = run_sync(lifecycle.stop_run(session, run_id, wait=not no_wait, notice=_notice))
+        finally:
+            session.close()
+        if not result.stopped:
+            _notice(f"run {run_id} is not running ({result.state}, or its slice is gone); "
+                    "nothing to stop")
+        else:
+            _notice(f"run {run_id} stopped on every host" if not no_wait
+                    else f"run {run_id}: every host was told to stop")
+
+    guarded(action)
+
+
 @click.command(name="exec", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -313,4 +372,4 @@ def exec_cmd(ctx: Context, name: str, command: tuple[str, ...], hosts_text: str,
     guarded(action)
 
 
-COMMANDS = (run, logs, runs_cmd, exec_cmd)
+COMMANDS = (run, logs, runs_cmd, stop, exec_cmd)

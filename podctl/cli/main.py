@@ -3,13 +3,57 @@ stays fast; every command imports the library it needs when it runs."""
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
 from podctl.cli import ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, job_cmds, queue_cmds, slice_cmds
 from podctl.cli.common import Context
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class PodctlGroup(click.Group):
+    """click's own usage errors as podctl's: one `podctl: error:` line, exit 2."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as e:
+            where = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
+            _error(e.format_message().rstrip(".") + where, 2)
+        except click.ClickException as e:
+            _error(e.format_message(), e.exit_code)
+        except click.Abort:
+            click.echo("podctl: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _error(text: str, code: int) -> None:
+    click.echo("podctl: error: " + " ".join(text.split()), err=True)
+    sys.exit(code)
+
+
+def _backend_option(command: click.Command) -> None:
+    """`--backend` after the subcommand too (`podctl ls --backend fake`), on every command."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _backend_option(sub)
+        return
+
+    def remember(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        context = ctx.find_object(Context)
+        if value is not None and context is not None:
+            context.backend = value
+
+    command.params.append(click.Option(
+        ["--backend"], type=click.Choice(["gcp", "fake"]), default=None, expose_value=False,
+        callback=remember, help="Google Cloud, or the local fake cloud (as `podctl --backend`)."))
+
+
+@click.group(cls=PodctlGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--backend", type=click.Choice(["gcp", "fake"]), default=None,
               help="Google Cloud, or the local fake cloud (default: $PODCTL_BACKEND, podctl.toml, gcp).")
 @click.version_option(package_name="podctl")
@@ -25,6 +69,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl run NAME train.py [ARGS]   run a script on every host; stream its logs
     podctl logs RUN_ID [--follow]     replay (and follow) a run's logs from GCS
     podctl runs                       the runs, with their states
+    podctl stop RUN_ID                stop a run on every host (a checkpoint first)
     podctl exec NAME -- CMD ...       a plain command on every host
     podctl ckpt ls|pull RUN_ID        a run's checkpoints in GCS
     podctl plan --params 70B --tokens 1T --slice v5p-4096   time and cost before a run
@@ -41,6 +86,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
 for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
                  *cost_cmds.COMMANDS, *queue_cmds.COMMANDS, fake_cmds.fake,
                  demo_cmd.demo):
+    _backend_option(_command)
     cli.add_command(_command)
 
 

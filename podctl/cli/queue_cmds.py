@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded, slice_help
+from podctl.cli.common import Context, ScriptCommand, guarded, slice_help
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 TICK_HELP = """One reconcile pass over the queue (for cron): each entry takes its next step.
@@ -46,7 +46,7 @@ def _store() -> Any:
     return Store(db_path(_state_dir()))
 
 
-@queue.command(context_settings={"ignore_unknown_options": True})
+@queue.command(cls=ScriptCommand)
 @click.option("--slice", "slice_type", required=True, metavar="TYPE", help=slice_help())
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -61,8 +61,11 @@ def _store() -> Any:
 @click.option("--max-attempts", type=int, default=3, show_default=True,
               help="Attempts after infrastructure failures (preemption, a failed slice).")
 @click.option("--name", default=None, help="A name for the entry (default: the script's).")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
-              help="Environment for the script (stored in the 0600 queue db; never printed).")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V|K",
+              help="Environment for the script (stored in the 0600 queue db; never printed); K alone: "
+              "its value from podctl's own environment, out of argv.")
+@click.option("--env-file", "env_files", multiple=True, type=click.Path(path_type=Path),
+              metavar="FILE", help="KEY=VALUE lines (# comments) for the script's environment; --env wins.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Directory to ship, bundled now (default: the script's directory).")
 @where_options
@@ -72,6 +75,7 @@ def _store() -> Any:
 def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], priority: int,
         spot: bool, queued: bool, valid_for: str | None, max_hours: float | None,
         max_cost: float | None, max_attempts: int, name: str | None, env_pairs: tuple[str, ...],
+        env_files: tuple[Path, ...],
         workdir: Path | None, project: str | None, zone: str | None, bucket: str | None,
         as_json: bool) -> None:
     """Queue SCRIPT [ARGS...] to run on a slice; the workdir is bundled now."""
@@ -92,7 +96,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             raise InvalidValueError("--name takes 1-63 characters.")
         request = adding.AddRequest(
             slice_type=slice_type, script=script, args=list(args), workdir=workdir,
-            env=parse_env(list(env_pairs)), name=name, priority=priority,
+            env=parse_env(list(env_pairs), env_files), name=name, priority=priority,
             tier="spot" if spot else "queued" if queued else "on-demand",
             valid_for=parse_duration(valid_for, "--valid-for") if valid_for else None,
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)

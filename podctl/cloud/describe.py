@@ -8,6 +8,7 @@ from typing import Literal
 from google.cloud import tpu_v2
 
 from podctl.cloud.api import TpuApi
+from podctl.cloud.names import validate_name
 from podctl.cloud.convert import queued_node_ids, short, slice_from_node, slice_from_queued_resource
 from podctl.cloud.types import SliceInfo
 from podctl.errors import NotFoundError
@@ -36,7 +37,9 @@ async def describe(api: TpuApi, parent: str, name: str, kind: Kind | None = None
     """The slice NAME in PARENT; NotFoundError if there is none.
 
     Without KIND, a queued resource of that name is looked for first, then a node.
+    A NAME that no slice can have (`../../x`) is refused before it goes into a URL.
     """
+    validate_name(name)
     if kind in (None, "queued-resource"):
         try:
             qr = await api.get_queued_resource(f"{parent}/queuedResources/{name}")

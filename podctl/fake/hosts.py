@@ -312,6 +312,8 @@ class HostManager:
             "STORAGE_EMULATOR_HOST": self.gcs_url,
             "TENSORSTORE_GCS_HTTP_URL": self.gcs_url,
             "PODCTL_FAKE_HOST": "1",
+            # JAX finds the slice itself, as on a TPU VM (see tpu_vm/sitecustomize.py)
+            "PYTHONPATH": str(Path(__file__).with_name("tpu_vm")),
         }
 
     def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:

@@ -9,13 +9,17 @@ google-cloud-storage, and it imports nothing from podctl. It:
   3. runs the setup (`pip install -r requirements.txt`, `--setup CMD`) once per
      host per bundle (and setup command), cached by a marker file;
   4. runs the script (or the command) with the run's environment, in its own
-     process group, stdout and stderr merged line by line;
+     session, stdout and stderr merged and split into lines at "\n" only; the run
+     ends when the script exits (a child it left holding the pipe does not keep it
+     going), and whatever the script left running is then ended too;
   5. appends every line to a local file and ships it to GCS in chunks
      (logs/host-NNNN/NNNNNN.log, every few seconds and at exit), with heartbeats;
   6. writes status/host-NNNN.json with the exit code at the end.
 
 SIGTERM (from `podctl` stopping the run, or a TPU VM's preemption notice) is
-passed to the script's process group; the agent still flushes and writes status.
+passed to the script's process group; once the script exits, every process it
+started (its session, and every orphan, which comes back to the agent as a
+child subreaper) gets SIGTERM, then SIGKILL; the agent still flushes and writes status.
 Environment values are handed to the process as data, never through a shell,
 and never written to any log.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -36,6 +41,10 @@ from pathlib import Path
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124
 TAIL_LINES = 20
+DRAIN_SECONDS = 2.0  # after the script exits: read what it left in the pipe, at most this long
+LEFTOVER_GRACE_SECONDS = 3.0  # what the script left running: SIGTERM, this long, SIGKILL
+STOP_GRACE_SECONDS = 600.0  # a script that ignores a stop this long gets SIGKILL
+MAX_LINE_BYTES = 1 << 20  # a "line" this long without "\n" is shipped as it is
 
 
 def host_tag(index: int) -> str:
@@ -109,6 +118,88 @@ def safe_extract(tar_path: "Path | str", dest: "Path | str", *,
         if not inside(os.path.realpath(os.path.join(os.path.dirname(full), linkname))):
             raise refuse(name, f"links to {linkname!r}, which now leads outside the destination")
     return len(members)
+
+
+# ---- the script's processes ----------------------------------------------------------
+
+def become_subreaper() -> None:
+    """Orphans of the script (a daemon it double-forked, a loader whose parent died)
+    come back to the agent instead of init, so the agent can still find and end them.
+    Linux only; elsewhere the script's session is what the agent ends."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        except (OSError, AttributeError):
+            pass
+
+
+def _processes() -> "dict[int, tuple[int, int, str]] | None":
+    """pid -> (ppid, session, state) of every process, from /proc; None without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    table = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()  # the name in () may hold spaces
+            table[int(name)] = (int(fields[1]), int(fields[3]), fields[0].decode())
+        except (OSError, ValueError, IndexError):
+            continue  # gone while we looked
+    return table
+
+
+def leftovers(session: int) -> "list[int]":
+    """The live processes the script started: those in its session, and every
+    descendant of this agent wherever it moved (orphans come back to the agent)."""
+    table = _processes()
+    if table is None:
+        return []
+    me = os.getpid()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    stack = [me]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            if pid not in found:
+                found.add(pid)
+                stack.append(pid)
+    found |= {pid for pid, (_, sid, _) in table.items() if sid == session}
+    found.discard(me)
+    return sorted(pid for pid in found if table[pid][2] not in ("Z", "X"))
+
+
+def _reap() -> None:
+    """Collect the agent's dead children (the script's orphans come back to it)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+class _quiet:
+    """Signalling a process that is already gone is no error."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, value: object, tb: object) -> bool:
+        return kind is not None and issubclass(kind, (ProcessLookupError, PermissionError))  # type: ignore[arg-type]
+
+
+def _text(line: bytes) -> str:
+    return line[:-1].decode("utf-8", "replace") if line.endswith(b"\r") else line.decode("utf-8", "replace")
 
 
 class LogShipper:
@@ -202,16 +293,21 @@ class Agent:
         self.logs = LogShipper(cfg, self.bucket, run_dir)
         self.child: subprocess.Popen | None = None
         self.stopping = False
+        self.stop_deadline: float | None = None
 
     # ---- signals ------------------------------------------------------------------
 
     def on_term(self, signum: int, frame: object) -> None:
-        """Pass the stop to the script's whole process group; exit follows it."""
+        """Pass the stop to the script's process group; when the script exits, whatever
+        it left running is ended too (`end_leftovers`)."""
         self.stopping = True
-        if self.child is not None and self.child.poll() is None:
+        if self.stop_deadline is None:
+            self.stop_deadline = time.monotonic() + float(
+                self.cfg.get("stop_grace_seconds", STOP_GRACE_SECONDS))
+        if self.child is not None and self.child.returncode is None:
             try:
                 os.killpg(self.child.pid, signal.SIGTERM)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
 
     # ---- steps --------------------------------------------------------------------
@@ -271,17 +367,93 @@ class Agent:
         return 0
 
     def run_process(self, argv: list[str], cwd: Path, env: dict) -> int:
-        self.child = subprocess.Popen(
+        """Run ARGV in a session of its own; its lines to the log; -> its exit code.
+        The process ends the run when it exits: the agent reads what it left in the
+        pipe, then ends every process it left behind (a child holding the pipe
+        open must not keep the run going, nor outlive it)."""
+        self.child = child = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, bufsize=1, text=True,
-            encoding="utf-8", errors="replace")
-        assert self.child.stdout is not None
+            stderr=subprocess.STDOUT, start_new_session=True)
+        assert child.stdout is not None
         if self.stopping:  # a stop that came while the process was being started
             self.on_term(signal.SIGTERM, None)
-        for line in self.child.stdout:
-            self.logs.line(line)
-        code = self.child.wait()
+        try:
+            self._pump(child)
+            code = child.wait()
+        finally:
+            self.end_leftovers(session=child.pid)
+            child.stdout.close()
         return 128 - code if code < 0 else code  # killed by signal N -> 128 + N
+
+    def _pump(self, child: subprocess.Popen) -> None:
+        """Lines from the child's pipe to the log, split at "\\n" only (and "\\r\\n"), until
+        every writer closed it, or the child has exited and the pipe stayed quiet (or
+        DRAIN_SECONDS passed): whoever still holds it is a leftover."""
+        assert child.stdout is not None
+        fd = child.stdout.fileno()
+        os.set_blocking(fd, False)
+        pending = b""
+        exited_at: float | None = None
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while True:
+                data = None
+                if selector.select(0.2):
+                    try:
+                        data = os.read(fd, 1 << 16)
+                    except BlockingIOError:  # woken, but another reader was faster
+                        data = None
+                    if data == b"":
+                        break  # end of file: no process holds the pipe any more
+                if data:
+                    *lines, pending = (pending + data).split(b"\n")
+                    for line in lines:
+                        self.logs.line(_text(line))
+                    if len(pending) > MAX_LINE_BYTES:
+                        self.logs.line(_text(pending))
+                        pending = b""
+                now = time.monotonic()
+                if exited_at is None:
+                    if child.poll() is not None:
+                        exited_at = now
+                    elif self.stop_deadline is not None and now > self.stop_deadline:
+                        self.logs.line("[podctl] the script ignored the stop; killing it")
+                        with _quiet():
+                            os.killpg(child.pid, signal.SIGKILL)
+                        self.stop_deadline = float("inf")
+                elif not data or now - exited_at > DRAIN_SECONDS:
+                    break
+        if pending:
+            self.logs.line(_text(pending))
+
+    def end_leftovers(self, session: int) -> None:
+        """SIGTERM to every process the script left running, SIGKILL to what is left
+        after LEFTOVER_GRACE_SECONDS; returns once they are gone."""
+        if self.child is not None and self.child.poll() is None:  # the agent itself failed
+            with _quiet():
+                os.killpg(session, signal.SIGTERM)
+        told = False
+        for sig, grace in ((signal.SIGTERM, LEFTOVER_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
+            pids = leftovers(session)
+            if not pids:
+                break
+            if not told:
+                told = True
+                self.logs.line(f"[podctl] the script left {len(pids)} process"
+                               f"{'es' if len(pids) > 1 else ''} running; ending "
+                               f"{'them' if len(pids) > 1 else 'it'}")
+            for pid in pids:
+                with _quiet():
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                _reap()
+                if not leftovers(session):
+                    break
+                time.sleep(0.05)
+        with _quiet():
+            os.killpg(session, signal.SIGKILL)  # without /proc: the session's own group
+        _reap()
 
     def environment(self, tree: Path) -> dict:
         cfg = self.cfg
@@ -318,6 +490,7 @@ class Agent:
         (self.run_dir / "status.json").write_text(json.dumps(status))
 
     def main(self) -> int:
+        become_subreaper()
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, self.on_term)
         # Only now can a stop find us by pid; one asked for earlier left a marker.

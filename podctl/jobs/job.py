@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from podctl.cloud.types import SliceInfo
-from podctl.errors import BundleError, InvalidValueError, JobError
+from podctl.errors import BundleError, InvalidValueError
 from podctl.jobs import bundle, launch, runs
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
@@ -30,16 +30,41 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Notice = Callable[[str], None]
 
 
-def parse_env(pairs: list[str]) -> dict[str, str]:
-    """["K=V", ...] -> {K: V}; the value is kept as it is, shell characters and all."""
-    env = {}
+def parse_env(pairs: list[str], files: list[Path] | tuple[Path, ...] = (),
+              environ: dict[str, str] | None = None) -> dict[str, str]:
+    """--env-file FILEs, then --env's: "K=V" -> {K: V}, the value kept as it is, shell
+    characters and all; "K" alone takes K's value from podctl's own environment (ENVIRON),
+    so a secret need not stand in podctl's argv, where any local user can read it."""
+    import os
+
+    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    env: dict[str, str] = {}
+    for path in files:
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidValueError(f"--env-file {str(path)!r}: cannot read it ({e}).") from e
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if line and not line.startswith("#"):  # KEY=VALUE a line, as `docker --env-file`
+                env.update(_one_env(line, environ, f"--env-file {path}, line {number}"))
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not _ENV_KEY.match(key):
-            raise InvalidValueError(f"--env {key if sep else pair!r}: expected KEY=VALUE with KEY "
-                                    "made of letters, digits and _ (e.g. --env WANDB_MODE=offline).")
-        env[key] = value
+        env.update(_one_env(pair, environ, "--env"))
     return env
+
+
+def _one_env(pair: str, environ: Any, where: str) -> dict[str, str]:
+    key, sep, value = pair.partition("=")
+    if not _ENV_KEY.match(key):
+        # the words only: a value (a secret) must not be echoed back
+        raise InvalidValueError(f"{where}: {key[:40] if sep else pair[:40]!r} is not KEY=VALUE or KEY, "
+                                "with KEY made of letters, digits and _ (e.g. --env WANDB_MODE=offline).")
+    if not sep:
+        if key not in environ:
+            raise InvalidValueError(f"{where}: {key} is not set in podctl's environment (--env {key} "
+                                    f"takes its value from there; or give --env {key}=VALUE).")
+        value = environ[key]
+    return {key: value}
 
 
 def parse_hosts(text: str, num_hosts: int) -> set[int] | None:
@@ -89,13 +114,18 @@ class RunResult:
     statuses: dict[int, HostStatus]
 
 
+def check_script(script: Path, workdir: Path | None = None) -> None:
+    """A script to run must be a file here (and --workdir a directory): bad input, exit 2."""
+    if not script.expanduser().is_file():
+        raise InvalidValueError(f"no script {str(script)!r}: give the path of a Python file.")
+    if workdir is not None and not workdir.expanduser().is_dir():
+        raise InvalidValueError(f"--workdir {str(workdir)!r} is not a directory.")
+
+
 def _script_in_workdir(script: Path, workdir: Path | None) -> tuple[Path, str]:
     script = script.expanduser()
-    if not script.is_file():
-        raise JobError(f"no script {str(script)!r}: give the path of a Python file.")
+    check_script(script, workdir)
     root = (workdir or script.parent).expanduser().resolve()
-    if not root.is_dir():
-        raise JobError(f"--workdir {str(root)!r} is not a directory.")
     try:
         relative = script.resolve().relative_to(root)
     except ValueError as e:
@@ -170,7 +200,8 @@ class Job:
         await self._write_record()
 
     async def follow(self) -> RunResult:
-        reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts)
+        reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts,
+                           notice=self.notice)
         stopping = False
 
         async def on_status(status: HostStatus) -> None:
@@ -207,9 +238,11 @@ class Job:
 
 async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins, command: list[str],
                         sink: LineSink, hosts: set[int] | None) -> dict[int, int]:
-    """Run COMMAND (argv, quoted for the remote shell) on the hosts; stream its lines."""
+    """Run COMMAND on the hosts; stream its lines. One word is a shell command line, run
+    as it is (as `ssh HOST 'CMD'` and `gcloud ... --command` do: `exec NAME -- 'echo
+    $TPU_WORKER_ID'`); several are argv, each quoted for the remote shell."""
     chosen = [t for t in targets if hosts is None or t.index in hosts]
-    line = shlex.join(command)
+    line = command[0] if len(command) == 1 else shlex.join(command)
     async with Fleet(chosen, private_key, pins) as fleet:
         async def one(conn: Any, target: Target) -> int:
             async with conn.create_process(line) as process:

@@ -32,6 +32,16 @@ class Progress:
     lines: dict[int, int] = field(default_factory=dict)
 
 
+def split_lines(data: bytes) -> list[str]:
+    """A chunk's lines as the host's agent wrote them: split at "\\n" only (a trailing
+    "\\r" dropped), not at the other line breaks str.splitlines knows (\\x0b, \\x0c,
+    \\x1c-\\x1e, \\x85, \\u2028, a lone \\r), which a script may print inside a line."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def _chunk_number(name: str) -> int:
     return int(name.rsplit("/", 1)[-1].split(".", 1)[0])
 
@@ -40,14 +50,15 @@ class LogReader:
     """Polls one run's objects; prints new lines of the chosen hosts through SINK."""
 
     def __init__(self, storage, run_id: str, num_hosts: int, sink: LineSink,
-                 hosts: set[int] | None = None):
+                 hosts: set[int] | None = None, notice: Callable[[str], None] | None = None):
         self.storage = storage
         self.run_id = run_id
         self.num_hosts = num_hosts
         self.sink = sink
         self.hosts = hosts  # None: all
+        self.notice = notice or (lambda text: None)
         self.progress = Progress()
-        self.started = time.time()
+        self.started = time.time()  # no host is lost before HOST_LOST_SECONDS after this
 
     def shown(self, host: int) -> bool:
         return self.hosts is None or host in self.hosts
@@ -70,7 +81,7 @@ class LogReader:
                 if number != expected:
                     break
                 data = await self.storage.download_bytes(name)
-                lines = data.decode("utf-8", errors="replace").splitlines()
+                lines = split_lines(data)
                 for line in lines:
                     self.sink(host, line)
                 emitted += len(lines)
@@ -101,7 +112,7 @@ class LogReader:
         for host in range(self.num_hosts):
             if host in self.progress.statuses:
                 continue
-            last = self.progress.heartbeats.get(host, self.started)
+            last = max(self.progress.heartbeats.get(host, self.started), self.started)
             if now - last > HOST_LOST_SECONDS:
                 lost.append(host)
         return lost
@@ -113,32 +124,64 @@ class LogReader:
     async def follow(self, *, poll_seconds: float = 0.5,
                      on_status: Callable[[HostStatus], Awaitable[None]] | None = None,
                      follow: bool = True) -> dict[int, HostStatus]:
-        """Emit lines until every host has ended (or once, without FOLLOW)."""
-        seen: set[int] = set()
-        last_beat_check = last_status_check = 0.0
-        statuses = self.progress.statuses
+        """Emit lines until every host has ended (or once, without FOLLOW).
+
+        Following rides out a GCS outage of any length: the run goes on on its hosts
+        (their agents keep the lines), so the reader says so once, backs off, and
+        catches up when GCS answers again."""
+        from podctl.storage import StorageUnavailable
+
+        self._seen: set[int] = set()
+        self._last_beat_check = self._last_status_check = 0.0
+        outage_began: float | None = None
+        backoff = poll_seconds
         while True:
-            # Statuses change once per host per run; logs all the time. Listing the
-            # statuses about once a second keeps the load on the store down.
-            if time.monotonic() - last_status_check >= STATUS_SECONDS or not follow:
-                last_status_check = time.monotonic()
-                statuses = await self.read_statuses()
-            await self.read_logs()
-            for host, status in sorted(statuses.items()):
-                if host not in seen:
-                    seen.add(host)
-                    if on_status:
-                        await on_status(status)
-            if self.done or not follow:
-                await self.read_logs()  # statuses come after the last chunk: drain
+            try:
+                statuses = await self._poll(on_status, follow)
+            except StorageUnavailable as e:
+                if not follow:
+                    raise
+                if outage_began is None:
+                    outage_began = time.time()
+                    self.notice(f"GCS cannot be reached ({str(e)[:120]}); run {self.run_id} goes on "
+                                "on its hosts, which keep its lines: still following, to catch up when "
+                                f"GCS answers (or re-attach later: podctl logs {self.run_id} --follow)")
+                backoff = min(30.0, backoff * 2)
+                await asyncio.sleep(backoff)
+                continue
+            if outage_began is not None:
+                self.notice(f"GCS answers again after {time.time() - outage_began:.0f} s; caught up")
+                # the hosts could not beat meanwhile either: give them time to be heard
+                self.started, outage_began, backoff = time.time(), None, poll_seconds
+            if statuses is not None:
                 return statuses
-            now = time.time()
-            if now - last_beat_check > 10:
-                last_beat_check = now
-                await self.read_heartbeats()
-                for host in self.lost_hosts(now):
-                    status = HostStatus(host=host, exit_code=EXIT_HOST_LOST, ended=now,
-                                        error="the host stopped sending heartbeats")
-                    statuses[host] = status
-                    self.progress.statuses[host] = status
             await asyncio.sleep(poll_seconds)
+
+    async def _poll(self, on_status: Callable[[HostStatus], Awaitable[None]] | None,
+                    follow: bool) -> dict[int, HostStatus] | None:
+        """One look at GCS: new lines out, statuses in -> every status once all hosts
+        have ended (or without FOLLOW), else None."""
+        statuses = self.progress.statuses
+        # Statuses change once per host per run; logs all the time. Listing the
+        # statuses about once a second keeps the load on the store down.
+        if time.monotonic() - self._last_status_check >= STATUS_SECONDS or not follow:
+            statuses = await self.read_statuses()
+            self._last_status_check = time.monotonic()
+        await self.read_logs()
+        for host, status in sorted(statuses.items()):
+            if host not in self._seen:
+                self._seen.add(host)
+                if on_status:
+                    await on_status(status)
+        if self.done or not follow:
+            await self.read_logs()  # statuses come after the last chunk: drain
+            return statuses
+        now = time.time()
+        if now - self._last_beat_check > 10:
+            await self.read_heartbeats()
+            self._last_beat_check = now
+            for host in self.lost_hosts(now):
+                status = HostStatus(host=host, exit_code=EXIT_HOST_LOST, ended=now,
+                                    error="the host stopped sending heartbeats")
+                self.progress.statuses[host] = status
+        return None

@@ -47,13 +47,25 @@ class HostPins:
 
     def __init__(self, path: Path):
         self.path = path
+        self.keys: dict[str, str] = {}
+        self.unreadable: str | None = None  # why the pins cannot be trusted: connect to nothing
         try:
-            self.keys: dict[str, str] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            self.keys = {}
+            keys = json.loads(path.read_text())
+            if not (isinstance(keys, dict) and all(isinstance(v, str) for v in keys.values())):
+                raise ValueError("not a JSON object of host keys")
+            self.keys = keys
+        except FileNotFoundError:
+            pass  # no host of this slice met yet: the first keys are pinned
+        except (OSError, ValueError) as e:  # a truncated or damaged file must not turn checking off
+            self.unreadable = f"{type(e).__name__}: {e}"
         self.new: dict[str, str] = {}
 
     def check(self, target: Target, key: str) -> None:
+        if self.unreadable is not None:
+            raise HostKeyError(
+                f"the SSH host keys pinned for this slice cannot be read from {self.path} "
+                f"({self.unreadable[:80]}); refusing to connect unchecked. If you trust the slice "
+                "as it is now, remove that file and podctl pins its keys again.")
         where = f"{target.address}:{target.port}"
         pinned = self.keys.get(where)
         if pinned is None:

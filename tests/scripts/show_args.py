@@ -1,0 +1,4 @@
+import json
+import sys
+
+print("ARGS " + json.dumps(sys.argv[1:]), flush=True)
