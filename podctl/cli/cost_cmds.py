@@ -113,8 +113,11 @@ def _print_compare(estimates: list[Any], mfu_from: str) -> None:
 
 
 @click.command()
-@click.option("--params", "params_text", required=True, metavar="N",
+@click.option("--params", "params_text", default=None, metavar="N",
               help="Model parameters: 70B, 7b, 500M, 1.5e12.")
+@click.option("--from-preflight", "from_preflight", default=None, metavar="FILE",
+              type=click.Path(path_type=Path),
+              help="Price with the compiled FLOPs per step of `podctl preflight --json > FILE`.")
 @click.option("--tokens", "tokens_text", required=True, metavar="D", help="Training tokens: 1T, 2e12.")
 @click.option("--slice", "slice_name", default=None, metavar="v5p-N", help="Slice type to price.")
 @click.option("--compare", default=None, metavar="v5p-A,v5p-B", help="Several slice types, side by side.")
@@ -126,7 +129,7 @@ def _print_compare(estimates: list[Any], mfu_from: str) -> None:
 @bucket_option
 @json_option
 @pass_context
-def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | None,
+def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tokens_text: str, slice_name: str | None,
          compare: str | None, mfu: float | None, mfu_from: str | None, spot: bool,
          price: float | None, project: str | None, zone: str | None, bucket: str | None,
          as_json: bool) -> None:
@@ -141,6 +144,16 @@ def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | Non
         from podctl.cli.render import emit_json
         from podctl.errors import InvalidValueError
 
+        if from_preflight is not None:
+            from podctl.cli.preflight_cmds import plan_from_preflight
+
+            if params_text or compare or mfu_from:
+                raise InvalidValueError("--from-preflight has the FLOPs per step: drop --params, "
+                                        "--compare and --mfu-from.")
+            return plan_from_preflight(ctx, from_preflight, tokens_text, slice_name, mfu, spot,
+                                       price, zone, as_json)
+        if params_text is None:
+            raise InvalidValueError("how large a model? pass --params N (or --from-preflight FILE).")
         params = cost.parse_count(params_text, "--params")
         tokens = cost.parse_count(tokens_text, "--tokens")
         names = [n.strip() for n in compare.split(",") if n.strip()] if compare else []

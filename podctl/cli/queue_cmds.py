@@ -65,6 +65,9 @@ def _store() -> Any:
               help="Environment for the script (stored in the 0600 queue db; never printed).")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Directory to ship, bundled now (default: the script's directory).")
+@click.option("--preflight", "preflight", is_flag=True,
+              help="Compile the step for the slice now (podctl preflight): refuse an entry that "
+              "does not fit in HBM; the report is stored with the entry.")
 @where_options
 @click.option("--bucket", default=None, help="GCS bucket for the bundle and the run's files.")
 @json_option
@@ -72,8 +75,8 @@ def _store() -> Any:
 def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], priority: int,
         spot: bool, queued: bool, valid_for: str | None, max_hours: float | None,
         max_cost: float | None, max_attempts: int, name: str | None, env_pairs: tuple[str, ...],
-        workdir: Path | None, project: str | None, zone: str | None, bucket: str | None,
-        as_json: bool) -> None:
+        workdir: Path | None, preflight: bool, project: str | None, zone: str | None,
+        bucket: str | None, as_json: bool) -> None:
     """Queue SCRIPT [ARGS...] to run on a slice; the workdir is bundled now."""
 
     def action() -> None:
@@ -98,6 +101,10 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
+        if preflight:  # before anything is bundled or stored
+            from podctl.cli.preflight_cmds import compile_checked
+
+            request.preflight = compile_checked(slice_type, script, list(args)).to_json()
         bucket_name = settings.require_bucket()
         with _store() as store:  # first: a bad db is refused before anything is uploaded
             storage = Storage.connect(bucket_name, endpoint=storage_endpoint(settings))
