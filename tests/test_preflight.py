@@ -173,6 +173,17 @@ def test_run_preflight_refuses_a_step_that_does_not_fit_and_starts_nothing(on_fa
     proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", TEMPLATE, *TOO_LARGE)
     assert proc.returncode == 1 and "does not fit v5p-8" in proc.stderr
     assert on_fake.json("queue", "ls") == []
+    # a step that fits is queued with its report (a tiny model: a short compile)
+    tiny = ["--d-model", "64", "--heads", "1", "--d-ff", "64", "--layers", "1", "--seq-len", "8",
+            "--batch", "4"]
+    proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", TEMPLATE, *tiny,
+                 "--json")
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)
+    shown = on_fake.json("queue", "show", str(entry["id"]))
+    assert shown["preflight"]["fits"] is True and shown["preflight"]["slice"] == "v5p-8"
+    assert shown["preflight"]["args"] == tiny
+    assert "fits v5p-8: " in on_fake("queue", "show", str(entry["id"])).stdout
 
 
 def test_the_queue_stores_a_preflight_report_with_the_entry_and_migrates_v1(tmp_path):

@@ -173,6 +173,10 @@ def show(entry_id: int, as_json: bool) -> None:
             if isinstance(value, float) and key in ("created", "updated", "started", "ended",
                                                       "next_try_at") and value:
                 value = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+            if key == "preflight" and isinstance(value, dict):  # the whole report: --json
+                value = (f"fits {value.get('slice')}: "
+                         f"{value['hbm']['needed_bytes'] / 2**30:.2f} GiB of HBM per chip, "
+                         f"{value['flops']['per_step'] or 0:.3e} FLOPs per step")
             click.echo(f"{key:16s} {value if value is not None and value != [] else '-'}")
         for a in attempts:
             click.echo(f"attempt {a['attempt']}: slice {a['slice']}, run {a.get('run_id') or '-'}, "
