@@ -190,21 +190,34 @@ def parse_mesh(text: str | None, devices: int) -> dict[str, int]:
     return sizes
 
 
-def make_mesh(sizes: dict[str, int], no_shard: bool):
-    import jax
+def make_mesh(sizes: dict[str, int], no_shard: bool, devices: list):
+    """The ("data", "fsdp", "model") mesh over DEVICES (jax.devices() to train; the
+    devices of a TPU topology description under `podctl preflight`)."""
     import numpy as np
     from jax.sharding import Mesh
 
     if no_shard:
-        return Mesh(np.array(jax.local_devices()[:1]).reshape(1, 1, 1), AXES)
+        return Mesh(np.array(devices[:1]).reshape(1, 1, 1), AXES)
     shape = tuple(sizes[a] for a in AXES)
-    devices = jax.devices()
     if devices[0].platform == "tpu":
         # Lays the axes onto the ICI torus so neighbours in "model" are physical neighbours.
         from jax.experimental import mesh_utils
 
+        slices = len({getattr(d, "slice_index", 0) for d in devices})
         try:
-            grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+            if slices > 1:
+                # Multislice: only the outer axis that the slice count divides crosses the
+                # data-center network (DCN); the rest stays inside a slice, on ICI.
+                outer = next((i for i, a in enumerate(AXES[:2]) if sizes[a] % slices == 0), None)
+                if outer is None:
+                    raise ValueError(f"neither data nor fsdp is a multiple of {slices} slices")
+                dcn = tuple(slices if i == outer else 1 for i in range(3))
+                ici = tuple(n // d for n, d in zip(shape, dcn))
+                grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
+                                                            allow_split_physical_axes=True)
+            else:
+                grid = mesh_utils.create_device_mesh(shape, devices,
+                                                     allow_split_physical_axes=True)
             return Mesh(grid, AXES)
         except (ValueError, NotImplementedError, AssertionError) as e:
             sys.stderr.write(f"{PROG}: topology-aware mesh unavailable ({e}); plain order\n")
@@ -463,15 +476,14 @@ def peak_flops(devices: list, override: float | None) -> tuple[float | None, str
 
 # ---- main -------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    if a.data.endswith(".txt"):
-        if a.vocab != 256:
-            sys.stderr.write(f"{PROG}: --data .txt is read as bytes: vocab 256, not {a.vocab}\n")
-        a.vocab = 256
-    keep_stdout_for_metrics()
-    configure_storage_emulator()
-    t_start = time.time()
+class Built:
+    """Everything the train step needs, made over a list of devices (see build)."""
+
+    def __init__(self, **parts: object) -> None:
+        self.__dict__.update(parts)
+
+
+def set_precision(a: argparse.Namespace) -> None:
     import jax
 
     # Deliberate: any float32 matmul left (there should be none in the step: params are
@@ -480,22 +492,22 @@ def main(argv: list[str] | None = None) -> int:
     # With --dtype float32 (e.g. on CPU, whose bf16 matmuls are slow) keep full precision.
     jax.config.update("jax_default_matmul_precision",
                       "bfloat16" if a.dtype == "bfloat16" else "float32")
-    init_distributed()
-    stop = StopFlag()
-    stop.install()
 
+
+def build(a: argparse.Namespace, devices: list) -> Built:
+    """The mesh over DEVICES, the shardings, the abstract state and the jitted train
+    step: the same code for training (jax.devices()) and for `podctl preflight` (the
+    devices of a TPU topology that is not attached; nothing is allocated here)."""
+    import jax
     import jax.numpy as jnp
     import optax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    if a.no_shard and jax.process_count() > 1:
-        fail("--no-shard runs on one device: use it with a single process")
-    sizes = parse_mesh(a.mesh, jax.device_count()) if not a.no_shard else {x: 1 for x in AXES}
-    mesh = make_mesh(sizes, a.no_shard)
+    sizes = parse_mesh(a.mesh, len(devices)) if not a.no_shard else {x: 1 for x in AXES}
+    mesh = make_mesh(sizes, a.no_shard, devices)
     batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if a.batch % batch_shards:
         fail(f"--batch {a.batch} is not a multiple of data x fsdp = {batch_shards}")
-    data = Data(a)
 
     # -- shardings: params by rule, optimizer state like the params it tracks --
     shapes, logical = param_shapes(a), param_logical_axes(a.untied)
@@ -524,9 +536,6 @@ def main(argv: list[str] | None = None) -> int:
     scalar = NamedSharding(mesh, P())
     n_params = sum(math.prod(s) for s in jax.tree.leaves(shapes, is_leaf=is_shape))
 
-    # Parameters are created where they live: each device makes only its own shards.
-    state = jax.jit(init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
-
     def train_step(state, batch):
         loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch, a, mesh)
         updates, opt = tx.update(grads, state["opt"], state["params"])
@@ -536,6 +545,56 @@ def main(argv: list[str] | None = None) -> int:
     # donate_argnums: the old state's buffers are reused for the new one (no second copy)
     step_fn = jax.jit(train_step, in_shardings=(state_sharding, batch_sharding),
                       out_shardings=(state_sharding, scalar), donate_argnums=0)
+    return Built(mesh=mesh, init_state=init_state, abstract=abstract, step_fn=step_fn,
+                 state_sharding=state_sharding, batch_sharding=batch_sharding,
+                 n_params=n_params)
+
+
+def preflight(argv: list[str], devices: list) -> dict:
+    """`podctl preflight`'s hook: the train step and abstract arguments of the real
+    shapes and shardings (jax.ShapeDtypeStruct), over DEVICES, for podctl to lower and
+    compile for a TPU slice that is not attached. Nothing is allocated, no data read."""
+    import jax
+    import jax.numpy as jnp
+
+    a = parse_args(argv)
+    if a.data.endswith(".txt"):
+        a.vocab = 256
+    set_precision(a)
+    b = build(a, devices)
+    state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                         b.abstract, b.state_sharding)
+    batch = jax.ShapeDtypeStruct((a.batch, a.seq_len + 1), jnp.int32, sharding=b.batch_sharding)
+    return {"step": b.step_fn, "args": (state, batch), "tokens_per_step": a.batch * a.seq_len,
+            "params": b.n_params, "info": {"mesh": dict(b.mesh.shape), "remat": a.remat,
+                                           "batch": a.batch, "seq_len": a.seq_len}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.data.endswith(".txt"):
+        if a.vocab != 256:
+            sys.stderr.write(f"{PROG}: --data .txt is read as bytes: vocab 256, not {a.vocab}\n")
+        a.vocab = 256
+    keep_stdout_for_metrics()
+    configure_storage_emulator()
+    t_start = time.time()
+    import jax
+
+    set_precision(a)
+    init_distributed()
+    stop = StopFlag()
+    stop.install()
+
+    if a.no_shard and jax.process_count() > 1:
+        fail("--no-shard runs on one device: use it with a single process")
+    b = build(a, jax.devices() if not a.no_shard else jax.local_devices())
+    mesh, abstract, state_sharding, n_params = b.mesh, b.abstract, b.state_sharding, b.n_params
+    batch_sharding, step_fn = b.batch_sharding, b.step_fn
+    data = Data(a)
+
+    # Parameters are created where they live: each device makes only its own shards.
+    state = jax.jit(b.init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
 
     # -- checkpoints: restore the latest, sharded as above --
     manager, start_step, last_saved = None, 0, None

@@ -95,7 +95,7 @@ def test_a_bad_database_is_refused_and_left_as_it_is(q, damage):
         with sqlite3.connect(q.db) as conn:
             conn.execute("CREATE TABLE future (x)")
             conn.execute("PRAGMA user_version = 7")
-        words = ["has schema 7; this podctl knows up to 1: upgrade podctl"]
+        words = ["has schema 7; this podctl knows up to 2: upgrade podctl"]
     before = q.db.read_bytes()
     for args in (["ls"], ["tick"], ["show", "1"],
                  ["add", "--slice", "v5p-8", str(SCRIPTS / "show_env.py")]):

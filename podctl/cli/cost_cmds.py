@@ -138,8 +138,11 @@ def _print_compare(estimates: list[Any], sources: list[str]) -> None:
 
 
 @click.command()
-@click.option("--params", "params_text", required=True, metavar="N",
+@click.option("--params", "params_text", default=None, metavar="N",
               help="Model parameters: 70B, 7b, 500M, 1.5e12.")
+@click.option("--from-preflight", "from_preflight", default=None, metavar="FILE",
+              type=click.Path(path_type=Path),
+              help="Price with the compiled FLOPs per step of `podctl preflight --json > FILE`.")
 @click.option("--tokens", "tokens_text", required=True, metavar="D", help="Training tokens: 1T, 2e12.")
 @click.option("--slice", "slice_name", default=None, metavar="TYPE",
               help="Slice type to price: v5p-N, v6e-N, v5litepod-N, v4-N.")
@@ -158,9 +161,9 @@ def _print_compare(estimates: list[Any], sources: list[str]) -> None:
 @bucket_option
 @json_option
 @pass_context
-def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | None,
-         compare: str | None, mfu_text: str | None, mfu_from: str | None, spot: bool,
-         price_text: str | None, project: str | None, zone: str | None, bucket: str | None,
+def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tokens_text: str,
+         slice_name: str | None, compare: str | None, mfu_text: str | None, mfu_from: str | None,
+         spot: bool, price_text: str | None, project: str | None, zone: str | None, bucket: str | None,
          as_json: bool) -> None:
     """Estimate time and cost of training: 6·N·D FLOPs at MFU of the chips' peak, on a
     TPU slice, or several systems side by side (TPU against GPU).
@@ -177,6 +180,18 @@ def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | Non
         from podctl.cli.render import emit_json
         from podctl.errors import InvalidValueError
 
+        if from_preflight is not None:
+            from podctl.cli.preflight_cmds import plan_from_preflight
+
+            if params_text or compare or mfu_from:
+                raise InvalidValueError("--from-preflight has the FLOPs per step: drop --params, "
+                                        "--compare and --mfu-from.")
+            return plan_from_preflight(ctx, from_preflight, tokens_text, slice_name,
+                                       _one_number(mfu_text, "--mfu", cost.check_mfu), spot,
+                                       _one_number(price_text, "--price", cost.check_price),
+                                       zone, as_json)
+        if params_text is None:
+            raise InvalidValueError("how large a model? pass --params N (or --from-preflight FILE).")
         params = cost.parse_count(params_text, "--params")
         tokens = cost.parse_count(tokens_text, "--tokens")
         names = [n.strip() for n in compare.split(",") if n.strip()] if compare else []
@@ -222,6 +237,20 @@ def plan(ctx: Context, params_text: str, tokens_text: str, slice_name: str | Non
             _notice(note)
 
     guarded(action)
+
+
+def _one_number(text: str | None, flag: str, check: Any) -> float | None:
+    """A single --mfu / --price value (a preflight prices one slice, not several systems)."""
+    from podctl.errors import InvalidValueError
+
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidValueError(f"{flag} with --from-preflight is one number, not {text!r}.") from None
+    check(value)
+    return value
 
 
 # ---- podctl cost ----------------------------------------------------------------------

@@ -101,6 +101,9 @@ def _pins(settings: Any, info: Any) -> Any:
 @click.option("--max-hours", default=None, metavar="H",
               help="Budget: after H hours (or the slice's own budget, if sooner) stop the run "
               "with a checkpoint and delete the slice; enforced while this command follows.")
+@click.option("--preflight", "preflight", is_flag=True,
+              help="Compile the step for the slice first (podctl preflight); refuse to start "
+              "one that does not fit in HBM.")
 @where_options
 @bucket_option
 @json_option
@@ -109,7 +112,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
         hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
-        max_hours: str | None, project: str | None,
+        max_hours: str | None, preflight: bool, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
 
@@ -138,6 +141,11 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                                        hosts=hosts_text,
                                        fail_fast=not keep_going, resume=resume)
         session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
+        if preflight:  # before anything is uploaded or started
+            from podctl.cli.preflight_cmds import compile_checked
+
+            info = run_sync(lifecycle.ready_slice(session, name))
+            compile_checked(info.accelerator_type, script, list(args), num_slices=info.num_slices)
         out = sys.stderr if as_json else sys.stdout
         started: list[Any] = []
 

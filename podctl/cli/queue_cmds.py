@@ -68,6 +68,9 @@ def _store() -> Any:
               metavar="FILE", help="KEY=VALUE lines (# comments) for the script's environment; --env wins.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Directory to ship, bundled now (default: the script's directory).")
+@click.option("--preflight", "preflight", is_flag=True,
+              help="Compile the step for the slice now (podctl preflight): refuse an entry that "
+              "does not fit in HBM; the report is stored with the entry.")
 @where_options
 @click.option("--bucket", default=None, help="GCS bucket for the bundle and the run's files.")
 @json_option
@@ -76,8 +79,8 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         spot: bool, queued: bool, valid_for: str | None, max_hours: float | None,
         max_cost: float | None, max_attempts: int, name: str | None, env_pairs: tuple[str, ...],
         env_files: tuple[Path, ...],
-        workdir: Path | None, project: str | None, zone: str | None, bucket: str | None,
-        as_json: bool) -> None:
+        workdir: Path | None, preflight: bool, project: str | None, zone: str | None,
+        bucket: str | None, as_json: bool) -> None:
     """Queue SCRIPT [ARGS...] to run on a slice; the workdir is bundled now."""
 
     def action() -> None:
@@ -102,6 +105,10 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
+        if preflight:  # before anything is bundled or stored
+            from podctl.cli.preflight_cmds import compile_checked
+
+            request.preflight = compile_checked(slice_type, script, list(args)).to_json()
         bucket_name = settings.require_bucket()
         with _store() as store:  # first: a bad db is refused before anything is uploaded
             storage = Storage.connect(bucket_name, endpoint=storage_endpoint(settings))
@@ -170,6 +177,10 @@ def show(entry_id: int, as_json: bool) -> None:
             if isinstance(value, float) and key in ("created", "updated", "started", "ended",
                                                       "next_try_at") and value:
                 value = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+            if key == "preflight" and isinstance(value, dict):  # the whole report: --json
+                value = (f"fits {value.get('slice')}: "
+                         f"{value['hbm']['needed_bytes'] / 2**30:.2f} GiB of HBM per chip, "
+                         f"{value['flops']['per_step'] or 0:.3e} FLOPs per step")
             click.echo(f"{key:16s} {value if value is not None and value != [] else '-'}")
         for a in attempts:
             click.echo(f"attempt {a['attempt']}: slice {a['slice']}, run {a.get('run_id') or '-'}, "

@@ -27,6 +27,7 @@ class AddRequest:
     max_hours: float | None = None
     max_cost: float | None = None
     max_attempts: int = 3
+    preflight: dict[str, Any] | None = None  # the report of `queue add --preflight`
 
 
 def validate(request: AddRequest) -> None:
@@ -63,5 +64,5 @@ def add(store: Store, request: AddRequest, *, project: str, zone: str, bucket: s
                   bundle_hash=bundle_hash, args=list(request.args), env=dict(request.env),
                   priority=request.priority, tier=request.tier, valid_for=request.valid_for,
                   max_hours=request.max_hours, max_cost=request.max_cost,
-                  max_attempts=request.max_attempts)
+                  max_attempts=request.max_attempts, preflight=request.preflight)
     return store.add(entry)

@@ -28,7 +28,7 @@ STATES = ("pending", "provisioning", "starting", "running", "succeeded", "failed
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 TIERS = ("on-demand", "spot", "queued")  # a node; a spot queued resource; an on-demand one
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_JSON_FIELDS = {"args", "env", "attempts"}
+_JSON_FIELDS = {"args", "env", "attempts", "preflight"}
 
 
 @dataclass
@@ -64,6 +64,7 @@ class Entry:
     last_error: str | None = None
     exit_code: int | None = None
     cost: float | None = None
+    preflight: dict[str, Any] | None = None  # `queue add --preflight`'s report (podctl/preflight.py)
 
     @property
     def terminal(self) -> bool:
@@ -105,8 +106,12 @@ def _v1(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX entries_state ON entries (state, priority DESC, id)")
 
 
+def _v2(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE entries ADD COLUMN preflight TEXT")  # JSON, or NULL: none made
+
+
 # version -> the function that brings a database from version-1 to it
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 
@@ -188,12 +193,12 @@ class Store:
     def _row(row: sqlite3.Row) -> Entry:
         data = {k: row[k] for k in row.keys()}
         for key in _JSON_FIELDS:
-            data[key] = json.loads(data[key])
+            data[key] = None if data[key] is None else json.loads(data[key])
         return Entry(**data)
 
     @staticmethod
     def _encode(key: str, value: Any) -> Any:
-        return json.dumps(value) if key in _JSON_FIELDS else value
+        return json.dumps(value) if key in _JSON_FIELDS and value is not None else value
 
     def add(self, entry: Entry) -> Entry:
         now = time.time()
