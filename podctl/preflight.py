@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from podctl.errors import ConfigError, PodctlError, UsageError
-from podctl.topology import (CHIPS_PER_HOST, HBM_GIB_PER_CHIP, PEAK_BF16_TFLOPS_PER_CHIP,
-                             parse_multislice)
+from podctl.topology import parse_multislice
 
 GIB = 2**30
 DEFAULT_MFU = 0.45  # as `podctl plan` assumes, and says so
@@ -57,7 +56,7 @@ class Target:
     num_slices: int
     generation: str
     topology: str
-    topology_name: str  # e.g. "v5p:8x16x16"
+    topology_name: str  # e.g. "v5:8x16x16"
     chip_config_name: str
     chips_per_host_bounds: tuple[int, int, int]
     chips: int  # all slices together
@@ -66,21 +65,19 @@ class Target:
 
 
 def target_for(slice_type: str, num_slices: int = 1) -> Target:
-    """`v5p-N` x K -> the topology request for libtpu. The one place that maps a slice
-    to libtpu's names: when the catalog has a record per generation (v6e, v5litepod,
-    v4), point this at it (topology string, chip config, host bounds, HBM, peak)."""
+    """`v5p-N` (any generation of data/generations.toml) x K -> the topology request for
+    libtpu: the record names libtpu's topology ("v5:8x8x16"), chip config ("megacore":
+    one JAX device per v5p chip, its 2 TensorCores as one) and the chips on one host."""
     multi = parse_multislice(slice_type, num_slices)
     kind = multi.slice_type
-    return Target(slice_type=kind.name, num_slices=num_slices, generation="v5p",
-                  topology=kind.topology, topology_name=f"v5p:{kind.topology}",
-                  # one JAX device per v5p chip (its 2 TensorCores as one, "megacore"); a
-                  # host holds 2x2x1 chips (4, CHIPS_PER_HOST)
-                  chip_config_name="megacore", chips_per_host_bounds=(2, 2, 1),
-                  chips=multi.chips, hbm_bytes_per_chip=HBM_GIB_PER_CHIP * GIB,
-                  peak_flops_per_chip=PEAK_BF16_TFLOPS_PER_CHIP * 1e12)
-
-
-assert CHIPS_PER_HOST == 2 * 2 * 1  # target_for's chips_per_host_bounds
+    generation = kind.generation
+    bounds = tuple(int(side) for side in kind.chips_per_host_bounds.split(","))
+    return Target(slice_type=kind.name, num_slices=num_slices, generation=generation.key,
+                  topology=kind.topology, topology_name=kind.libtpu_topology,
+                  chip_config_name=kind.chip_config_name,
+                  chips_per_host_bounds=(bounds[0], bounds[1], bounds[2]),
+                  chips=multi.chips, hbm_bytes_per_chip=int(generation.hbm_gib_per_chip * GIB),
+                  peak_flops_per_chip=generation.peak_flops_per_chip)
 
 
 @dataclass

@@ -47,7 +47,7 @@ def _preflight(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def default_v5p8(tmp_path_factory: pytest.TempPathFactory) -> dict:
     cli = _cli(tmp_path_factory.mktemp("pre"))
-    proc = _preflight(cli, "--slice", "v5p-8", TEMPLATE, "--json")
+    proc = _preflight(cli, "--slice", "v5p-8", "--json", TEMPLATE)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -55,7 +55,7 @@ def default_v5p8(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_the_template_at_its_default_size_fits_v5p_8_with_hbm_and_flops_in_the_json(default_v5p8):
     r = default_v5p8
     assert r["fits"] is True and r["compiled"] is True
-    assert (r["slice"], r["chips"], r["devices"], r["topology"]) == ("v5p-8", 4, 4, "v5p:2x2x1")
+    assert (r["slice"], r["chips"], r["devices"], r["topology"]) == ("v5p-8", 4, 4, "v5:2x2x1")
     hbm = r["hbm"]
     assert hbm["per_chip_bytes"] == 95 * GIB
     assert hbm["needed_bytes"] == (hbm["arguments_bytes"] + hbm["outputs_bytes"] - hbm["aliased_bytes"]
@@ -79,7 +79,7 @@ def test_compiled_flops_per_step_are_within_the_stated_band_of_6_n_tokens(defaul
 
 
 def test_remat_lowers_the_temporaries(default_v5p8, tmp_path):
-    proc = _preflight(_cli(tmp_path), "--slice", "v5p-8", TEMPLATE, "--remat", "--json")
+    proc = _preflight(_cli(tmp_path), "--slice", "v5p-8", "--json", TEMPLATE, "--remat")
     assert proc.returncode == 0, proc.stderr
     remat = json.loads(proc.stdout)
     assert remat["hbm"]["temporaries_bytes"] < default_v5p8["hbm"]["temporaries_bytes"]
@@ -101,7 +101,7 @@ def test_a_model_too_large_for_v5p_8_exits_1_naming_the_missing_amount(tmp_path)
 
 
 def test_the_same_model_fits_a_larger_slice_with_a_larger_fsdp_axis(tmp_path):
-    proc = _preflight(_cli(tmp_path), "--slice", "v5p-32", TEMPLATE, *TOO_LARGE, "--json")
+    proc = _preflight(_cli(tmp_path), "--slice", "v5p-32", "--json", TEMPLATE, *TOO_LARGE)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["fits"] and r["chips"] == 16 and r["info"]["mesh"]["fsdp"] == 16
@@ -133,7 +133,7 @@ def test_plan_from_preflight_prices_the_compiled_flops_with_the_working_shown(de
 
 
 @pytest.mark.parametrize("args, code, words", [
-    (["--slice", "v5p-7", TEMPLATE], 2, ["not a v5p size"]),
+    (["--slice", "v5p-7", TEMPLATE], 2, ["not a TPU v5p size"]),
     (["--slice", "v5p-8", "nosuch.py"], 2, ["no such script"]),
     (["--slice", "v5p-8", str(ROOT / "tests" / "scripts" / "no_preflight_hook.py")], 2,
      ["no preflight(argv, devices) function"]),
@@ -176,8 +176,8 @@ def test_run_preflight_refuses_a_step_that_does_not_fit_and_starts_nothing(on_fa
     # a step that fits is queued with its report (a tiny model: a short compile)
     tiny = ["--d-model", "64", "--heads", "1", "--d-ff", "64", "--layers", "1", "--seq-len", "8",
             "--batch", "4"]
-    proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", TEMPLATE, *tiny,
-                 "--json")
+    proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", "--json", TEMPLATE,
+                 *tiny)
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(proc.stdout)
     shown = on_fake.json("queue", "show", str(entry["id"]))

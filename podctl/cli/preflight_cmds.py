@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context
 
 
@@ -84,11 +84,11 @@ def compile_checked(slice_type: str, script: Path, args: list[str], *, num_slice
     return preflight.require_fit(result)
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=ScriptCommand)
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--slice", "slice_type", required=True, metavar="v5p-N",
-              help="The slice to compile for (nothing is created).")
+@click.option("--slice", "slice_type", required=True, metavar="TYPE",
+              help="The slice to compile for, any generation (nothing is created).")
 @click.option("--num-slices", default=1, show_default=True, type=int, metavar="K",
               help="Multislice: K slices over the data-center network.")
 @click.option("--mfu", type=float, default=None,
@@ -150,10 +150,14 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
                       else (cost.DEFAULT_MFU, "assumed; pass --mfu"))
     cost.check_price(price)
     where = _plan_zone(ctx, zone)
-    chip_price = (cost.chip_hour_price(where, spot=spot, override=price) if where
-                  else cost.chip_hour_price("-", spot=spot, override=price) if price else None)
+    generation = cost.generation_of(data["slice"])
+    chip_price = (cost.chip_hour_price(where, spot=spot, override=price, generation=generation)
+                  if where else cost.chip_hour_price("-", spot=spot, override=price,
+                                                     generation=generation) if price else None)
     per_step, per_step_tokens = float(data["flops"]["per_step"]), int(data["tokens_per_step"])
-    chips, peak = int(data["chips"]), cost.PEAK_FLOPS_PER_CHIP
+    chips = int(data["chips"])
+    peak = float((data.get("predicted") or {}).get("peak_flops_per_chip")
+                 or cost.parse_slice(data["slice"]).generation.peak_flops_per_chip)
     steps = tokens / per_step_tokens
     flops = per_step * steps
     hours = flops / (chips * peak * chosen) / 3600
@@ -168,7 +172,7 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
               "usd_per_hour": per_hour, "total_usd": total,
               "usd_per_million_tokens": total / (tokens / 1e6) if total is not None else None,
               "price": chip_price.to_json() if chip_price else None, "zone": where,
-              "price_note": None if chip_price else cost.unknown_price_message(where),
+              "price_note": None if chip_price else cost.unknown_price_message(where, generation),
               "from_preflight": str(path)}
     if as_json:
         emit_json(report)
