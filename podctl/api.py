@@ -77,6 +77,7 @@ class Cloud:
         self._loop = LoopThread()
         self.session = lifecycle.Session.open(settings)
         self._created: list[Slice] = []
+        self._signals: dict[int, object] | None = None
 
     # ---- the sync face over the async core ----
     def _run(self, coro: Any, status: StatusLine | None = None) -> Any:
@@ -88,6 +89,13 @@ class Cloud:
         Used as `with cloud.up(...) as slice:`, the slice is deleted when the block ends."""
         request = lifecycle.up_request(self.settings, lifecycle.SliceOptions(
             slice_type=slice_type, name=name, spot=spot, queued=queued, timeout=timeout, **options))
+        if self._signals is None:
+            # From here this process may own a slice: SIGTERM and SIGHUP end it as Ctrl-C
+            # does (an `up` under way undoes its creation, a `with` block's exit deletes
+            # the slice), unless the program handles them itself. Undone by close().
+            from podctl.signals import route_stop_signals
+
+            self._signals = route_stop_signals(only_defaults=True)
         status = StatusLine(f"{request.name} ({request.spec.describe()})")
         result = self._run(lifecycle.up(self.session, request, progress=status), status)
         status.done("ready" if result.created else "ready (reused)")
@@ -129,6 +137,11 @@ class Cloud:
             for made in list(self._created):
                 made.down(missing_ok=True)
         finally:
+            if self._signals is not None:
+                from podctl.signals import restore
+
+                restore(self._signals)
+                self._signals = None
             self._loop.close()
             self.session.close()
             if self._started_fake:

@@ -44,6 +44,9 @@ for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
 
 
 def main() -> None:
+    from podctl.signals import route_stop_signals
+
+    route_stop_signals()  # SIGTERM and SIGHUP undo what Ctrl-C undoes (a slice `up` made)
     cli(prog_name="podctl")
 
 
