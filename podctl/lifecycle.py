@@ -152,11 +152,19 @@ async def down(session: Session, name: str, *, wait: bool = True, timeout: str =
     info = await describe.describe(session.api, parent, name)
     info = await terminate.owning_slice(session.api, parent, info)
     deleted = await terminate.delete(session.api, parent, info)
+    _tombstone(session, info)
     if wait:
         await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind,
                            policy=WaitPolicy(timeout=parse_duration(timeout, "--timeout")),
                            progress=progress)
     return deleted
+
+
+def _tombstone(session: Session, info: SliceInfo) -> None:
+    """The owner deleted this slice: `run --recover` must not make it again."""
+    from podctl import tombstones
+
+    tombstones.write(session.settings.state_dir, info)
 
 
 # ---- runs ---------------------------------------------------------------------------

@@ -186,7 +186,11 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
                 raise UsageError("nothing deleted.")
 
         async def delete_and_wait() -> Any:
+            from podctl import tombstones
+
             deleted = await terminate.delete(api, settings.parent, info)
+            # The owner deleted it: a `run --recover` following it must not make it again.
+            tombstones.write(settings.state_dir, info)
             if not no_wait:
                 with ProgressReporter(f"deleting {name}") as progress:
                     await wait_deleted(api, settings.parent, deleted.name, kind=deleted.kind,
