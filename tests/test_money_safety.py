@@ -67,3 +67,39 @@ def test_sigterm_or_sighup_during_up_deletes_the_slice_up_created_and_a_second_s
     assert f"interrupted ({signal.Signals(sig).name})" in err and "Traceback" not in err
     assert _calls(admin, "nodes.delete") == 1
     _until(lambda: admin.is_empty(), "the slice was deleted")
+
+
+def test_up_max_hours_on_an_existing_slice_writes_the_budget_that_budget_check_enforces(podctl):
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "had")
+    again = podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "had", "--max-hours", "2",
+                   "--max-cost", "50", "--json")
+    assert "set on had, which already existed" in again.stderr
+    labels = json.loads(again.stdout)["labels"]
+    assert labels["podctl-max-cost"] == "50_00" and labels["podctl-deadline"].isdigit()
+    listed = podctl.json("--backend", "fake", "status", "had")
+    assert listed["labels"]["podctl-deadline"] == labels["podctl-deadline"]
+    podctl("--backend", "fake", "down", "had", "--yes")
+
+
+def test_up_max_hours_on_an_existing_queued_resource_is_refused_with_a_reason(podctl):
+    from tests.conftest import assert_one_line_error
+
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "qr", "--queued")
+    proc = podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "qr", "--queued",
+                  "--max-hours", "2", check=False)
+    assert_one_line_error(proc, 2, "queued resource", "no budget was set")
+    podctl("--backend", "fake", "down", "qr", "--yes")
+
+
+def test_queue_add_max_cost_in_a_zone_without_a_known_price_is_refused_as_up_refuses_it(podctl, tmp_path):
+    from tests.conftest import assert_one_line_error
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    queued = podctl("--backend", "fake", "queue", "add", "--slice", "v5p-8", "--max-cost", "10",
+                    "--zone", "us-central1-a", str(script), check=False)
+    up = podctl("--backend", "fake", "up", "--slice", "v5p-8", "--max-cost", "10",
+                "--zone", "us-central1-a", check=False)
+    assert_one_line_error(queued, 2, "--max-cost needs a price", "us-central1")
+    assert_one_line_error(up, 2, "--max-cost needs a price", "us-central1")
+    assert podctl.json("queue", "ls") == []

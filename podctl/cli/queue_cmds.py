@@ -98,6 +98,12 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
+        if max_cost is not None:  # a budget the tick could not price is no budget: refused, as `up` does
+            from podctl.cost import slice_hourly_cost, unknown_price_message
+
+            if slice_hourly_cost(slice_type, settings.zone, spot=spot) is None:
+                why = unknown_price_message(settings.zone).replace("pass --price or ", "")
+                raise InvalidValueError(f"--max-cost needs a price: {why}.")
         bucket_name = settings.require_bucket()
         with _store() as store:  # first: a bad db is refused before anything is uploaded
             storage = Storage.connect(bucket_name, endpoint=storage_endpoint(settings))

@@ -66,6 +66,8 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
     """
 
     def action() -> None:
+        import dataclasses
+
         from podctl import lifecycle
         from podctl._sync import run_sync
         from podctl.cli.render import ProgressReporter, emit_json, slice_detail
@@ -85,15 +87,23 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
         session = lifecycle.Session.open(settings)
         with ProgressReporter(f"{request.name} ({request.spec.describe()})") as progress:
             result = run_sync(lifecycle.up(session, request, progress=progress))
-        if as_json:
-            emit_json({**result.info.to_json(), "created": result.created})
-            return
         if (max_cost is not None or max_hours is not None) and not result.created:
-            click.echo(f"podctl: note: {result.info.name} already existed; its budget labels are "
-                       "unchanged", err=True)
+            # A budget given is a budget kept: written on the slice that already existed.
+            from podctl.budget import existing_budget_labels, set_on_existing
+
+            labels = existing_budget_labels(result.info, max_cost=max_cost, max_hours=max_hours,
+                                            price=price)
+            info = run_sync(set_on_existing(session.api, settings.parent, result.info, labels))
+            result = dataclasses.replace(result, info=info)
+            click.echo(f"podctl: budget {describe_labels(labels)} set on {info.name}, which already "
+                       "existed: enforced while `podctl run` follows a run on it or `podctl budget "
+                       "check` runs", err=True)
         elif result.created and describe_labels(request.labels):
             click.echo(f"podctl: budget {describe_labels(request.labels)}: enforced while `podctl "
                        "run` follows a run on it or `podctl budget check` runs", err=True)
+        if as_json:
+            emit_json({**result.info.to_json(), "created": result.created})
+            return
         verb = "created" if result.created else "reused"
         state = "ready" if result.info.ready else result.info.state
         click.echo(f"{verb} {result.info.name}: {state}")
