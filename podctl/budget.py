@@ -268,8 +268,12 @@ async def stop_runs_on(storage: Any, info: SliceInfo, *, private_key: Any, pins:
     from podctl.jobs.logs import LogReader
     from podctl.jobs.ssh import Fleet
 
-    going = [r for r in await list_runs(storage)
+    named = [r for r in await list_runs(storage)
              if r.slice_name == info.name and r.state in ("starting", "running")]
+    going = [r for r in named if runs.on_slice(r, info.name, info.created)]
+    for record in named:  # left `running` by an earlier slice of this name: close, not wait
+        if record not in going:
+            await close_vanished(storage, record)
     if not going:
         return []
     async with Fleet(launch.targets_for(info, ssh_port), private_key, pins) as fleet:
@@ -286,6 +290,16 @@ async def stop_runs_on(storage: Any, info: SliceInfo, *, private_key: Any, pins:
         for name in (f"{runs.run_prefix(record.run_id)}/run.json", f"{runs.INDEX}/{record.run_id}.json"):
             await storage.upload_bytes(name, data, content_type="application/json")
     return [r.run_id for r in going]
+
+
+async def close_vanished(storage: Any, record: Any, reason: str = "slice deleted") -> None:
+    """A record left `starting`/`running` by a slice that no longer exists: its hosts are
+    gone, so it ends as `lost`, with why."""
+    from podctl.jobs.history import save_record
+
+    record.state, record.ended = "lost", record.ended or time.time()
+    record.extra = {**record.extra, "reason": reason}
+    await save_record(storage, record)
 
 
 def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: str | None,

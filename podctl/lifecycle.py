@@ -153,6 +153,8 @@ async def down(session: Session, name: str, *, wait: bool = True, timeout: str =
     info = await terminate.owning_slice(session.api, parent, info)
     deleted = await terminate.delete(session.api, parent, info)
     _tombstone(session, info)
+    if session.settings.bucket:
+        await close_runs_of_deleted(session.settings, session.storage, info)
     if wait:
         await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind,
                            policy=WaitPolicy(timeout=parse_duration(timeout, "--timeout")),
@@ -165,6 +167,25 @@ def _tombstone(session: Session, info: SliceInfo) -> None:
     from podctl import tombstones
 
     tombstones.write(session.settings.state_dir, info)
+
+
+async def close_runs_of_deleted(settings: Settings, storage: Any, info: SliceInfo) -> list[str]:
+    """After INFO is deleted: the runs still `running` on it (detached ones, that no
+    podctl follows) end as `lost`, "slice deleted" -> their ids. Best effort: a delete
+    never fails for want of GCS."""
+    from podctl.budget import close_vanished
+    from podctl.jobs.history import list_runs
+    from podctl.jobs.runs import on_slice
+
+    closed = []
+    try:
+        for record in await list_runs(storage):
+            if record.state in ("starting", "running") and on_slice(record, info.name, info.created):
+                await close_vanished(storage, record)
+                closed.append(record.run_id)
+    except PodctlError:
+        pass
+    return closed
 
 
 # ---- runs ---------------------------------------------------------------------------

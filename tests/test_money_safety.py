@@ -103,3 +103,51 @@ def test_queue_add_max_cost_in_a_zone_without_a_known_price_is_refused_as_up_ref
     assert_one_line_error(queued, 2, "--max-cost needs a price", "us-central1")
     assert_one_line_error(up, 2, "--max-cost needs a price", "us-central1")
     assert podctl.json("queue", "ls") == []
+
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _runs(podctl: Podctl) -> dict[str, dict]:
+    return {r["run_id"]: r for r in podctl.json("--backend", "fake", "runs")}
+
+
+def test_down_under_a_detached_run_closes_its_record_as_slice_deleted(podctl):
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "det")
+    run_id = podctl("--backend", "fake", "run", "det", "--detach", str(SCRIPTS / "sleep_then_exit.py"),
+                    "300").stdout.strip()
+    assert _runs(podctl)[run_id]["state"] == "running"
+    down = podctl("--backend", "fake", "down", "det", "--yes")
+    assert f"run {run_id} ended with its slice (slice deleted)" in down.stderr
+    record = _runs(podctl)[run_id]
+    assert record["state"] == "lost" and record["extra"]["reason"] == "slice deleted"
+
+
+def test_budget_check_matches_runs_by_slice_identity_and_closes_a_stale_running_record(podctl):
+    """A record left `running` by an earlier slice of the same name is closed at once,
+    not waited on for the grace period while the over-budget slice bills."""
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "same")
+    stale = podctl("--backend", "fake", "run", "same", "--detach", str(SCRIPTS / "sleep_then_exit.py"),
+                   "300").stdout.strip()
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    admin.preempt("same", grace=0)  # the slice goes; nobody closes the detached run's record
+    podctl("--backend", "fake", "down", "same", "--yes")
+    # As a record from before `down` closed such records (or a slice lost some other way):
+    from podctl.jobs.history import save_record
+    from podctl.jobs.runs import RunRecord
+    from podctl.storage import Storage
+    import asyncio
+
+    status = podctl.json("fake", "status")
+    gcs = Storage.connect(status["bucket"], endpoint=status["gcs"])
+    record = RunRecord.from_json({**_runs(podctl)[stale], "state": "running"})
+    asyncio.run(save_record(gcs, record))
+    gcs.client._http.close()
+    # A new slice of the same name, over its budget at once.
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "same", "--max-cost", "0.0001")
+    time.sleep(0.5)
+    check = podctl("--backend", "fake", "budget", "check", "--grace", "2m", "--json")
+    reaped = json.loads(check.stdout)
+    assert [r["name"] for r in reaped] == ["same"] and reaped[0]["runs_stopped"] == []
+    closed = _runs(podctl)[stale]
+    assert closed["state"] == "lost" and closed["extra"]["reason"] == "slice deleted"

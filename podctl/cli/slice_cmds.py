@@ -199,8 +199,22 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
             from podctl import tombstones
 
             deleted = await terminate.delete(api, settings.parent, info)
-            # The owner deleted it: a `run --recover` following it must not make it again.
+            # The owner deleted it: a `run --recover` following it must not make it again,
+            # and a detached run on it is over.
             tombstones.write(settings.state_dir, info)
+            if settings.bucket:
+                from podctl.cloud.connect import storage_endpoint
+                from podctl.lifecycle import close_runs_of_deleted
+                from podctl.storage import Storage
+
+                from podctl.errors import PodctlError
+
+                try:
+                    storage = Storage.connect(settings.bucket, endpoint=storage_endpoint(settings))
+                except PodctlError:
+                    storage = None  # the delete stands; the records stay as they were
+                for run_id in await close_runs_of_deleted(settings, storage, info) if storage else []:
+                    click.echo(f"podctl: run {run_id} ended with its slice (slice deleted)", err=True)
             if not no_wait:
                 with ProgressReporter(f"deleting {name}") as progress:
                     await wait_deleted(api, settings.parent, deleted.name, kind=deleted.kind,

@@ -88,6 +88,20 @@ class RunRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+SLICE_IDENTITY_TOLERANCE = 1.0  # seconds: createTime of one slice read at two times
+
+
+def on_slice(record: RunRecord, name: str, created: float) -> bool:
+    """Was RECORD's run started on this very slice (NAME, made at CREATED)? A record of
+    an earlier slice of the same name is not (matched by identity, not by name)."""
+    if record.slice_name != name:
+        return False
+    made = record.extra.get("slice_created")
+    if isinstance(made, (int, float)):
+        return abs(made - created) <= SLICE_IDENTITY_TOLERANCE
+    return record.created >= created - SLICE_IDENTITY_TOLERANCE  # older records: by start time
+
+
 def record_checkpoint_dir(record: RunRecord) -> str:
     """The gs:// directory a run's script was given as PODCTL_CHECKPOINT_DIR."""
     given = record.extra.get("checkpoint_dir")
