@@ -37,6 +37,7 @@ DEAD_STATES = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "TERMINATED", "FAILED", "
 # first, and keeps it until someone deletes the slice): seen without a preemption
 # before them, the slice was deleted by its owner and is not made again.
 DELETED_STATES = {"DELETING", "GONE"}
+DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to land
 # Exit codes that mean the machine, not the script: SIGTERM podctl did not send (a
 # preemption or maintenance notice), SIGKILL (the VM going away), a host lost.
 INFRA_EXIT_CODES = {143, 137, EXIT_HOST_LOST}
@@ -127,8 +128,11 @@ async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo
                 return result, state if state in DEAD_STATES or state == "GONE" else None
             state = await slice_state(session, info.name)
             if state in DEAD_STATES or state == "GONE":
-                # Let a noticed preemption's last checkpoint and status land, then stop reading.
-                done, _ = await asyncio.wait({task}, timeout=policy.notice_seconds)
+                # Let a noticed preemption's last checkpoint and status land, then stop
+                # reading; a deleted slice gives no notice, so it gets only a moment.
+                grace = policy.notice_seconds if state not in DELETED_STATES else min(
+                    policy.notice_seconds, DELETED_GRACE_SECONDS)
+                done, _ = await asyncio.wait({task}, timeout=grace)
                 if done:
                     return task.result(), state
                 task.cancel()

@@ -151,3 +151,19 @@ def test_budget_check_matches_runs_by_slice_identity_and_closes_a_stale_running_
     assert [r["name"] for r in reaped] == ["same"] and reaped[0]["runs_stopped"] == []
     closed = _runs(podctl)[stale]
     assert closed["state"] == "lost" and closed["extra"]["reason"] == "slice deleted"
+
+
+def test_down_in_another_terminal_is_not_undone_by_run_recover(podctl):
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "mine")
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    proc = _spawn(podctl, "--backend", "fake", "run", "mine", "--recover", "2",
+                  str(SCRIPTS / "ticker.py"), "2000", "0.05")
+    _until(lambda: any(r["state"] == "running" for r in _runs(podctl).values()), "the run is going")
+    admin.reset_stats()
+    podctl("--backend", "fake", "down", "mine", "--yes")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, err
+    assert "slice mine was deleted (by `podctl down` or another delete, not a preemption): " \
+           "not making it again" in err, err
+    assert "creating mine again" not in err and _calls(admin, "nodes.create") == 0
+    assert admin.is_empty()
