@@ -169,9 +169,11 @@ def show(entry_id: int, as_json: bool) -> None:
             return
         attempts = data.pop("attempts")
         for key, value in data.items():
-            if isinstance(value, float) and key in ("created", "updated", "started", "ended",
-                                                      "next_try_at") and value:
-                value = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+            if key in ("created", "updated", "started", "ended", "next_try_at"):
+                if not value:  # 0.0: never set (no backoff pending), not the epoch
+                    value = None
+                elif isinstance(value, (int, float)):
+                    value = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
             click.echo(f"{key:16s} {value if value is not None and value != [] else '-'}")
         for a in attempts:
             click.echo(f"attempt {a['attempt']}: slice {a['slice']}, run {a.get('run_id') or '-'}, "
@@ -200,10 +202,14 @@ def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -
         from podctl.queue import log as queue_log
         from podctl.queue import tick
 
+        from podctl.errors import QueueError
+
         with _store() as store:
-            store.get(entry_id)  # NoSuchEntryError before anything connects
+            before = store.get(entry_id)  # NoSuchEntryError before anything connects
         log = queue_log.configure(sys.stderr)
         entry = tick.cancel(_tick_context(ctx, log, project, zone), _state_dir(), entry_id)
+        if before.terminal:  # its slices were cleaned up all the same
+            raise QueueError(f"entry {entry.id} had already ended ({entry.state}); nothing to cancel.")
         click.echo(f"entry {entry.id} is {entry.state}")
 
     guarded(action)
