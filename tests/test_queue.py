@@ -218,5 +218,6 @@ def test_tick_loop_rides_out_a_20_s_gcs_outage_and_keeps_watching(q):
     proc.send_signal(signal.SIGHUP)  # a closed terminal ends the loop as SIGTERM does
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
+    assert "tick_failed" in out, out[-3000:]
     assert json.loads(out.splitlines()[-1])["event"] == "loop_stopped"
     assert q.settle()[0]["state"] == "succeeded"
