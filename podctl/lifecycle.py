@@ -95,6 +95,7 @@ class SliceOptions:
     wait: bool = True
     timeout: str = "30m"
     labels: dict[str, str] = field(default_factory=dict)
+    placement: Any = None  # podctl.cloud.placement.Placement: reservation, network, ...
 
 
 def up_request(settings: Settings, options: SliceOptions) -> Any:
@@ -111,9 +112,15 @@ def up_request(settings: Settings, options: SliceOptions) -> Any:
 
     if options.spot and options.guaranteed:
         raise InvalidValueError("--spot and --guaranteed are two tiers: choose one.")
+    from podctl.cloud.placement import Placement
+
     tier = "spot" if options.spot else "guaranteed" if options.guaranteed else "on-demand"
+    placement = options.placement or Placement()
+    queued = options.queued or placement.reservation is not None  # a named reservation is queued
+    placement = placement.checked(project=settings.project, zone=settings.zone,
+                                  queued=queued or options.num_slices > 1, spot=options.spot)
     spec = SliceSpec.build(
-        options.slice_type, num_slices=options.num_slices, queued=options.queued, tier=tier,
+        options.slice_type, num_slices=options.num_slices, queued=queued, tier=tier,
         valid_for_seconds=parse_duration(options.valid_for, "--valid-for") if options.valid_for else None,
         runtime_version=options.runtime_version or topology.DEFAULT_RUNTIME_VERSION)
     wait_seconds = parse_duration(options.timeout, "--timeout")
@@ -121,7 +128,7 @@ def up_request(settings: Settings, options: SliceOptions) -> Any:
     return UpRequest(parent=settings.parent, name=name, spec=spec,
                      ssh_keys=ensure_ssh_key(settings.config_dir).metadata_entry, owner=names.owner(),
                      wait=options.wait, policy=WaitPolicy(timeout=wait_seconds),
-                     labels=dict(options.labels))
+                     labels=dict(options.labels), placement=placement)
 
 
 async def up(session: Session, request: Any, progress: Callable[[str], None] | None = None) -> Any:

@@ -182,12 +182,15 @@ async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: Recover
     the API failing after its retries, a wait cut short) costs one recovery: SPEND()
     takes one and says whether there was one left."""
     from podctl import tombstones
-    from podctl.cloud import describe, terminate
+    from podctl.cloud import describe, placement, terminate
     from podctl.cloud.wait import wait_deleted
 
     parent = session.settings.parent
+    where = placement.Placement()
     with contextlib.suppress(NotFoundError):
         current = await describe.describe(session.api, parent, info.name)
+        # Made again where it was: its reservation, network, service account, tags.
+        where = await placement.read(session.api, parent, current)
         current = await terminate.owning_slice(session.api, parent, current)
         notice(f"deleting {current.name} ({current.state})")
         deleted = await terminate.delete(session.api, parent, current)
@@ -198,7 +201,7 @@ async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: Recover
     options = lifecycle.SliceOptions(
         slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
         spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
-        runtime_version=info.runtime_version, labels=carried)
+        runtime_version=info.runtime_version, labels=carried, placement=where)
     request = lifecycle.up_request(session.settings, options)
     deadline = time.monotonic() + policy.recreate_timeout
     delay = policy.backoff_initial

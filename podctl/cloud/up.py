@@ -17,6 +17,7 @@ from podctl.cloud import create as create_step
 from podctl.cloud import describe, terminate
 from podctl.cloud.api import TpuApi
 from podctl.cloud.names import REQUEST_LABEL, podctl_labels, validate_name
+from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo, SliceSpec
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
 from podctl.errors import (
@@ -38,6 +39,7 @@ class UpRequest:
     wait: bool = True
     policy: WaitPolicy = WaitPolicy()
     labels: dict[str, str] = field(default_factory=dict)  # e.g. budgets; podctl's own win
+    placement: Placement = Placement()  # reservation, network, service account, tags
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,8 @@ async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
     token = secrets.token_hex(6)
     create_request = create_step.CreateRequest(
         parent=request.parent, name=request.name, spec=request.spec,
-        labels={**request.labels, **podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys)
+        labels={**request.labels, **podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys,
+        placement=request.placement)
     with first_stop_only():  # one signal starts the undo; a second cannot cut it short
         return await _create_and_wait(api, request, token, create_request, clock, progress)
 

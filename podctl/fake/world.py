@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError
-from podctl.fake import queued, wire
+from podctl.fake import placement_check, queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
@@ -227,6 +227,8 @@ class World:
                 f"Invalid node id {node_id!r}: use 1-63 lowercase letters, digits and hyphens, "
                 "starting with a letter and not ending with a hyphen")
         slice_type = self._slice_type(body)
+        project, zone = self.check_parent(parent)
+        placement_check.check_node(body, project, zone)  # network, account, tags, scheduling
         runtime = body.get("runtimeVersion", "")
         if runtime not in RUNTIME_VERSIONS:
             raise invalid(f"Runtime version {runtime!r} is not available; see runtimeVersions")
@@ -235,7 +237,6 @@ class World:
             if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(str(value)):
                 raise invalid(f"Invalid label {key}={value!r}: lowercase letters, digits, _ and -")
         node = {k: v for k, v in body.items() if k in _NODE_FIELDS}
-        _, zone = self.check_parent(parent)
         node.update({
             "name": f"{parent}/nodes/{node_id}",
             "acceleratorType": slice_type.name,
