@@ -124,11 +124,12 @@ class Cloud:
         record = self._run(load_record(self.session.storage, run_id))
         return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
 
-    def runs(self) -> list[Any]:
-        """Run records, newest first (podctl.jobs.runs.RunRecord)."""
+    def runs(self) -> "RunList":
+        """Run records, newest first (podctl.jobs.runs.RunRecord): one line each, a table
+        in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
         from podctl.jobs.history import list_runs
 
-        return self._run(list_runs(self.session.storage))
+        return RunList(self._run(list_runs(self.session.storage)))
 
     def close(self) -> None:
         """Delete the slices this connection created that still exist, stop a fake cloud
@@ -241,6 +242,19 @@ class Slice:
                 f"({html.escape(i.topology)}), {html.escape('deleted' if self.deleted else i.state)}, "
                 f"{i.chips} chips, {html.escape(i.tier)}")
         return head + _table(["worker", "address"], ((h.worker, f"{h.ip}:{h.port}") for h in i.hosts[:16]))
+
+
+class RunList(list):
+    def __repr__(self) -> str:
+        return "[" + ",\n ".join(repr(r) for r in self) + "]"
+
+    def _repr_html_(self) -> str:
+        import time
+
+        return _table(["run", "state", "exit", "slice", "hosts", "started (UTC)", "script"],
+                      ((r.run_id, r.state, "" if r.exit_code is None else r.exit_code, r.slice_name,
+                        r.num_hosts, time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created)),
+                        r.script or r.kind) for r in self))
 
 
 class SliceList(list):

@@ -222,6 +222,7 @@ def test_ls_and_cost_show_prices_on_the_fakes_default_zone_and_unknowns_elsewher
     assert one["cost_usd"] == pytest.approx(16.8 * one["age_seconds"] / 3600, abs=0.01)
     every = podctl("--backend", "fake", "cost", "--price", "1", "--zone", "us-central1-a")
     assert "unpriced" in every.stdout and "$8.00/h" in every.stdout
+    assert every.stdout.splitlines()[0].split() == ["SLICE", "CHIPS", "TIER", "AGE", "USD/HOUR", "COST"]
     podctl("--backend", "fake", "down", "priced", "--yes")
     podctl("--backend", "fake", "down", "unpriced", "--yes", "--zone", "us-central1-a")
 

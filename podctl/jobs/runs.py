@@ -82,6 +82,14 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def __repr__(self) -> str:
+        """One line a person reads (a notebook's `cloud.runs()`); to_json() has it all."""
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.created))
+        code = "" if self.exit_code is None else f" exit {self.exit_code}"
+        reason = f" ({self.extra['reason']})" if self.extra.get("reason") else ""
+        return (f"<run {self.run_id} {self.state}{code}{reason} on {self.slice_name} "
+                f"({self.num_hosts} hosts), {when}, {self.script or self.kind}>")
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RunRecord":
         known = {f for f in cls.__dataclass_fields__}
