@@ -437,3 +437,56 @@ def api_for(kit: Kit) -> Any:
     from tests.conftest import FAST_RETRY
 
     return api_for_endpoint(kit.fake.tpu_api_url, retry=FAST_RETRY)
+
+
+# ---- up, told to stop: SIGINT, SIGTERM, SIGHUP in each phase ---------------------------
+
+_UP_CHILD = """
+import asyncio, sys
+from pathlib import Path
+from podctl import lifecycle, signals
+from podctl.cloud.connect import api_for_endpoint
+from podctl.settings import Settings
+
+signals.route_stop_signals()  # as `podctl` itself does at start
+url, tmp = sys.argv[1], Path(sys.argv[2])
+settings = Settings(backend="fake", project="test-project", zone="us-central1-a",
+                    config_dir=tmp / "config", state_dir=tmp / "state", bucket=None)
+session = lifecycle.Session(settings=settings, api=api_for_endpoint(url))
+request = lifecycle.up_request(settings, lifecycle.SliceOptions("v5p-8", name="chaos-sig"))
+try:
+    asyncio.run(lifecycle.up(session, request, progress=lambda s: print(s, file=sys.stderr, flush=True)))
+except KeyboardInterrupt:
+    sys.exit(signals.exit_code())
+"""
+
+
+@pytest.mark.parametrize("phase", ["create request", "wait"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", pytest.param("SIGINT", marks=pytest.mark.slow)])
+def test_up_told_to_stop_deletes_what_it_created(kit, tmp_path, sig, phase):
+    import signal as signals_mod
+    import subprocess
+    import sys
+    import time as _time
+
+    number = getattr(signals_mod, sig)
+    kit.admin.set_timings(node_create=1e6)  # CREATING until told otherwise
+    kit.admin.reset_stats()
+    if phase == "create request":
+        kit.admin.set_latency(1.0)
+    child = subprocess.Popen([sys.executable, "-c", _UP_CHILD, kit.fake.tpu_api_url, str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    call = "nodes.create" if phase == "create request" else "operations.get"
+    while kit.admin.stats()["by_call"].get(call, 0) < 1:
+        assert child.poll() is None, child.communicate()
+        _time.sleep(0.05)
+    child.send_signal(number)
+    child.send_signal(number)  # a second one must not cut the undo short
+    _, err = child.communicate(timeout=60)
+    kit.admin.set_latency(0)
+    assert child.returncode == 128 + number, err
+    assert kit.admin.stats()["by_call"].get("nodes.delete", 0) == 1, err
+    kit.admin.set_timings(node_create=90.0)
+    run(wait_deleted(kit.session.api, kit.session.settings.parent, "chaos-sig"))
+    assert kit.admin.is_empty()
+    kit.record("up", f"{sig} during the {phase}", "undoes", "undone: the slice up made deleted")
