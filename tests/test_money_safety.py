@@ -167,3 +167,27 @@ def test_down_in_another_terminal_is_not_undone_by_run_recover(podctl):
            "not making it again" in err, err
     assert "creating mine again" not in err and _calls(admin, "nodes.create") == 0
     assert admin.is_empty()
+
+
+_API_SCRIPT = """
+import podctl
+with podctl.connect("fake") as cloud:
+    with cloud.up("v5p-8", name="apisig") as s:
+        print("up", flush=True)
+"""
+
+
+def test_sigterm_to_a_python_program_during_cloud_up_deletes_the_slice_it_was_making(podctl):
+    admin = _admin(podctl)  # the daemon runs first: the program leaves it running
+    admin.set_timings(node_create=1e6)
+    admin.reset_stats()
+    proc = subprocess.Popen([sys.executable, "-c", _API_SCRIPT], env=podctl.env, cwd=podctl.tmp,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    _until(lambda: _calls(admin, "operations.get") >= 1, "cloud.up() waited on its operation")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err  # as Ctrl-C ends a program
+    assert _calls(admin, "nodes.delete") == 1, err
+    admin.set_timings(node_create=90.0)
+    _until(lambda: admin.is_empty(), "the slice was deleted")
