@@ -221,3 +221,14 @@ def test_tick_loop_rides_out_a_20_s_gcs_outage_and_keeps_watching(q):
     assert "tick_failed" in out, out[-3000:]
     assert json.loads(out.splitlines()[-1])["event"] == "loop_stopped"
     assert q.settle()[0]["state"] == "succeeded"
+
+
+def test_a_full_disk_says_free_space_and_never_advises_moving_the_queue_aside(tmp_path):
+    """SQLite's own words for a full disk; the advice keeps the database (and so the
+    slices its entries own) where it is."""
+    from podctl.queue.store import _disk_trouble, full_disk_message
+
+    error = sqlite3.OperationalError("database or disk is full")
+    assert _disk_trouble(error)
+    message = full_disk_message(tmp_path / "queue.db", error)
+    assert "free some space" in message and "move it aside" not in message
