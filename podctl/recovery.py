@@ -173,41 +173,47 @@ def _infrastructure(exit_code: int | None, state: str | None, failed: Any) -> st
     return None
 
 
-async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: RecoveryPolicy,
-                    notice: lifecycle.Notice, run_id: str,
-                    spend: Callable[[], bool] | None = None) -> SliceInfo:
-    """Delete what is left of the slice, then create it again with the same spec,
-    waiting out stockouts and quota with capped exponential backoff. Any other
-    infrastructure failure of the re-create (the new slice preempted while being made,
-    the API failing after its retries, a wait cut short) costs one recovery: SPEND()
-    takes one and says whether there was one left."""
-    from podctl import tombstones
-    from podctl.cloud import describe, placement, terminate
+async def _clear(session: lifecycle.Session, name: str, notice: lifecycle.Notice) -> None:
+    """Delete what is left of slice NAME (PREEMPTED, SUSPENDED, a lost re-create) and
+    wait until it is gone, so that the name is free to be made again."""
+    from podctl.cloud import describe, terminate
     from podctl.cloud.wait import wait_deleted
 
     parent = session.settings.parent
-    where = placement.Placement()
     with contextlib.suppress(NotFoundError):
-        current = await describe.describe(session.api, parent, info.name)
-        # Made again where it was: its reservation, network, service account, tags.
-        where = await placement.read(session.api, parent, current)
+        current = await describe.describe(session.api, parent, name)
         current = await terminate.owning_slice(session.api, parent, current)
         notice(f"deleting {current.name} ({current.state})")
         deleted = await terminate.delete(session.api, parent, current)
         await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind)
-    # The user's own labels (budgets among them) go with it; podctl's own are made anew.
-    carried = {k: v for k, v in info.labels.items()
-               if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request")}
-    options = lifecycle.SliceOptions(
-        slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
-        spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
-        runtime_version=info.runtime_version, labels=carried, placement=where)
-    request = lifecycle.up_request(session.settings, options)
+
+
+async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: RecoveryPolicy,
+                    notice: lifecycle.Notice, run_id: str,
+                    spend: Callable[[], bool] | None = None) -> SliceInfo:
+    """Delete what is left of the slice, then create it again with the same spec and
+    placement, waiting out stockouts and quota with capped exponential backoff. Any
+    other infrastructure failure of the re-create (the new slice preempted while being
+    made, the API failing after its retries, a wait cut short) costs one recovery:
+    SPEND() takes one and says whether there was one left."""
+    from podctl import tombstones
+    from podctl.cloud import describe, placement
+
+    parent = session.settings.parent
+    where: placement.Placement | None = None
     deadline = time.monotonic() + policy.recreate_timeout
     delay = policy.backoff_initial
     began = time.time()
     while True:
         try:
+            if where is None:  # made again where it was: reservation, network, account, tags
+                try:
+                    current = await describe.describe(session.api, parent, info.name)
+                    where = await placement.read(session.api, parent, current)
+                except NotFoundError:
+                    where = placement.Placement()
+            await _clear(session, info.name, notice)
+            request = _recreate_request(session, info, where)
             notice(f"creating {info.name} again ({request.spec.describe()})")
             return (await lifecycle.up(session, request)).info
         except SliceDeletedError as e:  # deleted by someone while being made: not ours to redo
@@ -227,6 +233,18 @@ async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: Recover
                    f"{delay:.0f}s")
         await asyncio.sleep(delay)
         delay = min(policy.backoff_max, delay * 2)
+
+
+def _recreate_request(session: lifecycle.Session, info: SliceInfo, where: Any) -> Any:
+    """INFO's spec as an `up` request. The user's own labels (budgets among them) go
+    with it; podctl's own are made anew."""
+    carried = {k: v for k, v in info.labels.items()
+               if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request")}
+    options = lifecycle.SliceOptions(
+        slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
+        spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
+        runtime_version=info.runtime_version, labels=carried, placement=where)
+    return lifecycle.up_request(session.settings, options)
 
 
 def account_steps_lost(attempts: list[Attempt]) -> None:
