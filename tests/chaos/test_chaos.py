@@ -391,10 +391,10 @@ def test_a_slice_deleted_by_its_owner_during_recovery_is_not_made_again(kit):
     record = Record()
 
     def owner_deletes() -> None:  # `podctl down` in another terminal
-        session = lifecycle.Session(settings=kit.session.settings,
-                                    api=api_for(kit))
+        session = lifecycle.Session(settings=kit.session.settings, api=api_for(kit),
+                                    _storage=kit.session.storage)  # this fake's GCS, no daemon
         asyncio.run(lifecycle.down(session, "chaos-rdel", wait=False))
-        session.close()
+        session.api.close()  # the GCS client is the kit's own
 
     _on_recreate(kit, record, "chaos-rdel", owner_deletes)
     when_line(record, lambda h, line: line.startswith("tick 1 "),
@@ -416,9 +416,10 @@ def test_a_slice_deleted_under_a_recovering_run_is_not_made_again(kit):
         import threading
 
         def down() -> None:
-            session = lifecycle.Session(settings=kit.session.settings, api=api_for(kit))
+            session = lifecycle.Session(settings=kit.session.settings, api=api_for(kit),
+                                        _storage=kit.session.storage)
             asyncio.run(lifecycle.down(session, "chaos-tdel", wait=False))
-            session.close()
+            session.api.close()
 
         threading.Thread(target=down, daemon=True).start()
 
