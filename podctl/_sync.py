@@ -9,6 +9,7 @@ import threading
 from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
+CLEANUP_SECONDS = 120.0  # how long an interrupted call's cleanup (an undo) may take
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -55,18 +56,31 @@ class LoopThread:
         if self.loop.is_closed():
             coro.close()
             raise RuntimeError("this podctl connection is closed")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        started, ended = threading.Event(), threading.Event()
+
+        async def runner() -> T:
+            started.set()
+            try:
+                return await coro
+            finally:
+                ended.set()  # after the coroutine's own cleanup (stop, undo) has run
+
+        future = asyncio.run_coroutine_threadsafe(runner(), self.loop)
         try:
             while poll is not None and not future.done():
                 concurrent.futures.wait([future], timeout=poll_seconds)
                 poll()
             return future.result()
-        except KeyboardInterrupt:
-            future.cancel()
-            try:
-                future.result(timeout=60)  # let the coroutine's cleanup (stop, undo) finish
-            except BaseException:
-                pass
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP routed to it (podctl.signals)
+            from podctl.signals import stop_signals_ignored
+
+            # The concurrent future says "cancelled" at once; the task on the loop only
+            # then starts its cleanup. Wait for that (a second signal may not cut it
+            # short), or the caller would close the loop under an undo half done.
+            with stop_signals_ignored():
+                future.cancel()
+                if started.is_set():
+                    ended.wait(timeout=CLEANUP_SECONDS)
             raise
 
     def close(self) -> None:

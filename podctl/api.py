@@ -77,6 +77,7 @@ class Cloud:
         self._loop = LoopThread()
         self.session = lifecycle.Session.open(settings)
         self._created: list[Slice] = []
+        self._signals: dict[int, object] | None = None
 
     # ---- the sync face over the async core ----
     def _run(self, coro: Any, status: StatusLine | None = None) -> Any:
@@ -88,6 +89,13 @@ class Cloud:
         Used as `with cloud.up(...) as slice:`, the slice is deleted when the block ends."""
         request = lifecycle.up_request(self.settings, lifecycle.SliceOptions(
             slice_type=slice_type, name=name, spot=spot, queued=queued, timeout=timeout, **options))
+        if self._signals is None:
+            # From here this process may own a slice: SIGTERM and SIGHUP end it as Ctrl-C
+            # does (an `up` under way undoes its creation, a `with` block's exit deletes
+            # the slice), unless the program handles them itself. Undone by close().
+            from podctl.signals import route_stop_signals
+
+            self._signals = route_stop_signals(only_defaults=True)
         status = StatusLine(f"{request.name} ({request.spec.describe()})")
         result = self._run(lifecycle.up(self.session, request, progress=status), status)
         status.done("ready" if result.created else "ready (reused)")
@@ -116,11 +124,12 @@ class Cloud:
         record = self._run(load_record(self.session.storage, run_id))
         return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
 
-    def runs(self) -> list[Any]:
-        """Run records, newest first (podctl.jobs.runs.RunRecord)."""
+    def runs(self) -> "RunList":
+        """Run records, newest first (podctl.jobs.runs.RunRecord): one line each, a table
+        in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
         from podctl.jobs.history import list_runs
 
-        return self._run(list_runs(self.session.storage))
+        return RunList(self._run(list_runs(self.session.storage)))
 
     def close(self) -> None:
         """Delete the slices this connection created that still exist, stop a fake cloud
@@ -129,6 +138,11 @@ class Cloud:
             for made in list(self._created):
                 made.down(missing_ok=True)
         finally:
+            if self._signals is not None:
+                from podctl.signals import restore
+
+                restore(self._signals)
+                self._signals = None
             self._loop.close()
             self.session.close()
             if self._started_fake:
@@ -228,6 +242,19 @@ class Slice:
                 f"({html.escape(i.topology)}), {html.escape('deleted' if self.deleted else i.state)}, "
                 f"{i.chips} chips, {html.escape(i.tier)}")
         return head + _table(["worker", "address"], ((h.worker, f"{h.ip}:{h.port}") for h in i.hosts[:16]))
+
+
+class RunList(list):
+    def __repr__(self) -> str:
+        return "[" + ",\n ".join(repr(r) for r in self) + "]"
+
+    def _repr_html_(self) -> str:
+        import time
+
+        return _table(["run", "state", "exit", "slice", "hosts", "started (UTC)", "script"],
+                      ((r.run_id, r.state, "" if r.exit_code is None else r.exit_code, r.slice_name,
+                        r.num_hosts, time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created)),
+                        r.script or r.kind) for r in self))
 
 
 class SliceList(list):

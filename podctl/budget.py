@@ -270,8 +270,12 @@ async def stop_runs_on(storage: Any, info: SliceInfo, *, private_key: Any, pins:
     from podctl.jobs.logs import LogReader
     from podctl.jobs.ssh import Fleet
 
-    going = [r for r in await list_runs(storage)
+    named = [r for r in await list_runs(storage)
              if r.slice_name == info.name and r.state in ("starting", "running")]
+    going = [r for r in named if runs.on_slice(r, info.name, info.created)]
+    for record in named:  # left `running` by an earlier slice of this name: close, not wait
+        if record not in going:
+            await close_vanished(storage, record)
     if not going:
         return []
     async with Fleet(launch.targets_for(info, ssh_port), private_key, pins) as fleet:
@@ -290,6 +294,16 @@ async def stop_runs_on(storage: Any, info: SliceInfo, *, private_key: Any, pins:
     return [r.run_id for r in going]
 
 
+async def close_vanished(storage: Any, record: Any, reason: str = "slice deleted") -> None:
+    """A record left `starting`/`running` by a slice that no longer exists: its hosts are
+    gone, so it ends as `lost`, with why."""
+    from podctl.jobs.history import save_record
+
+    record.state, record.ended = "lost", record.ended or time.time()
+    record.extra = {**record.extra, "reason": reason}
+    await save_record(storage, record)
+
+
 def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: str | None,
                 price: float | None = None, now: float | None = None) -> Any:
     """An UpRequest with the budget labels added (no change without a budget)."""
@@ -305,6 +319,60 @@ def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: s
         usd_per_hour=chip_price and spec.multislice.chips * chip_price.usd_per_chip_hour,
         max_hours=parse_hours(max_hours, "--max-hours") if max_hours is not None else None)
     return dataclasses.replace(request, labels={**request.labels, **labels})
+
+
+def existing_budget_labels(info: SliceInfo, *, max_cost: float | None, max_hours: str | None,
+                           price: float | None = None, now: float | None = None) -> dict[str, str]:
+    """The budget labels for a slice that already exists: --max-hours counts from now,
+    --max-cost from the slice's creation (`budget check` counts its cost so far)."""
+    check_max_cost(max_cost)
+    now = time.time() if now is None else now
+    limits: list[float] = []
+    labels: dict[str, str] = {}
+    if max_hours is not None:
+        limits.append(now + parse_hours(max_hours, "--max-hours") * 3600)
+    if max_cost is not None:
+        chip_price = cost.chip_hour_price(info.zone, spot=info.tier == "spot", override=price)
+        if chip_price is None or not info.chips:
+            raise InvalidValueError(f"--max-cost needs a price: {cost.unknown_price_message(info.zone)}.")
+        usd_per_hour = info.chips * chip_price.usd_per_chip_hour
+        limits.append(info.created + max_cost / usd_per_hour * 3600)
+        labels[MAX_COST_LABEL] = encode_usd(max_cost)
+    if limits:
+        labels[DEADLINE_LABEL] = str(int(min(limits)))
+    return labels
+
+
+async def set_on_existing(api: Any, parent: str, info: SliceInfo, labels: dict[str, str],
+                          policy: WaitPolicy = WaitPolicy(timeout=120)) -> SliceInfo:
+    """Write budget LABELS on an existing slice (replacing an earlier budget), so that
+    `budget check` and `run` enforce it; a queued resource's labels cannot be changed
+    (the v2 API has no update for it): refused, with what to do instead."""
+    from podctl.cloud import describe
+    from podctl.cloud.wait import wait_until
+
+    if info.kind != "node" or any(n.queued_resource for n in info.nodes):
+        raise InvalidValueError(
+            f"{info.name} already exists as a queued resource, whose labels Cloud TPU cannot "
+            f"change: no budget was set. Use `podctl run {info.name} ... --max-hours H`, or "
+            f"`podctl down {info.name}` and `podctl up` again with the budget.")
+    if not info.managed:
+        raise InvalidValueError(f"{info.name} was not created by podctl: podctl does not put a "
+                                "budget on it.")
+    operation = await api.update_node_labels(f"{parent}/nodes/{info.name}", {**info.labels, **labels})
+    await wait_until(lambda: _finished(api, operation), what=f"labelling {info.name}", policy=policy)
+    return await describe.describe(api, parent, info.name, "node")
+
+
+async def _finished(api: Any, operation: Any) -> bool | None:
+    if not await api.poll(operation):
+        return None
+    error = operation.exception()
+    if error is not None:
+        from podctl.errors import CloudError
+
+        raise CloudError(f"the budget labels could not be written: {error}")
+    return True
 
 
 def describe_labels(labels: dict[str, str]) -> str:

@@ -154,6 +154,9 @@ def run_demo(*, steps: int = 30, more_steps: int = 10, checkpoint_every: int = 1
     return summary
 
 
+KEEP = 3  # templates/train_pjit.py's --keep default
+
+
 def render(summary: DemoSummary, say: Callable[[str], None] = print) -> None:
     s = summary
     loss = (f"{s.first_loss:.4f} -> {s.final_loss:.4f}" if s.first_loss is not None
@@ -163,5 +166,6 @@ def render(summary: DemoSummary, say: Callable[[str], None] = print) -> None:
     say(f"runs         {s.run_ids[0]} (steps {s.first_steps[0]}-{s.first_steps[1]})")
     say(f"             {s.run_ids[1]} (resumed, steps {s.resumed_steps[0]}-{s.resumed_steps[1]})")
     say(f"loss         {loss}")
-    say(f"checkpoints  steps {', '.join(map(str, s.checkpoint_steps)) or 'none'}")
+    say(f"checkpoints  steps {', '.join(map(str, s.checkpoint_steps)) or 'none'} kept; older ones "
+        f"were pruned (the template keeps the latest {KEEP}: --keep N)")
     say(f"wall time    {s.wall_s:.1f}s  (" + ", ".join(f"{k} {v:.1f}s" for k, v in s.phases.items()) + ")")

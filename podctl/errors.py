@@ -21,6 +21,7 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   │   └── ApiDisabledError     403 SERVICE_DISABLED: enable tpu.googleapis.com
     │   ├── TransientError           429 rate limit / 503 / reset connection, after retries
     │   ├── SliceLostError           PREEMPTED, SUSPENDED, FAILED while podctl waited
+    │   │   └── SliceDeletedError    deleted (DELETING, or gone) by someone, not preempted
     │   └── WaitTimeoutError         the slice was not ready by the deadline
     ├── StorageError                 GCS said no (bucket missing, permission, unreachable)
     ├── BundleError                  the working directory cannot be packed (or unpacked)
@@ -97,6 +98,10 @@ class TransientError(CloudError):
 
 class SliceLostError(CloudError):
     pass
+
+
+class SliceDeletedError(SliceLostError):
+    """Deleted, not preempted: recovery does not make such a slice again."""
 
 
 class WaitTimeoutError(CloudError):

@@ -95,6 +95,7 @@ class SliceOptions:
     wait: bool = True
     timeout: str = "30m"
     labels: dict[str, str] = field(default_factory=dict)
+    placement: Any = None  # podctl.cloud.placement.Placement: reservation, network, ...
 
 
 def up_request(settings: Settings, options: SliceOptions) -> Any:
@@ -110,9 +111,15 @@ def up_request(settings: Settings, options: SliceOptions) -> Any:
 
     if options.spot and options.guaranteed:
         raise InvalidValueError("--spot and --guaranteed are two tiers: choose one.")
+    from podctl.cloud.placement import Placement
+
     tier = "spot" if options.spot else "guaranteed" if options.guaranteed else "on-demand"
+    placement = options.placement or Placement()
+    queued = options.queued or placement.reservation is not None  # a named reservation is queued
+    placement = placement.checked(project=settings.project, zone=settings.zone,
+                                  queued=queued or options.num_slices > 1, spot=options.spot)
     spec = SliceSpec.build(
-        options.slice_type, num_slices=options.num_slices, queued=options.queued, tier=tier,
+        options.slice_type, num_slices=options.num_slices, queued=queued, tier=tier,
         valid_for_seconds=parse_duration(options.valid_for, "--valid-for") if options.valid_for else None,
         runtime_version=options.runtime_version)
     wait_seconds = parse_duration(options.timeout, "--timeout")
@@ -120,7 +127,7 @@ def up_request(settings: Settings, options: SliceOptions) -> Any:
     return UpRequest(parent=settings.parent, name=name, spec=spec,
                      ssh_keys=ensure_ssh_key(settings.config_dir).metadata_entry, owner=names.owner(),
                      wait=options.wait, policy=WaitPolicy(timeout=wait_seconds),
-                     labels=dict(options.labels))
+                     labels=dict(options.labels), placement=placement)
 
 
 async def up(session: Session, request: Any, progress: Callable[[str], None] | None = None) -> Any:
@@ -151,11 +158,40 @@ async def down(session: Session, name: str, *, wait: bool = True, timeout: str =
     info = await describe.describe(session.api, parent, name)
     info = await terminate.owning_slice(session.api, parent, info)
     deleted = await terminate.delete(session.api, parent, info)
+    _tombstone(session, info)
+    if session.settings.bucket:
+        await close_runs_of_deleted(session.settings, session.storage, info)
     if wait:
         await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind,
                            policy=WaitPolicy(timeout=parse_duration(timeout, "--timeout")),
                            progress=progress)
     return deleted
+
+
+def _tombstone(session: Session, info: SliceInfo) -> None:
+    """The owner deleted this slice: `run --recover` must not make it again."""
+    from podctl import tombstones
+
+    tombstones.write(session.settings.state_dir, info)
+
+
+async def close_runs_of_deleted(settings: Settings, storage: Any, info: SliceInfo) -> list[str]:
+    """After INFO is deleted: the runs still `running` on it (detached ones, that no
+    podctl follows) end as `lost`, "slice deleted" -> their ids. Best effort: a delete
+    never fails for want of GCS."""
+    from podctl.budget import close_vanished
+    from podctl.jobs.history import list_runs
+    from podctl.jobs.runs import on_slice
+
+    closed = []
+    try:
+        for record in await list_runs(storage):
+            if record.state in ("starting", "running") and on_slice(record, info.name, info.created):
+                await close_vanished(storage, record)
+                closed.append(record.run_id)
+    except PodctlError:
+        pass
+    return closed
 
 
 # ---- runs ---------------------------------------------------------------------------

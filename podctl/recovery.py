@@ -25,16 +25,26 @@ from typing import Any, Awaitable, Callable
 from podctl import lifecycle
 from podctl.cloud.types import SliceInfo
 from podctl.errors import (
-    NotFoundError, PodctlError, QuotaExceededError, StockoutError, WaitTimeoutError,
+    NotFoundError, PodctlError, QuotaExceededError, SliceDeletedError, SliceLostError, StockoutError,
+    TransientError, WaitTimeoutError,
 )
 from podctl.jobs.logs import EXIT_HOST_LOST
 
 # Slice states in which the run's hosts are gone or going.
 DEAD_STATES = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "TERMINATED", "FAILED", "STOPPING",
                "STOPPED", "DELETING"}
+# Of those, the states a deletion shows (a preemption shows PREEMPTED or SUSPENDED
+# first, and keeps it until someone deletes the slice): seen without a preemption
+# before them, the slice was deleted by its owner and is not made again.
+DELETED_STATES = {"DELETING", "GONE"}
+DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to land
 # Exit codes that mean the machine, not the script: SIGTERM podctl did not send (a
 # preemption or maintenance notice), SIGKILL (the VM going away), a host lost.
 INFRA_EXIT_CODES = {143, 137, EXIT_HOST_LOST}
+
+# A re-create that failed on the infrastructure, not on the request: tried again while
+# recoveries are left (a SpecMismatch or a permission error is the user's to fix).
+RECREATE_LOST = (SliceLostError, TransientError, WaitTimeoutError)
 
 Wrap = Callable[[Awaitable[Any], Any, SliceInfo], Awaitable[Any]]
 
@@ -75,6 +85,7 @@ class RecoveredRun:
     exit_code: int
     attempts: list[Attempt] = field(default_factory=list)
     result: Any = None  # the last attempt's RunResult
+    stopped: str | None = None  # why recovery stopped with recoveries left ("slice deleted")
 
     @property
     def recoveries(self) -> int:
@@ -117,8 +128,11 @@ async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo
                 return result, state if state in DEAD_STATES or state == "GONE" else None
             state = await slice_state(session, info.name)
             if state in DEAD_STATES or state == "GONE":
-                # Let a noticed preemption's last checkpoint and status land, then stop reading.
-                done, _ = await asyncio.wait({task}, timeout=policy.notice_seconds)
+                # Let a noticed preemption's last checkpoint and status land, then stop
+                # reading; a deleted slice gives no notice, so it gets only a moment.
+                grace = policy.notice_seconds if state not in DELETED_STATES else min(
+                    policy.notice_seconds, DELETED_GRACE_SECONDS)
+                done, _ = await asyncio.wait({task}, timeout=grace)
                 if done:
                     return task.result(), state
                 task.cancel()
@@ -132,6 +146,22 @@ async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo
         raise
 
 
+def deleted_by_owner(session: lifecycle.Session, info: SliceInfo, state: str | None) -> bool:
+    """A slice deleted, not preempted: `podctl down` left a tombstone for this very
+    slice, or it went DELETING or GONE with no PREEMPTED or SUSPENDED state before."""
+    from podctl import tombstones
+
+    if tombstones.deleted_by_owner(session.settings.state_dir, info):
+        return True
+    return state in DELETED_STATES
+
+
+def _deleted_message(name: str, run_id: str) -> str:
+    return (f"slice {name} was deleted (by `podctl down` or another delete, not a preemption): "
+            f"not making it again; to go on, `podctl up` it and `podctl run {name} SCRIPT "
+            f"--resume {run_id}`")
+
+
 def _infrastructure(exit_code: int | None, state: str | None, failed: Any) -> str | None:
     """Why the infrastructure, not the script, ended the attempt; None if it did not."""
     if state in DEAD_STATES or state == "GONE":
@@ -143,41 +173,93 @@ def _infrastructure(exit_code: int | None, state: str | None, failed: Any) -> st
     return None
 
 
-async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: RecoveryPolicy,
-                    notice: lifecycle.Notice) -> SliceInfo:
-    """Delete what is left of the slice, then create it again with the same spec,
-    waiting out stockouts and quota with capped exponential backoff."""
+async def _clear(session: lifecycle.Session, name: str, notice: lifecycle.Notice) -> None:
+    """Delete what is left of slice NAME (PREEMPTED, SUSPENDED, a lost re-create) and
+    wait until it is gone, so that the name is free to be made again."""
     from podctl.cloud import describe, terminate
     from podctl.cloud.wait import wait_deleted
 
     parent = session.settings.parent
     with contextlib.suppress(NotFoundError):
-        current = await describe.describe(session.api, parent, info.name)
+        current = await describe.describe(session.api, parent, name)
         current = await terminate.owning_slice(session.api, parent, current)
         notice(f"deleting {current.name} ({current.state})")
         deleted = await terminate.delete(session.api, parent, current)
         await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind)
-    # The user's own labels (budgets among them) go with it; podctl's own are made anew.
-    carried = {k: v for k, v in info.labels.items()
-               if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request")}
-    options = lifecycle.SliceOptions(
-        slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
-        spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
-        runtime_version=info.runtime_version, labels=carried)
-    request = lifecycle.up_request(session.settings, options)
+
+
+async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: RecoveryPolicy,
+                    notice: lifecycle.Notice, run_id: str,
+                    spend: Callable[[], bool] | None = None) -> SliceInfo:
+    """Delete what is left of the slice, then create it again with the same spec and
+    placement, waiting out stockouts and quota with capped exponential backoff. Any
+    other infrastructure failure of the re-create (the new slice preempted while being
+    made, the API failing after its retries, a wait cut short) costs one recovery:
+    SPEND() takes one and says whether there was one left."""
+    from podctl import tombstones
+    from podctl.cloud import describe, placement
+
+    parent = session.settings.parent
+    where: placement.Placement | None = None
     deadline = time.monotonic() + policy.recreate_timeout
     delay = policy.backoff_initial
+    began = time.time()
     while True:
         try:
+            if where is None:  # made again where it was: reservation, network, account, tags
+                try:
+                    current = await describe.describe(session.api, parent, info.name)
+                    where = await placement.read(session.api, parent, current)
+                except NotFoundError:
+                    where = placement.Placement()
+            await _clear(session, info.name, notice)
+            request = _recreate_request(session, info, where)
             notice(f"creating {info.name} again ({request.spec.describe()})")
             return (await lifecycle.up(session, request)).info
+        except SliceDeletedError as e:  # deleted by someone while being made: not ours to redo
+            raise SliceDeletedError(_deleted_message(info.name, run_id)) from e
         except (StockoutError, QuotaExceededError) as e:
             if time.monotonic() + delay > deadline:
                 raise WaitTimeoutError(f"{info.name} could not be created again within "
                                        f"{policy.recreate_timeout / 3600:.1f} h ({e}).") from e
             notice(f"no capacity for {info.name} yet ({e}); trying again in {delay:.0f}s")
-            await asyncio.sleep(delay)
-            delay = min(policy.backoff_max, delay * 2)
+        except RECREATE_LOST as e:  # preempted while creating, 503s, a wait cut short
+            s = session.settings
+            if tombstones.deleted_since(s.state_dir, s.project, s.zone, info.name, began):
+                raise SliceDeletedError(_deleted_message(info.name, run_id)) from e
+            if spend is None or not spend():
+                raise
+            notice(f"{info.name} was lost while being made again ({e}); trying again in "
+                   f"{delay:.0f}s")
+        await asyncio.sleep(delay)
+        delay = min(policy.backoff_max, delay * 2)
+
+
+def _recreate_request(session: lifecycle.Session, info: SliceInfo, where: Any) -> Any:
+    """INFO's spec as an `up` request. The user's own labels (budgets among them) go
+    with it; podctl's own are made anew."""
+    carried = {k: v for k, v in info.labels.items()
+               if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request")}
+    options = lifecycle.SliceOptions(
+        slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
+        spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
+        runtime_version=info.runtime_version, labels=carried, placement=where)
+    return lifecycle.up_request(session.settings, options)
+
+
+def account_steps_lost(attempts: list[Attempt]) -> None:
+    """Steps an attempt's end cost: its last step less the step the next attempt that
+    got going resumed at. Attempts that never said where they started are skipped over
+    (preempted before their first step, they lost nothing and reveal nothing)."""
+    pending: Attempt | None = None
+    for attempt in attempts:
+        if attempt.start_step is not None and pending is not None:
+            pending.steps_lost = max(0, (pending.last_step or 0) - attempt.start_step)
+            pending = None
+        if attempt.last_step is not None:
+            pending = attempt
+        elif attempt is not attempts[-1] and attempt.steps_lost is None:
+            attempt.steps_lost = 0
 
 
 async def _save_attempts(session: lifecycle.Session, run_id: str, attempts: list[Attempt],
@@ -232,6 +314,15 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
     job, run_id, state = await _start(session, info, options, sink, notice)
     attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
     relaunch: lifecycle.RunOptions | None = None
+    spent = 0  # recoveries used: relaunches, and re-creates lost on the way
+
+    def spend() -> bool:
+        nonlocal spent
+        if spent >= policy.recoveries:
+            return False
+        spent += 1
+        return True
+
     while True:
         attempt = attempts[-1]
         result = None
@@ -248,28 +339,35 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
         attempt.ended, attempt.exit_code = time.time(), code
         measured = await _metrics(session, attempt.run_id)
         if measured is not None:
-            attempt.start_step, attempt.last_step = measured.start_step, measured.final_step
-        if len(attempts) > 1:  # how much the previous attempt's end cost
-            before = attempts[-2]
-            if before.last_step is not None and attempt.start_step is not None:
-                before.steps_lost = max(0, before.last_step - attempt.start_step)
+            # An attempt cut short before its script said where it started has no start
+            # step (not 0: that would count every step before it as lost).
+            attempt.start_step = measured.start_step if measured.configured else None
+            attempt.last_step = measured.final_step
+        account_steps_lost(attempts)
+        deleted = code != 0 and deleted_by_owner(session, info, state)
         reason = None if code == 0 else _infrastructure(code, state,
                                                         result.failed if result else None)
+        if deleted:
+            reason = "slice deleted"
         if reason is None and code != 0 and policy.retry_code_errors:
             reason = f"exit code {code} (retried: --retry-errors)"
         attempt.reason = reason
         last_record = await load_record(session.storage, attempt.run_id)
-        if result is None:  # the follower was cut off: say how the attempt ended
+        if result is None or deleted:  # the follower was cut off: say how the attempt ended
             last_record.state, last_record.exit_code, last_record.ended = "lost", code, time.time()
+            if deleted:
+                last_record.extra = {**last_record.extra, "reason": "slice deleted"}
             from podctl.jobs.history import save_record
 
             await save_record(session.storage, last_record)
-        if reason is None or len(attempts) > policy.recoveries:
+        if reason is None or deleted or not spend():
             await _save_attempts(session, run_id, attempts, last_record)
-            if reason is not None:
+            if deleted:
+                notice(f"run {run_id} ended: {_deleted_message(info.name, run_id)}")
+            elif reason is not None:
                 notice(f"run {run_id} ended: {reason}; no recoveries left (--recover "
                        f"{policy.recoveries})")
-            return RecoveredRun(run_id, code, attempts, result)
+            return RecoveredRun(run_id, code, attempts, result, stopped=reason if deleted else None)
         where = f" at step {attempt.last_step}" if attempt.last_step is not None else ""
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
@@ -280,7 +378,7 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
             notice(f"slice {info.name} is healthy; relaunching on it")
             info = await lifecycle.ready_slice(session, info.name)
         else:
-            info = await _recreate(session, info, policy, notice)
+            info = await _recreate(session, info, policy, notice, run_id, spend)
         if relaunch is None:
             first = await load_record(session.storage, run_id)
             relaunch = replace(options, script=type(options.script)(first.script or ""),

@@ -26,7 +26,8 @@ from podctl.errors import ConfigError, InvalidValueError
 
 BACKENDS = ("gcp", "fake")
 FAKE_PROJECT = "fake-project"
-FAKE_ZONE = "us-central1-a"
+# A v5p zone whose price podctl knows, so that `ls` and `cost` on the fake show dollars.
+FAKE_ZONE = "us-east5-a"
 FAKE_BUCKET = "podctl-fake"  # made by the fake cloud's GCS emulator at start
 _PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")

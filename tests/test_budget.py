@@ -90,7 +90,8 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["up", "--slice", "v5p-8", "--max-cost", "10"], ["price unknown for us-central1", "--price"]),
+    (["up", "--slice", "v5p-8", "--max-cost", "10", "--zone", "us-central1-a"],
+     ["price unknown for us-central1", "--price"]),
     (["up", "--slice", "v5p-8", "--max-cost", "-1", "--zone", "us-east5-a"], ["--max-cost"]),
     (["up", "--slice", "v5p-8", "--max-hours", "soon"], ["--max-hours", "not a duration"]),
     (["run", "x", "--max-hours", "1", "--detach", "train.py"], ["drop --detach"]),

@@ -16,14 +16,17 @@ from tests.conftest import assert_one_line_error, isolated_environ
 
 
 def test_fake_start_status_stop(podctl):
-    assert podctl.json("fake", "status") == {"running": False, "state_dir": str(podctl.tmp / "state" / "fake")}
+    stopped = podctl("fake", "status", "--json", check=False)
+    assert stopped.returncode == 3  # not running: a script can test it
+    assert json.loads(stopped.stdout) == {"running": False, "state_dir": str(podctl.tmp / "state" / "fake")}
     started = podctl.json("fake", "start")
     status = podctl.json("fake", "status")
     assert status["running"] and status["tpu_api"].startswith("http://127.0.0.1:")
-    assert (status["project"], status["zone"], status["pid"]) == ("fake-project", "us-central1-a", started["pid"])
+    assert (status["project"], status["zone"], status["pid"]) == ("fake-project", "us-east5-a", started["pid"])
     assert podctl.json("fake", "start")["pid"] == started["pid"]  # a second start finds it
     assert "stopped" in podctl("fake", "stop").stdout
-    assert not podctl.json("fake", "status")["running"]
+    stopped = podctl("fake", "status", check=False)
+    assert stopped.returncode == 3 and "not running" in stopped.stdout
 
 
 def test_lifecycle_v5p_4096_through_the_cli(podctl):

@@ -207,23 +207,24 @@ def test_plan_refuses_nonsense_in_one_line(podctl, args, words):
     assert_one_line_error(podctl("plan", *args, check=False), 2, *words)
 
 
-def test_ls_and_cost_show_prices_and_unknowns(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "priced", "--zone", "us-east5-a")
-    podctl("--backend", "fake", "up", "--slice", "v5p-16", "--name", "unpriced")  # us-central1-a
-    listed = podctl.json("--backend", "fake", "ls", "--zone", "us-east5-a")
+def test_ls_and_cost_show_prices_on_the_fakes_default_zone_and_unknowns_elsewhere(podctl):
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "priced")  # us-east5-a: priced
+    podctl("--backend", "fake", "up", "--slice", "v5p-16", "--name", "unpriced", "--zone", "us-central1-a")
+    listed = podctl.json("--backend", "fake", "ls")
     assert listed[0]["usd_per_hour"] == pytest.approx(16.80) and listed[0]["cost_usd"] >= 0
-    human = podctl("--backend", "fake", "ls", "--zone", "us-east5-a").stdout
+    human = podctl("--backend", "fake", "ls").stdout
     assert "$/HOUR" in human and "COST" in human and "$16.80" in human
-    unknown = podctl("--backend", "fake", "ls").stdout
+    unknown = podctl("--backend", "fake", "ls", "--zone", "us-central1-a").stdout
     assert "unpriced" in unknown and " ? " in unknown
-    assert podctl.json("--backend", "fake", "ls")[0]["usd_per_hour"] is None
-    one = podctl.json("--backend", "fake", "cost", "priced", "--zone", "us-east5-a")
+    assert podctl.json("--backend", "fake", "ls", "--zone", "us-central1-a")[0]["usd_per_hour"] is None
+    one = podctl.json("--backend", "fake", "cost", "priced")
     assert (one["chips"], one["usd_per_hour"], one["tier"]) == (4, pytest.approx(16.8), "on-demand")
     assert one["cost_usd"] == pytest.approx(16.8 * one["age_seconds"] / 3600, abs=0.01)
-    every = podctl("--backend", "fake", "cost", "--price", "1")
+    every = podctl("--backend", "fake", "cost", "--price", "1", "--zone", "us-central1-a")
     assert "unpriced" in every.stdout and "$8.00/h" in every.stdout
-    podctl("--backend", "fake", "down", "priced", "--yes", "--zone", "us-east5-a")
-    podctl("--backend", "fake", "down", "unpriced", "--yes")
+    assert every.stdout.splitlines()[0].split() == ["SLICE", "CHIPS", "TIER", "AGE", "USD/HOUR", "COST"]
+    podctl("--backend", "fake", "down", "priced", "--yes")
+    podctl("--backend", "fake", "down", "unpriced", "--yes", "--zone", "us-central1-a")
 
 
 def test_cost_and_goodput_of_a_run_and_mfu_from_it(podctl, tmp_path):

@@ -75,7 +75,7 @@ def test_logs_after_the_client_was_killed_show_every_line(podctl):
     client.send_signal(signal.SIGKILL)
     client.wait()
     assert run_id
-    proc = podctl("logs", run_id, "--follow")
+    proc = podctl("logs", run_id, "--follow", "--host", "all")
     for host in (0, 1):
         lines = [l.split("] ", 1)[1] for l in proc.stdout.splitlines() if l.startswith(f"[host {host:04d}]")]
         assert lines == [f"{host} {i}" for i in range(3000)]
@@ -218,3 +218,12 @@ def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):
     proc = podctl("logs", run_id, "--follow", check=False)
     assert proc.returncode == 255
     assert f"run {run_id} ended: host 0000 failed (exit code 255); is slice cli16 still there?" in proc.stderr
+
+
+def test_logs_shows_host_0_by_default_as_run_does_and_runs_has_a_header(podctl):
+    run_id = podctl("run", "cli16", "--detach", str(SCRIPTS / "many_lines.py"), "5").stdout.strip()
+    podctl("logs", run_id, "--follow", "--host", "all")  # until it ends
+    shown = podctl("logs", run_id).stdout.splitlines()
+    assert shown == [f"[host 0000] 0 {i}" for i in range(5)]
+    listed = podctl("runs").stdout.splitlines()
+    assert listed[0].split()[:3] == ["RUN", "STATE", "EXIT"] and run_id in listed[1]

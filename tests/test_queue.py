@@ -64,6 +64,7 @@ def test_add_ls_show_keep_env_values_to_themselves(q):
     shown = q("queue", "show", str(added["id"])).stdout + q("queue", "show", str(added["id"]), "--json").stdout
     listed = q("queue", "ls").stdout + q("queue", "ls", "--json").stdout
     assert "hunter2-secret" not in shown + listed and "API_TOKEN" in shown
+    assert "next_try_at      -" in shown and "0.0" not in shown.split("next_try_at", 1)[1].split("\n")[0]
     assert stat.S_IMODE(q.db.stat().st_mode) == 0o600
     q("queue", "cancel", str(added["id"]))
     assert q.entries()[0]["state"] == "cancelled"
@@ -79,6 +80,8 @@ def test_add_ls_show_keep_env_values_to_themselves(q):
     (["add", "--slice", "v5p-8", "missing.py"], 2, ["no script"]),  # bad input
     (["show", "42"], 1, ["no queue entry 42"]),
     (["cancel", "42"], 1, ["no queue entry 42"]),
+    (["show", "1234567890123456789012345678901"], 1, ["no queue entry 1234567890123456789012345678901"]),
+    (["cancel", "1234567890123456789012345678901"], 1, ["no queue entry"]),
     (["tick", "--loop", "soon"], 2, ["not a duration"]),
 ])
 def test_bad_queue_input(q, args, code, words):
@@ -90,7 +93,7 @@ def test_a_bad_database_is_refused_and_left_as_it_is(q, damage):
     q.db.parent.mkdir(parents=True)
     if damage == "corrupt":
         q.db.write_bytes(b"this is not sqlite, just bytes\n" * 100)
-        words = ["not a SQLite database"]
+        words = ["not a SQLite database", "delete its slices"]
     else:
         with sqlite3.connect(q.db) as conn:
             conn.execute("CREATE TABLE future (x)")
@@ -102,6 +105,13 @@ def test_a_bad_database_is_refused_and_left_as_it_is(q, damage):
         assert_one_line_error(q("queue", *args, check=False), 1, str(q.db), *words)
     assert q.db.read_bytes() == before
     assert not Path(f"{q.db}-wal").exists()
+
+
+def test_queue_cancel_of_an_entry_that_already_ended_exits_non_zero_and_says_so(q):
+    added = q.json("queue", "add", "--slice", "v5p-8", str(SCRIPTS / "show_env.py"))
+    q("queue", "cancel", str(added["id"]))
+    assert_one_line_error(q("queue", "cancel", str(added["id"]), check=False), 1,
+                          f"entry {added['id']} had already ended (cancelled)")
 
 
 def test_two_ticks_at_once_make_one_slice(q):
@@ -191,3 +201,36 @@ def test_tick_loop_ends_cleanly_on_sigterm(q):
     assert proc.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["event"] == "loop_stopped"
     assert q.settle()[0]["state"] == "succeeded"
+
+
+def test_tick_loop_rides_out_a_20_s_gcs_outage_and_keeps_watching(q):
+    q("queue", "add", "--slice", "v5p-8", str(SCRIPTS / "sleep_then_exit.py"), "25")
+    q("fake", "start")
+    proc = subprocess.Popen([sys.executable, "-m", "podctl", "queue", "tick", "--loop", "1s"],
+                            env=q.env, cwd=q.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while q.entries()[0]["state"] != "running":
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    q.admin().gcs_outage(20.0)
+    deadline = time.monotonic() + 150
+    while q.entries()[0]["state"] not in TERMINAL:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGHUP)  # a closed terminal ends the loop as SIGTERM does
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "tick_failed" in out, out[-3000:]
+    assert json.loads(out.splitlines()[-1])["event"] == "loop_stopped"
+    assert q.settle()[0]["state"] == "succeeded"
+
+
+def test_a_full_disk_says_free_space_and_never_advises_moving_the_queue_aside(tmp_path):
+    """SQLite's own words for a full disk; the advice keeps the database (and so the
+    slices its entries own) where it is."""
+    from podctl.queue.store import _disk_trouble, full_disk_message
+
+    error = sqlite3.OperationalError("database or disk is full")
+    assert _disk_trouble(error)
+    message = full_disk_message(tmp_path / "queue.db", error)
+    assert "free some space" in message and "move it aside" not in message

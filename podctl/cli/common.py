@@ -32,9 +32,12 @@ def guarded(action: Callable[[], Any]) -> Any:
     except PodctlError as e:
         click.echo(f"podctl: error: {e}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("podctl: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (podctl.signals routes them here)
+        from podctl import signals
+
+        how = f" ({signals.name_of_stop()})" if signals.received else ""
+        click.echo(f"podctl: interrupted{how}", err=True)
+        sys.exit(signals.exit_code(EXIT_INTERRUPTED))
 
 
 def slice_help() -> str:

@@ -377,6 +377,8 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, project: str
         if not slices:
             click.echo(f"no podctl slices in {settings.zone}")
             return
+        click.echo(f"{'SLICE':30s} {'CHIPS':>11s}  {'TIER':9s} {'AGE':>10s}  {'USD/HOUR':>14s}  "
+                   f"{'COST':>14s}")
         for r in report:
             click.echo(f"{r['name']:30s} {r['chips']:>5d} chips  {r['tier']:9s} "
                        f"{r['age_seconds'] / 3600:8.2f} h  {cost.fmt_usd(r['usd_per_hour']):>12s}/h  "

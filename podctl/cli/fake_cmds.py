@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from podctl.cli.common import guarded
 from podctl.cli.fake_inject import inject
+
+EXIT_NOT_RUNNING = 3
 
 
 def _settings() -> object:
@@ -61,7 +65,8 @@ def stop() -> None:
 @fake.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: running, tpu_api, project, zone.")
 def status(as_json: bool) -> None:
-    """Say whether the fake cloud runs, and where."""
+    """Say whether the fake cloud runs, and where. Exits 0 when it runs, 3 when it does
+    not (as `systemctl status` does), so scripts can test it."""
 
     def action() -> None:
         from podctl.cli.render import emit_json
@@ -75,6 +80,8 @@ def status(as_json: bool) -> None:
                        f"{info['project']}, zone {info['zone']}, pid {info['pid']})")
         else:
             click.echo("fake cloud not running (`podctl fake start`)")
+        if not info["running"]:
+            sys.exit(EXIT_NOT_RUNNING)
 
     guarded(action)
 

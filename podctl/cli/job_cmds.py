@@ -233,7 +233,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 @click.command()
 @click.argument("run_id")
 @click.option("--follow", "-f", is_flag=True, help="Keep reading until the run ends.")
-@click.option("--host", "host_text", default="all", show_default=True, help="N, N,M or all.")
+@click.option("--host", "host_text", default="0", show_default=True,
+              help="N, N,M or all (host 0 by default, as `podctl run` shows).")
 @where_options
 @bucket_option
 @pass_context
@@ -301,6 +302,7 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
             return
         import time
 
+        click.echo(f"{'RUN':48s} {'STATE':10s} {'EXIT':>8s}  SLICE (HOSTS)  STARTED  SCRIPT")
         for r in records:
             when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.created))
             code = "-" if r.exit_code is None else str(r.exit_code)

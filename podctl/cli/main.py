@@ -80,7 +80,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl budget check               delete slices over their budget (run it from cron)
     podctl queue add|ls|show|cancel|tick   queued runs, moved along by `queue tick` from cron
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
-    podctl demo                       the whole lifecycle on the fake cloud, in a minute
+    podctl demo                       the whole lifecycle on the fake cloud (CPU-bound: ~45 s idle)
     """
     ctx.obj = Context(backend)
 
@@ -93,6 +93,9 @@ for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
 
 
 def main() -> None:
+    from podctl.signals import route_stop_signals
+
+    route_stop_signals()  # SIGTERM and SIGHUP undo what Ctrl-C undoes (a slice `up` made)
     cli(prog_name="podctl")
 
 

@@ -105,6 +105,12 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
+        if max_cost is not None:  # a budget the tick could not price is no budget: refused, as `up` does
+            from podctl.cost import slice_hourly_cost, unknown_price_message
+
+            if slice_hourly_cost(slice_type, settings.zone, spot=spot) is None:
+                why = unknown_price_message(settings.zone).replace("pass --price or ", "")
+                raise InvalidValueError(f"--max-cost needs a price: {why}.")
         if preflight:  # before anything is bundled or stored
             from podctl.cli.preflight_cmds import compile_checked
 
@@ -174,9 +180,11 @@ def show(entry_id: int, as_json: bool) -> None:
             return
         attempts = data.pop("attempts")
         for key, value in data.items():
-            if isinstance(value, float) and key in ("created", "updated", "started", "ended",
-                                                      "next_try_at") and value:
-                value = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+            if key in ("created", "updated", "started", "ended", "next_try_at"):
+                if not value:  # 0.0: never set (no backoff pending), not the epoch
+                    value = None
+                elif isinstance(value, (int, float)):
+                    value = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
             if key == "preflight" and isinstance(value, dict):  # the whole report: --json
                 value = (f"fits {value.get('slice')}: "
                          f"{value['hbm']['needed_bytes'] / 2**30:.2f} GiB of HBM per chip, "
@@ -209,10 +217,14 @@ def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -
         from podctl.queue import log as queue_log
         from podctl.queue import tick
 
+        from podctl.errors import QueueError
+
         with _store() as store:
-            store.get(entry_id)  # NoSuchEntryError before anything connects
+            before = store.get(entry_id)  # NoSuchEntryError before anything connects
         log = queue_log.configure(sys.stderr)
         entry = tick.cancel(_tick_context(ctx, log, project, zone), _state_dir(), entry_id)
+        if before.terminal:  # its slices were cleaned up all the same
+            raise QueueError(f"entry {entry.id} had already ended ({entry.state}); nothing to cancel.")
         click.echo(f"entry {entry.id} is {entry.state}")
 
     guarded(action)

@@ -52,12 +52,26 @@ def _open(ctx: Context, project: str | None, zone: str | None) -> tuple[Any, Any
               help="Budget: delete the slice after H hours (3.5, or 90m, 6h).")
 @click.option("--price", type=float, default=None, metavar="USD_PER_CHIP_HOUR",
               help="The chip-hour price for --max-cost (default: podctl.toml [prices], the table).")
+@click.option("--reservation", default=None, metavar="NAME",
+              help="Use this reservation (a queued resource; NAME or projects/P/locations/Z/reservations/NAME).")
+@click.option("--reserved", is_flag=True, help="A node from any matching reservation of the project.")
+@click.option("--network", default=None, help="VPC network (default: the project's default).")
+@click.option("--subnetwork", default=None, help="Subnetwork (default: the network's own in the region).")
+@click.option("--internal-ips", is_flag=True,
+              help="No external IPs: podctl connects to the internal addresses (run it inside the VPC).")
+@click.option("--service-account", default=None, metavar="EMAIL",
+              help="Service account of the TPU VMs (default: the project's compute one).")
+@click.option("--scopes", default=None, metavar="S1,S2",
+              help="OAuth scopes for it, e.g. cloud-platform (short names get the googleapis prefix).")
+@click.option("--tags", default=None, metavar="T1,T2", help="Network tags, for firewall rules.")
 @json_option
 @pass_context
 def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zone: str | None,
        queued: bool, spot: bool, guaranteed: bool, num_slices: int, valid_for: str | None,
        runtime_version: str | None, no_wait: bool, timeout: str, max_cost: float | None,
-       max_hours: str | None, price: float | None, as_json: bool) -> None:
+       max_hours: str | None, price: float | None, reservation: str | None, reserved: bool,
+       network: str | None, subnetwork: str | None, internal_ips: bool,
+       service_account: str | None, scopes: str | None, tags: str | None, as_json: bool) -> None:
     """Create a slice, or reuse the one of the same name and spec, and wait until it is ready.
 
     A budget (--max-cost, --max-hours) is written on the slice as labels and is enforced
@@ -66,15 +80,26 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
     """
 
     def action() -> None:
+        import dataclasses
+
         from podctl import lifecycle
         from podctl._sync import run_sync
         from podctl.cli.render import ProgressReporter, emit_json, slice_detail
 
+        from podctl.cloud.placement import Placement
+
+        def listed(text: str | None) -> tuple[str, ...]:
+            return tuple(t.strip() for t in (text or "").split(",") if t.strip())
+
         settings = ctx.settings(project, zone)
+        placement = Placement(
+            reservation=reservation, reserved=reserved, network=network, subnetwork=subnetwork,
+            service_account=service_account, scopes=listed(scopes), tags=listed(tags),
+            internal_ips=internal_ips)
         request = lifecycle.up_request(settings, lifecycle.SliceOptions(
             slice_type=slice_name, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
             num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
-            wait=not no_wait, timeout=timeout))
+            wait=not no_wait, timeout=timeout, placement=placement))
         from podctl.budget import describe_labels, with_budget
 
         request = with_budget(request, settings.zone, max_cost=max_cost, max_hours=max_hours,
@@ -86,15 +111,23 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
         session = lifecycle.Session.open(settings)
         with ProgressReporter(f"{request.name} ({request.spec.describe()})") as progress:
             result = run_sync(lifecycle.up(session, request, progress=progress))
-        if as_json:
-            emit_json({**result.info.to_json(), "created": result.created})
-            return
         if (max_cost is not None or max_hours is not None) and not result.created:
-            click.echo(f"podctl: note: {result.info.name} already existed; its budget labels are "
-                       "unchanged", err=True)
+            # A budget given is a budget kept: written on the slice that already existed.
+            from podctl.budget import existing_budget_labels, set_on_existing
+
+            labels = existing_budget_labels(result.info, max_cost=max_cost, max_hours=max_hours,
+                                            price=price)
+            info = run_sync(set_on_existing(session.api, settings.parent, result.info, labels))
+            result = dataclasses.replace(result, info=info)
+            click.echo(f"podctl: budget {describe_labels(labels)} set on {info.name}, which already "
+                       "existed: enforced while `podctl run` follows a run on it or `podctl budget "
+                       "check` runs", err=True)
         elif result.created and describe_labels(request.labels):
             click.echo(f"podctl: budget {describe_labels(request.labels)}: enforced while `podctl "
                        "run` follows a run on it or `podctl budget check` runs", err=True)
+        if as_json:
+            emit_json({**result.info.to_json(), "created": result.created})
+            return
         verb = "created" if result.created else "reused"
         state = "ready" if result.info.ready else result.info.state
         click.echo(f"{verb} {result.info.name}: {state}")
@@ -187,7 +220,25 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
                 raise UsageError("nothing deleted.")
 
         async def delete_and_wait() -> Any:
+            from podctl import tombstones
+
             deleted = await terminate.delete(api, settings.parent, info)
+            # The owner deleted it: a `run --recover` following it must not make it again,
+            # and a detached run on it is over.
+            tombstones.write(settings.state_dir, info)
+            if settings.bucket:
+                from podctl.cloud.connect import storage_endpoint
+                from podctl.lifecycle import close_runs_of_deleted
+                from podctl.storage import Storage
+
+                from podctl.errors import PodctlError
+
+                try:
+                    storage = Storage.connect(settings.bucket, endpoint=storage_endpoint(settings))
+                except PodctlError:
+                    storage = None  # the delete stands; the records stay as they were
+                for run_id in await close_runs_of_deleted(settings, storage, info) if storage else []:
+                    click.echo(f"podctl: run {run_id} ended with its slice (slice deleted)", err=True)
             if not no_wait:
                 with ProgressReporter(f"deleting {name}") as progress:
                     await wait_deleted(api, settings.parent, deleted.name, kind=deleted.kind,

@@ -101,6 +101,15 @@ class TpuApi:
         return await self._call("nodes.delete", f"deleting {name}", operations.send,
                                 self.client, "DELETE", name, mutates=True, timeout=CALL_TIMEOUT)
 
+    async def update_node_labels(self, name: str, labels: dict[str, str]) -> lro.Operation:
+        """PATCH the node's labels (the whole map: updateMask=labels replaces it)."""
+        from google.protobuf import field_mask_pb2
+
+        node = tpu_v2.Node(name=name, labels=labels)
+        return await self._call("nodes.patch", f"updating {name}", self.client.update_node,
+                                node=node, update_mask=field_mask_pb2.FieldMask(paths=["labels"]),
+                                retry=None, mutates=True, timeout=CALL_TIMEOUT)
+
     # ---- queued resources -----------------------------------------------------------
 
     async def get_queued_resource(self, name: str) -> tpu_v2.QueuedResource:

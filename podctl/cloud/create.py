@@ -10,6 +10,7 @@ from google.cloud import tpu_v2
 from podctl.cloud.api import TpuApi
 from podctl.cloud.describe import Kind
 from podctl.cloud.operations import Operation
+from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceSpec
 
 
@@ -20,6 +21,7 @@ class CreateRequest:
     spec: SliceSpec
     labels: dict[str, str]
     ssh_keys: str  # the node's `ssh-keys` metadata
+    placement: Placement = Placement()  # reservation, network, service account, tags
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ def node_template(request: CreateRequest) -> tpu_v2.Node:
         metadata={"ssh-keys": request.ssh_keys},
         description=f"podctl {spec.describe()}",
     )
+    request.placement.apply_to_node(node)
     if spec.tier == "spot" and not spec.queued:  # a queued resource carries its tier itself
         node.scheduling_config = tpu_v2.SchedulingConfig(spot=True)
     return node
@@ -56,6 +59,7 @@ def queued_resource(request: CreateRequest) -> tpu_v2.QueuedResource:
         qr.spot = tpu_v2.QueuedResource.Spot()
     elif spec.tier == "guaranteed":
         qr.guaranteed = tpu_v2.QueuedResource.Guaranteed()
+    request.placement.apply_to_queued(qr)
     if spec.valid_for_seconds is not None:
         qr.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(
             valid_until_duration=datetime.timedelta(seconds=spec.valid_for_seconds))

@@ -9,24 +9,22 @@ or is interrupted (Ctrl-C), so a failed `up` never leaves chips billing.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-import signal
-import threading
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from podctl import topology
 from podctl.cloud import create as create_step
 from podctl.cloud import describe, terminate
 from podctl.cloud.api import TpuApi
 from podctl.cloud.names import REQUEST_LABEL, podctl_labels, validate_name
+from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo, SliceSpec
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
 from podctl.errors import (
     AlreadyExistsError, CloudError, InvalidValueError, NotFoundError, PodctlError, SliceLostError,
     SpecMismatchError,
 )
+from podctl.signals import first_stop_only, stop_signals_ignored
 
 _DEAD = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "FAILED", "TERMINATED"}
 
@@ -41,6 +39,7 @@ class UpRequest:
     wait: bool = True
     policy: WaitPolicy = WaitPolicy()
     labels: dict[str, str] = field(default_factory=dict)  # e.g. budgets; podctl's own win
+    placement: Placement = Placement()  # reservation, network, service account, tags
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,15 @@ async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
     token = secrets.token_hex(6)
     create_request = create_step.CreateRequest(
         parent=request.parent, name=request.name, spec=request.spec,
-        labels={**request.labels, **podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys)
+        labels={**request.labels, **podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys,
+        placement=request.placement)
+    with first_stop_only():  # one signal starts the undo; a second cannot cut it short
+        return await _create_and_wait(api, request, token, create_request, clock, progress)
+
+
+async def _create_and_wait(api: TpuApi, request: UpRequest, token: str,
+                           create_request: create_step.CreateRequest, clock: Clock,
+                           progress: Progress | None) -> UpResult:
     operation = None
     try:
         creation = await create_step.create(api, create_request)
@@ -137,22 +144,9 @@ async def _taken_by(api: TpuApi, request: UpRequest, conflict: AlreadyExistsErro
                                  "this slice; choose another --name.") from conflict
 
 
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """While podctl undoes a creation, a second Ctrl-C must not cut the undo short."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 async def _undo(api: TpuApi, parent: str, name: str, token: str, progress: Progress | None) -> None:
     """Delete the slice NAME if this call created it (its label carries TOKEN)."""
-    with _sigint_ignored():
+    with stop_signals_ignored():
         try:
             info = await describe.find(api, parent, name)
             if info is None or info.labels.get(REQUEST_LABEL) != token:

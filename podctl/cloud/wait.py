@@ -24,7 +24,9 @@ from podctl.cloud.describe import Kind
 from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate_operation_error
 from podctl.cloud.types import SliceInfo
-from podctl.errors import NotFoundError, SliceLostError, TransientError, WaitTimeoutError
+from podctl.errors import (
+    NotFoundError, SliceDeletedError, SliceLostError, TransientError, WaitTimeoutError,
+)
 
 T = TypeVar("T")
 Progress = Callable[[str], None]
@@ -87,7 +89,9 @@ def _lost(info: SliceInfo) -> SliceLostError | None:
     if info.state == "FAILED":
         return SliceLostError(f"queued resource {info.name} FAILED: {info.error or 'no reason given'}; "
                               f"{fix}.")
-    if info.state in {"DELETING", "TERMINATED", "STOPPED", "STOPPING"}:
+    if info.state == "DELETING":
+        return SliceDeletedError(f"{info.name} is DELETING; it will not become ready.")
+    if info.state in {"TERMINATED", "STOPPED", "STOPPING"}:
         return SliceLostError(f"{info.name} is {info.state}; it will not become ready.")
     return None
 
@@ -129,7 +133,7 @@ async def wait_ready(api: TpuApi, parent: str, name: str, *, kind: Kind | None =
         try:
             info = await describe.describe(api, parent, name, kind)
         except NotFoundError as e:
-            raise SliceLostError(f"{name} disappeared while podctl waited for it (its creation "
+            raise SliceDeletedError(f"{name} disappeared while podctl waited for it (its creation "
                                  "failed, or someone deleted it).") from e
         if info.ready:
             return info

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from podctl.fake import placement_check
 from podctl.fake.apierror import (
     ApiError, invalid, not_found, page, parse_duration, parse_timestamp, precondition, rfc3339,
 )
@@ -110,6 +111,8 @@ def create(world: World, parent: str, qr_id: str, body: dict, request_id: str = 
             raise ApiError(409, "ALREADY_EXISTS", f"Resource '{node['name']}' already exists")
     if "spot" in body and "guaranteed" in body:
         raise invalid("A queued resource takes one tier: spot or guaranteed")
+    if body.get("reservationName"):
+        placement_check.check_reservation(body["reservationName"], zone)
     world._check_quota(project, zone, sum(n["_chips"] for n in planned))
     valid_after, valid_until = _window(world, body.get("queueingPolicy", {}))
     qr = {k: v for k, v in body.items() if k in _QR_FIELDS}

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError
-from podctl.fake import labels, node_fields, queued, wire
+from podctl.fake import labels, node_fields, placement_check, queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
@@ -246,6 +246,8 @@ class World:
                 f"Invalid node id {node_id!r}: use 1-63 lowercase letters, digits and hyphens, "
                 "starting with a letter and not ending with a hyphen")
         slice_type = self._slice_type(body)
+        project, zone = self.check_parent(parent)
+        placement_check.check_node(body, project, zone)  # network, account, tags, scheduling
         runtime = body.get("runtimeVersion", "")
         if runtime not in RUNTIME_VERSIONS:
             raise invalid(f"Runtime version {runtime!r} is not available; see runtimeVersions")

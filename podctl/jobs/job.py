@@ -180,6 +180,9 @@ class Job:
             env_keys=sorted(request.env), bundle_hash=bundle_hash, created=time.time(),
             extra={"bucket": self.storage.bucket_name,
                    "accelerator_type": info.accelerator_type,  # chips after the slice is gone
+                   # The slice's identity (its createTime): a later slice of the same name
+                   # is another slice, and this run's record is not its run.
+                   "slice_created": info.created,
                    "checkpoint_dir": request.checkpoint_dir
                    or runs.checkpoint_dir(self.storage.bucket_name, self.run_id),
                    **({"resumed_from": request.resumed_from} if request.resumed_from else {}),

@@ -24,6 +24,7 @@ class RunMetrics:
     platform: str | None = None
     params: int | None = None
     start_step: int = 0
+    configured: bool = False  # a config record was seen: start_step is the script's word
     median_mfu: float | None = None  # None on CPU, or where the template knew no peak
     productive_seconds: float = 0.0  # the steps' own time, compile steps excluded
     tokens: float = 0.0  # tokens trained by the steps this run logged
@@ -65,6 +66,7 @@ def summarize(records: list[dict[str, Any]]) -> RunMetrics:
             metrics.platform = r.get("platform")
             metrics.params = r.get("params")
             metrics.start_step = int(r.get("start_step") or 0)
+            metrics.configured = True
             if _number(r.get("batch")) and _number(r.get("seq_len")):
                 tokens_per_step = float(r["batch"]) * float(r["seq_len"])
         elif kind == "step":

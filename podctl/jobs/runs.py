@@ -82,10 +82,32 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def __repr__(self) -> str:
+        """One line a person reads (a notebook's `cloud.runs()`); to_json() has it all."""
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.created))
+        code = "" if self.exit_code is None else f" exit {self.exit_code}"
+        reason = f" ({self.extra['reason']})" if self.extra.get("reason") else ""
+        return (f"<run {self.run_id} {self.state}{code}{reason} on {self.slice_name} "
+                f"({self.num_hosts} hosts), {when}, {self.script or self.kind}>")
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RunRecord":
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+SLICE_IDENTITY_TOLERANCE = 1.0  # seconds: createTime of one slice read at two times
+
+
+def on_slice(record: RunRecord, name: str, created: float) -> bool:
+    """Was RECORD's run started on this very slice (NAME, made at CREATED)? A record of
+    an earlier slice of the same name is not (matched by identity, not by name)."""
+    if record.slice_name != name:
+        return False
+    made = record.extra.get("slice_created")
+    if isinstance(made, (int, float)):
+        return abs(made - created) <= SLICE_IDENTITY_TOLERANCE
+    return record.created >= created - SLICE_IDENTITY_TOLERANCE  # older records: by start time
 
 
 def record_checkpoint_dir(record: RunRecord) -> str:

@@ -119,6 +119,23 @@ def db_path(state_dir: Path) -> Path:
     return state_dir / DB_NAME
 
 
+def _aside_advice() -> str:
+    """Starting an empty queue forgets the slices the old one made: say so first."""
+    return ("podctl leaves it as it is. Before moving it aside to start an empty queue, "
+            "delete its slices (`podctl ls`: names q-TOKEN-ENTRY-ATTEMPT), which a new queue "
+            "would never delete.")
+
+
+def _disk_trouble(e: BaseException) -> bool:
+    text = str(e).lower()
+    return "disk is full" in text or "disk i/o error" in text or "no space" in text
+
+
+def full_disk_message(path: Path, e: BaseException) -> str:
+    return (f"the disk holding the queue database {path} is full ({e}); free some space and "
+            "run the command again. Keep the database where it is: its entries own their slices.")
+
+
 def _check_header(path: Path) -> None:
     try:
         with open(path, "rb") as f:
@@ -127,7 +144,7 @@ def _check_header(path: Path) -> None:
         raise QueueDatabaseError(f"cannot read the queue database {path} ({e}).") from e
     if head and head != _SQLITE_MAGIC:
         raise QueueDatabaseError(f"queue database {path} is not a SQLite database (corrupt?); "
-                                 "move it aside to start an empty queue (podctl leaves it as it is).")
+                                 f"{_aside_advice()}")
 
 
 class Store:
@@ -157,8 +174,10 @@ class Store:
             self.token = self.conn.execute("SELECT value FROM meta WHERE key='token'").fetchone()[0]
         except sqlite3.DatabaseError as e:
             self.conn.close()
-            raise QueueDatabaseError(f"queue database {path} is unreadable ({e}); move it aside to "
-                                     "start an empty queue (podctl leaves it as it is).") from e
+            if _disk_trouble(e):
+                raise QueueDatabaseError(full_disk_message(path, e)) from e
+            raise QueueDatabaseError(f"queue database {path} is unreadable ({e}); "
+                                     f"{_aside_advice()}") from e
         except BaseException:
             self.conn.close()
             raise
@@ -211,6 +230,8 @@ class Store:
         return entry
 
     def get(self, entry_id: int) -> Entry:
+        if not 0 < entry_id < 2 ** 63:  # SQLite's INTEGER: a longer number is no entry's id
+            raise NoSuchEntryError(f"no queue entry {entry_id}; `podctl queue ls` lists them.")
         row = self.conn.execute("SELECT * FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is None:
             raise NoSuchEntryError(f"no queue entry {entry_id}; `podctl queue ls` lists them.")

@@ -12,12 +12,14 @@ second guard: a create that finds its name taken adopts the slice.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from podctl.errors import CloudError, JobError, StorageError
 from podctl.queue.lock import QueueLock
 from podctl.queue.machine import Machine, needs_cleanup
 from podctl.queue.provision import parent_of
@@ -25,6 +27,10 @@ from podctl.queue.store import TERMINAL, Entry, Store, db_path
 from podctl.queue.world import observe
 
 CANCEL_LOCK_WAIT = 60.0  # seconds `queue cancel` waits for a running tick
+# What a pass may meet that passes by itself (GCS or the TPU API down, a host not
+# answering): `--loop` logs it and keeps watching; the intents in the store make the
+# next pass finish what this one began. A broken queue (QueueError) still stops it.
+PASSING = (StorageError, CloudError, JobError)
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,31 @@ async def run_pass(ctx: Any, store: Store) -> PassResult:
     return PassResult(True, len(active), machine.changed, ctx.api.total_calls - calls_before)
 
 
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[threading.Event]:
+    """SIGINT, SIGTERM, SIGHUP: finish the pass in flight (each step is short), then
+    stop, so a signal never leaves a half-written intent or an unrecorded slice."""
+    from podctl.signals import STOP_SIGNALS
+
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def tick(ctx: Any, state_dir: Path) -> PassResult:
-    """One pass, if no other tick is running."""
+    """One pass, if no other tick is running; a stop signal lets the pass finish."""
+    with _signals_deferred():
+        return _tick(ctx, state_dir)
+
+
+def _tick(ctx: Any, state_dir: Path) -> PassResult:
     from podctl._sync import run_sync
 
     lock = QueueLock(state_dir)
@@ -75,18 +104,16 @@ def tick(ctx: Any, state_dir: Path) -> PassResult:
 
 
 def loop(ctx: Any, state_dir: Path, interval: float) -> None:
-    """Passes every INTERVAL seconds until SIGINT or SIGTERM; a pass in flight ends
-    first (each step is short), so a signal never leaves a half-written intent."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    """Passes every INTERVAL seconds until SIGINT, SIGTERM or SIGHUP; a pass in flight
+    ends first (each step is short), so a signal never leaves a half-written intent."""
+    with _signals_deferred() as stop:
         while not stop.is_set():
-            tick(ctx, state_dir)
+            try:
+                _tick(ctx, state_dir)
+            except PASSING as e:  # an outage: the next pass picks up where this one stopped
+                ctx.log.warning("tick_failed", error=str(e), retry_in=interval)
             stop.wait(interval)
         ctx.log.info("loop_stopped")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 async def _cancel(ctx: Any, store: Store, e: Entry) -> Entry:

@@ -337,3 +337,157 @@ def test_every_phase_and_fault_kind_is_covered():
     for fault in ("fail_next", "set_capacity", "preempt", "kill_processes", "cut_ssh",
                   "gcs_outage", "drop_host"):
         assert f"kit.admin.{fault}(" in source
+
+
+# ---- recovery: faults while a lost slice is being made again ---------------------------
+
+def _on_recreate(kit: Kit, record: Record, name: str, action) -> None:
+    """When recovery starts making NAME again, hold the new node in CREATING and call
+    ACTION once it exists (from a helper thread: the recovering loop goes on)."""
+    import threading
+
+    fired = [False]
+
+    def hold_then_act() -> None:
+        import time as _time
+
+        while name not in " ".join(kit.admin.resources()["nodes"]):
+            _time.sleep(0.05)
+        action()
+
+    def on_notice(text: str) -> None:
+        Record.notice(record, text)
+        if text.startswith(f"creating {name} again") and not fired[0]:
+            fired[0] = True
+            kit.admin.set_timings(node_create=1e6)
+            threading.Thread(target=hold_then_act, daemon=True).start()
+
+    record.notice = on_notice  # type: ignore[method-assign]
+
+
+def test_preempted_while_recovery_makes_the_slice_again_is_retried_within_its_recoveries(kit):
+    run(_up(kit, "chaos-rpre", "v5p-8"))
+    record = Record()
+
+    def preempt_the_new_one() -> None:
+        kit.admin.preempt("chaos-rpre", grace=0)
+        kit.admin.set_timings(node_create=90.0)  # the next try gets its slice
+
+    _on_recreate(kit, record, "chaos-rpre", preempt_the_new_one)
+    when_line(record, lambda h, line: line.startswith("tick 1 "), lambda: kit.admin.preempt("chaos-rpre", grace=0))
+    result = run(_train(kit, "chaos-rpre", record, script=SCRIPTS / "ticker.py", args=["60", "0.05"],
+                        recover=2))
+    assert result.exit_code == 0, record.notices
+    assert any("lost while being made again" in n for n in record.notices)
+    run(_down(kit, "chaos-rpre"))
+    kit.record("recovery", "preempt the re-created slice while creating", "recovers",
+               _outcome(result))
+
+
+def test_a_slice_deleted_by_its_owner_during_recovery_is_not_made_again(kit):
+    from podctl.errors import SliceDeletedError
+
+    run(_up(kit, "chaos-rdel", "v5p-8"))
+    record = Record()
+
+    def owner_deletes() -> None:  # `podctl down` in another terminal
+        session = lifecycle.Session(settings=kit.session.settings, api=api_for(kit),
+                                    _storage=kit.session.storage)  # this fake's GCS, no daemon
+        asyncio.run(lifecycle.down(session, "chaos-rdel", wait=False))
+        session.api.close()  # the GCS client is the kit's own
+
+    _on_recreate(kit, record, "chaos-rdel", owner_deletes)
+    when_line(record, lambda h, line: line.startswith("tick 1 "),
+              lambda: kit.admin.preempt("chaos-rdel", grace=0))
+    with pytest.raises(SliceDeletedError, match="not making it again") as e:
+        run(_train(kit, "chaos-rdel", record, script=SCRIPTS / "ticker.py", args=["60", "0.05"],
+                   recover=3))
+    kit.admin.set_timings(node_create=90.0)
+    run(wait_deleted(kit.session.api, kit.session.settings.parent, "chaos-rdel"))
+    assert kit.admin.is_empty()
+    kit.record("recovery", "owner's `down` while re-creating", "stops", f"stopped: {str(e.value)[:60]}")
+
+
+def test_a_slice_deleted_under_a_recovering_run_is_not_made_again(kit):
+    run(_up(kit, "chaos-tdel", "v5p-8"))
+    record = Record()
+
+    def owner_deletes() -> None:
+        import threading
+
+        def down() -> None:
+            session = lifecycle.Session(settings=kit.session.settings, api=api_for(kit),
+                                        _storage=kit.session.storage)
+            asyncio.run(lifecycle.down(session, "chaos-tdel", wait=False))
+            session.api.close()
+
+        threading.Thread(target=down, daemon=True).start()
+
+    when_line(record, lambda h, line: line.startswith("tick 3 "), owner_deletes)
+    result = run(_train(kit, "chaos-tdel", record, script=SCRIPTS / "ticker.py", args=["400", "0.05"],
+                        recover=3))
+    assert result.stopped == "slice deleted" and result.recoveries == 0, record.notices
+    assert any("not making it again" in n for n in record.notices)
+    run(wait_deleted(kit.session.api, kit.session.settings.parent, "chaos-tdel"))
+    assert kit.admin.is_empty()
+    kit.record("training", "owner's `down` under run --recover", "stops", "stopped: slice deleted")
+
+
+def api_for(kit: Kit) -> Any:
+    from podctl.cloud.connect import api_for_endpoint
+    from tests.conftest import FAST_RETRY
+
+    return api_for_endpoint(kit.fake.tpu_api_url, retry=FAST_RETRY)
+
+
+# ---- up, told to stop: SIGINT, SIGTERM, SIGHUP in each phase ---------------------------
+
+_UP_CHILD = """
+import asyncio, sys
+from pathlib import Path
+from podctl import lifecycle, signals
+from podctl.cloud.connect import api_for_endpoint
+from podctl.settings import Settings
+
+signals.route_stop_signals()  # as `podctl` itself does at start
+url, tmp = sys.argv[1], Path(sys.argv[2])
+settings = Settings(backend="fake", project="test-project", zone="us-central1-a",
+                    config_dir=tmp / "config", state_dir=tmp / "state", bucket=None)
+session = lifecycle.Session(settings=settings, api=api_for_endpoint(url))
+request = lifecycle.up_request(settings, lifecycle.SliceOptions("v5p-8", name="chaos-sig"))
+try:
+    asyncio.run(lifecycle.up(session, request, progress=lambda s: print(s, file=sys.stderr, flush=True)))
+except KeyboardInterrupt:
+    sys.exit(signals.exit_code())
+"""
+
+
+@pytest.mark.parametrize("phase", ["create request", "wait"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", pytest.param("SIGINT", marks=pytest.mark.slow)])
+def test_up_told_to_stop_deletes_what_it_created(kit, tmp_path, sig, phase):
+    import signal as signals_mod
+    import subprocess
+    import sys
+    import time as _time
+
+    number = getattr(signals_mod, sig)
+    kit.admin.set_timings(node_create=1e6)  # CREATING until told otherwise
+    kit.admin.reset_stats()
+    if phase == "create request":
+        kit.admin.set_latency(1.0)
+    child = subprocess.Popen([sys.executable, "-c", _UP_CHILD, kit.fake.tpu_api_url, str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    call = "nodes.create" if phase == "create request" else "operations.get"
+    while kit.admin.stats()["by_call"].get(call, 0) < 1:
+        assert child.poll() is None, child.communicate()
+        _time.sleep(0.05)
+    child.send_signal(number)
+    child.send_signal(number)  # a second one must not cut the undo short
+    _, err = child.communicate(timeout=60)
+    kit.admin.set_latency(0)
+    assert child.returncode == 128 + number, err
+    assert kit.admin.stats()["by_call"].get("nodes.delete", 0) == 1, err
+    kit.admin.set_timings(node_create=90.0)
+    run(wait_deleted(kit.session.api, kit.session.settings.parent, "chaos-sig"))
+    assert kit.admin.is_empty()
+    kit.record("up", f"{sig} during the {phase}", "undoes", "undone: the slice up made deleted")
