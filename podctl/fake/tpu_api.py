@@ -111,7 +111,8 @@ ROUTES: list[Route] = [
     _route("POST", r"{P}/nodes/{ID}:stop", "nodes.stop",
            lambda w, g, q, b: w.stop_node(_full(g, "nodes"))),
     _route("POST", r"{P}/nodes/{ID}:getGuestAttributes", "nodes.getGuestAttributes",
-           lambda w, g, q, b: (w.get_node(_full(g, "nodes")), {"guestAttributes": []})[1]),
+           lambda w, g, q, b: {"guestAttributes": w.guest_attributes(
+               _full(g, "nodes"), b.get("queryPath", ""), b.get("workerIds"))}),
     _route("GET", r"{P}/queuedResources", "queuedResources.list", _list_qrs),
     _route("POST", r"{P}/queuedResources", "queuedResources.create",
            lambda w, g, q, b: queued.create(w, g["parent"], q.get("queuedResourceId", ""), b)),

@@ -287,6 +287,19 @@ class World:
         # writes each one's SSH port here before any client sees the node READY.
         return [{"ipAddress": "127.0.0.1", "port": 0} for _ in range(hosts)]
 
+    def guest_attributes(self, name: str, query_path: str = "", worker_ids: list | None = None) -> list:
+        """nodes.getGuestAttributes: what each host PUT to its metadata server's
+        instance/guest-attributes/ (kept on the node by the fake's hosts), per worker."""
+        from podctl.fake.metadata import guest_items
+
+        node = self.get_node(name)
+        stored = node.get("_guest") or {}
+        workers = [str(w) for w in worker_ids] if worker_ids else [
+            str(i) for i in range(int(node.get("_hosts", 0)))]
+        return [{"queryPath": query_path, "workerId": w,
+                 "queryValue": {"items": guest_items(stored.get(w, {}), query_path)}}
+                for w in workers]
+
     def make_ready(self, node: dict) -> None:
         node["state"], node["health"] = "READY", "HEALTHY"
         node["networkEndpoints"] = self._endpoints(node["_hosts"])
