@@ -69,6 +69,9 @@ def _pins(settings: Any, info: Any) -> Any:
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V",
               help="Environment for the script on every host (values are never printed).")
 @click.option("--setup", default=None, metavar="CMD", help="Run once per host per bundle first.")
+@click.option("--requirements", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="The hosts' Python packages (default: requirements.txt in the workdir); "
+              "built once per slice, shipped through GCS, kept for later runs.")
 @click.option("--hosts", "hosts_text", default="0", show_default=True,
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
@@ -88,8 +91,8 @@ def _pins(settings: Any, info: Any) -> Any:
 @json_option
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
-        env_pairs: tuple[str, ...], setup: str | None, hosts_text: str, detach: bool,
-        keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
+        env_pairs: tuple[str, ...], setup: str | None, requirements: Path | None,
+        hosts_text: str, detach: bool, keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
@@ -116,7 +119,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             raise UsageError("--retry-errors goes with --recover N.")
         options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
                                        env=parse_env(list(env_pairs)), setup=setup, hosts=hosts_text,
-                                       fail_fast=not keep_going, resume=resume)
+                                       fail_fast=not keep_going, resume=resume,
+                                       requirements=requirements)
         session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
         out = sys.stderr if as_json else sys.stdout
         started: list[Any] = []

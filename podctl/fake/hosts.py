@@ -346,6 +346,9 @@ class HostManager:
                              "port": addresses.TPU_RUNTIME_PORT if self.plan.shared else host.port})
             if external:
                 endpoint["accessConfig"] = {"externalIp": host.address}
+        # The node's name resolution (host_ssh.uts_preexec mounts it as /etc/hosts)
+        (directory / "etc-hosts").write_text("127.0.0.1\tlocalhost\n" + "".join(
+            f"{h.address}\t{h.hostname}\n" for h in nh.hosts))
         nh.base_env = self._base_env(node, endpoints)
         self.nodes[nh.name] = nh
         self.track(asyncio.ensure_future(nh.listen()))
