@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -28,6 +30,11 @@ PARENT = f"projects/{PROJECT}/locations/{ZONE}"
 FAST = WaitPolicy(initial=0.02, maximum=0.2, jitter=0.01, timeout=30)
 FAST_RETRY = RetryPolicy(attempts=4, initial=0.01, maximum=0.05, deadline=10)
 TIME_SCALE = 300.0  # a 90 s creation takes 0.3 s
+# One store of built host environments for every fake cloud of this test session (the
+# daemons of CLI tests too), as a team shares one bucket: the hosts' Python environment
+# is built from the package index once per session (podctl/fake/gcs.py, _shared_envs).
+ENV_STORE = Path(tempfile.gettempdir()) / f"podctl-test-envs-{os.getpid()}"
+os.environ["PODCTL_FAKE_ENV_STORE"] = str(ENV_STORE)
 
 
 def isolated_environ(tmp: Path) -> dict[str, str]:
@@ -44,6 +51,7 @@ def isolated_environ(tmp: Path) -> dict[str, str]:
         "GCE_METADATA_HOST": "127.0.0.1:9",
         "GCE_METADATA_IP": "127.0.0.1:9",
         "PODCTL_FAKE_TIME_SCALE": str(TIME_SCALE),
+        "PODCTL_FAKE_ENV_STORE": str(ENV_STORE),
     })
     return env
 
@@ -61,8 +69,11 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def _session_cloud() -> Iterator:
-    with fake_cloud() as cloud:
-        yield cloud
+    try:
+        with fake_cloud() as cloud:
+            yield cloud
+    finally:
+        shutil.rmtree(ENV_STORE, ignore_errors=True)
 
 
 @pytest.fixture
