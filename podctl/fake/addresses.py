@@ -46,6 +46,16 @@ def many_loopbacks() -> bool:
         sock.close()
 
 
+def _probe_port(address: str, port: int) -> int:
+    for wanted in (port, 0):
+        sock = _try_bind(address, wanted)
+        if sock is not None:
+            got = sock.getsockname()[1]
+            sock.close()
+            return got
+    raise OSError(f"cannot bind {address}")
+
+
 class AddressPlan:
     """Hands out (address, SSH socket, metadata socket) per host, never the same twice.
 
@@ -58,8 +68,14 @@ class AddressPlan:
         digest = hashlib.sha256(seed.encode()).digest()
         # 127.A.B.C with A in 16..250, leaving 127.0.x.x and 127.1.x.x to others
         self._next = (16 + digest[0] % 234) << 16 | digest[1] << 8 | 1
-        self.ssh_port: int | None = None  # decided at the first host
+        # Decided now, so that `fake status` can say it before any host exists: 22 (80)
+        # where this process may bind it, else a free port, the same on every address.
+        self.ssh_port: int | None = None
         self.metadata_port: int | None = None
+        if self.shared:
+            probe = self._candidate()
+            self.ssh_port = _probe_port(probe, SSH_PORT)
+            self.metadata_port = _probe_port(probe, METADATA_PORT)
 
     def _candidate(self) -> str:
         while True:
@@ -87,17 +103,7 @@ class AddressPlan:
         raise OSError("no free loopback address for a fake host")
 
     def _bind_pair(self, address: str) -> tuple[socket.socket, socket.socket] | None:
-        if self.ssh_port is None:  # the first host decides the ports for all
-            ssh = _try_bind(address, SSH_PORT) or _try_bind(address, 0)
-            meta = _try_bind(address, METADATA_PORT) or _try_bind(address, 0)
-            if ssh is None or meta is None:
-                for s in (ssh, meta):
-                    if s is not None:
-                        s.close()
-                return None
-            self.ssh_port, self.metadata_port = ssh.getsockname()[1], meta.getsockname()[1]
-            return ssh, meta
-        ssh = _try_bind(address, self.ssh_port)
+        ssh = _try_bind(address, self.ssh_port or 0)
         if ssh is None:
             return None
         meta = _try_bind(address, self.metadata_port or 0)

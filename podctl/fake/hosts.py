@@ -100,7 +100,7 @@ def kill_tagged(match: Callable[[str], bool], sig: int = signal.SIGKILL) -> int:
 class Host:
     """One VM of a node: its port, its listener, its live connections and commands."""
 
-    __slots__ = ("node", "index", "sock", "port", "address", "meta_sock", "meta_site", "acceptor",
+    __slots__ = ("node", "index", "sock", "port", "address", "meta_sock", "meta_where", "meta_site", "acceptor",
                  "token", "alive", "conns", "sessions", "grace", "hostname")
 
     def __init__(self, node: NodeHosts, index: int, sock: socket.socket, meta_sock: socket.socket,
@@ -108,6 +108,7 @@ class Host:
         self.node, self.index, self.sock, self.token = node, index, sock, token
         self.address, self.port = sock.getsockname()[:2]
         self.meta_sock, self.meta_site = meta_sock, None
+        self.meta_where: tuple[str, int] = tuple(meta_sock.getsockname()[:2])  # type: ignore[assignment]
         self.hostname = hostname(node.node, index)
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.alive = True
@@ -121,7 +122,7 @@ class Host:
 
     @property
     def metadata_host(self) -> str:
-        return "%s:%d" % self.meta_sock.getsockname()[:2]
+        return "%s:%d" % self.meta_where
 
     @property
     def home(self) -> Path:

@@ -116,13 +116,14 @@ class MetadataServer:
             await self.runner.setup()
             self._ready = True
         sock = host.meta_sock
-        self.by_socket[sock.getsockname()[:2]] = host
+        self.by_socket[host.meta_where] = host
         site = web.SockSite(self.runner, sock)
         await site.start()
         return site
 
     def forget(self, host: Host) -> None:
-        self.by_socket.pop(tuple(host.meta_sock.getsockname()[:2]), None)
+        if self.by_socket.get(host.meta_where) is host:
+            del self.by_socket[host.meta_where]
 
     async def close(self) -> None:
         if self._ready:
