@@ -102,9 +102,10 @@ class Podctl:
         self.env = isolated_environ(tmp)
         self.tmp = tmp
 
-    def __call__(self, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    def __call__(self, *args: str, check: bool = True, env: dict | None = None,
+                 timeout: float = 120) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "podctl", *args], capture_output=True, text=True,
-                              env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL, timeout=120,
+                              env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL, timeout=timeout,
                               cwd=self.tmp)
         if check and proc.returncode != 0:
             raise AssertionError(f"podctl {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
