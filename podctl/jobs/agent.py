@@ -269,6 +269,14 @@ class Agent:
             return EXIT_SETUP_FAILED
         return 0
 
+    @staticmethod
+    def preempted() -> bool:
+        """The metadata server's word, besides the SIGTERM: is this VM being preempted?"""
+        try:
+            return agent_gcs.metadata_get("instance/preempted", timeout=2.0).strip() == "TRUE"
+        except Exception:  # no metadata server (a test running the agent by hand)
+            return False
+
     def publish(self, state: str) -> None:
         """The run's state as a guest attribute (getGuestAttributes shows it); best effort."""
         try:
@@ -344,7 +352,8 @@ class Agent:
         if (self.run_dir / "status.json").exists():
             return
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
-                  "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error}
+                  "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error,
+                  "preempted": self.preempted()}
         self.logs.close()
         self.logs._upload(f"{self.logs.prefix}/status/{self.logs.tag}.json", json.dumps(status),
                           "application/json")
