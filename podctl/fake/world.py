@@ -296,9 +296,10 @@ class World:
         stored = node.get("_guest") or {}
         workers = [str(w) for w in worker_ids] if worker_ids else [
             str(i) for i in range(int(node.get("_hosts", 0)))]
-        return [{"queryPath": query_path, "workerId": w,
-                 "queryValue": {"items": guest_items(stored.get(w, {}), query_path)}}
-                for w in workers]
+        answers = [(w, guest_items(stored.get(w, {}), query_path)) for w in workers]
+        # a worker that wrote nothing (under the path) has no entry
+        return [{"queryPath": query_path, "workerId": w, "queryValue": {"items": items}}
+                for w, items in answers if items]
 
     def make_ready(self, node: dict) -> None:
         node["state"], node["health"] = "READY", "HEALTHY"
