@@ -205,6 +205,7 @@ class RunOptions:
     workdir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     setup: str | None = None
+    requirements: Path | None = None  # None: the workdir's requirements.txt, if any
     hosts: str = "0"  # whose lines to show: "all" or "0,3"
     fail_fast: bool = True
     resume: str | None = None  # a run id whose checkpoints this run continues from
@@ -260,6 +261,7 @@ async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
         checkpoint_dir = await resume_checkpoint_dir(session, options.resume)
     request = RunRequest(info=info, script=options.script, args=list(options.args),
                          workdir=options.workdir, env=dict(options.env), setup=options.setup,
+                         requirements=options.requirements,
                          hosts=parse_hosts(options.hosts, len(info.hosts)),
                          fail_fast=options.fail_fast, ssh_port=ssh_port,
                          coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -36,6 +38,11 @@ PARENT = f"projects/{PROJECT}/locations/{ZONE}"
 FAST = WaitPolicy(initial=0.02, maximum=0.2, jitter=0.01, timeout=30)
 FAST_RETRY = RetryPolicy(attempts=4, initial=0.01, maximum=0.05, deadline=10)
 TIME_SCALE = 300.0  # a 90 s creation takes 0.3 s
+# One store of built host environments for every fake cloud of this test session (the
+# daemons of CLI tests too), as a team shares one bucket: the hosts' Python environment
+# is built from the package index once per session (podctl/fake/gcs.py, _shared_envs).
+ENV_STORE = Path(tempfile.gettempdir()) / f"podctl-test-envs-{os.getpid()}"
+os.environ["PODCTL_FAKE_ENV_STORE"] = str(ENV_STORE)
 
 
 def isolated_environ(tmp: Path) -> dict[str, str]:
@@ -52,6 +59,7 @@ def isolated_environ(tmp: Path) -> dict[str, str]:
         "GCE_METADATA_HOST": "127.0.0.1:9",
         "GCE_METADATA_IP": "127.0.0.1:9",
         "PODCTL_FAKE_TIME_SCALE": str(TIME_SCALE),
+        "PODCTL_FAKE_ENV_STORE": str(ENV_STORE),
     })
     return env
 
@@ -69,8 +77,11 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def _session_cloud() -> Iterator:
-    with fake_cloud() as cloud:
-        yield cloud
+    try:
+        with fake_cloud() as cloud:
+            yield cloud
+    finally:
+        shutil.rmtree(ENV_STORE, ignore_errors=True)
 
 
 @pytest.fixture
@@ -99,9 +110,10 @@ class Podctl:
         self.env = isolated_environ(tmp)
         self.tmp = tmp
 
-    def __call__(self, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    def __call__(self, *args: str, check: bool = True, env: dict | None = None,
+                 timeout: float = 120) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "podctl", *args], capture_output=True, text=True,
-                              env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL, timeout=120,
+                              env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL, timeout=timeout,
                               cwd=self.tmp)
         if check and proc.returncode != 0:
             raise AssertionError(f"podctl {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")

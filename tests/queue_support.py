@@ -53,7 +53,7 @@ class Queue:
         self.ctx = TickContext(
             api=api, storage_for=lambda bucket: Storage.connect(bucket, endpoint=fake.gcs_url),
             config_dir=home / "config", ssh_keys=key.metadata_entry, private_key=key.private_path,
-            ssh_port=None, coordinator_port=free_port, log=configure(self.out, tty=False),
+            ssh_port=fake.hosts.ssh_port, coordinator_port=lambda: 8482, log=configure(self.out, tty=False),
             now=self.clock)
 
     def store(self) -> Store:

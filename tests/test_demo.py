@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _demo(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "podctl", "demo", *args], capture_output=True,
-                          text=True, env=cli.env, stdin=subprocess.DEVNULL, timeout=400, cwd=cli.tmp)
+                          text=True, env=cli.env, stdin=subprocess.DEVNULL, timeout=1500, cwd=cli.tmp)
 
 
 def test_demo_trains_resumes_and_its_checkpoints_can_be_pulled(podctl, tmp_path):
@@ -83,7 +83,7 @@ def test_readme_main_command_is_the_demo_and_leaves_nothing_running(podctl):
     command = block.strip()
     assert command == ".venv/bin/podctl demo"
     proc = subprocess.run([str(Path(sys.executable).parent / "podctl"), "demo"], capture_output=True,
-                          text=True, env=podctl.env, stdin=subprocess.DEVNULL, timeout=400,
+                          text=True, env=podctl.env, stdin=subprocess.DEVNULL, timeout=1500,
                           cwd=podctl.tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for words in ("1/6 up: v5p-16", "3/6 checkpoints in GCS", "resumed, steps 30-40",

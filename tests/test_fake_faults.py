@@ -23,15 +23,20 @@ from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage, StorageUnavailable
 from tests.conftest import PARENT, PROJECT, ZONE
 from tests.conftest import assert_one_line_error
+from tests.test_fake_hosts import _ssh_port  # noqa: F401 - the autouse fixture: the fake's SSH port
 from tests.test_fake_hosts import alive, connect, eventually, make_node, new_key, ports, run
 
+AGENT_DIR = Path(__file__).resolve().parent.parent / "podctl" / "jobs"
+
 # Saves "a checkpoint" to GCS and leaves a marker when the preemption notice comes.
+# A bare host has no google-cloud-storage: podctl's agent's own standard-library client.
 ON_TERM = """
 import os, signal, sys, time
-from google.cloud import storage
-bucket = storage.Client.create_anonymous_client().bucket("podctl-fake")
+sys.path.insert(0, AGENT_DIR)
+import agent_gcs
+bucket = agent_gcs.Bucket("podctl-fake")
 def on_term(*_):
-    bucket.blob("notice/host-%s" % os.environ["TPU_WORKER_ID"]).upload_from_string("saved")
+    bucket.upload("notice/host-%s" % os.environ["TPU_WORKER_ID"], b"saved")
     open("got-term", "w").write("yes")
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
@@ -73,7 +78,7 @@ def home(fake, worker: int) -> Path:
 def start_on_term(fake, node, key) -> None:
     """ON_TERM running detached on every host, its handler installed."""
     for worker, port in enumerate(ports(node)):
-        run(port, key, "cat > on_term.py", input=ON_TERM)
+        run(port, key, "cat > on_term.py", input=ON_TERM.replace("AGENT_DIR", repr(str(AGENT_DIR))))
         run(port, key, detach("python3 on_term.py"))
     assert eventually(lambda: all((home(fake, w) / "ready").exists() for w in (0, 1)), 30)
 

@@ -65,16 +65,25 @@ def node16(client):
     delete(client, node.name)
 
 
-def ports(node) -> list[int]:
-    return [ep.port for ep in node.network_endpoints]
+SSH = {"port": 22}  # the fake's one SSH port (22 where it can bind it), set per test below
 
 
-def connect(port: int, key: asyncssh.SSHKey | None, user: str = "podctl", **kw):
-    return asyncssh.connect("127.0.0.1", port, username=user, client_keys=[key] if key else None,
+@pytest.fixture(autouse=True)
+def _ssh_port(_session_cloud):
+    SSH["port"] = _session_cloud.hosts.ssh_port
+
+
+def ports(node) -> list[tuple[str, int]]:
+    """Where to SSH to each host: its endpoint's own address, the fake's SSH port."""
+    return [(ep.ip_address, SSH["port"]) for ep in node.network_endpoints]
+
+
+def connect(where: tuple[str, int], key: asyncssh.SSHKey | None, user: str = "podctl", **kw):
+    return asyncssh.connect(where[0], where[1], username=user, client_keys=[key] if key else None,
                             known_hosts=None, agent_path=None, **kw)
 
 
-def run(port: int, key: asyncssh.SSHKey, command: str, **kw) -> asyncssh.SSHCompletedProcess:
+def run(port: tuple[str, int], key: asyncssh.SSHKey, command: str, **kw) -> asyncssh.SSHCompletedProcess:
     async def go():
         async with connect(port, key) as conn:
             return await conn.run(command, **kw)
@@ -101,8 +110,9 @@ def eventually(check, timeout: float = 5.0) -> bool:
 def test_hosts_take_exactly_the_metadata_keys(client, node16):
     node, key = node16
     other, other_pub = new_key()
-    assert [ep.ip_address for ep in node.network_endpoints] == ["127.0.0.1"] * 2
-    assert len(set(ports(node))) == 2 and all(ports(node))
+    addresses = [ep.ip_address for ep in node.network_endpoints]
+    assert len(set(addresses)) == 2 and all(a.startswith("127.") and a != "127.0.0.1" for a in addresses)
+    assert [ep.port for ep in node.network_endpoints] == [8470, 8470]  # the TPU runtime's, as on Google
 
     async def logins():
         for port in ports(node):
@@ -113,7 +123,7 @@ def test_hosts_take_exactly_the_metadata_keys(client, node16):
                     await connect(port, bad_key, user)
             with pytest.raises(asyncssh.PermissionDenied):
                 await connect(port, None, password="podctl")
-        return {(await asyncssh.get_server_host_key("127.0.0.1", p)).public_data for p in ports(node)}
+        return {(await asyncssh.get_server_host_key(*p)).public_data for p in ports(node)}
     host_keys = asyncio.run(logins())
     assert len(host_keys) == 1  # one host key per node
 
@@ -131,7 +141,7 @@ def test_hosts_take_exactly_the_metadata_keys(client, node16):
     # A re-created node is a new machine: new host key.
     delete(client, node.name)
     again = make_node(client, "hosts16", "v5p-16")
-    new_key_blob = asyncio.run(asyncssh.get_server_host_key("127.0.0.1", ports(again)[0])).public_data
+    new_key_blob = asyncio.run(asyncssh.get_server_host_key(*ports(again)[0])).public_data
     assert new_key_blob not in host_keys
 
 
@@ -142,18 +152,20 @@ def test_exec_streams_exit_codes_and_the_host_environment(fake, node16):
         assert (done.stdout, done.stderr, done.exit_status) == ("out\nin\n", "err\n", 7)
         env = dict(line.split("=", 1) for line in run(port, key, "env").stdout.splitlines() if "=" in line)
         assert env["TPU_WORKER_ID"] == str(worker)
-        assert env["TPU_WORKER_HOSTNAMES"] == "127.0.0.1,127.0.0.1"
+        assert env["TPU_WORKER_HOSTNAMES"] == ",".join(ep.ip_address for ep in node.network_endpoints)
+        assert env["HOSTNAME"].startswith("t1v-n-") and env["HOSTNAME"].endswith(f"-w-{worker}")
         assert env["TPU_ACCELERATOR_TYPE"] == "v5p-16"
         assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
         assert env["JAX_PLATFORMS"] == "cpu" and env["PODCTL_FAKE_HOST"] == "1"
         assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == fake.gcs_url
-        assert env["PATH"].split(":")[0] == os.path.dirname(sys.executable)
+        assert os.path.dirname(sys.executable) not in env["PATH"].split(":")  # a bare image
         assert env["USER"] == "podctl" and env["PWD"] == env["HOME"]
         assert env["HOME"].endswith(f"/test-project/us-central1-a/hosts16/host-{worker:04d}")
         assert not [k for k in env if k.startswith(("PODCTL_STATE", "PODCTL_CONFIG", "GOOGLE_", "CLOUDSDK_"))]
     assert run(ports(node)[0], key, "kill -TERM $$").exit_signal[0] == "TERM"
     jax = run(ports(node)[1], key, "python3 -c 'import jax; print(jax.device_count())'")
-    assert jax.stdout == "4\n", jax.stderr
+    assert jax.exit_status == 1 and "No module named 'jax'" in jax.stderr  # until podctl installs it
+    assert run(ports(node)[1], key, "hostname").stdout.strip() == env["HOSTNAME"]
 
 
 def test_a_closed_channel_or_a_signal_ends_the_command(node16):
@@ -210,7 +222,7 @@ def test_a_v5p_4096_brings_up_512_ssh_servers(client, fake):
 
         async def banners():
             async def banner(port):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await asyncio.open_connection(*port)
                 line = await asyncio.wait_for(reader.readline(), 10)
                 writer.close()
                 return line
@@ -252,11 +264,14 @@ def test_gcs_emulator_through_google_cloud_storage(fake, node16, monkeypatch):
         assert bucket.blob(f"{label}/a/x").exists()
         assert bucket.blob(f"{label}/a/x").download_as_bytes() == b"hello"
         assert [b.name for b in gcs.list_blobs(FAKE_BUCKET, prefix=f"{label}/a/")] == [f"{label}/a/x"]
-    # A host reaches the same GCS with nothing but its environment, as a TPU VM does.
+    # A host reaches the same GCS with nothing but its environment and its metadata
+    # server's token, as a TPU VM does (podctl's agent's own standard-library client).
     node, key = node16
-    code = ("from google.cloud import storage; b = storage.Client().bucket('podctl-fake'); "
-            "print(b.blob('opt/a/x').download_as_bytes().decode()); b.blob('from-host').upload_from_string('hi')")
-    assert run(ports(node)[0], key, f'python3 -c "{code}"').stdout == "hello\n"
+    agent_gcs = Path(__file__).parent.parent / "podctl" / "jobs" / "agent_gcs.py"
+    code = (f"import sys; sys.path.insert(0, '{agent_gcs.parent}'); import agent_gcs; b = agent_gcs.Bucket('podctl-fake'); "
+            "print(b.download('opt/a/x').decode()); b.upload('from-host', b'hi')")
+    done = run(ports(node)[0], key, f'python3 -c "{code}"')
+    assert done.stdout == "hello\n", done.stderr
     assert by_option.bucket(FAKE_BUCKET).blob("from-host").download_as_bytes() == b"hi"
     fake.admin.reset()  # forgets the objects too
     assert not by_option.bucket(FAKE_BUCKET).blob("opt/a/x").exists()
@@ -285,11 +300,12 @@ def test_a_daemon_restart_keeps_hosts_keys_homes_and_objects(tmp_path):
         node = client.create_node(parent=parent, node_id="keep", node=tpu_v2.Node(
             accelerator_type="v5p-16", runtime_version=RUNTIME,
             metadata={"ssh-keys": f"podctl:{pub} podctl"})).result(timeout=30)
+        SSH["port"] = info["ssh_port"]
         before = ports(node)
         gcs = storage.Client(project="p", credentials=AnonymousCredentials(),
                              client_options={"api_endpoint": info["gcs"]})
         gcs.bucket(FAKE_BUCKET).blob("kept").upload_from_string(b"yes")
-        host_key = asyncio.run(asyncssh.get_server_host_key("127.0.0.1", before[1])).public_data
+        host_key = asyncio.run(asyncssh.get_server_host_key(*before[1])).public_data
         pid = int(run(before[1], key, "echo mine > kept.txt; " + DETACH).stdout)
 
         podctl("fake", "stop")
@@ -297,7 +313,7 @@ def test_a_daemon_restart_keeps_hosts_keys_homes_and_objects(tmp_path):
         info = json.loads(podctl("fake", "start", "--json"))
         node = api_for_endpoint(info["tpu_api"]).client.get_node(name=node.name)
         assert node.state == tpu_v2.Node.State.READY and len(ports(node)) == 2
-        assert asyncio.run(asyncssh.get_server_host_key("127.0.0.1", ports(node)[1])).public_data == host_key
+        assert asyncio.run(asyncssh.get_server_host_key(*ports(node)[1])).public_data == host_key
         assert run(ports(node)[1], key, "cat kept.txt; echo $TPU_WORKER_ID").stdout == "mine\n1\n"
         gcs = storage.Client(project="p", credentials=AnonymousCredentials(),
                              client_options={"api_endpoint": info["gcs"]})
@@ -311,15 +327,15 @@ def test_a_stopped_node_has_no_hosts_and_a_started_one_has_them_back(client):
     key, pub = new_key()
     node = make_node(client, "one", "v5p-8", pub)
     try:
-        host_key = asyncio.run(asyncssh.get_server_host_key("127.0.0.1", ports(node)[0])).public_data
+        host_key = asyncio.run(asyncssh.get_server_host_key(*ports(node)[0])).public_data
         pid = int(run(ports(node)[0], key, "echo kept > f; " + DETACH).stdout)
         client.stop_node(request={"name": node.name}).result(timeout=10)
         assert eventually(lambda: not alive(pid))
         with pytest.raises(OSError):
             run(ports(node)[0], key, "true")
         node = client.start_node(request={"name": node.name}).result(timeout=10)
-        assert node.network_endpoints[0].port  # the started node's answer has its port
-        assert asyncio.run(asyncssh.get_server_host_key("127.0.0.1", ports(node)[0])).public_data == host_key
+        assert node.network_endpoints[0].ip_address.startswith("127.")  # the answer has its address
+        assert asyncio.run(asyncssh.get_server_host_key(*ports(node)[0])).public_data == host_key
         assert run(ports(node)[0], key, "cat f").stdout == "kept\n"  # the boot disk survives a stop
     finally:
         delete(client, node.name)

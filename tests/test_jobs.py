@@ -50,8 +50,8 @@ def slice16(api, fake, isolated):
 def make_job(fake, info, key, tmp: Path, script: str, *args: str, **request) -> tuple[Job, Lines]:
     lines = Lines()
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
-    req = RunRequest(info=info, script=SCRIPTS / script, args=list(args), ssh_port=None,
-                     coordinator_port=launch_port(), flush_seconds=request.pop("flush_seconds", 0.5), poll_seconds=0.2,
+    req = RunRequest(info=info, script=SCRIPTS / script, args=list(args), ssh_port=fake.hosts.ssh_port,
+                     flush_seconds=request.pop("flush_seconds", 0.5), poll_seconds=0.2,
                      hosts=request.pop("hosts", None), **request)
     job = Job(storage, req, project="test-project", zone="us-central1-a", private_key=key.private_path,
               pins=HostPins(tmp / "pins.json"), sink=lines, notice=lambda text: None)
@@ -141,7 +141,8 @@ def test_env_values_arrive_literally_and_secrets_stay_out_of_records(slice16, fa
     seen = json.loads(lines.by_host[1][-1].removeprefix("ENV "))
     assert seen["TRICKY"] == env["TRICKY"] and not pwned.exists()
     assert (seen["PODCTL_PROCESS_ID"], seen["TPU_WORKER_ID"]) == ("1", "1")
-    assert seen["JAX_COORDINATOR_ADDRESS"].startswith("127.0.0.1:")
+    # host 0's own address, port 8482, as on a TPU VM
+    assert seen["JAX_COORDINATOR_ADDRESS"] == f"{info.hosts[0].ip}:8482" != "127.0.0.1:8482"
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
     record = asyncio.run(storage.download_bytes(f"podctl/runs/{job.run_id}/run.json")).decode()
     assert "s3cr3t-value" not in record and "API_TOKEN" in record
@@ -178,22 +179,22 @@ def test_logs_replay_from_gcs_after_the_fact(slice16, fake, tmp_path):
     assert replay.by_host[1] == [f"1 {i}" for i in range(500)]
 
 
-def test_exec_streams_and_returns_exit_codes(slice16, tmp_path):
+def test_exec_streams_and_returns_exit_codes(slice16, fake, tmp_path):
     info, key = slice16
-    targets = launch.targets_for(info, None)
+    targets = launch.targets_for(info, fake.hosts.ssh_port)
     lines = Lines()
     codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
-                                      ["python3", "-c", "import jax; print(jax.device_count())"],
+                                      ["python3", "-c", "import sys; print(sys.executable)"],
                                       lines, None))
-    assert codes == {0: 0, 1: 0} and lines.by_host == {0: ["4"], 1: ["4"]}
+    assert codes == {0: 0, 1: 0} and lines.by_host == {0: ["/usr/bin/python3"], 1: ["/usr/bin/python3"]}
     codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
                                       ["bash", "-c", "exit $TPU_WORKER_ID"], Lines(), {1}))
     assert codes == {1: 1}
 
 
-def test_a_changed_host_key_is_refused(slice16, tmp_path):
+def test_a_changed_host_key_is_refused(slice16, fake, tmp_path):
     info, key = slice16
-    targets = launch.targets_for(info, None)
+    targets = launch.targets_for(info, fake.hosts.ssh_port)
     pins = tmp_path / "pins.json"
     asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(pins), ["true"], Lines(), None))
     tampered = {k: v.replace(v.split()[1], v.split()[1][::-1]) for k, v in json.loads(pins.read_text()).items()}
@@ -270,21 +271,14 @@ def test_a_failed_chunk_upload_leaves_no_gap(tmp_path):
     same number: the reader, which reads chunks in unbroken order, misses nothing."""
     from podctl.jobs.agent import LogShipper
 
-    class Blob:
-        def __init__(self, store, name):
-            self.store, self.name = store, name
-
-        def upload_from_string(self, data, content_type=None):
-            if self.store.fail:
-                self.store.fail -= 1
-                raise ConnectionError("GCS away")
-            self.store.objects[self.name] = data
-
-    class Bucket:
+    class Bucket:  # agent_gcs.Bucket's upload, failing when told to
         fail, objects = 0, {}
 
-        def blob(self, name):
-            return Blob(self, name)
+        def upload(self, name, data, content_type=None):
+            if self.fail:
+                self.fail -= 1
+                raise ConnectionError("GCS away")
+            self.objects[name] = data.decode()
 
     bucket = Bucket()
     shipper = LogShipper({"run_id": "r", "host": 0, "flush_seconds": 3600}, bucket, tmp_path)

@@ -194,7 +194,10 @@ def test_a_damaged_host_key_pins_file_refuses_to_connect_rather_than_turn_checki
 
 def test_the_fake_binds_loopback_only_everywhere(tmp_path, fake, api):
     """The GCS emulator refuses other hosts too (it has no auth), and every socket the
-    fake cloud listens on (API, GCS, each host's SSH) is on 127.0.0.1."""
+    fake cloud listens on (API, GCS, each host's SSH and metadata server) is on loopback:
+    127.0.0.1, or a host's own 127.x.y.z address."""
+    import ipaddress
+
     from google.cloud import tpu_v2
 
     from podctl.fake.gcs import FakeGcs
@@ -206,8 +209,9 @@ def test_the_fake_binds_loopback_only_everywhere(tmp_path, fake, api):
     assert fake.url.startswith("http://127.0.0.1:") and fake.gcs._httpd.server_address[0] == "127.0.0.1"
     node = api.client.create_node(parent=PARENT, node_id="lo", node=tpu_v2.Node(
         accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5")).result(timeout=30)
-    socks = [h.sock for nh in fake.hosts.nodes.values() for h in nh.hosts]
-    assert len(socks) == 2 and {sock.getsockname()[0] for sock in socks} == {"127.0.0.1"}
+    hosts = [h for nh in fake.hosts.nodes.values() for h in nh.hosts]
+    where = [h.sock.getsockname()[0] for h in hosts] + [h.meta_where[0] for h in hosts]
+    assert len(hosts) == 2 and all(ipaddress.ip_address(a).is_loopback for a in where)
     api.client.delete_node(name=node.name).result(timeout=30)
 
 

@@ -212,7 +212,9 @@ def _bucket_objects(cli, prefix: str) -> tuple[str, list[str]]:
 
 def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
     start = time.time()
-    first = podctl("run", "cli16", str(SCRIPT), *TINY, "--steps", "8", "--checkpoint-every", "4")
+    # bare hosts: the first run of a test session builds the template's env (minutes)
+    first = podctl("run", "cli16", str(SCRIPT), *TINY, "--steps", "8", "--checkpoint-every", "4",
+                   timeout=1500)
     run_id = next(l.split()[2] for l in first.stderr.splitlines() if l.startswith("podctl: run "))
     lines = metrics(first.stdout)
     config = lines[0]
@@ -232,7 +234,7 @@ def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
         any(n.startswith(prefix + "8/") and "_CHECKPOINT_METADATA" in n for n in names), names
 
     second = podctl("run", "cli16", "--env", f"PODCTL_CHECKPOINT_DIR=gs://{bucket}/{prefix[:-1]}",
-                    str(SCRIPT), *TINY, "--steps", "10", "--checkpoint-every", "4")
+                    str(SCRIPT), *TINY, "--steps", "10", "--checkpoint-every", "4", timeout=600)
     lines = metrics(second.stdout)
     assert lines[0]["start_step"] == 8
     assert [m["step"] for m in of("step", lines)] == [9, 10]

@@ -87,6 +87,9 @@ def _pins(settings: Any, info: Any) -> Any:
 @click.option("--env-file", "env_files", multiple=True, type=click.Path(path_type=Path),
               metavar="FILE", help="KEY=VALUE lines (# comments) for the script's environment; --env wins.")
 @click.option("--setup", default=None, metavar="CMD", help="Run once per host per bundle first.")
+@click.option("--requirements", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="The hosts' Python packages (default: requirements.txt in the workdir); "
+              "built once per slice, shipped through GCS, kept for later runs.")
 @click.option("--hosts", "hosts_text", default="0", show_default=True,
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
@@ -110,7 +113,7 @@ def _pins(settings: Any, info: Any) -> Any:
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
-        hosts_text: str, detach: bool,
+        requirements: Path | None, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, preflight: bool, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
@@ -138,8 +141,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             raise UsageError("--retry-errors goes with --recover N.")
         options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
                                        env=parse_env(list(env_pairs), env_files), setup=setup,
-                                       hosts=hosts_text,
-                                       fail_fast=not keep_going, resume=resume)
+                                       hosts=hosts_text, fail_fast=not keep_going, resume=resume,
+                                       requirements=requirements)
         session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
         if preflight:  # before anything is uploaded or started
             from podctl.cli.preflight_cmds import compile_checked

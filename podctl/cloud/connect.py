@@ -62,17 +62,15 @@ def storage_endpoint(settings: Settings) -> str | None:
 
 
 def job_ports(settings: Settings) -> tuple[int | None, int]:
-    """(SSH port, JAX coordinator port) for the job layer.
-
-    TPU VMs take SSH on 22 and JAX's coordinator on 8482. The fake's hosts all
-    live on 127.0.0.1, so each serves SSH on the port its network endpoint names
-    (None: use it), and each run gets a free coordinator port, so that two runs
-    on two fake slices do not collide.
+    """(SSH port, JAX coordinator port) for the job layer: the same on both backends,
+    the endpoint's address at the SSH port. TPU VMs take SSH on 22 and JAX's coordinator
+    on 8482. The fake's hosts each have a loopback address of their own and serve SSH on
+    22 there, or on one port for all that the fake reports (`ssh_port`); None only
+    where every fake host shares 127.0.0.1 (macOS), where each endpoint names its port.
     """
     if settings.backend != "fake":
         return 22, 8482
-    import socket
+    from podctl.fake import daemon
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return None, s.getsockname()[1]
+    info = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)
+    return info.get("ssh_port"), 8482

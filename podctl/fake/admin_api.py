@@ -147,10 +147,10 @@ def _guest_attributes(cloud: FakeCloud, body: dict) -> dict:
     entry = {k: str(body.get(k, "")) for k in ("namespace", "key", "value")}
     if not entry["namespace"] or not entry["key"]:
         raise invalid("guest_attributes takes {name, worker, namespace, key, value}")
-    items = node.setdefault("_guest_attributes", {}).setdefault(str(worker), [])
-    items[:] = [i for i in items if (i["namespace"], i["key"]) != (entry["namespace"], entry["key"])]
-    items.append(entry)
-    return {"published": len(items)}
+    # the store the hosts' metadata servers write (podctl/fake/metadata.py)
+    keys = node.setdefault("_guest", {}).setdefault(str(worker), {}).setdefault(entry["namespace"], {})
+    keys[entry["key"]] = entry["value"]
+    return {"published": sum(len(k) for k in node["_guest"][str(worker)].values())}
 
 
 def _timings(cloud: FakeCloud, body: dict) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -66,6 +67,43 @@ def _lazy_meta_storage(base: type) -> type:
 
 
 META_SECONDS = 1.0
+ENV_PREFIX = "podctl/envs/"  # agent_env.py's built host environments
+STORE_VAR = "PODCTL_FAKE_ENV_STORE"
+
+
+def _shared_envs(base: type, store: Path) -> type:
+    """Objects under podctl/envs/ also live in STORE, a directory that every fake cloud
+    of a test session shares (as a team shares one bucket): an upload there is copied
+    into STORE, and a read of one this emulator lacks imports it from STORE first. So
+    the host environment is built from the package index once per test session, not
+    once per fake cloud. Set by PODCTL_FAKE_ENV_STORE; off by default."""
+    from urllib.parse import quote
+
+    from gcp_storage_emulator.exceptions import NotFound
+
+    class SharedEnvStorage(base):  # type: ignore[misc, valid-type]
+        def create_file(self, bucket_name, file_name, content, file_obj, file_id=None):  # type: ignore[no-untyped-def]
+            super().create_file(bucket_name, file_name, content, file_obj, file_id)
+            if file_name.startswith(ENV_PREFIX):
+                path = store / quote(file_name, safe="")
+                tmp = path.with_name(f".{path.name}.{threading.get_ident()}")
+                tmp.write_bytes(content)
+                tmp.with_suffix(".meta").write_text(json.dumps(file_obj))
+                os.replace(tmp.with_suffix(".meta"), path.with_name(path.name + ".meta"))
+                os.replace(tmp, path)
+
+        def get_file_obj(self, bucket_name, file_name):  # type: ignore[no-untyped-def]
+            try:
+                return super().get_file_obj(bucket_name, file_name)
+            except NotFound:
+                path = store / quote(file_name, safe="")
+                if not file_name.startswith(ENV_PREFIX) or not path.exists():
+                    raise
+                obj = {**json.loads(path.with_name(path.name + ".meta").read_text()), "bucket": bucket_name}
+                base.create_file(self, bucket_name, file_name, path.read_bytes(), obj)
+                return super().get_file_obj(bucket_name, file_name)
+
+    return SharedEnvStorage
 _MEDIA_PATH = re.compile(r"^(?:/download)?/storage/v1/b/([^/]+)/o/(.+)$")
 
 
@@ -173,7 +211,12 @@ class FakeGcs:
         # Its per-request INFO lines would flood the daemon's log and pytest's capture.
         logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._storage = _lazy_meta_storage(Storage)(data_dir=str(self.data_dir.resolve()))
+        storage_class = _lazy_meta_storage(Storage)
+        if os.environ.get(STORE_VAR):
+            store = Path(os.environ[STORE_VAR])
+            store.mkdir(parents=True, exist_ok=True, mode=0o700)
+            storage_class = _shared_envs(storage_class, store)
+        self._storage = storage_class(data_dir=str(self.data_dir.resolve()))
         self.ensure_bucket()
         try:
             self._httpd = _Server((self.host, self.port),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -44,6 +45,29 @@ def authorized_keys(metadata: dict | None) -> frozenset[tuple[str, bytes]]:
     return frozenset(out)
 
 
+_CLONE_NEWUTS, _CLONE_NEWNS = 0x04000000, 0x00020000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+
+
+def uts_preexec(name: str, hosts_file: str) -> Callable[[], None]:
+    """In the child before exec: namespaces of its own with the host's hostname and an
+    /etc/hosts that resolves every host of the node by name (as a TPU VM's DNS does;
+    gloo, JAX's CPU collectives, looks its own hostname up), so that `hostname` and
+    socket.gethostname() say what a TPU VM says. Needs root (as the fake runs in CI);
+    elsewhere the command keeps the machine's name and only HOSTNAME says it."""
+    encoded, hosts = name.encode(), hosts_file.encode()
+
+    def preexec() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWUTS | _CLONE_NEWNS) != 0:
+            return
+        libc.sethostname(encoded, len(encoded))
+        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) == 0:
+            libc.mount(hosts, b"/etc/hosts", None, _MS_BIND, None)
+
+    return preexec
+
+
 def kill_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -59,7 +83,7 @@ class SshServer(asyncssh.SSHServer):
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
-        self.host = self.node.by_port.get(conn.get_extra_info("sockname")[1])
+        self.host = self.node.by_socket.get(tuple(conn.get_extra_info("sockname")[:2]))
         if self.host is None or not self.host.alive:
             conn.abort()  # the host vanished while this connection waited to be accepted
             return
@@ -173,7 +197,8 @@ class Session(asyncssh.SSHServerSession):
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=self.host.home, env=env, start_new_session=True)
+                stderr=asyncio.subprocess.PIPE, cwd=self.host.home, env=env, start_new_session=True,
+                preexec_fn=uts_preexec(self.host.hostname, str(self.host.node.directory / "etc-hosts")) if os.geteuid() == 0 else None)
         except OSError as e:
             message = f"fake host: cannot run bash: {e}\n".encode()  # `e` ends with the block
             self._finish(lambda: (chan.write_stderr(message), chan.exit(127)))

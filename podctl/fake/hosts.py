@@ -1,11 +1,13 @@
-"""Fake TPU VM hosts: an SSH server per host of every READY node, each on its own
-loopback port, running commands as local processes in a per-host directory.
+"""Fake TPU VM hosts: an SSH server and a metadata server per host of every READY
+node, each host on its own loopback address (addresses.py), running commands as
+local processes in a per-host directory, with the machine's system python3 and
+nothing else (a fresh TPU VM's image: podctl installs what a run needs).
 
 The world (world.py) stays pure: it only says which nodes are READY. After every
 `world.advance()` and every request that changes the world, the server calls
 `HostManager.sync(world)`, which is synchronous: it binds (and listens on) the
-sockets of newly READY nodes and writes their ports into `networkEndpoints`
-before any answer leaves, so no client ever sees a READY node without its ports
+sockets of newly READY nodes and writes their addresses into `networkEndpoints`
+before any answer leaves, so no client ever sees a READY node without its hosts
 (asyncssh starts accepting on those sockets a moment later; until then the kernel
 queues the connections). Nodes that are no longer READY (deleted, preempted,
 stopped, suspended, forgotten) lose their hosts in the same call: listeners
@@ -37,7 +39,6 @@ import secrets
 import shutil
 import signal
 import socket
-import sys
 import threading
 from functools import partial
 from pathlib import Path
@@ -46,9 +47,14 @@ from typing import Any, Callable, Iterable
 import asyncssh
 
 from podctl import topology
+from podctl.fake import addresses
 from podctl.fake.host_ssh import Session, SshServer, authorized_keys
+from podctl.fake.metadata import MetadataServer, hostname
 
 TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
+# A TPU VM's login PATH (Ubuntu's default): the image's python3, nothing of podctl's.
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
+JAX_COORDINATOR_PORT = 8482
 _KEY_FILE = ".ssh_host_ed25519_key"
 _ID_FILE = ".node-id"
 _BACKLOG = 128
@@ -100,17 +106,29 @@ def kill_tagged(match: Callable[[str], bool], sig: int = signal.SIGKILL) -> int:
 class Host:
     """One VM of a node: its port, its listener, its live connections and commands."""
 
-    __slots__ = ("node", "index", "sock", "port", "acceptor", "token", "alive", "conns", "sessions",
-                 "grace")
+    __slots__ = ("node", "index", "sock", "port", "address", "meta_sock", "meta_where", "meta_site", "acceptor",
+                 "token", "alive", "conns", "sessions", "grace", "hostname")
 
-    def __init__(self, node: NodeHosts, index: int, sock: socket.socket, token: str):
+    def __init__(self, node: NodeHosts, index: int, sock: socket.socket, meta_sock: socket.socket,
+                 token: str):
         self.node, self.index, self.sock, self.token = node, index, sock, token
-        self.port: int = sock.getsockname()[1]
+        self.address, self.port = sock.getsockname()[:2]
+        self.meta_sock, self.meta_site = meta_sock, None
+        self.meta_where: tuple[str, int] = tuple(meta_sock.getsockname()[:2])  # type: ignore[assignment]
+        self.hostname = hostname(node.node, index)
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.alive = True
         self.conns: set[asyncssh.SSHServerConnection] = set()
         self.sessions: set[Session] = set()
         self.grace = 0.0  # > 0 once preempted: how long its commands may take to end
+
+    @property
+    def preempted(self) -> bool:
+        return self.grace > 0
+
+    @property
+    def metadata_host(self) -> str:
+        return "%s:%d" % self.meta_where
 
     @property
     def home(self) -> Path:
@@ -120,8 +138,12 @@ class Host:
         """What a command sees: the host's identity, never the daemon's own env."""
         home = self.home
         env = dict(self.node.base_env)
-        env.update({"HOME": str(home), "USER": user, "TMPDIR": str(home / "tmp"),
-                    "TPU_WORKER_ID": str(self.index), TOKEN_VAR: self.token})
+        env.update({"HOME": str(home), "USER": user, "LOGNAME": user, "TMPDIR": str(home / "tmp"),
+                    "HOSTNAME": self.hostname, "TPU_WORKER_ID": str(self.index), TOKEN_VAR: self.token,
+                    # google-auth and podctl's agent find the metadata server by this name
+                    "GCE_METADATA_HOST": self.metadata_host, "GCE_METADATA_IP": self.metadata_host,
+                    # jax binds [::]:PORT by default, which two fake slices on one machine share
+                    "JAX_COORDINATOR_BIND_ADDRESS": f"{self.address}:{JAX_COORDINATOR_PORT}"})
         # Like Ubuntu's sshd (AcceptEnv LANG LC_*): a client may set only the locale.
         env.update({k: v for k, v in client_env.items() if k == "LANG" or k.startswith("LC_")})
         (home / "tmp").mkdir(parents=True, exist_ok=True)
@@ -132,6 +154,8 @@ class Host:
         (a preemption) left to the manager's SIGTERM now and SIGKILL after GRACE."""
         self.alive = False
         self.grace = grace
+        if grace <= 0:
+            self.close_metadata()
         if self.acceptor is not None:
             self.acceptor.close()
         for conn in list(self.conns):
@@ -139,6 +163,16 @@ class Host:
         if grace <= 0:
             for session in list(self.sessions):
                 session.kill()
+
+    def close_metadata(self) -> None:
+        """Its metadata server goes (at once, or at the end of a preemption's notice)."""
+        manager = self.node.manager
+        manager.metadata.forget(self)
+        if self.meta_site is not None:
+            manager.track(asyncio.ensure_future(self.meta_site.stop()))
+            self.meta_site = None
+        elif self.meta_sock.fileno() >= 0:
+            self.meta_sock.close()
 
 
 class NodeHosts:
@@ -148,7 +182,7 @@ class NodeHosts:
         self.manager, self.node, self.directory = manager, node, directory
         self.name, self.id = node["name"], node["id"]
         self.hosts: list[Host] = []
-        self.by_port: dict[int, Host] = {}
+        self.by_socket: dict[tuple[str, int], Host] = {}
         self.base_env: dict[str, str] = {}
         self._keys: tuple[Any, frozenset] = (None, frozenset())
         self.options = asyncssh.SSHServerConnectionOptions(
@@ -167,6 +201,15 @@ class NodeHosts:
 
     async def _listen(self, host: Host) -> None:
         if not host.alive:
+            host.sock.close()
+            return
+        try:
+            if host.grace <= 0 and host.meta_sock.fileno() >= 0:
+                host.meta_site = await self.manager.metadata.serve(host)
+        except OSError as e:
+            log.warning("fake host %s/%d cannot serve metadata: %s", self.name, host.index, e)
+        if not host.alive:
+            host.close_metadata()
             host.sock.close()
             return
         try:
@@ -189,10 +232,13 @@ class HostManager:
         self.dirs: dict[str, tuple[str, Path]] = {}  # node name -> (node id, directory)
         self.failed: dict[str, str] = {}  # node name -> id of a node whose hosts could not start
         # Preempted nodes in their grace: name -> (node id, host tokens, the SIGKILL timer)
-        self.dying: dict[str, tuple[str, frozenset[str], asyncio.TimerHandle | None]] = {}
+        self.dying: dict[str, tuple[str, list[Host], asyncio.TimerHandle | None]] = {}
         self._tasks: set[asyncio.Future] = set()
         self.prefix = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.plan = addresses.AddressPlan(str(self.root.resolve()))
+        self.metadata = MetadataServer(self)
+        self.world: Any = None
 
     def adopt(self) -> int:
         """At start: kill what a crashed predecessor on this root left running, and
@@ -214,6 +260,7 @@ class HostManager:
 
     def sync(self, world: Any) -> None:
         """Hosts for exactly the READY nodes of WORLD, now (see the module docstring)."""
+        self.world = world
         ready = {name: n for name, n in world.nodes.items() if n.get("state") == "READY"}
         for name, (node_id, _, _) in list(self.dying.items()):
             node = world.nodes.get(name)
@@ -256,13 +303,12 @@ class HostManager:
     def _notice(self, nh: NodeHosts, grace: float) -> None:
         """A spot VM's preemption notice: SIGTERM to everything the node's hosts started,
         SIGKILL after GRACE wall-clock seconds (by the loop's timer, since sync must not wait)."""
-        tokens = frozenset(host.token for host in nh.hosts)
-        kill_tagged(tokens.__contains__, signal.SIGTERM)
+        kill_tagged(frozenset(host.token for host in nh.hosts).__contains__, signal.SIGTERM)
         try:
             timer = asyncio.get_running_loop().call_later(grace, self._kill_dying, nh.name)
         except RuntimeError:  # no loop to wait in (never so in the server): no grace then
             timer = None
-        self.dying[nh.name] = (nh.id, tokens, timer)
+        self.dying[nh.name] = (nh.id, list(nh.hosts), timer)
         if timer is None:
             self._kill_dying(nh.name)
 
@@ -271,39 +317,52 @@ class HostManager:
         entry = self.dying.pop(name, None)
         if entry is None:
             return
-        _, tokens, timer = entry
+        _, hosts, timer = entry
         if timer is not None:
             timer.cancel()
-        kill_tagged(tokens.__contains__)
+        for host in hosts:
+            host.close_metadata()
+        kill_tagged(frozenset(host.token for host in hosts).__contains__)
 
     def _start(self, node: dict) -> None:
         directory, key = self._node_dir(node)
         nh = NodeHosts(self, node, directory, key)
         # In place: the create operation's response, taken in world.advance(), shares
-        # these dicts, so whoever reads the operation sees the ports too.
+        # these dicts, so whoever reads the operation sees the addresses too.
         endpoints = node.setdefault("networkEndpoints", [])
         try:
             for i in range(int(node["_hosts"])):
                 if i == len(endpoints):
                     endpoints.append({})
-                host = Host(nh, i, _bind(int(endpoints[i].get("port") or 0)),
-                            f"{self.prefix}.{secrets.token_hex(8)}")
+                _, ssh_sock, meta_sock = self.plan.take(str(endpoints[i].get("ipAddress") or ""))
+                host = Host(nh, i, ssh_sock, meta_sock, f"{self.prefix}.{secrets.token_hex(8)}")
                 nh.hosts.append(host)
                 host.home.mkdir(exist_ok=True, mode=0o700)
-                nh.by_port[host.port] = host
+                nh.by_socket[(host.address, host.port)] = host
         except OSError:
             for host in nh.hosts:
                 host.sock.close()
+                host.meta_sock.close()
             raise
+        external = bool((node.get("networkConfig") or {}).get("enableExternalIps"))
         for host, endpoint in zip(nh.hosts, endpoints):
-            endpoint.update({"ipAddress": "127.0.0.1", "port": host.port})
+            # As on Google Cloud: port 8470 is the TPU runtime's; SSH is on the address's
+            # port 22 (or the fake's one SSH port). Only the macOS fallback, all hosts on
+            # 127.0.0.1, names each host's own SSH port here.
+            endpoint.update({"ipAddress": host.address,
+                             "port": addresses.TPU_RUNTIME_PORT if self.plan.shared else host.port})
+            if external:
+                endpoint["accessConfig"] = {"externalIp": host.address}
+        # The node's name resolution (host_ssh.uts_preexec mounts it as /etc/hosts)
+        (directory / "etc-hosts").write_text("127.0.0.1\tlocalhost\n" + "".join(
+            f"{h.address}\t{h.hostname}\n" for h in nh.hosts))
         nh.base_env = self._base_env(node, endpoints)
         self.nodes[nh.name] = nh
         self.track(asyncio.ensure_future(nh.listen()))
 
     def _base_env(self, node: dict, endpoints: list[dict]) -> dict[str, str]:
         return {
-            "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": HOST_PATH, "SHELL": "/bin/bash",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
             "TPU_WORKER_HOSTNAMES": ",".join(ep["ipAddress"] for ep in endpoints),
             "TPU_ACCELERATOR_TYPE": str(node.get("acceleratorType", "")),
@@ -314,6 +373,8 @@ class HostManager:
             "PODCTL_FAKE_HOST": "1",
             # JAX finds the slice itself, as on a TPU VM (see tpu_vm/sitecustomize.py)
             "PYTHONPATH": str(Path(__file__).with_name("tpu_vm")),
+            # templates/requirements.txt asks for jax[${PODCTL_JAX_EXTRA}]: CPU wheels here
+            "PODCTL_JAX_EXTRA": "cpu",
         }
 
     def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:
@@ -383,8 +444,24 @@ class HostManager:
             conn.abort()
         return len(conns)
 
+    # ---- guest attributes (the metadata server writes, getGuestAttributes reads) ----
+
+    def guest(self, node_name: str, worker: int) -> dict[str, dict[str, str]]:
+        node = self.world.nodes.get(node_name) if self.world is not None else None
+        return ((node or {}).get("_guest") or {}).get(str(worker), {})
+
+    def set_guest(self, host: Host, namespace: str, key: str, value: str) -> None:
+        """Kept on the world's node, so that World.guest_attributes answers with it."""
+        store = host.node.node.setdefault("_guest", {}).setdefault(str(host.index), {})
+        store.setdefault(namespace, {})[key] = value
+
+    @property
+    def ssh_port(self) -> int | None:
+        """The one SSH port of every host; None in the fallback (each endpoint's port)."""
+        return self.plan.ssh_port if self.plan.shared else None
+
     def describe(self) -> dict[str, Any]:
-        return {name: {"ports": [h.port for h in nh.hosts],
+        return {name: {"addresses": [h.address for h in nh.hosts], "ports": [h.port for h in nh.hosts],
                        "alive": sum(h.alive for h in nh.hosts),
                        "connections": sum(len(h.conns) for h in nh.hosts),
                        "sessions": sum(len(h.sessions) for h in nh.hosts)}
@@ -399,22 +476,6 @@ class HostManager:
         waits = [*self._tasks, *(asyncio.ensure_future(c.wait_closed()) for c in conns)]
         if waits:
             await asyncio.wait(waits, timeout=10)
+        await self.metadata.close()
         for directory in self.root.glob(".trash-*"):
             shutil.rmtree(directory, ignore_errors=True)
-
-
-def _bind(port: int) -> socket.socket:
-    """A listening loopback socket: on PORT if it is free (a restart keeps its ports),
-    else on a new ephemeral port."""
-    for wanted in ((port, 0) if port else (0,)):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", wanted))
-        except OSError:
-            sock.close()
-            continue
-        sock.listen(_BACKLOG)
-        sock.setblocking(False)
-        return sock
-    raise OSError("no free loopback port for a fake host")

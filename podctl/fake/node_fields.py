@@ -36,21 +36,6 @@ def server_filled(project: str, zone: str, node: dict) -> dict:
             "schedulingConfig": scheduling, "shieldedInstanceConfig": shielded}
 
 
-def guest_attributes(node: dict, query_path: str, worker_ids: list[str]) -> dict:
-    """What each worker has published (hosts publish through the admin API), one
-    entry per worker asked for that has something under QUERY_PATH."""
-    published: dict = node.get("_guest_attributes", {})
-    out = []
-    for worker in sorted(published, key=int):
-        if worker_ids and worker not in worker_ids:
-            continue
-        items = [item for item in published[worker]
-                 if not query_path or f"{item['namespace']}/{item['key']}".startswith(query_path)]
-        if items:
-            out.append({"queryPath": query_path, "queryValue": {"items": items}})
-    return {"guestAttributes": out}
-
-
 def camel(path: str) -> str:
     """A FieldMask path as JSON or proto names it -> lowerCamelCase (network_config.x -> networkConfig.x)."""
     return ".".join(re.sub(r"_([a-z])", lambda m: m.group(1).upper(), part) for part in path.split("."))

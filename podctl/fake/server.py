@@ -112,7 +112,9 @@ class FakeCloud:
         return {"running": True, "tpu_api": self.tpu_api_url, "admin": self.admin_url,
                 "project": self.project, "zone": self.zone, "pid": os.getpid(),
                 "gcs": self.gcs_url, "bucket": self.bucket,
-                "hosts_root": str(self.hosts.root) if self.hosts else None}
+                "hosts_root": str(self.hosts.root) if self.hosts else None,
+                # SSH to a host: its endpoint's address at this port (None: the endpoint's port)
+                "ssh_port": self.hosts.ssh_port if self.hosts else None}
 
     def sync_hosts(self) -> None:
         if self.hosts is not None:

@@ -316,6 +316,23 @@ class World:
         # writes each one's SSH port here before any client sees the node READY.
         return [{"ipAddress": "127.0.0.1", "port": 0} for _ in range(hosts)]
 
+    def guest_attributes(self, name: str, query_path: str = "",
+                         worker_ids: list[str] | None = None) -> dict:
+        """nodes.getGuestAttributes: what each host PUT to its metadata server's
+        instance/guest-attributes/ (kept on the node by the fake's hosts, or published
+        through the admin API), one entry per worker asked for that has something under
+        QUERY_PATH. GuestAttributes (cloud_tpu.proto) has no worker field: entries come
+        in worker order."""
+        from podctl.fake.metadata import guest_items
+
+        node = self.get_node(name)
+        stored = node.get("_guest") or {}
+        workers = [str(w) for w in worker_ids] if worker_ids else [
+            str(i) for i in range(int(node.get("_hosts", 0)))]
+        answers = [guest_items(stored.get(w, {}), query_path) for w in workers]
+        return {"guestAttributes": [{"queryPath": query_path, "queryValue": {"items": items}}
+                                    for items in answers if items]}
+
     def make_ready(self, node: dict) -> None:
         node["state"], node["health"] = "READY", "HEALTHY"
         node["networkEndpoints"] = self._endpoints(node["_hosts"])
@@ -364,9 +381,6 @@ class World:
         op = self.new_operation(name.rpartition("/nodes/")[0], "update", name)
         self.finish(op["name"], response={"@type": _NODE_TYPE, **node})
         return op
-
-    def guest_attributes(self, name: str, query_path: str, worker_ids: list[str]) -> dict:
-        return node_fields.guest_attributes(self.get_node(name), query_path, worker_ids)
 
     def stop_node(self, name: str) -> dict:
         node = self.get_node(name)

@@ -1,13 +1,15 @@
 """podctl's host agent: runs one host's part of a run, detached from the SSH session.
 
-This file is shipped to every host as it is (through GCS, once per version) and
-run there with the host's `python3`; it needs only the standard library and
-google-cloud-storage, and it imports nothing from podctl. It:
+This file is shipped to every host with agent_gcs.py and agent_env.py, in one zip
+(through GCS, once per version), and run there with the host's system `python3`
+(3.10 on v5p images); it needs only the standard library (GCS through its JSON API,
+with the metadata server's token), and it imports nothing from podctl. It:
 
   1. reads its config (JSON, mode 0600, written by the launcher over SSH stdin);
   2. downloads the run's bundle from GCS once per host and unpacks it safely;
-  3. runs the setup (`pip install -r requirements.txt`, `--setup CMD`) once per
-     host per bundle (and setup command), cached by a marker file;
+  3. makes the run's Python environment (agent_env.py: built once by process 0,
+     shipped to the others through GCS, kept on the host), then runs `--setup CMD`
+     once per host per bundle and setup command, cached by a marker file;
   4. runs the script (or the command) with the run's environment, in its own
      session, stdout and stderr merged and split into lines at "\n" only; the run
      ends when the script exits (a child it left holding the pipe does not keep it
@@ -38,6 +40,12 @@ import threading
 import time
 from pathlib import Path
 
+try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import agent_env
+    import agent_gcs
+except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
+    from podctl.jobs import agent_env, agent_gcs  # type: ignore[no-redef]
+
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124
 TAIL_LINES = 20
@@ -49,14 +57,6 @@ MAX_LINE_BYTES = 1 << 20  # a "line" this long without "\n" is shipped as it is
 
 def host_tag(index: int) -> str:
     return f"host-{index:04d}"
-
-
-def _storage_client(cfg: dict):
-    from google.cloud import storage
-
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
-        return storage.Client.create_anonymous_client()
-    return storage.Client(project=cfg.get("project") or None)
 
 
 def safe_extract(tar_path: "Path | str", dest: "Path | str", *,
@@ -238,9 +238,9 @@ class LogShipper:
                 attempts: int = 6) -> bool:
         for attempt in range(attempts):  # GCS hiccups pass
             try:
-                self.bucket.blob(name).upload_from_string(data, content_type=content_type)
+                self.bucket.upload(name, data.encode(), content_type)
                 return True
-            except Exception as e:  # google.api_core / requests errors alike
+            except Exception as e:  # agent_gcs.GcsError, or anything urllib raises
                 if attempt == attempts - 1:
                     sys.stderr.write(f"podctl agent: could not upload {name}: {e}\n")
                     return False
@@ -289,7 +289,8 @@ class Agent:
         self.cfg = cfg
         self.run_dir = run_dir
         self.home = Path.home() / ".podctl"
-        self.bucket = _storage_client(cfg).bucket(cfg["bucket"])
+        self.bucket = agent_gcs.Bucket(cfg["bucket"])
+        self.venv: Path | None = None
         self.logs = LogShipper(cfg, self.bucket, run_dir)
         self.child: subprocess.Popen | None = None
         self.stopping = False
@@ -320,7 +321,7 @@ class Agent:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             archive = Path(tmp) / "bundle.tar.gz"
-            self.bucket.blob(self.cfg["bundle_object"]).download_to_filename(str(archive))
+            self.bucket.download_file(self.cfg["bundle_object"], str(archive))
             # Only the bytes podctl packed: whoever can write the bucket must not get to
             # choose what every host unpacks and runs (the boot checks the agent the same way).
             sha = hashlib.sha256()
@@ -341,10 +342,47 @@ class Agent:
                     raise
         return target
 
+    def python_env(self, tree: Path) -> int:
+        """The run's environment (agent_env.py): `--requirements FILE`'s text, else the
+        bundle's requirements.txt; a failure fails the run before its script starts."""
+        requirements = self.cfg.get("requirements")
+        if requirements is None and (tree / "requirements.txt").is_file():
+            requirements = (tree / "requirements.txt").read_text()
+        if not requirements or not requirements.strip():
+            return 0
+        self.logs.phase = "environment"
+        self.publish("environment")
+        env = agent_env.HostEnv(
+            self.bucket, requirements, home=self.home, host=host_tag(self.cfg["host"]),
+            builder=self.cfg["host"] == 0, log=self.logs.line, unpack=safe_extract,
+            failed_marker=f"podctl/runs/{self.cfg['run_id']}/env-failed.txt")
+        try:
+            self.venv = env.prepare()
+        except agent_env.EnvError as e:
+            for line in str(e).splitlines():
+                self.logs.line(f"[podctl] {line}")
+            self.write_status(EXIT_SETUP_FAILED, error=str(e))
+            return EXIT_SETUP_FAILED
+        return 0
+
+    @staticmethod
+    def preempted() -> bool:
+        """The metadata server's word, besides the SIGTERM: is this VM being preempted?"""
+        try:
+            return agent_gcs.metadata_get("instance/preempted", timeout=2.0).strip() == "TRUE"
+        except Exception:  # no metadata server (a test running the agent by hand)
+            return False
+
+    def publish(self, state: str) -> None:
+        """The run's state as a guest attribute (getGuestAttributes shows it); best effort."""
+        try:
+            agent_gcs.metadata_put("instance/guest-attributes/podctl/state",
+                                   f"{self.cfg['run_id']} {state}", timeout=2.0)
+        except Exception:  # a host without guest attributes enabled refuses it
+            pass
+
     def setup(self, tree: Path, env: dict) -> int:
         steps = []
-        if (tree / "requirements.txt").exists():
-            steps.append("python3 -m pip install --quiet -r requirements.txt")
         if self.cfg.get("setup"):
             steps.append(self.cfg["setup"])
         if not steps:
@@ -469,6 +507,9 @@ class Agent:
             "TPU_WORKER_HOSTNAMES": ",".join(cfg["worker_hostnames"]),
             "PYTHONUNBUFFERED": "1",
         })
+        if self.venv is not None:  # `python3` is the run's environment's
+            env["PATH"] = f"{self.venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+            env["VIRTUAL_ENV"] = str(self.venv)
         env.update(cfg.get("slice_env", {}))  # MEGASCALE_* for multislice
         env.update(cfg.get("env", {}))  # the user's --env, last, as data
         return env
@@ -483,7 +524,8 @@ class Agent:
         if (self.run_dir / "status.json").exists():
             return
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
-                  "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error}
+                  "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error,
+                  "preempted": self.preempted()}
         self.logs.close()
         self.logs._upload(f"{self.logs.prefix}/status/{self.logs.tag}.json", json.dumps(status),
                           "application/json")
@@ -501,6 +543,9 @@ class Agent:
         self.logs.heartbeat(force=True)
         try:
             tree = self.fetch_bundle() if self.cfg.get("bundle_hash") else self.run_dir
+            code = self.python_env(tree)
+            if code:
+                return code
             env = self.environment(tree)
             code = self.setup(tree, env)
             if code:
@@ -510,6 +555,7 @@ class Agent:
                 code = 128 + signal.SIGTERM
             else:
                 self.logs.phase = "running"
+                self.publish("running")
                 self.logs.heartbeat(force=True)
                 argv = self.cfg.get("command") or ["python3", self.cfg["script"], *self.cfg.get("args", [])]
                 code = self.run_process(argv, tree, env)
@@ -519,6 +565,7 @@ class Agent:
             self.write_status(code, error=repr(e))
             return code
         self.logs.phase = "done"
+        self.publish(f"done {code}")
         self.write_status(code)
         return code
 

@@ -97,6 +97,7 @@ class RunRequest:
     flush_seconds: float = 2.0
     poll_seconds: float = 0.5
     checkpoint_dir: str | None = None  # --resume: the earlier run's; None: this run's own
+    requirements: Path | None = None  # --requirements FILE; None: the workdir's requirements.txt
     resumed_from: str | None = None
     # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
     # a no-op on the hosts, and its bundle was uploaded when it was queued; `script`
@@ -170,6 +171,13 @@ class Job:
             self.notice(f"bundle {packed.hash[:12]} ({packed.file_count} files, "
                         f"{packed.size_bytes / 1e6:.1f} MB){' uploaded' if uploaded else ', already in GCS'}")
             bundle_hash = packed.hash
+        requirements = None
+        if request.requirements is not None:
+            try:
+                requirements = request.requirements.expanduser().read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise InvalidValueError(f"--requirements {str(request.requirements)!r}: cannot read "
+                                        f"it ({e.__class__.__name__}); give a requirements file.") from e
         source, sha = launch.agent_source()
         await self.storage.upload_bytes_if_missing(launch.agent_object(sha), source)
         self.agent_sha = sha
@@ -193,7 +201,7 @@ class Job:
             script=script, args=tuple(request.args), env=dict(request.env), setup=request.setup,
             bundle_hash=bundle_hash, bundle_object=bundle.bundle_object_name(bundle_hash),
             coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds,
-            checkpoint_dir=request.checkpoint_dir)
+            checkpoint_dir=request.checkpoint_dir, requirements=requirements)
 
     async def start(self, spec: launch.JobSpec) -> None:
         await self.fleet.open()

@@ -25,25 +25,28 @@ JAX_COORDINATOR_PORT = 8482
 MEGASCALE_PORT = 8080
 AGENT_FILE = Path(__file__).with_name("agent.py")
 
-# Run on the host as `python3 -c BOOT RUN_DIR`: fetch the agent once (checked
-# against its hash), then run it. Standard library plus google-cloud-storage.
+AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py")
+_AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
+
+# Run on the host as `python3 -c BOOT RUN_DIR` by the system interpreter of a fresh
+# TPU VM (3.10, standard library only): fetch the agent's zip once (checked against
+# its hash) through GCS's JSON API with the metadata server's token, then run it.
 BOOT = """
-import hashlib, json, os, runpy, sys
+import hashlib, json, os, runpy, sys, urllib.parse, urllib.request
 from pathlib import Path
 d = Path(sys.argv[1]); cfg = json.loads((d / "config.json").read_text())
-a = Path.home() / ".podctl" / "agents" / (cfg["agent_sha"] + ".py")
+a = Path.home() / ".podctl" / "agents" / (cfg["agent_sha"] + ".zip")
 if not a.exists():
-    try:
-        from google.cloud import storage
-    except ImportError:  # a bare TPU VM image: install the one library the agent needs
-        import subprocess
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--user",
-                        "google-cloud-storage"], check=True)
-        import site; sys.path.insert(0, site.getusersitepackages())
-        from google.cloud import storage
-    c = (storage.Client.create_anonymous_client() if os.environ.get("STORAGE_EMULATOR_HOST")
-         else storage.Client(project=cfg.get("project") or None))
-    data = c.bucket(cfg["bucket"]).blob(cfg["agent_object"]).download_as_bytes()
+    def get(url, headers):
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=120) as r:
+            return r.read()
+    md = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
+    token = json.loads(get("http://%s/computeMetadata/v1/instance/service-accounts/default/token" % md,
+                           {"Metadata-Flavor": "Google"}))["access_token"]
+    gcs = (os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com").rstrip("/")
+    q = lambda s: urllib.parse.quote(s, safe="")
+    data = get("%s/download/storage/v1/b/%s/o/%s?alt=media" % (gcs, q(cfg["bucket"]), q(cfg["agent_object"])),
+               {"Authorization": "Bearer " + token})
     if hashlib.sha256(data).hexdigest() != cfg["agent_sha"]:
         sys.exit("podctl: the agent in GCS does not match its hash")
     a.parent.mkdir(parents=True, exist_ok=True)
@@ -70,20 +73,32 @@ class JobSpec:
     coordinator_port: int = JAX_COORDINATOR_PORT
     flush_seconds: float = 2.0
     checkpoint_dir: str | None = None  # None: the run's own (runs.checkpoint_dir)
+    requirements: str | None = None  # the text of the run's requirements (agent_env.py)
 
 
 def agent_source() -> tuple[bytes, str]:
-    data = AGENT_FILE.read_bytes()
+    """The agent as one zip (agent.py and its sibling modules, and a __main__), the same
+    bytes for the same sources (fixed times), so its hash names its version."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in AGENT_MODULES:
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), AGENT_FILE.with_name(name).read_bytes())
+        z.writestr(zipfile.ZipInfo("__main__.py", (1980, 1, 1, 0, 0, 0)), _AGENT_MAIN)
+    data = out.getvalue()
     return data, hashlib.sha256(data).hexdigest()
 
 
 def agent_object(sha: str) -> str:
-    return f"podctl/agents/{sha}.py"
+    return f"podctl/agents/{sha}.zip"
 
 
 def targets_for(info: SliceInfo, ssh_port: int | None) -> list[Target]:
-    """The hosts of a slice as job processes; SSH_PORT None means the endpoint's own
-    port (the fake cloud's hosts), else e.g. 22 on TPU VMs."""
+    """The hosts of a slice as job processes, at the endpoint's external (else internal)
+    address and SSH_PORT (22 on TPU VMs; the settings say, see connect.job_ports); None
+    only for the fake's macOS fallback, where each endpoint names its own port."""
     targets = []
     for host in info.hosts:
         address = host.external_ip or host.ip
@@ -113,7 +128,7 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
         "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,
         "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,
         "agent_sha": agent_sha, "agent_object": agent_object(agent_sha),
-        "flush_seconds": spec.flush_seconds,
+        "flush_seconds": spec.flush_seconds, "requirements": spec.requirements,
     }
 
 

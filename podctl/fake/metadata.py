@@ -1,0 +1,192 @@
+"""A fake host's metadata server, as every TPU VM has one at metadata.google.internal.
+
+One aiohttp application serves every fake host, each on its own address (see
+addresses.py); a request is answered for the host whose socket it came in on. Hosts
+find it through `GCE_METADATA_HOST` (as google-auth and podctl's agent do), since
+169.254.169.254 is not ours to bind. Shaped as GCE's: every request must carry
+`Metadata-Flavor: Google` (else 403), one carrying `X-Forwarded-For` is refused,
+answers carry `Metadata-Flavor: Google`, a directory answers with its keys (one a
+line, directories with a trailing `/`) or, with `?recursive=true`, as JSON.
+
+Served: project/project-id and numeric-project-id; instance/ id, name, hostname, zone,
+preempted (`TRUE` once the node is preempted, during its notice), maintenance-event
+(`NONE`), service-accounts/default/ (email, scopes, token), attributes/ (the node's
+metadata, the TPU VM attributes agent-worker-number, accelerator-type,
+worker-network-endpoints, tpu-env), and guest-attributes/NAMESPACE/KEY, which the
+host may PUT and the TPU API's getGuestAttributes then returns (World.guest_attributes).
+"""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from podctl.fake.hosts import Host, HostManager
+
+PREFIX = "/computeMetadata/v1/"
+_FLAVOR = {"Metadata-Flavor": "Google"}
+_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+TOKEN_SECONDS = 3599
+
+
+def hostname(node: dict, worker: int) -> str:
+    """A TPU VM's hostname: t1v-n-<8 hex of the node>-w-<worker>."""
+    return f"t1v-n-{zlib.crc32(str(node.get('id', node['name'])).encode()):08x}-w-{worker}"
+
+
+def numeric_project(project: str) -> str:
+    return str(100000000000 + zlib.crc32(project.encode()) % 900000000000)
+
+
+def _text(body: str, status: int = 200) -> web.Response:
+    return web.Response(text=body, status=status, headers=_FLAVOR, content_type="application/text")
+
+
+def _not_found() -> web.Response:
+    return web.Response(status=404, headers=_FLAVOR, content_type="text/html",
+                        text="<!DOCTYPE html>\n<title>Error 404 (Not Found)!!1</title>\n")
+
+
+def tree(host: Host) -> dict[str, Any]:
+    """What this host's metadata server holds, as nested dicts (leaves are strings)."""
+    nh = host.node
+    node = nh.node
+    _, project, _, zone, _, node_id = node["name"].split("/")
+    endpoints = node.get("networkEndpoints", [])
+    names = [hostname(node, i) for i in range(len(nh.hosts))]
+    workers = ",".join(f"{names[i]}:{i}:{ep.get('ipAddress', '')}" for i, ep in enumerate(endpoints))
+    tpu_env = {"ACCELERATOR_TYPE": node.get("acceleratorType", ""), "NODE_ID": node_id,
+               "WORKER_ID": str(host.index), "ZONE": zone, "PROJECT_ID": project,
+               "TYPE": "V5P", "RUNTIME_VERSION": node.get("runtimeVersion", ""),
+               "HOSTNAMES": ",".join(ep.get("ipAddress", "") for ep in endpoints)}
+    attributes = {str(k): str(v) for k, v in (node.get("metadata") or {}).items()}
+    attributes.update({
+        "agent-worker-number": str(host.index),
+        "accelerator-type": str(node.get("acceleratorType", "")),
+        "worker-network-endpoints": workers,
+        "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in tpu_env.items()),
+        "ssh-keys": str((node.get("metadata") or {}).get("ssh-keys", "")),
+    })
+    email = str((node.get("serviceAccount") or {}).get("email")
+                or f"{numeric_project(project)}-compute@developer.gserviceaccount.com")
+    account = {"email": email, "aliases": "default", "scopes": "\n".join(_SCOPES)}
+    guest = nh.manager.guest(node["name"], host.index)
+    return {
+        "project": {"project-id": project, "numeric-project-id": numeric_project(project)},
+        "instance": {
+            "id": str(zlib.crc32(f"{node.get('id')}/{host.index}".encode())),
+            "name": names[host.index], "hostname": f"{names[host.index]}.{zone}.c.{project}.internal",
+            "zone": f"projects/{numeric_project(project)}/zones/{zone}",
+            "preempted": "TRUE" if host.preempted else "FALSE",
+            "maintenance-event": "NONE",
+            "attributes": attributes,
+            "service-accounts": {"default": account, email: account},
+            "guest-attributes": {ns: dict(keys) for ns, keys in guest.items()},
+        },
+    }
+
+
+def _lookup(root: dict, parts: list[str]) -> Any:
+    node: Any = root
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+class MetadataServer:
+    """The metadata servers of every host of one HostManager (one app, a site per host)."""
+
+    def __init__(self, manager: HostManager):
+        self.manager = manager
+        self.by_socket: dict[tuple[str, int], Host] = {}
+        self.tokens: dict[str, str] = {}  # host token -> its access token
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        self._ready = False
+
+    async def serve(self, host: Host) -> web.SockSite | None:
+        if not self._ready:
+            await self.runner.setup()
+            self._ready = True
+        sock = host.meta_sock
+        self.by_socket[host.meta_where] = host
+        site = web.SockSite(self.runner, sock)
+        await site.start()
+        return site
+
+    def forget(self, host: Host) -> None:
+        if self.by_socket.get(host.meta_where) is host:
+            del self.by_socket[host.meta_where]
+
+    async def close(self) -> None:
+        if self._ready:
+            await self.runner.cleanup()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        assert request.transport is not None
+        host = self.by_socket.get(tuple(request.transport.get_extra_info("sockname")[:2]))
+        if host is None:
+            return _not_found()
+        if request.headers.get("Metadata-Flavor") != "Google" or "X-Forwarded-For" in request.headers:
+            return web.Response(status=403, headers=_FLAVOR, content_type="text/html", text=(
+                "Your client does not have permission to get URL "
+                f"<code>{request.path}</code> from this server. Missing Metadata-Flavor:Google header."))
+        if not request.path.startswith(PREFIX):
+            return _not_found()
+        path = request.path[len(PREFIX):]
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["instance", "guest-attributes"] and request.method == "PUT":
+            if len(parts) != 4:
+                return _text("a guest attribute is instance/guest-attributes/NAMESPACE/KEY\n", 400)
+            self.manager.set_guest(host, parts[2], parts[3], (await request.read()).decode())
+            return _text("")
+        if request.method != "GET":
+            return web.Response(status=405, headers=_FLAVOR)
+        if parts[:4] == ["instance", "service-accounts", "default", "token"] or (
+                len(parts) == 4 and parts[:2] == ["instance", "service-accounts"] and parts[3] == "token"):
+            token = self.tokens.setdefault(host.token, "ya29.fake-" + secrets.token_urlsafe(24))
+            return web.json_response({"access_token": token, "expires_in": TOKEN_SECONDS,
+                                      "token_type": "Bearer"}, headers=_FLAVOR)
+        value = _lookup(tree(host), parts)
+        if value is None:
+            return _not_found()
+        if isinstance(value, dict):
+            if request.query.get("recursive") == "true":
+                return web.json_response(_recursive(value), headers=_FLAVOR)
+            if not path.endswith("/"):  # GCE redirects a directory without its slash
+                raise web.HTTPMovedPermanently(request.path + "/", headers=_FLAVOR)
+            return _text("".join(f"{k}/\n" if isinstance(v, dict) else f"{k}\n" for k, v in value.items()))
+        if request.query.get("alt") == "json":
+            return web.json_response(value, headers=_FLAVOR)
+        return _text(value)
+
+
+def _recursive(value: dict) -> dict:
+    """`?recursive=true`: keys in camelCase, as GCE answers (scopes as a list)."""
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        camel = key.split("-")[0] + "".join(w.title() for w in key.split("-")[1:])
+        if isinstance(item, dict):
+            out[camel] = _recursive(item)
+        elif key in ("scopes", "aliases"):
+            out[camel] = item.split("\n")
+        else:
+            out[camel] = item
+    return out
+
+
+def guest_items(stored: dict[str, dict[str, str]], query_path: str = "") -> list[dict[str, str]]:
+    """Guest attributes as getGuestAttributes' queryValue.items, filtered by QUERY_PATH
+    ("", "NAMESPACE/" or "NAMESPACE/KEY")."""
+    namespace, _, key = query_path.partition("/")
+    return [{"namespace": ns, "key": k, "value": v}
+            for ns, keys in sorted(stored.items()) if not namespace or ns == namespace
+            for k, v in sorted(keys.items()) if not key or k == key]
+

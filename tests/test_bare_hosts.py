@@ -1,0 +1,123 @@
+"""A fake host is a fresh TPU VM: the system python3 with nothing third-party, its own
+loopback address and hostname, and a metadata server that answers for it alone.
+
+What runs on a host at first contact (the boot line and the agent's modules) must
+run on the v5p images' Python 3.10 with the standard library only: checked
+statically with vermin, and by running it under the machine's system interpreter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncssh
+import pytest
+from google.cloud import tpu_v2
+
+from podctl.jobs import agent_env, launch
+from tests.conftest import PARENT
+
+HOST_FILES = [Path(launch.__file__).with_name(n) for n in launch.AGENT_MODULES]
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def test_what_runs_on_a_host_needs_python_3_10_and_the_standard_library_only(tmp_path):
+    boot = tmp_path / "boot.py"
+    boot.write_text(launch.BOOT)
+    vermin = shutil.which("vermin", path=str(Path(sys.executable).parent)) or "vermin"
+    done = subprocess.run([vermin, "--target=3.10-", "--violations", "--no-tips", "-q",
+                           str(boot), *map(str, HOST_FILES)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    if not Path(SYSTEM_PYTHON).exists():
+        pytest.skip("no system interpreter at /usr/bin/python3")
+    # The agent's zip imports under the bare system interpreter, user site off
+    zip_path = tmp_path / "agent.zip"
+    zip_path.write_bytes(launch.agent_source()[0])
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import agent, agent_gcs, agent_env; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('google', 'requests', 'jax', 'podctl')))")
+    done = subprocess.run([SYSTEM_PYTHON, "-s", "-c", code, str(zip_path)], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    compiled = subprocess.run([SYSTEM_PYTHON, "-s", "-c", "import sys; compile(open(sys.argv[1]).read(), 'boot', 'exec')",
+                               str(boot)], capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
+
+
+def test_an_environment_key_follows_requirements_and_expands_variables_as_pip_does():
+    assert agent_env.expand("jax[${PODCTL_JAX_EXTRA}]\n", {"PODCTL_JAX_EXTRA": "cpu"}) == "jax[cpu]\n"
+    assert agent_env.env_key("jax[cpu]") == agent_env.env_key("jax[cpu]\n")
+    assert agent_env.env_key("jax[cpu]") != agent_env.env_key("jax[tpu]")
+    out = "ERROR: Could not find a version that satisfies the requirement nope-pkg-xyz (from versions: none)\n" \
+          "ERROR: No matching distribution found for nope-pkg-xyz\n"
+    assert agent_env.failed_package(out) == "nope-pkg-xyz"
+
+
+@pytest.fixture
+def bare16(fake, api):
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    pub = key.export_public_key().decode().strip()
+    node = tpu_v2.Node(accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5",
+                       metadata={"ssh-keys": f"podctl:{pub} podctl"})
+    created = api.client.create_node(parent=PARENT, node_id="bare16", node=node).result(timeout=30)
+    yield created, key, fake.hosts.ssh_port
+    api.client.delete_node(name=created.name).result(timeout=30)
+
+
+def on_hosts(node, key, port, command: str) -> list[asyncssh.SSHCompletedProcess]:
+    async def go():
+        out = []
+        for ep in node.network_endpoints:
+            async with asyncssh.connect(ep.ip_address, port, username="podctl", client_keys=[key],
+                                        known_hosts=None, agent_path=None) as conn:
+                out.append(await conn.run(command, check=False))
+        return out
+    return asyncio.run(go())
+
+
+def test_a_fresh_host_has_the_system_python3_and_no_jax_at_its_own_address(bare16):
+    node, key, port = bare16
+    addresses = [ep.ip_address for ep in node.network_endpoints]
+    assert len(set(addresses)) == 2 and all(a.startswith("127.") for a in addresses)
+    assert {ep.port for ep in node.network_endpoints} == {8470}  # the TPU runtime's, as on Google
+    jax = on_hosts(node, key, port, "python3 -c 'import jax'")
+    assert [r.exit_status for r in jax] == [1, 1] and all("No module named 'jax'" in r.stderr for r in jax)
+    version = on_hosts(node, key, port, "command -v python3; python3 --version")
+    assert all(r.stdout.split()[0] in ("/usr/bin/python3", "/usr/local/bin/python3") for r in version)
+    names = on_hosts(node, key, port, "echo $HOSTNAME; echo $TPU_WORKER_HOSTNAMES")
+    hostnames = [r.stdout.split()[0] for r in names]
+    assert hostnames[0].endswith("-w-0") and hostnames[1].endswith("-w-1") and hostnames[0].startswith("t1v-n-")
+    assert names[0].stdout.split()[1] == ",".join(addresses)
+
+
+def test_the_metadata_server_answers_each_host_for_itself_and_a_preemption_sets_preempted(bare16, fake, api):
+    node, key, port = bare16
+    url = "http://$GCE_METADATA_HOST/computeMetadata/v1"
+    get = f"python3 -c 'import sys,urllib.request as u; print(u.urlopen(u.Request(sys.argv[1], headers={{\"Metadata-Flavor\": \"Google\"}})).read().decode())'"
+    workers = on_hosts(node, key, port, f'{get} "{url}/instance/attributes/agent-worker-number"')
+    assert [r.stdout.strip() for r in workers] == ["0", "1"]
+    refused = on_hosts(node, key, port, f"python3 -c 'import sys,urllib.request as u; u.urlopen(sys.argv[1])' \"{url}/project/project-id\"")
+    assert all(r.exit_status != 0 and "403" in r.stderr for r in refused)  # no Metadata-Flavor header
+    token = on_hosts(node, key, port, f'{get} "{url}/instance/service-accounts/default/token"')
+    assert json.loads(token[0].stdout)["token_type"] == "Bearer"
+    put = ("python3 -c 'import sys,urllib.request as u; u.urlopen(u.Request(sys.argv[1], data=b\"up\", "
+           "method=\"PUT\", headers={\"Metadata-Flavor\": \"Google\"}))' "
+           f'"{url}/instance/guest-attributes/podctl/state"')
+    assert all(r.exit_status == 0 for r in on_hosts(node, key, port, put))
+    got = api.client.get_guest_attributes(request={"name": node.name, "query_path": "podctl/"})
+    assert [a.query_value.items[0].value for a in got.guest_attributes] == ["up", "up"]
+    assert [r.stdout.strip() for r in on_hosts(node, key, port, f'{get} "{url}/instance/preempted"')] == ["FALSE"] * 2
+    # During the preemption's notice the host's processes can still ask, and are told
+    host = fake.hosts.nodes[node.name].hosts[0]
+    meta = host.metadata_host
+    fake.admin.preempt(node.name, grace=30)
+    done = subprocess.run([sys.executable, "-c", (
+        "import sys,urllib.request as u; print(u.urlopen(u.Request(sys.argv[1], headers={'Metadata-Flavor': 'Google'})).read().decode())"),
+        f"http://{meta}/computeMetadata/v1/instance/preempted"], capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == "TRUE", done.stderr
