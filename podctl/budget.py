@@ -360,12 +360,14 @@ async def set_on_existing(api: Any, parent: str, info: SliceInfo, labels: dict[s
         raise InvalidValueError(f"{info.name} was not created by podctl: podctl does not put a "
                                 "budget on it.")
     operation = await api.update_node_labels(f"{parent}/nodes/{info.name}", {**info.labels, **labels})
-    await wait_until(lambda: _finished(api, operation), what=f"labelling {info.name}", policy=policy)
+    await wait_until(lambda: _finished(api, operation.name), what=f"labelling {info.name}",
+                     policy=policy)
     return await describe.describe(api, parent, info.name, "node")
 
 
-async def _finished(api: Any, operation: Any) -> bool | None:
-    if not await api.poll(operation):
+async def _finished(api: Any, operation_name: str) -> bool | None:
+    operation = await api.get_operation(operation_name)
+    if not operation.done:
         return None
     error = operation.exception()
     if error is not None:

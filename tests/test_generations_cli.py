@@ -25,8 +25,9 @@ def test_lifecycle_v6e_256_through_the_cli(podctl):
 
 
 @pytest.mark.parametrize("args, words", [
-    # the fake's default zone, us-central1-a, offers v5p and v5e but not v6e
-    (["--slice", "v6e-16"], ["zone 'us-central1-a' offers no TPU v6e", "us-central1-b"]),
+    # us-central1-a offers v5p and v5e but not v6e (the fake's default, us-east5-a, has both)
+    (["--slice", "v6e-16", "--zone", "us-central1-a"], ["zone 'us-central1-a' offers no TPU v6e",
+                                                        "us-central1-b"]),
     (["--slice", "v6e-12", "--zone", "us-east5-b"], ["nearest: v6e-8, v6e-16"]),
     (["--slice", "tpu7x-128"], ["does not serve TPU7x", "GKE or Compute Engine"]),
 ])

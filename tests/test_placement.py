@@ -5,6 +5,7 @@ to the fake, which checks their shapes as Cloud TPU's v2 API does."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import urllib.error
 import urllib.request
@@ -44,7 +45,9 @@ def test_a_node_is_made_in_the_network_with_the_account_tags_and_no_external_ips
         return got
 
     got = asyncio.run(go())
-    assert got == WHERE.checked(project=PROJECT, zone=ZONE, queued=False, spot=False)
+    # read back as Google answers it: the network as a full resource path (recorded)
+    assert got == dataclasses.replace(WHERE.checked(project=PROJECT, zone=ZONE, queued=False, spot=False),
+                                      network=f"projects/{PROJECT}/global/networks/my-vpc")
     assert got.scopes == ("https://www.googleapis.com/auth/cloud-platform",)
 
 

@@ -108,7 +108,7 @@ def test_a_bad_database_is_refused_and_left_as_it_is(q, damage):
 
 
 def test_queue_cancel_of_an_entry_that_already_ended_exits_non_zero_and_says_so(q):
-    added = q.json("queue", "add", "--slice", "v5p-8", str(SCRIPTS / "show_env.py"))
+    added = json.loads(q("queue", "add", "--json", "--slice", "v5p-8", str(SCRIPTS / "show_env.py")).stdout)
     q("queue", "cancel", str(added["id"]))
     assert_one_line_error(q("queue", "cancel", str(added["id"]), check=False), 1,
                           f"entry {added['id']} had already ended (cancelled)")

@@ -101,14 +101,12 @@ class TpuApi:
         return await self._call("nodes.delete", f"deleting {name}", operations.send,
                                 self.client, "DELETE", name, mutates=True, timeout=CALL_TIMEOUT)
 
-    async def update_node_labels(self, name: str, labels: dict[str, str]) -> lro.Operation:
-        """PATCH the node's labels (the whole map: updateMask=labels replaces it)."""
-        from google.protobuf import field_mask_pb2
-
-        node = tpu_v2.Node(name=name, labels=labels)
-        return await self._call("nodes.patch", f"updating {name}", self.client.update_node,
-                                node=node, update_mask=field_mask_pb2.FieldMask(paths=["labels"]),
-                                retry=None, mutates=True, timeout=CALL_TIMEOUT)
+    async def update_node_labels(self, name: str, labels: dict[str, str]) -> Operation:
+        """PATCH the node's labels (the whole map: updateMask=labels replaces it); through
+        operations.send like every call that answers with an operation."""
+        return await self._call("nodes.patch", f"updating {name}", operations.send,
+                                self.client, "PATCH", name, params={"updateMask": "labels"},
+                                body={"labels": dict(labels)}, mutates=True, timeout=CALL_TIMEOUT)
 
     # ---- queued resources -----------------------------------------------------------
 
