@@ -28,6 +28,10 @@ class Session:
     settings: Settings
     api: Any  # podctl.cloud.api.TpuApi
     _storage: Any = None
+    # (SSH port, JAX coordinator port) of the cloud this session talks to; None: ask the
+    # settings (22 and 8482 on Google Cloud, the fake daemon's). A session on an
+    # in-process fake (tests, notebooks) gives its own, so no daemon is started for it.
+    ports: tuple[int | None, int] | None = None
 
     @classmethod
     def open(cls, settings: Settings) -> "Session":
@@ -65,6 +69,13 @@ class Session:
         if self.api is not None:
             with contextlib.suppress(Exception):
                 self.api.close()
+
+    def job_ports(self) -> tuple[int | None, int]:
+        if self.ports is None:
+            from podctl.cloud.connect import job_ports
+
+            self.ports = job_ports(self.settings)
+        return self.ports
 
     def ssh_key(self) -> Any:
         from podctl.cloud.sshkey import ensure_ssh_key
@@ -252,10 +263,9 @@ async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
                     sink: Callable[[int, str], None], notice: Notice) -> Any:
     """Bundle, upload, start the agents on every host -> a started Job (its fleet closed
     when it is to be followed elsewhere; `follow_run` reopens nothing, it reads GCS)."""
-    from podctl.cloud.connect import job_ports
     from podctl.jobs.job import Job, RunRequest, parse_hosts
 
-    ssh_port, coordinator_port = job_ports(session.settings)
+    ssh_port, coordinator_port = session.job_ports()
     checkpoint_dir = None
     if options.resume:
         checkpoint_dir = await resume_checkpoint_dir(session, options.resume)
@@ -315,7 +325,6 @@ async def stop_run(session: Session, run_id: str, *, wait: bool = True,
     """Stop a run started elsewhere (a detached run, another terminal's): SIGTERM to its
     script on every host, as Ctrl-C does (the template saves a checkpoint first), then,
     with WAIT, until every host has ended; its record then says `stopped`."""
-    from podctl.cloud.connect import job_ports
     from podctl.errors import NotFoundError
     from podctl.jobs import launch
     from podctl.jobs.history import load_record, save_record
@@ -333,7 +342,7 @@ async def stop_run(session: Session, run_id: str, *, wait: bool = True,
         return StopResult(run_id, record.state, stopped=False)
     if not info.ready:
         return StopResult(run_id, record.state, stopped=False)
-    targets = launch.targets_for(info, job_ports(session.settings)[0])
+    targets = launch.targets_for(info, session.job_ports()[0])
     async with Fleet(targets, session.ssh_key().private_path, session.pins(info)) as fleet:
         await launch.stop_agents(fleet, live_id)
     if notice:

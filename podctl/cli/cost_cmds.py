@@ -430,14 +430,12 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
         session = Session.open(ctx.settings(project, zone, bucket))
 
         async def stop_runs(info: Any) -> list[str]:
-            from podctl.cloud.connect import job_ports
-
             if not session.settings.bucket:
                 _notice(f"no bucket (--bucket, PODCTL_BUCKET): runs on {info.name} not signalled")
                 return []
             return await budget_lib.stop_runs_on(
                 session.storage, info, private_key=session.ssh_key().private_path,
-                pins=session.pins(info), ssh_port=job_ports(session.settings)[0],
+                pins=session.pins(info), ssh_port=session.job_ports()[0],
                 grace_seconds=grace_seconds)
 
         reaped = run_sync(budget_lib.reap(session.api, session.settings.parent, dry_run=dry_run,

@@ -71,10 +71,17 @@ class Record:
 def kit(fake, isolated: Path):
     settings = Settings(backend="fake", project=PROJECT, zone=ZONE, config_dir=isolated / "config",
                         state_dir=isolated / "state", bucket=FAKE_BUCKET)
+    # ports: this in-process fake's, so that no fake daemon is started for the session
     session = lifecycle.Session(settings=settings, api=api_for_endpoint(fake.tpu_api_url, retry=FAST_RETRY),
+                                ports=(fake.hosts.ssh_port, 8482),
                                 _storage=Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url))
     yield Kit(fake=fake, admin=fake.admin, session=session)
     session.close()
+    from podctl.fake import daemon
+
+    if daemon.status(settings.fake_dir).get("running"):  # a stray daemon is a leaked process
+        daemon.stop(settings.fake_dir)
+        pytest.fail("the case started a fake daemon beside its in-process fake cloud")
 
 
 @dataclass

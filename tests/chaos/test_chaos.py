@@ -391,7 +391,7 @@ def test_a_slice_deleted_by_its_owner_during_recovery_is_not_made_again(kit):
     record = Record()
 
     def owner_deletes() -> None:  # `podctl down` in another terminal
-        session = lifecycle.Session(settings=kit.session.settings, api=api_for(kit),
+        session = lifecycle.Session(settings=kit.session.settings, ports=kit.session.ports, api=api_for(kit),
                                     _storage=kit.session.storage)  # this fake's GCS, no daemon
         asyncio.run(lifecycle.down(session, "chaos-rdel", wait=False))
         session.api.close()  # the GCS client is the kit's own
@@ -416,7 +416,7 @@ def test_a_slice_deleted_under_a_recovering_run_is_not_made_again(kit):
         import threading
 
         def down() -> None:
-            session = lifecycle.Session(settings=kit.session.settings, api=api_for(kit),
+            session = lifecycle.Session(settings=kit.session.settings, ports=kit.session.ports, api=api_for(kit),
                                         _storage=kit.session.storage)
             asyncio.run(lifecycle.down(session, "chaos-tdel", wait=False))
             session.api.close()

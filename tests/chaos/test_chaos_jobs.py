@@ -78,7 +78,7 @@ def test_gcs_outage_longer_than_the_clients_retries_is_followed_through(kit):
     # a client that gives up on a call within a second: the outage outlasts its retries
     impatient = Storage.connect(FAKE_BUCKET, endpoint=kit.fake.gcs_url,
                                 retry=RetryPolicy(attempts=2, initial=0.1, maximum=0.2, deadline=1.0))
-    session = lifecycle.Session(settings=kit.session.settings, api=kit.session.api, _storage=impatient)
+    session = lifecycle.Session(settings=kit.session.settings, ports=kit.session.ports, api=kit.session.api, _storage=impatient)
 
     async def go():
         job = await lifecycle.start_run(session, info, lifecycle.RunOptions(
