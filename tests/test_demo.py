@@ -65,6 +65,7 @@ def test_demo_trains_resumes_and_its_checkpoints_can_be_pulled(podctl, tmp_path)
     assert_one_line_error(podctl("ckpt", "ls", "not-a-run", check=False), 2, "not a run id")
     assert_one_line_error(podctl("ckpt", "ls", "x-v5p-8-20260101-000000-abcd", check=False), 1,
                           "no run")
+    (podctl.tmp / "x.py").write_text("print(1)\n")  # a script that exists: the --resume check speaks
     assert_one_line_error(podctl("--backend", "fake", "run", "nope", "--resume", "bad", "x.py",
                                  check=False), 2, "--resume 'bad' is not a run id")
 

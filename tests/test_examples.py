@@ -60,7 +60,7 @@ def test_readmes_python_example_says_what_the_template_does():
     checkpoints it shows are the ones its arguments make, and every run it starts is
     waited for inside the `with` block, whose end deletes the slice under it."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    block = next(b.split("```", 1)[0] for b in readme.split("```python\n")[1:] if "podctl.connect" in b)
     assert '"--checkpoint-every", "10"' in block and "# [step 10, step 20]" in block
     inside = [line for line in block.splitlines() if line.startswith(" " * 8)]
     started = [line.split("=")[0].strip() for line in inside if "slice_.run(" in line]

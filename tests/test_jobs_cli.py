@@ -167,7 +167,10 @@ def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podct
 
 
 def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
-    proc = podctl("run", "cli16", "--hosts", "all", str(SCRIPTS / "jax_auto_init.py"))
+    # the hosts are bare: jax comes from the requirements, built once and shipped
+    jax_reqs = SCRIPTS.parents[1] / "examples" / "jax_hello" / "requirements.txt"
+    proc = podctl("run", "cli16", "--hosts", "all", "--requirements", str(jax_reqs),
+                  str(SCRIPTS / "jax_auto_init.py"))
     lines = proc.stdout.splitlines()
     assert "[host 0000] process 0 of 2, 8 devices" in lines
     assert "[host 0001] process 1 of 2, 8 devices" in lines

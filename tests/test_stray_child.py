@@ -78,7 +78,7 @@ def start_client(podctl: Podctl, *args: str) -> tuple[subprocess.Popen, str]:
 def wait_for_line(podctl: Podctl, run_id: str, text: str, hosts: int = 2) -> None:
     deadline = time.time() + 90
     while time.time() < deadline:
-        out = podctl("logs", run_id, check=False).stdout
+        out = podctl("logs", run_id, "--host", "all", check=False).stdout
         if sum(text in line for line in out.splitlines()) >= hosts:
             return
         time.sleep(0.5)
