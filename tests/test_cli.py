@@ -142,7 +142,7 @@ def test_lifecycle_example_runs(tmp_path):
                           text=True, env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "demo-v5p-4096: READY, 512 hosts, topology 8x16x16" in proc.stdout
-    assert "[host 0001] devices on this host: 4" in proc.stdout
+    assert "[host 0001] Python 3." in proc.stdout  # the image's python3, before any run
     assert "[host 0000] process 0 of 2: devices 8, local 4, sum 992.0" in proc.stdout
     assert "[host 0001] process 1 of 2: devices 8, local 4, sum 992.0" in proc.stdout
     assert "succeeded" in proc.stdout  # `podctl runs`
