@@ -100,9 +100,14 @@ def test_run_returns_with_the_scripts_exit_code_when_it_exits_and_its_children_a
 
 def test_ctrl_c_leaves_no_agent_and_no_child_of_the_script_alive(podctl):
     client, run_id = start_client(podctl, "stray", "--hosts", "all", STRAY, "300")
-    wait_for_line(podctl, run_id, "children started")
-    client.send_signal(signal.SIGINT)
-    _, err = client.communicate(timeout=60)
+    try:
+        wait_for_line(podctl, run_id, "children started")
+        client.send_signal(signal.SIGINT)
+        _, err = client.communicate(timeout=60)
+    finally:  # a failed wait must not leave the client following for 300 s
+        if client.poll() is None:
+            client.send_signal(signal.SIGINT)
+            client.communicate(timeout=60)
     assert client.returncode == 130 and "stopped on every host" in err
     assert left_alive(run_id) == []
 
