@@ -14,6 +14,7 @@ nobody registers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -132,6 +133,17 @@ def stop_fake_and_check(cli: Podctl) -> None:
         leftover = FakeAdmin(json.loads(status.stdout)["admin"]).resources()
         cli("fake", "stop")
         assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+
+
+@contextlib.contextmanager
+def slice_on_daemon(cli: Podctl, slice_type: str, name: str) -> Iterator[Podctl]:
+    """A CLI test's slice: the fake daemon with NAME up; at the end NAME is brought
+    down and the daemon stopped and checked to hold nothing billable."""
+    cli.env["PODCTL_BACKEND"] = "fake"
+    cli("up", "--slice", slice_type, "--name", name)
+    yield cli
+    cli("down", name, "--yes", check=False)
+    stop_fake_and_check(cli)
 
 
 @pytest.fixture

@@ -10,19 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Podctl, stop_fake_and_check
+from tests.conftest import Podctl, slice_on_daemon
 
 SCRIPT = "import six, sys\nprint('STARTED', six.__version__, sys.executable.endswith('/bin/python3'))\n"
 
 
 @pytest.fixture
 def podctl(tmp_path: Path):
-    cli = Podctl(tmp_path)
-    cli.env["PODCTL_BACKEND"] = "fake"
-    cli("up", "--slice", "v5p-16", "--name", "bare16")
-    yield cli
-    cli("down", "bare16", "--yes", check=False)
-    stop_fake_and_check(cli)
+    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "bare16") as cli:
+        yield cli
 
 
 def index_downloads(output: str) -> int:

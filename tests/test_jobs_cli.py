@@ -11,19 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
+from tests.conftest import Podctl, assert_one_line_error, slice_on_daemon
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
 @pytest.fixture
 def podctl(tmp_path: Path):
-    cli = Podctl(tmp_path)
-    cli.env["PODCTL_BACKEND"] = "fake"
-    cli("up", "--slice", "v5p-16", "--name", "cli16")
-    yield cli
-    cli("down", "cli16", "--yes", check=False)
-    stop_fake_and_check(cli)
+    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "cli16") as cli:
+        yield cli
 
 
 def test_run_streams_host_lines_and_exits_with_the_jobs_code(podctl):

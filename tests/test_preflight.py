@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
+from tests.conftest import Podctl, assert_one_line_error, slice_on_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = str(ROOT / "templates" / "train_pjit.py")
@@ -153,12 +153,8 @@ def test_podctl_help_does_not_import_jax():
 
 @pytest.fixture
 def on_fake(tmp_path: Path):
-    cli = _cli(tmp_path)
-    cli.env["PODCTL_BACKEND"] = "fake"
-    cli("up", "--slice", "v5p-8", "--name", "pre8")
-    yield cli
-    cli("down", "pre8", "--yes", check=False)
-    stop_fake_and_check(cli)
+    with slice_on_daemon(_cli(tmp_path), "v5p-8", "pre8") as cli:
+        yield cli
 
 
 def test_run_preflight_refuses_a_step_that_does_not_fit_and_starts_nothing(on_fake):

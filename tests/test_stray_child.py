@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Podctl, stop_fake_and_check
+from tests.conftest import Podctl, slice_on_daemon
 
 SCRIPTS = Path(__file__).parent / "scripts"
 STRAY = str(SCRIPTS / "stray_child.py")
@@ -22,12 +22,8 @@ STRAY = str(SCRIPTS / "stray_child.py")
 
 @pytest.fixture
 def podctl(tmp_path: Path):
-    cli = Podctl(tmp_path)
-    cli.env["PODCTL_BACKEND"] = "fake"
-    cli("up", "--slice", "v5p-16", "--name", "stray")
-    yield cli
-    cli("down", "stray", "--yes", check=False)
-    stop_fake_and_check(cli)
+    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "stray") as cli:
+        yield cli
 
 
 def processes_of(run_id: str) -> list[str]:
