@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Generic, TypeVar
 
 T = TypeVar("T")
 CLEANUP_SECONDS = 120.0  # how long an interrupted call's cleanup (an undo) may take
@@ -53,6 +53,10 @@ class LoopThread:
             poll_seconds: float = 0.25) -> T:
         """Run CORO on the loop; while it runs, call POLL every POLL_SECONDS in the
         caller's thread (where a notebook's output goes to the cell that is running)."""
+        return self.start(coro).wait(poll=poll, poll_seconds=poll_seconds)
+
+    def start(self, coro: Coroutine[Any, Any, T]) -> "Background[T]":
+        """Start CORO on the loop and return at once; `.wait()` for its result."""
         if self.loop.is_closed():
             coro.close()
             raise RuntimeError("this podctl connection is closed")
@@ -65,23 +69,7 @@ class LoopThread:
             finally:
                 ended.set()  # after the coroutine's own cleanup (stop, undo) has run
 
-        future = asyncio.run_coroutine_threadsafe(runner(), self.loop)
-        try:
-            while poll is not None and not future.done():
-                concurrent.futures.wait([future], timeout=poll_seconds)
-                poll()
-            return future.result()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP routed to it (podctl.signals)
-            from podctl.signals import stop_signals_ignored
-
-            # The concurrent future says "cancelled" at once; the task on the loop only
-            # then starts its cleanup. Wait for that (a second signal may not cut it
-            # short), or the caller would close the loop under an undo half done.
-            with stop_signals_ignored():
-                future.cancel()
-                if started.is_set():
-                    ended.wait(timeout=CLEANUP_SECONDS)
-            raise
+        return Background(asyncio.run_coroutine_threadsafe(runner(), self.loop), started, ended)
 
     def close(self) -> None:
         if self.loop.is_closed():
@@ -89,3 +77,41 @@ class LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
+
+
+class Background(Generic[T]):
+    """A coroutine running on a LoopThread's loop."""
+
+    def __init__(self, future: concurrent.futures.Future, started: threading.Event,
+                 ended: threading.Event):
+        self.future, self._started, self._ended = future, started, ended
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def wait(self, *, poll: Callable[[], None] | None = None, poll_seconds: float = 0.25,
+             until: Callable[[], bool] | None = None) -> T | None:
+        """Block until the coroutine is done (or UNTIL() is true: then None), calling
+        POLL every POLL_SECONDS in this thread. Ctrl-C cancels the coroutine and waits
+        for its own cleanup before the KeyboardInterrupt goes on."""
+        try:
+            while not self.future.done():
+                if until is not None and until():
+                    return None
+                concurrent.futures.wait([self.future], timeout=poll_seconds)
+                if poll is not None:
+                    poll()
+            return self.future.result()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP routed to it (podctl.signals)
+            self.cancel()
+            raise
+
+    def cancel(self) -> None:
+        """Cancel the coroutine and wait (a second signal may not cut it short) until its
+        cleanup has run, or the caller could close the loop under an undo half done."""
+        from podctl.signals import stop_signals_ignored
+
+        with stop_signals_ignored():
+            self.future.cancel()
+            if self._started.is_set():
+                self._ended.wait(timeout=CLEANUP_SECONDS)

@@ -11,7 +11,7 @@
 
 Every method is synchronous and works inside a running event loop (a Jupyter kernel):
 the async core runs on a loop of podctl's own in a helper thread (`_sync.LoopThread`).
-The steps are `podctl.lifecycle`'s, the same the CLI takes.
+The steps are `podctl.steps`' (one Session, the same steps the CLI takes).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from podctl import lifecycle
+from podctl import steps
 from podctl._display import StatusLine
-from podctl._sync import LoopThread
+from podctl._sync import Background, LoopThread
+from podctl.steps.supervise import Supervised, Supervision, run_supervised
 from podctl.cloud.types import SliceInfo
 from podctl.errors import JobError
 
@@ -75,7 +76,7 @@ class Cloud:
 
             self._started_fake = not daemon.status(settings.fake_dir).get("running")
         self._loop = LoopThread()
-        self.session = lifecycle.Session.open(settings)
+        self.session = steps.Session.open(settings)
         self._created: list[Slice] = []
         self._signals: dict[int, object] | None = None
 
@@ -87,7 +88,7 @@ class Cloud:
            queued: bool = False, timeout: str = "30m", **options: Any) -> "Slice":
         """Create (or reuse) a slice and wait until it is ready, e.g. `cloud.up("v5p-16")`.
         Used as `with cloud.up(...) as slice:`, the slice is deleted when the block ends."""
-        request = lifecycle.up_request(self.settings, lifecycle.SliceOptions(
+        request = steps.up_request(self.settings, steps.SliceOptions(
             slice_type=slice_type, name=name, spot=spot, queued=queued, timeout=timeout, **options))
         if self._signals is None:
             # From here this process may own a slice: SIGTERM and SIGHUP end it as Ctrl-C
@@ -97,7 +98,7 @@ class Cloud:
 
             self._signals = route_stop_signals(only_defaults=True)
         status = StatusLine(f"{request.name} ({request.spec.describe()})")
-        result = self._run(lifecycle.up(self.session, request, progress=status), status)
+        result = self._run(steps.up(self.session, request, progress=status), status)
         status.done("ready" if result.created else "ready (reused)")
         made = Slice(self, result.info)
         if result.created:
@@ -119,7 +120,7 @@ class Cloud:
 
     def run(self, run_id: str) -> "Run":
         """An earlier run by id (see `runs()`)."""
-        from podctl.jobs.history import load_record
+        from podctl.jobs.run_files import load_record
 
         record = self._run(load_record(self.session.storage, run_id))
         return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
@@ -127,7 +128,7 @@ class Cloud:
     def runs(self) -> "RunList":
         """Run records, newest first (podctl.jobs.runs.RunRecord): one line each, a table
         in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
-        from podctl.jobs.history import list_runs
+        from podctl.jobs.run_files import list_runs
 
         return RunList(self._run(list_runs(self.session.storage)))
 
@@ -181,13 +182,21 @@ class Slice:
 
     def run(self, script: str | Path, args: Sequence[str] = (), *, env: dict[str, str] | None = None,
             workdir: str | Path | None = None, setup: str | None = None, resume: "str | Run | None" = None,
-            fail_fast: bool = True) -> "Run":
+            fail_fast: bool = True, recover: int = 0, retry_errors: bool = False,
+            max_hours: float | None = None) -> "Run":
         """Ship SCRIPT's directory (or WORKDIR) and start SCRIPT on every host; returns
         once all have started. `resume=` an earlier run (or its id) continues from its
-        checkpoints. Follow it with `wait()` or `logs(follow=True)`."""
+        checkpoints. Follow it with `wait()` or `logs(follow=True)`.
+
+        `recover=N`: when the infrastructure ends the run (a preemption, a host lost),
+        podctl makes the slice again and relaunches from the latest checkpoint, up to N
+        times, as `podctl run --recover N` does (`retry_errors=True`: also after the
+        script's own failure). `max_hours=H`: after H hours the run is stopped with a
+        checkpoint and the slice deleted. Either way podctl watches the run from this
+        process (in the background) until it ends: call `wait()`."""
         cloud = self.cloud
         kept: deque[tuple[int, str]] = deque(maxlen=KEPT_LINES)
-        options = lifecycle.RunOptions(
+        options = steps.RunOptions(
             script=Path(script), args=tuple(str(a) for a in args), workdir=Path(workdir) if workdir else None,
             env=dict(env or {}), setup=setup, hosts="all", fail_fast=fail_fast,
             resume=resume.run_id if isinstance(resume, Run) else resume)
@@ -199,10 +208,20 @@ class Slice:
             if "run" in holder:
                 holder["run"]._saw(host, line)
 
+        if recover or retry_errors or max_hours is not None:
+            if retry_errors and not recover:
+                from podctl.errors import UsageError
+
+                raise UsageError("retry_errors=True goes with recover=N.")
+            how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=max_hours)
+            run = Run._supervised(cloud, self.name, options, how, sink, notices, kept)
+            holder["run"] = run
+            return run
+
         async def start() -> Any:
-            info = await lifecycle.ready_slice(cloud.session, self.name)
-            return await lifecycle.start_run(cloud.session, info, options, sink=sink,
-                                             notice=notices.append)
+            info = await steps.ready_slice(cloud.session, self.name)
+            return await steps.start_run(cloud.session, info, options, sink=sink,
+                                         notice=notices.append)
 
         job = cloud._run(start())
         run = Run(cloud, job.run_id, len(job.targets), slice_name=self.name, job=job, lines=kept)
@@ -217,7 +236,7 @@ class Slice:
             return
         status = StatusLine(f"deleting {self.name}")
         try:
-            self.cloud._run(lifecycle.down(self.cloud.session, self.name, progress=status), status)
+            self.cloud._run(steps.down(self.cloud.session, self.name, progress=status), status)
         except NotFoundError:
             if not missing_ok:
                 raise
@@ -268,9 +287,13 @@ class Run:
     """A run of a script on every host of a slice; its logs and status live in GCS."""
 
     def __init__(self, cloud: Cloud, run_id: str, num_hosts: int, *, slice_name: str,
-                 job: Any = None, lines: deque | None = None):
+                 job: Any = None, lines: deque | None = None,
+                 supervisor: "Background[Supervised] | None" = None):
         self.cloud, self.run_id, self.num_hosts, self.slice_name = cloud, run_id, num_hosts, slice_name
         self._job = job
+        # A run podctl watches in the background (recover=, max_hours=): its attempts.
+        self._supervisor = supervisor
+        self.recovered: Any = None  # podctl.steps.recovery.RecoveredRun, once it ended
         self.lines: deque[tuple[int, str]] = lines if lines is not None else deque(maxlen=KEPT_LINES)
         self.metrics: list[dict[str, Any]] = []  # host 0's metric lines seen while waiting
         self.exit_code: int | None = None
@@ -278,6 +301,20 @@ class Run:
         self._echo: list[str] | None = None  # host 0's lines to print, while wait(echo=) runs
         self._lock = threading.Lock()
         self.timings: dict[str, float] = dict(getattr(job, "timings", {}) or {})
+
+    @classmethod
+    def _supervised(cls, cloud: Cloud, slice_name: str, options: Any, how: Supervision,
+                    sink: Any, notices: list[str], lines: deque) -> "Run":
+        """Start OPTIONS on SLICE_NAME under podctl's watch (budget, recoveries), in the
+        background on podctl's loop; return once its first attempt has started."""
+        started: list[Any] = []
+        supervisor = cloud._loop.start(run_supervised(
+            cloud.session, slice_name, options, how, sink=sink, notice=notices.append,
+            on_start=started.append))
+        supervisor.wait(until=lambda: bool(started))  # a start that failed raises here
+        job = started[0]
+        return cls(cloud, job.run_id, len(job.targets), slice_name=slice_name, lines=lines,
+                   supervisor=supervisor)
 
     def _saw(self, host: int, line: str) -> None:
         if host == 0 and self._echo is not None:
@@ -311,9 +348,14 @@ class Run:
             status.render()
 
         try:
-            if self._job is not None:
+            if self._supervisor is not None:
+                supervised = self._supervisor.wait(poll=poll)
+                assert supervised is not None
+                self._supervisor, code = None, supervised.exit_code
+                self.recovered = supervised.recovered
+            elif self._job is not None:
                 try:
-                    result = self.cloud._loop.run(lifecycle.follow_run(self._job), poll=poll)
+                    result = self.cloud._loop.run(steps.follow_run(self._job), poll=poll)
                 except KeyboardInterrupt:  # as Ctrl-C in the CLI: the run stops on every host
                     self._job = None
                     self.cloud._run(_stop_elsewhere(self.cloud.session, self.slice_name, self.run_id))
@@ -335,20 +377,23 @@ class Run:
 
     def logs(self, *, follow: bool = False, hosts: str | Sequence[int] = (0,)) -> None:
         """Print the run's lines from GCS (host 0's by default, `hosts="all"` for every
-        host); with follow=True keep printing until the run ends."""
+        host), every attempt of a recovered run in turn; with follow=True keep printing
+        until the run ends."""
         import sys
 
-        from podctl.jobs.job import parse_hosts
-        from podctl.jobs.logs import LogReader
+        from podctl.steps.replay import replay
 
         text = hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
-
         pending: list[str] = []
         lock = threading.Lock()
 
         def sink(host: int, line: str) -> None:  # on podctl's loop: keep, print below
             with lock:
                 pending.append(f"[host {host:04d}] {line}\n")
+
+        def notice(text: str) -> None:
+            with lock:
+                pending.append(f"podctl: {text}\n")
 
         def flush() -> None:  # in the caller's thread, so a notebook shows it in this cell
             with lock:
@@ -358,21 +403,31 @@ class Run:
                 sys.stdout.write(out)
                 sys.stdout.flush()
 
-        reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts, sink,
-                           parse_hosts(text, self.num_hosts))
         try:
-            self.cloud._loop.run(reader.follow(follow=follow), poll=flush)
+            self.cloud._loop.run(replay(self.cloud.session, self.run_id, sink, hosts=text,
+                                        follow=follow, notice=notice), poll=flush)
         finally:
             flush()
 
+    def cost(self, *, price: float | None = None) -> Any:
+        """What the run cost so far (podctl.steps.run_cost.RunBill: billed hours, dollars,
+        goodput, tokens, MFU), as `podctl cost RUN_ID` shows it; PRICE: USD per chip-hour."""
+        from podctl.steps.run_cost import run_cost
+
+        return self.cloud._run(run_cost(self.cloud.session, self.run_id, price=price))
+
     def checkpoints(self) -> "CheckpointList":
         """The run's checkpoint steps in GCS (podctl.jobs.checkpoints.Checkpoint)."""
-        _, _, steps = self.cloud._run(lifecycle.run_checkpoints(self.cloud.session, self.run_id))
-        return CheckpointList(steps)
+        _, _, found = self.cloud._run(steps.run_checkpoints(self.cloud.session, self.run_id))
+        return CheckpointList(found)
 
     def stop(self) -> None:
         """Stop the run on every host (the script gets SIGTERM: the template saves a
         checkpoint first)."""
+        if self._supervisor is not None:  # its own cancel stops the run on every host
+            supervisor, self._supervisor = self._supervisor, None
+            supervisor.cancel()
+            return
         if self._job is not None:
             job, self._job = self._job, None
 
@@ -396,7 +451,7 @@ class Run:
 
 async def _stop_elsewhere(session: Any, slice_name: str, run_id: str) -> None:
     """Stop a run this object did not start (`podctl stop RUN_ID` does the same)."""
-    await lifecycle.stop_run(session, run_id, wait=False)
+    await steps.stop_run(session, run_id, wait=False)
 
 
 class CheckpointList(list):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -260,48 +259,27 @@ async def reap(api: Any, parent: str, *, now: float | None = None, dry_run: bool
     return reaped
 
 
-async def stop_runs_on(storage: Any, info: SliceInfo, *, private_key: Any, pins: Any,
-                       ssh_port: int | None, grace_seconds: float = GRACE_SECONDS,
+async def stop_runs_on(storage: Any, info: SliceInfo, access: Any, *,
+                       grace_seconds: float = GRACE_SECONDS,
                        clock: Callable[[], float] = time.monotonic) -> list[str]:
     """Ask every run still going on INFO to checkpoint and stop; wait for its hosts
-    up to GRACE_SECONDS; mark its record stopped. Returns the run ids."""
-    from podctl.jobs import launch, runs
-    from podctl.jobs.history import list_runs
-    from podctl.jobs.logs import LogReader
-    from podctl.jobs.ssh import Fleet
+    up to GRACE_SECONDS; mark its record stopped. ACCESS: podctl.jobs.stop.HostAccess.
+    Returns the run ids."""
+    from podctl.jobs import runs
+    from podctl.jobs.run_files import close_record, list_runs
+    from podctl.jobs.stop import stop_runs
 
     named = [r for r in await list_runs(storage)
              if r.slice_name == info.name and r.state in ("starting", "running")]
     going = [r for r in named if runs.on_slice(r, info.name, info.created)]
     for record in named:  # left `running` by an earlier slice of this name: close, not wait
         if record not in going:
-            await close_vanished(storage, record)
+            await close_record(storage, record.run_id, "lost", keep_exit_code=True,
+                               reason="slice deleted")
     if not going:
         return []
-    async with Fleet(launch.targets_for(info, ssh_port), private_key, pins) as fleet:
-        for record in going:
-            await launch.stop_agents(fleet, record.run_id)
-    until = clock() + grace_seconds
-    for record in going:
-        reader = LogReader(storage, record.run_id, record.num_hosts, sink=lambda host, line: None)
-        while len(await reader.read_statuses()) < record.num_hosts and clock() < until:
-            await asyncio.sleep(1.0)
-        record.state, record.ended = "stopped", time.time()
-        record.extra = {**record.extra, "stopped_by": "budget"}
-        data = json.dumps(record.to_json()).encode()
-        for name in (f"{runs.run_prefix(record.run_id)}/run.json", f"{runs.INDEX}/{record.run_id}.json"):
-            await storage.upload_bytes(name, data, content_type="application/json")
-    return [r.run_id for r in going]
-
-
-async def close_vanished(storage: Any, record: Any, reason: str = "slice deleted") -> None:
-    """A record left `starting`/`running` by a slice that no longer exists: its hosts are
-    gone, so it ends as `lost`, with why."""
-    from podctl.jobs.history import save_record
-
-    record.state, record.ended = "lost", record.ended or time.time()
-    record.extra = {**record.extra, "reason": reason}
-    await save_record(storage, record)
+    return await stop_runs(storage, info, going, access, stopped_by="budget",
+                           grace_seconds=grace_seconds, clock=clock)
 
 
 def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: str | None,

@@ -136,16 +136,37 @@ def endpoint_override(service: str, env: Mapping[str, str] = os.environ,
     return url
 
 
+def _backend(backend: str | None, env: Mapping[str, str], toml: dict) -> str:
+    backend = backend or env.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
+    if backend not in BACKENDS:
+        raise InvalidValueError(f"unknown backend {backend!r}: use --backend gcp or --backend fake.")
+    return backend
+
+
+def _fallback(backend: str, env: Mapping[str, str]) -> dict[str, str]:
+    return {"project": FAKE_PROJECT, "zone": FAKE_ZONE} if backend == "fake" else read_gcloud_config(env)
+
+
+def _zone(zone: str | None, env: Mapping[str, str], toml: dict, fallback: dict[str, str]) -> str | None:
+    return zone or env.get("CLOUDSDK_COMPUTE_ZONE") or toml.get("zone") or fallback.get("zone")
+
+
+def resolve_zone(*, backend: str | None = None, zone: str | None = None,
+                 env: Mapping[str, str] = os.environ, cwd: Path | None = None) -> str | None:
+    """The zone alone, in the same order as `resolve` (no project needed: `podctl plan`
+    prices in it), or None when nothing names one."""
+    toml = read_podctl_toml(cwd or Path.cwd())
+    return _zone(zone, env, toml, _fallback(_backend(backend, env, toml), env))
+
+
 def resolve(*, backend: str | None = None, project: str | None = None, zone: str | None = None,
             bucket: str | None = None, env: Mapping[str, str] = os.environ,
             cwd: Path | None = None) -> Settings:
     toml = read_podctl_toml(cwd or Path.cwd())
-    backend = backend or env.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
-    if backend not in BACKENDS:
-        raise InvalidValueError(f"unknown backend {backend!r}: use --backend gcp or --backend fake.")
-    fallback = {"project": FAKE_PROJECT, "zone": FAKE_ZONE} if backend == "fake" else read_gcloud_config(env)
+    backend = _backend(backend, env, toml)
+    fallback = _fallback(backend, env)
     project = project or env.get("CLOUDSDK_CORE_PROJECT") or toml.get("project") or fallback.get("project")
-    zone = zone or env.get("CLOUDSDK_COMPUTE_ZONE") or toml.get("zone") or fallback.get("zone")
+    zone = _zone(zone, env, toml, fallback)
     if not project:
         raise ConfigError("no Google Cloud project: pass --project, set CLOUDSDK_CORE_PROJECT, "
                           "or run `gcloud config set project PROJECT` (or use --backend fake).")

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from podctl import budget, lifecycle
+from podctl import budget, steps
 from podctl.cloud import describe, terminate
 from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.errors import BudgetExceededError, InvalidValueError
-from podctl.jobs.history import load_record
+from podctl.jobs.run_files import load_record
 from podctl.jobs.metrics import read_metrics
 from tests.conftest import FAST, PARENT, ZONE
 from tests.conftest import assert_one_line_error
@@ -111,7 +111,7 @@ def test_the_run_loop_stops_the_run_then_deletes_the_slice(api, fake, isolated, 
 
     async def go():
         await job.start(await job.prepare())
-        return await budget.watch_budget(lifecycle.follow_run(job), api=api, parent=PARENT, job=job,
+        return await budget.watch_budget(steps.follow_run(job), api=api, parent=PARENT, job=job,
                                          info=info, max_hours=2 / 3600, notice=said.append,
                                          grace_seconds=60, policy=FAST)
 

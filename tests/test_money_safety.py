@@ -133,7 +133,7 @@ def test_budget_check_matches_runs_by_slice_identity_and_closes_a_stale_running_
     admin.preempt("same", grace=0)  # the slice goes; nobody closes the detached run's record
     podctl("--backend", "fake", "down", "same", "--yes")
     # As a record from before `down` closed such records (or a slice lost some other way):
-    from podctl.jobs.history import save_record
+    from podctl.jobs.run_files import save_record
     from podctl.jobs.runs import RunRecord
     from podctl.storage import Storage
     import asyncio

@@ -23,7 +23,7 @@ def test_three_entries_run_to_success_over_repeated_ticks(queue):
         assert e.run_id and e.attempts[0]["run_id"] == e.run_id and e.attempts[0]["cleaned"]
     # the runs' own records say so too (`podctl runs`)
     from podctl._sync import run_sync
-    from podctl.jobs.history import list_runs
+    from podctl.jobs.run_files import list_runs
 
     records = {r.run_id: r for r in run_sync(list_runs(queue.storage))}
     assert {records[e.run_id].state for e in entries.values()} == {"succeeded"}
@@ -81,7 +81,7 @@ def test_a_run_over_max_hours_is_stopped_and_its_slice_deleted(queue, fake):
     e = queue.settle()[entry.id]
     assert e.attempts[0]["cleaned"]
     from podctl._sync import run_sync
-    from podctl.queue.execution import read_record
+    from podctl.jobs.run_files import read_record
 
     assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
 
@@ -107,7 +107,7 @@ def test_preemption_is_retried_then_succeeds(queue, fake):
     # The retry was given the first attempt's checkpoints, as --recover does.
     from podctl._sync import run_sync
     from podctl.jobs.runs import checkpoint_dir, record_checkpoint_dir
-    from podctl.queue.execution import read_record
+    from podctl.jobs.run_files import read_record
 
     retry = run_sync(read_record(queue.storage, e.attempts[1]["run_id"]))
     assert retry.extra["resumed_from"] == e.attempts[0]["run_id"]
@@ -138,7 +138,7 @@ def test_cancel(queue, fake, when):
     assert e.state == "cancelled" and e.attempts[0]["outcome"] == "cancelled"
     if when == "running":
         from podctl._sync import run_sync
-        from podctl.queue.execution import read_record
+        from podctl.jobs.run_files import read_record
 
         assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
 

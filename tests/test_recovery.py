@@ -111,7 +111,7 @@ def test_recover_bad_input(podctl):
 def test_no_steps_lost_are_counted_for_an_attempt_preempted_before_its_first_step():
     """Attempt 2 was preempted before its script said where it started (no config
     record: start step unknown, not 0); attempt 3 resumed at 14, where attempt 1 ended."""
-    from podctl.recovery import Attempt, account_steps_lost
+    from podctl.steps.recovery import Attempt, account_steps_lost
 
     attempts = [Attempt(1, "r-1", 0.0, start_step=0, last_step=14),
                 Attempt(2, "r-2", 1.0, start_step=None, last_step=None),

@@ -14,10 +14,10 @@ from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 
 def _run_checkpoints(session: Any, run_id: str) -> tuple[Any, str, list[Any]]:
-    from podctl import lifecycle
+    from podctl import steps
     from podctl._sync import run_sync
 
-    return run_sync(lifecycle.run_checkpoints(session, run_id))
+    return run_sync(steps.run_checkpoints(session, run_id))
 
 
 @click.group()
@@ -38,10 +38,10 @@ def ckpt_ls(ctx: Context, run_id: str, project: str | None, zone: str | None, bu
     def action() -> None:
         import time
 
-        from podctl import lifecycle
+        from podctl import steps
         from podctl.cli.render import emit_json
 
-        session = lifecycle.Session(ctx.settings(project, zone, bucket), api=None)
+        session = steps.Session(ctx.settings(project, zone, bucket), api=None)
         _, directory, steps = _run_checkpoints(session, run_id)
         if as_json:
             emit_json({"run_id": run_id, "directory": directory,
@@ -115,11 +115,11 @@ def ckpt_pull(ctx: Context, run_id: str, directory: Path, step: int | None, para
     """Download one of RUN_ID's checkpoints to DIRECTORY/STEP/ (orbax can restore from there)."""
 
     def action() -> None:
-        from podctl import lifecycle
+        from podctl import steps
         from podctl._sync import run_sync
         from podctl.jobs import checkpoints
 
-        session = lifecycle.Session(ctx.settings(project, zone, bucket), api=None)
+        session = steps.Session(ctx.settings(project, zone, bucket), api=None)
         storage, where, steps = _run_checkpoints(session, run_id)
         chosen = checkpoints.choose(steps, step, where)
         with _Bar(f"step {chosen.step}") as bar:

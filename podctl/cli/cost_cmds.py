@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +24,18 @@ def _plan_zone(ctx: Context, zone: str | None) -> str | None:
     """The zone a plan is priced in: as `settings` finds it, but no project is needed."""
     from podctl import settings
 
-    if zone:
-        return zone
-    toml = settings.read_podctl_toml(Path.cwd())
-    backend = ctx.backend or os.environ.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
-    return (os.environ.get("CLOUDSDK_COMPUTE_ZONE") or toml.get("zone")
-            or (settings.FAKE_ZONE if backend == "fake"
-                else settings.read_gcloud_config(os.environ).get("zone")))
+    return settings.resolve_zone(backend=ctx.backend, zone=zone)
 
 
 def _measured_mfu(ctx: Context, run_id: str, project: str | None, zone: str | None,
                   bucket: str | None) -> tuple[float, str]:
     from podctl._sync import run_sync
-    from podctl.cli.job_cmds import _storage
     from podctl.errors import InvalidValueError
-    from podctl.jobs.history import load_record
+    from podctl.jobs.run_files import load_record
     from podctl.jobs.metrics import read_metrics
+    from podctl.steps import Session
 
-    storage = _storage(ctx.settings(project, zone, bucket))
+    storage = Session.open(ctx.settings(project, zone, bucket)).storage
     run_sync(load_record(storage, run_id))  # a clear error for a run that is not there
     metrics = run_sync(read_metrics(storage, run_id))
     if metrics.median_mfu is None:
@@ -268,50 +260,15 @@ def _slice_json(info: Any, c: Any) -> dict[str, Any]:
 
 def _run_cost(ctx: Context, run_id: str, price: float | None, project: str | None,
               zone: str | None, bucket: str | None) -> dict[str, Any]:
-    from podctl import cost
     from podctl._sync import run_sync
-    from podctl.cli.job_cmds import _storage
-    from podctl.cloud.connect import connect
-    from podctl.cloud.describe import find
-    from podctl.jobs.history import load_record
-    from podctl.jobs.logs import LogReader
-    from podctl.jobs.metrics import read_metrics
-    from podctl.topology import parse_slice
+    from podctl.steps import Session
+    from podctl.steps.run_cost import run_cost
 
-    settings = ctx.settings(project, zone, bucket)
-    storage = _storage(settings)
-    record = run_sync(load_record(storage, run_id))
-    ended = record.ended
-    if ended is None and record.state not in ("starting", "running"):  # settled from statuses
-        statuses = run_sync(LogReader(storage, run_id, record.num_hosts, lambda h, l: None)
-                            .read_statuses())
-        ended = max((s.ended for s in statuses.values()), default=None)
-    # The slice, if it is still there, says its tier; a slice made after the run is another.
-    info = run_sync(find(connect(settings), f"projects/{record.project}/locations/{record.zone}",
-                         record.slice_name))
-    same = info is not None and info.created <= record.created
-    spot = bool(same and info.tier == "spot")
-    # Records from before generations.toml are v5p's, the only generation podctl ran then.
-    accelerator_type = info.accelerator_type if same else record.extra.get("accelerator_type", "v5p-8")
-    chips = info.chips if same else record.num_hosts * parse_slice(accelerator_type).chips_per_host
-    chip_price = cost.chip_hour_price(record.zone, spot=spot, override=price,
-                                      generation=cost.generation_of(accelerator_type))
-    metrics = run_sync(read_metrics(storage, run_id))
-    billed = max(0.0, (ended or time.time()) - record.created)
-    bill = cost.RunCost(billed_seconds=billed, chips=chips, price=chip_price,
-                        productive_seconds=metrics.productive_seconds, tokens=metrics.tokens)
-    return {
-        "run_id": run_id, "slice": record.slice_name, "zone": record.zone, "state": record.state,
-        "chips": chips, "tier": "spot" if spot else "on-demand",
-        "tier_known": same, "created": record.created, "ended": ended,
-        "billed_seconds": round(billed, 1), "usd_per_hour": None if chip_price is None
-        else chips * chip_price.usd_per_chip_hour, "cost_usd": bill.usd,
-        "productive_seconds": round(metrics.productive_seconds, 3), "goodput": bill.goodput,
-        "tokens": metrics.tokens, "usd_per_million_tokens": bill.usd_per_million_tokens,
-        "median_mfu": metrics.median_mfu, "steps": metrics.steps, "final_step": metrics.final_step,
-        "final_loss": metrics.final_loss, "price": chip_price.to_json() if chip_price else None,
-        "price_note": None if chip_price else cost.unknown_price_message(record.zone),
-    }
+    session = Session.open(ctx.settings(project, zone, bucket))
+    try:
+        return run_sync(run_cost(session, run_id, price=price)).to_json()
+    finally:
+        session.close()
 
 
 def _print_run(r: dict[str, Any]) -> None:
@@ -351,8 +308,8 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, project: str
         from podctl import cost
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.cloud.connect import connect
         from podctl.cloud.describe import describe, list_slices
+        from podctl.steps import Session
         from podctl.jobs.runs import valid_run_id
 
         cost.check_price(price)
@@ -366,7 +323,7 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, project: str
                     _notice(report["price_note"])
             return
         settings = ctx.settings(project, zone)
-        api = connect(settings)
+        api = Session.open(settings).api
         slices = ([run_sync(describe(api, settings.parent, target))] if target else
                   [s for s in run_sync(list_slices(api, settings.parent)) if s.managed])
         config = cost.load_price_config()
@@ -424,7 +381,7 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
         from podctl.durations import parse_duration
-        from podctl.lifecycle import Session
+        from podctl.steps import Session
 
         grace_seconds = parse_duration(grace, "--grace")
         session = Session.open(ctx.settings(project, zone, bucket))
@@ -433,10 +390,8 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
             if not session.settings.bucket:
                 _notice(f"no bucket (--bucket, PODCTL_BUCKET): runs on {info.name} not signalled")
                 return []
-            return await budget_lib.stop_runs_on(
-                session.storage, info, private_key=session.ssh_key().private_path,
-                pins=session.pins(info), ssh_port=session.job_ports()[0],
-                grace_seconds=grace_seconds)
+            return await budget_lib.stop_runs_on(session.storage, info, session.host_access(info),
+                                                 grace_seconds=grace_seconds)
 
         reaped = run_sync(budget_lib.reap(session.api, session.settings.parent, dry_run=dry_run,
                                           stop_runs=stop_runs, notice=_notice))

@@ -48,32 +48,6 @@ def _notice(text: str) -> None:
     click.echo(f"podctl: {text}", err=True)
 
 
-def _storage(settings: Any) -> Any:
-    from podctl.cloud.connect import storage_endpoint
-    from podctl.storage import Storage
-
-    return Storage.connect(settings.require_bucket(), endpoint=storage_endpoint(settings))
-
-
-def _ready_slice(settings: Any, api: Any, name: str) -> Any:
-    from podctl._sync import run_sync
-    from podctl.cloud.describe import describe
-    from podctl.errors import JobError
-
-    info = run_sync(describe(api, settings.parent, name))
-    if not info.ready:
-        raise JobError(f"slice {name} is {info.state}, not ready; wait with `podctl up` "
-                       f"(or see `podctl status {name}`).")
-    return info
-
-
-def _pins(settings: Any, info: Any) -> Any:
-    from podctl.jobs.ssh import HostPins, pins_path
-
-    return HostPins(pins_path(settings.config_dir, settings.project, settings.zone, info.name,
-                              info.created))
-
-
 # podctl's options go before SCRIPT; every word after SCRIPT is the script's (ScriptCommand).
 @click.command(cls=ScriptCommand)
 @click.argument("name")
@@ -123,11 +97,12 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
     """
 
     def action() -> None:
-        from podctl import lifecycle
+        from podctl import steps
         from podctl._sync import run_sync
+        from podctl.budget import run_hours
         from podctl.cli.render import emit_json
-        from podctl.budget import run_hours, watch_budget
         from podctl.jobs.job import parse_env
+        from podctl.steps.supervise import Supervision, run_supervised
 
         hours = run_hours(max_hours, detach)  # checked before anything starts
         if (recover or retry_errors) and detach:
@@ -139,78 +114,49 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             from podctl.errors import UsageError
 
             raise UsageError("--retry-errors goes with --recover N.")
-        options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
-                                       env=parse_env(list(env_pairs), env_files), setup=setup,
-                                       hosts=hosts_text, fail_fast=not keep_going, resume=resume,
-                                       requirements=requirements)
-        session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
+        options = steps.RunOptions(script=script, args=tuple(args), workdir=workdir,
+                                   env=parse_env(list(env_pairs), env_files), setup=setup,
+                                   hosts=hosts_text, fail_fast=not keep_going, resume=resume,
+                                   requirements=requirements)
+        session = steps.Session.open(ctx.settings(project, zone, bucket))
         if preflight:  # before anything is uploaded or started
             from podctl.cli.preflight_cmds import compile_checked
 
-            info = run_sync(lifecycle.ready_slice(session, name))
+            info = run_sync(steps.ready_slice(session, name))
             compile_checked(info.accelerator_type, script, list(args), num_slices=info.num_slices)
         out = sys.stderr if as_json else sys.stdout
         started: list[Any] = []
 
-        async def go_recovering() -> Any:
-            import time
-
-            from podctl.recovery import RecoveryPolicy, run_recovering
-
-            began = time.time()
-
-            def wrap(follow: Any, job: Any, info: Any) -> Any:
-                started.append(job)
-                left = None if hours is None else max(0.0, hours - (time.time() - began) / 3600)
-                return watch_budget(follow, api=session.api, parent=session.settings.parent,
-                                    job=job, info=info, notice=_notice, max_hours=left)
-
-            return await run_recovering(session, name, options,
-                                        RecoveryPolicy(recoveries=recover, retry_code_errors=retry_errors),
-                                        sink=_line_printer(out), notice=_notice, wrap=wrap)
-
         async def go() -> Any:
-            if recover:
-                return await go_recovering()
-            info = await lifecycle.ready_slice(session, name)
-            job = await lifecycle.start_run(session, info, options, sink=_line_printer(out),
-                                            notice=_notice)
-            started.append(job)
             if detach:
+                info = await steps.ready_slice(session, name)
+                job = await steps.start_run(session, info, options, sink=_line_printer(out),
+                                            notice=_notice)
+                started.append(job)
                 await job.close()
                 return None
-            try:
-                return await watch_budget(
-                    lifecycle.follow_run(job), api=session.api, parent=session.settings.parent,
-                    job=job, info=info, notice=_notice, max_hours=hours)
-            except BaseException:
-                # A Ctrl-C that lands before the follower's task first ran cancels it
-                # before its own handler could stop the hosts: stop them here.
-                try:
-                    await job.stop()
-                finally:
-                    await job.close()
-                raise
+            return await run_supervised(
+                session, name, options,
+                Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours),
+                sink=_line_printer(out), notice=_notice, on_start=started.append)
 
         try:
-            result = run_sync(go())
+            supervised = run_sync(go())
         except KeyboardInterrupt:
             if started:
                 _notice(f"interrupted; run {started[0].run_id} stopped on every host")
             sys.exit(EXIT_INTERRUPTED)
         job = started[0]
-        recovered = None
-        if recover:
-            recovered, result = result, result.result
-            if result is None:  # the last attempt's follower was cut off by its slice
-                _notice(f"run {recovered.run_id} lost its slice; exit code {recovered.exit_code}")
-                sys.exit(recovered.exit_code)
-        if result is None:
+        if supervised is None:
             if as_json:
                 emit_json({"run_id": job.run_id, "state": "running", "hosts": len(job.targets)})
             else:
                 click.echo(job.run_id)
             return
+        recovered, result = supervised.recovered, supervised.result
+        if result is None:  # the last attempt's follower was cut off by its slice
+            _notice(f"run {supervised.run_id} lost its slice; exit code {supervised.exit_code}")
+            sys.exit(supervised.exit_code)
         if as_json:
             emit_json({"run_id": recovered.run_id if recovered else result.run_id,
                        "exit_code": result.exit_code,
@@ -249,25 +195,15 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
 
     def action() -> None:
         from podctl._sync import run_sync
-        from podctl.jobs.history import load_record
-        from podctl.jobs.job import parse_hosts
-        from podctl.jobs.logs import LogReader
+        from podctl.steps import Session
+        from podctl.steps.replay import replay
 
-        settings = ctx.settings(project, zone, bucket)
-        storage = _storage(settings)
-        record = run_sync(load_record(storage, run_id))
-        attempts = [a["run_id"] for a in record.extra.get("attempts", []) if a.get("run_id")] or [run_id]
-        statuses: dict = {}
-        for number, attempt_id in enumerate(attempts, 1):
-            if len(attempts) > 1:
-                _notice(f"attempt {number} of {len(attempts)}: run {attempt_id}")
-            reader = LogReader(storage, attempt_id, record.num_hosts, _line_printer(sys.stdout),
-                               parse_hosts(host_text, record.num_hosts), notice=_notice)
-            statuses = run_sync(reader.follow(follow=follow and number == len(attempts)))
+        session = Session.open(ctx.settings(project, zone, bucket))
+        replayed = run_sync(replay(session, run_id, _line_printer(sys.stdout), hosts=host_text,
+                                   follow=follow, notice=_notice))
+        record = replayed.record
         if follow:
-            from podctl.jobs.runs import job_exit_code
-
-            code, failed = job_exit_code(statuses)
+            code, failed = replayed.ended()
             if failed is not None:  # say why, as `run` does: an exit code alone says little
                 why = ("stopped by podctl" if failed.stopped
                        else failed.error or f"exit code {failed.exit_code}")
@@ -292,10 +228,11 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.jobs.history import list_runs
+        from podctl.jobs.run_files import list_runs
 
-        settings = ctx.settings(project, zone, bucket)
-        records = run_sync(list_runs(_storage(settings)))
+        from podctl.steps import Session
+
+        records = run_sync(list_runs(Session.open(ctx.settings(project, zone, bucket)).storage))
         if as_json:
             emit_json([r.to_json() for r in records])
             return
@@ -332,12 +269,12 @@ def stop(ctx: Context, run_id: str, no_wait: bool, project: str | None, zone: st
     when it exits, whatever it left running ends too. Waits until every host has ended."""
 
     def action() -> None:
-        from podctl import lifecycle
+        from podctl import steps
         from podctl._sync import run_sync
 
-        session = lifecycle.Session.open(ctx.settings(project, zone, bucket))
+        session = steps.Session.open(ctx.settings(project, zone, bucket))
         try:
-            result = run_sync(lifecycle.stop_run(session, run_id, wait=not no_wait, notice=_notice))
+            result = run_sync(steps.stop_run(session, run_id, wait=not no_wait, notice=_notice))
         finally:
             session.close()
         if not result.stopped:
@@ -362,18 +299,16 @@ def exec_cmd(ctx: Context, name: str, command: tuple[str, ...], hosts_text: str,
 
     def action() -> None:
         from podctl._sync import run_sync
-        from podctl.cloud.connect import connect, job_ports
-        from podctl.cloud.sshkey import ensure_ssh_key
         from podctl.jobs import launch
         from podctl.jobs.job import exec_on_hosts, parse_hosts
+        from podctl.steps import Session, ready_slice
 
-        settings = ctx.settings(project, zone)
-        info = _ready_slice(settings, connect(settings), name)
-        ssh_port, _ = job_ports(settings)
-        targets = launch.targets_for(info, ssh_port)
+        session = Session.open(ctx.settings(project, zone))
+        info = run_sync(ready_slice(session, name))
+        access = session.host_access(info)
+        targets = launch.targets_for(info, access.ssh_port)
         hosts = parse_hosts(hosts_text, len(targets))
-        key = ensure_ssh_key(settings.config_dir)
-        codes = run_sync(exec_on_hosts(targets, key.private_path, _pins(settings, info),
+        codes = run_sync(exec_on_hosts(targets, access.private_key, access.pins,
                                        list(command), _line_printer(sys.stdout), hosts))
         failed = [(h, c) for h, c in sorted(codes.items()) if c != 0]
         if failed:

@@ -86,12 +86,11 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.cloud.connect import storage_endpoint
         from podctl.durations import parse_duration
         from podctl.errors import InvalidValueError
         from podctl.jobs.job import parse_env
         from podctl.queue import add as adding
-        from podctl.storage import Storage
+        from podctl.steps import Session
 
         if spot and queued:
             raise InvalidValueError("--spot and --queued are two tiers: choose one.")
@@ -117,7 +116,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             request.preflight = compile_checked(slice_type, script, list(args)).to_json()
         bucket_name = settings.require_bucket()
         with _store() as store:  # first: a bad db is refused before anything is uploaded
-            storage = Storage.connect(bucket_name, endpoint=storage_endpoint(settings))
+            storage = Session(settings).storage_for(bucket_name)
             digest, inside = run_sync(adding.bundle_now(
                 storage, request, lambda text: click.echo(f"podctl: {text}", err=True)))
             entry = adding.add(store, request, project=settings.project, zone=settings.zone,

@@ -23,11 +23,11 @@ def json_option(fn: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable; see README).")(fn)
 
 
-def _open(ctx: Context, project: str | None, zone: str | None) -> tuple[Any, Any]:
-    from podctl.cloud.connect import connect
+def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | None = None) -> Any:
+    """A steps.Session for the command (settings, the API, GCS)."""
+    from podctl.steps import Session
 
-    settings = ctx.settings(project, zone)
-    return settings, connect(settings)
+    return Session.open(ctx.settings(project, zone, bucket))
 
 
 @click.command()
@@ -82,7 +82,7 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
     def action() -> None:
         import dataclasses
 
-        from podctl import lifecycle
+        from podctl import steps
         from podctl._sync import run_sync
         from podctl.cli.render import ProgressReporter, emit_json, slice_detail
 
@@ -96,7 +96,7 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             reservation=reservation, reserved=reserved, network=network, subnetwork=subnetwork,
             service_account=service_account, scopes=listed(scopes), tags=listed(tags),
             internal_ips=internal_ips)
-        request = lifecycle.up_request(settings, lifecycle.SliceOptions(
+        request = steps.up_request(settings, steps.SliceOptions(
             slice_type=slice_name, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
             num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
             wait=not no_wait, timeout=timeout, placement=placement))
@@ -108,9 +108,9 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             click.echo(f"podctl: note: {request.spec.slice_type.name} ({request.spec.slice_type.topology}) "
                        f"is not in Google's table of {request.spec.slice_type.generation.name} sizes; "
                        "Cloud TPU may refuse it.", err=True)
-        session = lifecycle.Session.open(settings)
+        session = steps.Session.open(settings)
         with ProgressReporter(f"{request.name} ({request.spec.describe()})") as progress:
-            result = run_sync(lifecycle.up(session, request, progress=progress))
+            result = run_sync(steps.up(session, request, progress=progress))
         if (max_cost is not None or max_hours is not None) and not result.created:
             # A budget given is a budget kept: written on the slice that already existed.
             from podctl.budget import existing_budget_labels, set_on_existing
@@ -149,7 +149,8 @@ def ls(ctx: Context, project: str | None, zone: str | None, as_json: bool) -> No
         from podctl.cloud.describe import list_slices
         from podctl.cost import load_price_config, slice_cost
 
-        settings, api = _open(ctx, project, zone)
+        session = _open(ctx, project, zone)
+        settings, api = session.settings, session.api
         slices = run_sync(list_slices(api, settings.parent))
         prices = load_price_config()
         costs = {s.name: slice_cost(s, config=prices) for s in slices}
@@ -177,7 +178,8 @@ def status(ctx: Context, name: str, project: str | None, zone: str | None, as_js
         from podctl.cli.render import emit_json, slice_detail
         from podctl.cloud.describe import describe
 
-        settings, api = _open(ctx, project, zone)
+        session = _open(ctx, project, zone)
+        settings, api = session.settings, session.api
         info = run_sync(describe(api, settings.parent, name))
         if as_json:
             emit_json(info.to_json())
@@ -209,7 +211,8 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
         from podctl.errors import UsageError
 
         wait_seconds = parse_duration(timeout, "--timeout")
-        settings, api = _open(ctx, project, zone)
+        session = _open(ctx, project, zone)
+        settings, api = session.settings, session.api
         info = run_sync(describe.describe(api, settings.parent, name))
         info = run_sync(terminate.owning_slice(api, settings.parent, info))
         if not yes:
@@ -227,14 +230,11 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
             # and a detached run on it is over.
             tombstones.write(settings.state_dir, info)
             if settings.bucket:
-                from podctl.cloud.connect import storage_endpoint
-                from podctl.lifecycle import close_runs_of_deleted
-                from podctl.storage import Storage
-
                 from podctl.errors import PodctlError
+                from podctl.steps import close_runs_of_deleted
 
                 try:
-                    storage = Storage.connect(settings.bucket, endpoint=storage_endpoint(settings))
+                    storage = session.storage
                 except PodctlError:
                     storage = None  # the delete stands; the records stay as they were
                 for run_id in await close_runs_of_deleted(settings, storage, info) if storage else []:

@@ -19,6 +19,8 @@ from podctl.cloud.api import TpuApi
 from podctl.cloud.names import REQUEST_LABEL, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo, SliceSpec
+from podctl import failures
+from podctl.failures import slice_lost_reason
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
 from podctl.errors import (
     AlreadyExistsError, CloudError, InvalidValueError, NotFoundError, PodctlError, SliceLostError,
@@ -26,7 +28,6 @@ from podctl.errors import (
 )
 from podctl.signals import first_stop_only, stop_signals_ignored
 
-_DEAD = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "FAILED", "TERMINATED"}
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,11 @@ def _check_reusable(info: SliceInfo, spec: SliceSpec) -> None:
         raise SpecMismatchError(
             f"slice {info.name!r} exists with another spec ({'; '.join(diffs)}); choose another "
             f"--name, or `podctl down {info.name}` first.")
-    if info.state in _DEAD or any(n.state == "PREEMPTED" for n in info.nodes):
-        raise SliceLostError(f"slice {info.name!r} is {info.state}; `podctl down {info.name}`, "
-                             "then `podctl up` again.")
     if info.state == "DELETING":
         raise SliceLostError(f"slice {info.name!r} is being deleted; wait for it, then `podctl up` again.")
+    if slice_lost_reason(info):
+        raise SliceLostError(f"slice {info.name!r} is {failures.dead_state(info) or info.state}; "
+                             f"`podctl down {info.name}`, then `podctl up` again.")
 
 
 async def _reuse(api: TpuApi, request: UpRequest, info: SliceInfo, clock: Clock,

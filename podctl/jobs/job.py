@@ -153,7 +153,7 @@ class Job:
 
     async def _write_record(self) -> None:
         assert self.record is not None
-        from podctl.jobs.history import save_record
+        from podctl.jobs.run_files import save_record
 
         await save_record(self.storage, self.record)
 

@@ -10,17 +10,18 @@ chunk, so a final read after that misses nothing).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from podctl.jobs import runs
+from podctl.jobs import run_files
+from podctl.jobs.run_files import EXIT_HOST_LOST, HOST_LOST_SECONDS, split_lines
 from podctl.jobs.runs import HostStatus
+from podctl.storage import Storage, StorageUnavailable
+
+__all__ = ["LogReader", "LineSink", "EXIT_HOST_LOST", "HOST_LOST_SECONDS", "split_lines"]
 
 LineSink = Callable[[int, str], None]
-HOST_LOST_SECONDS = 90.0  # no heartbeat for this long and no status: the host is lost
-EXIT_HOST_LOST = 255
 STATUS_SECONDS = 1.0
 
 
@@ -32,24 +33,10 @@ class Progress:
     lines: dict[int, int] = field(default_factory=dict)
 
 
-def split_lines(data: bytes) -> list[str]:
-    """A chunk's lines as the host's agent wrote them: split at "\\n" only (a trailing
-    "\\r" dropped), not at the other line breaks str.splitlines knows (\\x0b, \\x0c,
-    \\x1c-\\x1e, \\x85, \\u2028, a lone \\r), which a script may print inside a line."""
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def _chunk_number(name: str) -> int:
-    return int(name.rsplit("/", 1)[-1].split(".", 1)[0])
-
-
 class LogReader:
     """Polls one run's objects; prints new lines of the chosen hosts through SINK."""
 
-    def __init__(self, storage, run_id: str, num_hosts: int, sink: LineSink,
+    def __init__(self, storage: Storage, run_id: str, num_hosts: int, sink: LineSink,
                  hosts: set[int] | None = None, notice: Callable[[str], None] | None = None):
         self.storage = storage
         self.run_id = run_id
@@ -65,13 +52,8 @@ class LogReader:
 
     async def read_logs(self) -> int:
         """Fetch and emit every chunk not yet seen; returns the number of lines emitted."""
-        objects = await self.storage.list(runs.log_prefix(self.run_id))
-        by_host: dict[int, list[tuple[int, str]]] = {}
-        for obj in objects:
-            parts = obj.name.split("/")
-            host = int(parts[-2].split("-")[1])
-            if self.shown(host):
-                by_host.setdefault(host, []).append((_chunk_number(obj.name), obj.name))
+        chunks_by_host = await run_files.list_chunks(self.storage, self.run_id)
+        by_host = {h: c for h, c in chunks_by_host.items() if self.shown(h)}
         emitted = 0
         for host in sorted(by_host):
             expected = self.progress.next_chunk.get(host, 1)
@@ -91,31 +73,18 @@ class LogReader:
         return emitted
 
     async def read_statuses(self) -> dict[int, HostStatus]:
-        for obj in await self.storage.list(runs.status_prefix(self.run_id)):
-            host = int(obj.name.rsplit("/", 1)[-1].split("-")[1].split(".")[0])
-            if host not in self.progress.statuses:
-                data = json.loads(await self.storage.download_bytes(obj.name))
-                self.progress.statuses[host] = HostStatus(
-                    host=host, exit_code=int(data["exit_code"]), ended=float(data["ended"]),
-                    stopped=bool(data.get("stopped")), error=data.get("error"))
+        self.progress.statuses = await run_files.read_statuses(self.storage, self.run_id,
+                                                               self.progress.statuses)
         return self.progress.statuses
 
     async def read_heartbeats(self) -> dict[int, float]:
-        for obj in await self.storage.list(runs.heartbeat_prefix(self.run_id)):
-            host = int(obj.name.rsplit("/", 1)[-1].split("-")[1].split(".")[0])
-            self.progress.heartbeats[host] = obj.updated
+        self.progress.heartbeats.update(await run_files.read_heartbeats(self.storage, self.run_id))
         return self.progress.heartbeats
 
     def lost_hosts(self, now: float) -> list[int]:
         """Hosts with no status whose agent stopped beating (or never started)."""
-        lost = []
-        for host in range(self.num_hosts):
-            if host in self.progress.statuses:
-                continue
-            last = max(self.progress.heartbeats.get(host, self.started), self.started)
-            if now - last > HOST_LOST_SECONDS:
-                lost.append(host)
-        return lost
+        return run_files.silent_hosts(self.num_hosts, self.progress.statuses,
+                                      self.progress.heartbeats, self.started, now)
 
     @property
     def done(self) -> bool:
@@ -129,8 +98,6 @@ class LogReader:
         Following rides out a GCS outage of any length: the run goes on on its hosts
         (their agents keep the lines), so the reader says so once, backs off, and
         catches up when GCS answers again."""
-        from podctl.storage import StorageUnavailable
-
         self._seen: set[int] = set()
         self._last_beat_check = self._last_status_check = 0.0
         outage_began: float | None = None
@@ -181,7 +148,5 @@ class LogReader:
             await self.read_heartbeats()
             self._last_beat_check = now
             for host in self.lost_hosts(now):
-                status = HostStatus(host=host, exit_code=EXIT_HOST_LOST, ended=now,
-                                    error="the host stopped sending heartbeats")
-                self.progress.statuses[host] = status
+                self.progress.statuses[host] = run_files.lost_status(host, now)
         return None

@@ -14,8 +14,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podctl.jobs import runs
-from podctl.jobs.logs import _chunk_number
+from podctl.jobs import run_files
 
 
 @dataclass
@@ -99,13 +98,4 @@ async def read_metrics(storage: Any, run_id: str) -> RunMetrics:
 
     Only host 0's prefix is listed (a 512-host run has 512 hosts' chunks); chunks are
     read in unbroken number order, as the log reader does, so a gap ends the read."""
-    objects = await storage.list(runs.log_prefix(run_id, 0))
-    lines: list[str] = []
-    expected = 1
-    for number, name in sorted((_chunk_number(o.name), o.name) for o in objects):
-        if number != expected:
-            break
-        data = await storage.download_bytes(name)
-        lines.extend(data.decode("utf-8", errors="replace").splitlines())
-        expected += 1
-    return summarize(parse_records(lines))
+    return summarize(parse_records(await run_files.read_host_lines(storage, run_id, 0)))

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Iterable, TypeVar
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from podctl.cloud.sshkey import SSH_USER
+from podctl.cloud.types import SliceInfo
 from podctl.errors import HostKeyError, JobError
 
 T = TypeVar("T")
@@ -90,6 +91,12 @@ class HostPins:
 
 def pins_path(config_dir: Path, project: str, zone: str, name: str, created: float) -> Path:
     return config_dir / "known_hosts" / f"{project}_{zone}_{name}_{int(created)}.json"
+
+
+def pins_for(config_dir: Path, info: SliceInfo) -> "HostPins":
+    """The host keys first seen on this very slice (its project, zone, name and birth):
+    every command, the queue's tick included, pins a slice's hosts here."""
+    return HostPins(pins_path(config_dir, info.project, info.zone, info.name, info.created))
 
 
 def _retryable(error: BaseException) -> bool:

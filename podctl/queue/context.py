@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from podctl.settings import Settings
+from podctl.steps.session import Session
+
 KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (see tick.py)
 
 
@@ -43,17 +46,15 @@ class TickContext:
             os.kill(os.getpid(), signal.SIGKILL)
 
     @classmethod
-    def connect(cls, settings: Any, log: Any) -> "TickContext":
-        from podctl.cloud.connect import connect, job_ports, storage_endpoint
-        from podctl.cloud.sshkey import ensure_ssh_key
-        from podctl.storage import Storage
+    def connect(cls, settings: Settings, log: Any) -> "TickContext":
+        """The tick's context over a steps.Session: the same clients, key and pins as
+        every other command (entries name their own project, zone and bucket)."""
+        return cls.over(Session.open(settings), log, kill_at=os.environ.get(KILL_ENV) or None)
 
-        api = connect(settings)
-        endpoint = storage_endpoint(settings)
-        key = ensure_ssh_key(settings.config_dir)
-        ssh_port, _ = job_ports(settings)
-        return cls(api=api, storage_for=lambda bucket: Storage.connect(bucket, endpoint=endpoint),
-                   config_dir=settings.config_dir, ssh_keys=key.metadata_entry,
-                   private_key=key.private_path, ssh_port=ssh_port,
-                   coordinator_port=lambda: job_ports(settings)[1], log=log,
-                   kill_at=os.environ.get(KILL_ENV) or None)
+    @classmethod
+    def over(cls, session: Session, log: Any, **options: Any) -> "TickContext":
+        key = session.ssh_key()
+        return cls(api=session.api, storage_for=session.storage_for,
+                   config_dir=session.settings.config_dir, ssh_keys=key.metadata_entry,
+                   private_key=key.private_path, ssh_port=session.job_ports()[0],
+                   coordinator_port=lambda: session.job_ports()[1], log=log, **options)

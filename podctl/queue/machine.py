@@ -31,6 +31,7 @@ from podctl.errors import (
 from podctl.queue import execution, names, provision
 from podctl.queue.provision import parent_of
 from podctl.queue.store import Entry, Store
+from podctl.failures import dead_state, infrastructure_reason
 from podctl.queue.world import World, lost_reason
 
 BACKOFF_BASE = 60.0  # seconds after the first stockout; doubles, capped, with 10 % jitter
@@ -212,6 +213,13 @@ class Machine:
     async def watch(self, e: Entry, info: SliceInfo) -> None:
         storage = self.ctx.storage(e.bucket)
         state = await execution.read(storage, e, len(info.hosts))
+        infra = None
+        if state.done and state.exit_code and not state.failed_stopped:
+            infra = infrastructure_reason(state.exit_code, dead_state(info), state.failed_error)
+        if infra is not None:  # the machine ended it, not the script: as --recover would
+            await execution.close_record(storage, e, "lost", state.exit_code, infra)
+            await self.lost(e, info, f"host {state.failed_host:04d}: {infra}")
+            return
         if state.done:
             outcome = "succeeded" if state.exit_code == 0 else "failed"
             why = None if outcome == "succeeded" else f"host {state.failed_host:04d} exited {state.exit_code}"

@@ -11,13 +11,9 @@ from typing import Any, Iterable
 
 from podctl.cloud.describe import list_slices
 from podctl.cloud.types import SliceInfo
+from podctl.failures import slice_lost_reason
 
 PAGE_SIZE = 1000  # the API's largest page
-# A slice in one of these can no longer run the entry's attempt.
-LOST_STATES = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "FAILED", "TERMINATED", "STOPPED",
-               "STOPPING", "DELETING", "HIDDEN", "HIDING"}
-
-
 @dataclass
 class World:
     slices: dict[str, dict[str, SliceInfo]] = field(default_factory=dict)  # parent -> name -> info
@@ -37,11 +33,4 @@ async def observe(api: Any, parents: Iterable[str]) -> World:
 
 def lost_reason(info: SliceInfo) -> str | None:
     """Why INFO can no longer run an attempt (an infrastructure failure), or None."""
-    if any(n.state == "PREEMPTED" for n in info.nodes):
-        return f"{info.name} was PREEMPTED"
-    if info.state in LOST_STATES:
-        why = f": {info.error}" if info.error else ""
-        return f"{info.kind} {info.name} is {info.state}{why}"
-    if info.kind == "queued-resource" and info.state == "ACTIVE" and len(info.nodes) < info.num_slices:
-        return f"queued resource {info.name} is ACTIVE but lost its nodes"
-    return None
+    return slice_lost_reason(info)

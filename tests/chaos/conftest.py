@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from podctl import lifecycle
+from podctl import steps
 from podctl.cloud.connect import api_for_endpoint
 from podctl.settings import FAKE_BUCKET, Settings
 from podctl.storage import Storage
@@ -72,9 +72,9 @@ def kit(fake, isolated: Path):
     settings = Settings(backend="fake", project=PROJECT, zone=ZONE, config_dir=isolated / "config",
                         state_dir=isolated / "state", bucket=FAKE_BUCKET)
     # ports: this in-process fake's, so that no fake daemon is started for the session
-    session = lifecycle.Session(settings=settings, api=api_for_endpoint(fake.tpu_api_url, retry=FAST_RETRY),
-                                ports=(fake.hosts.ssh_port, 8482),
-                                _storage=Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url))
+    session = steps.Session(settings=settings, api=api_for_endpoint(fake.tpu_api_url, retry=FAST_RETRY),
+                            ports=(fake.hosts.ssh_port, 8482),
+                            storages={FAKE_BUCKET: Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)})
     yield Kit(fake=fake, admin=fake.admin, session=session)
     session.close()
     from podctl.fake import daemon
@@ -88,7 +88,7 @@ def kit(fake, isolated: Path):
 class Kit:
     fake: Any
     admin: Any
-    session: lifecycle.Session
+    session: steps.Session
 
     def record(self, phase: str, fault: str, expected: str, outcome: str) -> None:
         OUTCOMES.append((phase, fault, expected, outcome))

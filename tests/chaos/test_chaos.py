@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from podctl import lifecycle
+from podctl import steps
 from podctl.cloud.wait import wait_deleted
 from podctl.errors import SliceLostError, StockoutError
-from podctl.recovery import RecoveryPolicy, run_recovering
+from podctl.steps.recovery import RecoveryPolicy, run_recovering
 from tests.chaos.conftest import Kit, Record, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,15 +32,15 @@ POLICY = RecoveryPolicy(recoveries=1, watch_seconds=1.0, notice_seconds=12.0, ba
 
 
 async def _up(kit: Kit, name: str, slice_type: str = "v5p-16") -> Any:
-    request = lifecycle.up_request(kit.session.settings, lifecycle.SliceOptions(slice_type, name=name))
-    return (await lifecycle.up(kit.session, request)).info
+    request = steps.up_request(kit.session.settings, steps.SliceOptions(slice_type, name=name))
+    return (await steps.up(kit.session, request)).info
 
 
 async def _down(kit: Kit, name: str) -> None:
     from podctl.errors import NotFoundError
 
     try:
-        await lifecycle.down(kit.session, name)
+        await steps.down(kit.session, name)
     except NotFoundError:
         pass
 
@@ -80,7 +80,7 @@ STEPS = 48
 
 async def _train(kit: Kit, name: str, record: Record, *, steps: int = STEPS, recover: int = 1,
                  script: Path = TEMPLATE, args: list[str] | None = None) -> Any:
-    options = lifecycle.RunOptions(
+    options = steps.RunOptions(
         script=script, args=tuple(args if args is not None else
                                   [*TINY, "--steps", str(steps), "--checkpoint-every", str(EVERY)]),
         hosts="all")
@@ -313,7 +313,7 @@ def test_gcs_outage_during_a_checkpoint_save(kit):
 def test_down_survives_failing_calls(kit, code, count):
     run(_up(kit, "chaos-down", "v5p-8"))
     kit.admin.fail_next(count, code=code, call="nodes.delete")
-    run(lifecycle.down(kit.session, "chaos-down"))
+    run(steps.down(kit.session, "chaos-down"))
     assert kit.admin.is_empty()
     kit.record("down", f"fail {count} x {code} on nodes.delete", "finishes", "finished: deleted")
 
@@ -321,7 +321,7 @@ def test_down_survives_failing_calls(kit, code, count):
 def test_down_of_a_preempted_slice(kit):
     run(_up(kit, "chaos-dp", "v5p-8"))
     kit.admin.preempt("chaos-dp", grace=0)
-    run(lifecycle.down(kit.session, "chaos-dp"))
+    run(steps.down(kit.session, "chaos-dp"))
     assert kit.admin.is_empty()
     kit.record("down", "preempt just before", "finishes", "finished: deleted")
 
@@ -391,9 +391,9 @@ def test_a_slice_deleted_by_its_owner_during_recovery_is_not_made_again(kit):
     record = Record()
 
     def owner_deletes() -> None:  # `podctl down` in another terminal
-        session = lifecycle.Session(settings=kit.session.settings, ports=kit.session.ports, api=api_for(kit),
-                                    _storage=kit.session.storage)  # this fake's GCS, no daemon
-        asyncio.run(lifecycle.down(session, "chaos-rdel", wait=False))
+        session = steps.Session(settings=kit.session.settings, ports=kit.session.ports, api=api_for(kit),
+                                    storages=kit.session.storages)  # this fake's GCS, no daemon
+        asyncio.run(steps.down(session, "chaos-rdel", wait=False))
         session.api.close()  # the GCS client is the kit's own
 
     _on_recreate(kit, record, "chaos-rdel", owner_deletes)
@@ -416,9 +416,9 @@ def test_a_slice_deleted_under_a_recovering_run_is_not_made_again(kit):
         import threading
 
         def down() -> None:
-            session = lifecycle.Session(settings=kit.session.settings, ports=kit.session.ports, api=api_for(kit),
-                                        _storage=kit.session.storage)
-            asyncio.run(lifecycle.down(session, "chaos-tdel", wait=False))
+            session = steps.Session(settings=kit.session.settings, ports=kit.session.ports, api=api_for(kit),
+                                        storages=kit.session.storages)
+            asyncio.run(steps.down(session, "chaos-tdel", wait=False))
             session.api.close()
 
         threading.Thread(target=down, daemon=True).start()
@@ -445,7 +445,7 @@ def api_for(kit: Kit) -> Any:
 _UP_CHILD = """
 import asyncio, sys
 from pathlib import Path
-from podctl import lifecycle, signals
+from podctl import signals, steps
 from podctl.cloud.connect import api_for_endpoint
 from podctl.settings import Settings
 
@@ -453,10 +453,10 @@ signals.route_stop_signals()  # as `podctl` itself does at start
 url, tmp = sys.argv[1], Path(sys.argv[2])
 settings = Settings(backend="fake", project="test-project", zone="us-central1-a",
                     config_dir=tmp / "config", state_dir=tmp / "state", bucket=None)
-session = lifecycle.Session(settings=settings, api=api_for_endpoint(url))
-request = lifecycle.up_request(settings, lifecycle.SliceOptions("v5p-8", name="chaos-sig"))
+session = steps.Session(settings=settings, api=api_for_endpoint(url))
+request = steps.up_request(settings, steps.SliceOptions("v5p-8", name="chaos-sig"))
 try:
-    asyncio.run(lifecycle.up(session, request, progress=lambda s: print(s, file=sys.stderr, flush=True)))
+    asyncio.run(steps.up(session, request, progress=lambda s: print(s, file=sys.stderr, flush=True)))
 except KeyboardInterrupt:
     sys.exit(signals.exit_code())
 """

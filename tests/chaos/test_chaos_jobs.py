@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from podctl import lifecycle
+from podctl import steps
 from podctl.retry import RetryPolicy
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
@@ -20,8 +20,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 async def _start(kit: Kit, info, record: Record, script: str, *args: str):
-    options = lifecycle.RunOptions(script=SCRIPTS / script, args=args, hosts="all")
-    return await lifecycle.start_run(kit.session, info, options, sink=record.sink, notice=record.notice)
+    options = steps.RunOptions(script=SCRIPTS / script, args=args, hosts="all")
+    return await steps.start_run(kit.session, info, options, sink=record.sink, notice=record.notice)
 
 
 def test_stray_child_at_run_end_finishes_and_is_ended(kit):
@@ -30,7 +30,7 @@ def test_stray_child_at_run_end_finishes_and_is_ended(kit):
 
     async def go():
         job = await _start(kit, info, record, "stray_child.py")
-        return job.run_id, await lifecycle.follow_run(job)
+        return job.run_id, await steps.follow_run(job)
 
     run_id, result = run(go())
     assert result.exit_code == 0 and left_alive(run_id) == []
@@ -48,7 +48,7 @@ def test_stray_child_at_stop_is_ended_with_the_script(kit):
         await job.close()
         while sum("children started" in line for _, line in await kit.stored_lines(run_id, 2)) < 2:
             await asyncio.sleep(0.5)
-        return run_id, await lifecycle.stop_run(kit.session, run_id)
+        return run_id, await steps.stop_run(kit.session, run_id)
 
     run_id, result = run(go())
     assert result.stopped and left_alive(run_id) == []
@@ -78,13 +78,13 @@ def test_gcs_outage_longer_than_the_clients_retries_is_followed_through(kit):
     # a client that gives up on a call within a second: the outage outlasts its retries
     impatient = Storage.connect(FAKE_BUCKET, endpoint=kit.fake.gcs_url,
                                 retry=RetryPolicy(attempts=2, initial=0.1, maximum=0.2, deadline=1.0))
-    session = lifecycle.Session(settings=kit.session.settings, ports=kit.session.ports, api=kit.session.api, _storage=impatient)
+    session = steps.Session(settings=kit.session.settings, ports=kit.session.ports, api=kit.session.api, storages={impatient.bucket_name: impatient})
 
     async def go():
-        job = await lifecycle.start_run(session, info, lifecycle.RunOptions(
+        job = await steps.start_run(session, info, steps.RunOptions(
             script=SCRIPTS / "ticker.py", args=("40", "0.25"), hosts="all"),
             sink=record.sink, notice=record.notice)
-        follow = asyncio.ensure_future(lifecycle.follow_run(job))
+        follow = asyncio.ensure_future(steps.follow_run(job))
         while not record.lines.get(job.run_id):
             await asyncio.sleep(0.1)
         await asyncio.to_thread(kit.admin.gcs_outage, 6.0)

@@ -22,31 +22,32 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
-from podctl import lifecycle
+from podctl import tombstones
+from podctl.cloud import describe, placement, terminate
 from podctl.cloud.types import SliceInfo
+from podctl.cloud.up import UpRequest
+from podctl.cloud.wait import wait_deleted
 from podctl.errors import (
     NotFoundError, PodctlError, QuotaExceededError, SliceDeletedError, SliceLostError, StockoutError,
     TransientError, WaitTimeoutError,
 )
-from podctl.jobs.logs import EXIT_HOST_LOST
+from podctl.failures import DELETED_STATES, EXIT_HOST_LOST, dead_state, infrastructure_reason, is_dead
+from podctl.jobs.job import Job, RunResult
+from podctl.jobs.metrics import RunMetrics, read_metrics
+from podctl.jobs.run_files import RunRecord, load_record, save_record
+from podctl.steps import runs as run_steps
+from podctl.steps import slices
+from podctl.steps.runs import Notice, RunOptions
+from podctl.steps.session import Session
 
-# Slice states in which the run's hosts are gone or going.
-DEAD_STATES = {"PREEMPTED", "SUSPENDING", "SUSPENDED", "TERMINATED", "FAILED", "STOPPING",
-               "STOPPED", "DELETING"}
-# Of those, the states a deletion shows (a preemption shows PREEMPTED or SUSPENDED
-# first, and keeps it until someone deletes the slice): seen without a preemption
-# before them, the slice was deleted by its owner and is not made again.
-DELETED_STATES = {"DELETING", "GONE"}
 DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to land
-# Exit codes that mean the machine, not the script: SIGTERM podctl did not send (a
-# preemption or maintenance notice), SIGKILL (the VM going away), a host lost.
-INFRA_EXIT_CODES = {143, 137, EXIT_HOST_LOST}
 
 # A re-create that failed on the infrastructure, not on the request: tried again while
 # recoveries are left (a SpecMismatch or a permission error is the user's to fix).
 RECREATE_LOST = (SliceLostError, TransientError, WaitTimeoutError)
 
-Wrap = Callable[[Awaitable[Any], Any, SliceInfo], Awaitable[Any]]
+# Wraps each attempt's follow (a budget watch): (the follow, its Job, its slice) -> the follow
+Wrap = Callable[[Awaitable[RunResult], Job, SliceInfo], Awaitable[RunResult]]
 
 
 @dataclass
@@ -84,7 +85,7 @@ class RecoveredRun:
     run_id: str  # the first attempt's: the run's id
     exit_code: int
     attempts: list[Attempt] = field(default_factory=list)
-    result: Any = None  # the last attempt's RunResult
+    result: RunResult | None = None  # the last attempt's
     stopped: str | None = None  # why recovery stopped with recoveries left ("slice deleted")
 
     @property
@@ -96,21 +97,17 @@ class RecoveredRun:
         return sum(a.steps_lost or 0 for a in self.attempts)
 
 
-async def slice_state(session: lifecycle.Session, name: str) -> str:
-    """The slice's state now; "GONE" when it no longer exists."""
-    from podctl.cloud.describe import describe
-
+async def slice_state(session: Session, name: str) -> str:
+    """The slice's state now, a node's dead state first; "GONE" when it no longer exists."""
     try:
-        info = await describe(session.api, session.settings.parent, name)
+        info = await describe.describe(session.api, session.settings.parent, name)
     except NotFoundError:
         return "GONE"
-    if any(n.state in DEAD_STATES for n in info.nodes):
-        return next(n.state for n in info.nodes if n.state in DEAD_STATES)
-    return info.state
+    return dead_state(info) or info.state
 
 
-async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo,
-                           policy: RecoveryPolicy, wrap: Wrap | None) -> tuple[Any, str | None]:
+async def _follow_watching(job: Job, session: Session, info: SliceInfo,
+                           policy: RecoveryPolicy, wrap: Wrap | None) -> tuple[RunResult | None, str | None]:
     """Follow the run while reading the slice's state every WATCH_SECONDS -> (the
     RunResult or None, the dead state that cut it short or None)."""
     follow = job.follow()
@@ -125,9 +122,9 @@ async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo
                 # A noticed preemption ends the script (SIGTERM, exit 143) before the
                 # slice's state is read here: read it now, to tell why.
                 state = await slice_state(session, info.name)
-                return result, state if state in DEAD_STATES or state == "GONE" else None
+                return result, state if is_dead(state) else None
             state = await slice_state(session, info.name)
-            if state in DEAD_STATES or state == "GONE":
+            if is_dead(state):
                 # Let a noticed preemption's last checkpoint and status land, then stop
                 # reading; a deleted slice gives no notice, so it gets only a moment.
                 grace = policy.notice_seconds if state not in DELETED_STATES else min(
@@ -146,11 +143,9 @@ async def _follow_watching(job: Any, session: lifecycle.Session, info: SliceInfo
         raise
 
 
-def deleted_by_owner(session: lifecycle.Session, info: SliceInfo, state: str | None) -> bool:
+def deleted_by_owner(session: Session, info: SliceInfo, state: str | None) -> bool:
     """A slice deleted, not preempted: `podctl down` left a tombstone for this very
     slice, or it went DELETING or GONE with no PREEMPTED or SUSPENDED state before."""
-    from podctl import tombstones
-
     if tombstones.deleted_by_owner(session.settings.state_dir, info):
         return True
     return state in DELETED_STATES
@@ -162,23 +157,9 @@ def _deleted_message(name: str, run_id: str) -> str:
             f"--resume {run_id}`")
 
 
-def _infrastructure(exit_code: int | None, state: str | None, failed: Any) -> str | None:
-    """Why the infrastructure, not the script, ended the attempt; None if it did not."""
-    if state in DEAD_STATES or state == "GONE":
-        return f"slice {state.lower()}"
-    if exit_code == EXIT_HOST_LOST:
-        return "host lost" + (f" ({failed.error})" if failed is not None and failed.error else "")
-    if exit_code in INFRA_EXIT_CODES:
-        return f"exit code {exit_code} (killed from outside the script)"
-    return None
-
-
-async def _clear(session: lifecycle.Session, name: str, notice: lifecycle.Notice) -> None:
+async def _clear(session: Session, name: str, notice: Notice) -> None:
     """Delete what is left of slice NAME (PREEMPTED, SUSPENDED, a lost re-create) and
     wait until it is gone, so that the name is free to be made again."""
-    from podctl.cloud import describe, terminate
-    from podctl.cloud.wait import wait_deleted
-
     parent = session.settings.parent
     with contextlib.suppress(NotFoundError):
         current = await describe.describe(session.api, parent, name)
@@ -188,17 +169,14 @@ async def _clear(session: lifecycle.Session, name: str, notice: lifecycle.Notice
         await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind)
 
 
-async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: RecoveryPolicy,
-                    notice: lifecycle.Notice, run_id: str,
+async def _recreate(session: Session, info: SliceInfo, policy: RecoveryPolicy,
+                    notice: Notice, run_id: str,
                     spend: Callable[[], bool] | None = None) -> SliceInfo:
     """Delete what is left of the slice, then create it again with the same spec and
     placement, waiting out stockouts and quota with capped exponential backoff. Any
     other infrastructure failure of the re-create (the new slice preempted while being
     made, the API failing after its retries, a wait cut short) costs one recovery:
     SPEND() takes one and says whether there was one left."""
-    from podctl import tombstones
-    from podctl.cloud import describe, placement
-
     parent = session.settings.parent
     where: placement.Placement | None = None
     deadline = time.monotonic() + policy.recreate_timeout
@@ -215,7 +193,7 @@ async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: Recover
             await _clear(session, info.name, notice)
             request = _recreate_request(session, info, where)
             notice(f"creating {info.name} again ({request.spec.describe()})")
-            return (await lifecycle.up(session, request)).info
+            return (await slices.up(session, request)).info
         except SliceDeletedError as e:  # deleted by someone while being made: not ours to redo
             raise SliceDeletedError(_deleted_message(info.name, run_id)) from e
         except (StockoutError, QuotaExceededError) as e:
@@ -235,16 +213,16 @@ async def _recreate(session: lifecycle.Session, info: SliceInfo, policy: Recover
         delay = min(policy.backoff_max, delay * 2)
 
 
-def _recreate_request(session: lifecycle.Session, info: SliceInfo, where: Any) -> Any:
+def _recreate_request(session: Session, info: SliceInfo, where: placement.Placement) -> UpRequest:
     """INFO's spec as an `up` request. The user's own labels (budgets among them) go
     with it; podctl's own are made anew."""
     carried = {k: v for k, v in info.labels.items()
                if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request")}
-    options = lifecycle.SliceOptions(
+    options = slices.SliceOptions(
         slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
         spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
         runtime_version=info.runtime_version, labels=carried, placement=where)
-    return lifecycle.up_request(session.settings, options)
+    return slices.up_request(session.settings, options)
 
 
 def account_steps_lost(attempts: list[Attempt]) -> None:
@@ -262,12 +240,10 @@ def account_steps_lost(attempts: list[Attempt]) -> None:
             attempt.steps_lost = 0
 
 
-async def _save_attempts(session: lifecycle.Session, run_id: str, attempts: list[Attempt],
-                         last: Any = None) -> None:
+async def _save_attempts(session: Session, run_id: str, attempts: list[Attempt],
+                         last: RunRecord | None = None) -> None:
     """The run's record (the first attempt's) lists every attempt; at the end it takes
     the last attempt's outcome."""
-    from podctl.jobs.history import load_record, save_record
-
     record = await load_record(session.storage, run_id)
     record.extra["attempts"] = [a.to_json() for a in attempts]
     record.extra["recoveries"] = len(attempts) - 1
@@ -278,42 +254,38 @@ async def _save_attempts(session: lifecycle.Session, run_id: str, attempts: list
     await save_record(session.storage, record)
 
 
-async def _metrics(session: lifecycle.Session, run_id: str) -> Any:
-    from podctl.jobs.metrics import read_metrics
-
+async def _metrics(session: Session, run_id: str) -> RunMetrics | None:
     try:
         return await read_metrics(session.storage, run_id)
     except Exception:  # metrics are an account of the run, never a reason to fail it
         return None
 
 
-async def _start(session: lifecycle.Session, info: SliceInfo, options: lifecycle.RunOptions,
-                 sink: Callable[[int, str], None], notice: lifecycle.Notice) -> tuple[Any, str, str | None]:
+async def _start(session: Session, info: SliceInfo, options: RunOptions,
+                 sink: Callable[[int, str], None], notice: Notice) -> tuple[Job | None, str, str | None]:
     """Start an attempt -> (the Job, or None if the slice died while it started; the
     run id; the slice's dead state, if it died). A start that failed on a live slice
     is the user's to see: raised."""
+    job = await run_steps.new_job(session, info, options, sink=sink, notice=notice)
     try:
-        job = await lifecycle.start_run(session, info, options, sink=sink, notice=notice)
-        return job, job.run_id, None
-    except PodctlError as e:
+        return await run_steps.launch_job(job, notice=notice), job.run_id, None
+    except PodctlError:
         state = await slice_state(session, info.name)
-        if (state not in DEAD_STATES and state != "GONE") or not getattr(e, "run_id", None):
+        if not is_dead(state):
             raise
         notice(f"the run could not start: slice {info.name} is {state}")
-        return None, e.run_id, state  # type: ignore[attr-defined]
+        return None, job.run_id, state
 
 
-async def run_recovering(session: lifecycle.Session, name: str, options: lifecycle.RunOptions,
+async def run_recovering(session: Session, name: str, options: RunOptions,
                          policy: RecoveryPolicy, *, sink: Callable[[int, str], None],
-                         notice: lifecycle.Notice, wrap: Wrap | None = None) -> RecoveredRun:
+                         notice: Notice, wrap: Wrap | None = None) -> RecoveredRun:
     """Run OPTIONS on slice NAME; recover from the infrastructure up to
     POLICY.recoveries times. WRAP, if given, wraps each attempt's follow (budgets)."""
-    from podctl.jobs.history import load_record
-
-    info = await lifecycle.ready_slice(session, name)
+    info = await slices.ready_slice(session, name)
     job, run_id, state = await _start(session, info, options, sink, notice)
     attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
-    relaunch: lifecycle.RunOptions | None = None
+    relaunch: RunOptions | None = None
     spent = 0  # recoveries used: relaunches, and re-creates lost on the way
 
     def spend() -> bool:
@@ -345,8 +317,8 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
             attempt.last_step = measured.final_step
         account_steps_lost(attempts)
         deleted = code != 0 and deleted_by_owner(session, info, state)
-        reason = None if code == 0 else _infrastructure(code, state,
-                                                        result.failed if result else None)
+        failed = result.failed if result else None
+        reason = None if code == 0 else infrastructure_reason(code, state, failed.error if failed else None)
         if deleted:
             reason = "slice deleted"
         if reason is None and code != 0 and policy.retry_code_errors:
@@ -357,9 +329,7 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
             last_record.state, last_record.exit_code, last_record.ended = "lost", code, time.time()
             if deleted:
                 last_record.extra = {**last_record.extra, "reason": "slice deleted"}
-            from podctl.jobs.history import save_record
-
-            await save_record(session.storage, last_record)
+                await save_record(session.storage, last_record)
         if reason is None or deleted or not spend():
             await _save_attempts(session, run_id, attempts, last_record)
             if deleted:
@@ -376,7 +346,7 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
                 "READY", "ACTIVE"):
             # The processes were killed but every host is up: relaunch where it ran.
             notice(f"slice {info.name} is healthy; relaunching on it")
-            info = await lifecycle.ready_slice(session, info.name)
+            info = await slices.ready_slice(session, info.name)
         else:
             info = await _recreate(session, info, policy, notice, run_id, spend)
         if relaunch is None:

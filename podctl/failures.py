@@ -1,0 +1,63 @@
+"""One classification of what ends a run: the slice's state and the script's exit code.
+
+`podctl up` (may a slice be reused?), `run --recover` (recover, or is this the script's
+own failure?) and the queue's tick (retry the entry, or fail it?) all ask here, so the
+three never disagree about whether a slice is lost or an exit was the machine's.
+"""
+
+from __future__ import annotations
+
+from podctl.cloud.types import SliceInfo
+
+# Slice (node or queued resource) states in which its hosts are gone or going: a run
+# on it cannot go on. (HIDDEN/HIDING: a multislice queued resource's nodes taken away.)
+DEAD_STATES = frozenset({"PREEMPTED", "SUSPENDING", "SUSPENDED", "TERMINATED", "FAILED",
+                         "STOPPING", "STOPPED", "DELETING", "HIDDEN", "HIDING"})
+# Of those, the states a deletion shows (a preemption shows PREEMPTED or SUSPENDED first,
+# and keeps it until someone deletes the slice). "GONE": the slice no longer exists.
+DELETED_STATES = frozenset({"DELETING", "GONE"})
+
+EXIT_HOST_LOST = 255  # a host that stopped beating, or ssh's own failure
+# Exit codes that mean the machine, not the script: SIGTERM podctl did not send (a
+# preemption or maintenance notice), SIGKILL (the VM going away), a host lost.
+INFRA_EXIT_CODES = frozenset({143, 137, EXIT_HOST_LOST})
+
+
+def dead_state(info: SliceInfo) -> str | None:
+    """The state that says INFO's hosts are gone or going (its own, or a node's), or None."""
+    for node in info.nodes:
+        if node.state in DEAD_STATES:
+            return node.state
+    return info.state if info.state in DEAD_STATES else None
+
+
+def is_dead(state: str | None) -> bool:
+    """STATE (a slice's, "GONE" when it no longer exists) can no longer run anything."""
+    return state in DEAD_STATES or state == "GONE"
+
+
+def slice_lost_reason(info: SliceInfo) -> str | None:
+    """Why INFO can no longer run a run (an infrastructure failure), or None."""
+    if any(n.state == "PREEMPTED" for n in info.nodes):
+        return f"{info.name} was PREEMPTED"
+    state = dead_state(info)
+    if state is not None:
+        why = f": {info.error}" if info.error else ""
+        return f"{info.kind} {info.name} is {state}{why}"
+    if info.kind == "queued-resource" and info.state == "ACTIVE" and len(info.nodes) < info.num_slices:
+        return f"queued resource {info.name} is ACTIVE but lost its nodes"
+    return None
+
+
+def infrastructure_reason(exit_code: int | None, state: str | None = None,
+                          error: str | None = None) -> str | None:
+    """Why the infrastructure, not the script, ended a run that exited EXIT_CODE while
+    its slice was in STATE (None: not seen dead); None if it was the script's own end.
+    ERROR: what the failed host's status says."""
+    if is_dead(state):
+        return f"slice {state.lower()}"  # type: ignore[union-attr]
+    if exit_code == EXIT_HOST_LOST:
+        return "host lost" + (f" ({error})" if error else "")
+    if exit_code in INFRA_EXIT_CODES:
+        return f"exit code {exit_code} (killed from outside the script)"
+    return None

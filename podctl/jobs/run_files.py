@@ -1,0 +1,184 @@
+"""A run's files in GCS, read and written in one place (the host agent, which must
+stand alone on a bare host, writes its own side: podctl/jobs/agent*.py).
+
+    podctl/runs/RUN_ID/run.json                 the record (RunRecord), also in the index
+    podctl/runs/RUN_ID/logs/host-NNNN/N.log     numbered chunks of whole lines
+    podctl/runs/RUN_ID/status/host-NNNN.json    a host's end: exit code, when, why
+    podctl/runs/RUN_ID/heartbeat/host-NNNN.json a host's agent is alive (every 10 s)
+    podctl/index/RUN_ID.json                    the record again, for `podctl runs`
+
+Whoever asks — `podctl run` following, `logs`, `stop`, `cost`, the queue's tick,
+`budget check`, recovery — reads them with these functions, so a host is lost after
+the same silence everywhere (HOST_LOST_SECONDS) and a record is closed the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from podctl.errors import InvalidValueError, JobError
+from podctl.failures import EXIT_HOST_LOST
+from podctl.jobs import runs
+from podctl.jobs.runs import HostStatus, RunRecord
+from podctl.storage import Storage, StorageNotFound
+
+MAX_LISTED = 100
+# No heartbeat for this long (the agent beats every 10 s) and no status: the host is
+# lost. One value for every reader: a follower, `logs --follow` and the queue's tick.
+HOST_LOST_SECONDS = 90.0
+
+
+# ---- the record ----------------------------------------------------------------------
+
+async def save_record(storage: Storage, record: RunRecord) -> None:
+    """run.json and its index entry, the same bytes in both."""
+    data = json.dumps(record.to_json()).encode()
+    await storage.upload_bytes(f"{runs.run_prefix(record.run_id)}/run.json", data,
+                               content_type="application/json")
+    await storage.upload_bytes(f"{runs.INDEX}/{record.run_id}.json", data,
+                               content_type="application/json")
+
+
+async def read_record(storage: Storage, run_id: str) -> RunRecord | None:
+    """RUN_ID's record, or None when it has none (yet)."""
+    try:
+        data = await storage.download_bytes(f"{runs.run_prefix(run_id)}/run.json")
+    except StorageNotFound:
+        return None
+    return RunRecord.from_json(json.loads(data))
+
+
+async def load_record(storage: Storage, run_id: str) -> RunRecord:
+    """RUN_ID's record; a one-line error for a malformed id or a run that is not there."""
+    if not runs.valid_run_id(run_id):
+        raise InvalidValueError(f"{run_id!r} is not a run id (e.g. my-slice-20261202-173000-ab12); "
+                                "`podctl runs` lists them.")
+    record = await read_record(storage, run_id)
+    if record is None:
+        raise JobError(f"no run {run_id} in gs://{storage.bucket_name}; `podctl runs` lists them.")
+    return record
+
+
+async def close_record(storage: Storage, run_id: str, state: str, *, exit_code: int | None = None,
+                       keep_exit_code: bool = False, even_if_ended: bool = False,
+                       **extra: Any) -> RunRecord | None:
+    """End RUN_ID's record as STATE (stopped, lost, ...) with EXTRA noted, unless it has
+    ended already (EVEN_IF_ENDED: a stop that was asked for is what the record says,
+    though a follower wrote the exit it caused first) -> the record as written, or None
+    when nothing was written."""
+    record = await read_record(storage, run_id)
+    if record is None or (record.state not in ("starting", "running") and not even_if_ended):
+        return None
+    record.state = state  # type: ignore[assignment]
+    if not keep_exit_code:
+        record.exit_code = exit_code
+    record.ended = record.ended or time.time()
+    record.extra = {**record.extra, **{k: v for k, v in extra.items() if v is not None}}
+    await save_record(storage, record)
+    return record
+
+
+def attempt_ids(record: RunRecord) -> list[str]:
+    """The run ids of a run's attempts, first to last (a run without recoveries: its own)."""
+    return [a["run_id"] for a in record.extra.get("attempts", []) if a.get("run_id")] or [record.run_id]
+
+
+async def _settle(storage: Storage, record: RunRecord) -> RunRecord:
+    """A record last written while the run was going: finish it from the hosts' status."""
+    if record.state not in ("starting", "running"):
+        return record
+    statuses = await read_statuses(storage, record.run_id)
+    if len(statuses) >= record.num_hosts:
+        code, failed = runs.job_exit_code(statuses)
+        record.state = "failed" if failed else "succeeded"
+        record.exit_code = code
+    return record
+
+
+async def list_runs(storage: Storage) -> list[RunRecord]:
+    """The newest MAX_LISTED runs' records, newest first, settled from their statuses."""
+    entries = sorted(await storage.list(f"{runs.INDEX}/"), key=lambda o: o.name, reverse=True)
+    records = []
+    for entry in sorted(entries, key=lambda o: o.updated, reverse=True)[:MAX_LISTED]:
+        record = RunRecord.from_json(json.loads(await storage.download_bytes(entry.name)))
+        records.append(await _settle(storage, record))
+    return sorted(records, key=lambda r: r.created, reverse=True)
+
+
+# ---- what the hosts write -----------------------------------------------------------
+
+def host_of(object_name: str) -> int:
+    """The host number in ".../host-NNNN.json" or ".../host-NNNN/N.log"."""
+    parts = object_name.split("/")
+    tag = parts[-1] if parts[-1].startswith("host-") else parts[-2]
+    return int(tag.split("-")[1].split(".")[0])
+
+
+def chunk_number(object_name: str) -> int:
+    return int(object_name.rsplit("/", 1)[-1].split(".", 1)[0])
+
+
+async def read_statuses(storage: Storage, run_id: str,
+                        known: dict[int, HostStatus] | None = None) -> dict[int, HostStatus]:
+    """Every host's status written so far (those in KNOWN are not downloaded again)."""
+    statuses = dict(known or {})
+    for obj in await storage.list(runs.status_prefix(run_id)):
+        host = host_of(obj.name)
+        if host not in statuses:
+            data = json.loads(await storage.download_bytes(obj.name))
+            statuses[host] = HostStatus(host=host, exit_code=int(data["exit_code"]),
+                                        ended=float(data["ended"]), stopped=bool(data.get("stopped")),
+                                        error=data.get("error"))
+    return statuses
+
+
+async def read_heartbeats(storage: Storage, run_id: str) -> dict[int, float]:
+    """host -> when its agent last beat (GCS's clock: the object's update time)."""
+    return {host_of(o.name): o.updated for o in await storage.list(runs.heartbeat_prefix(run_id))}
+
+
+def silent_hosts(num_hosts: int, statuses: dict[int, HostStatus], heartbeats: dict[int, float],
+                 since: float, now: float) -> list[int]:
+    """Hosts with no status whose agent has not beaten for HOST_LOST_SECONDS (counted
+    from SINCE at the earliest: when the reader began, or the run started)."""
+    return [h for h in range(num_hosts) if h not in statuses
+            and now - max(heartbeats.get(h, since), since) > HOST_LOST_SECONDS]
+
+
+def lost_status(host: int, now: float) -> HostStatus:
+    return HostStatus(host=host, exit_code=EXIT_HOST_LOST, ended=now,
+                      error="the host stopped sending heartbeats")
+
+
+async def list_chunks(storage: Storage, run_id: str, host: int | None = None) -> dict[int, list[tuple[int, str]]]:
+    """host -> [(chunk number, object name)], sorted, of RUN_ID's log chunks (one host's
+    prefix only when HOST is given: a 512-host run has 512 hosts' chunks)."""
+    by_host: dict[int, list[tuple[int, str]]] = {}
+    for obj in await storage.list(runs.log_prefix(run_id, host)):
+        by_host.setdefault(host_of(obj.name), []).append((chunk_number(obj.name), obj.name))
+    return {h: sorted(chunks) for h, chunks in by_host.items()}
+
+
+def split_lines(data: bytes) -> list[str]:
+    """A chunk's lines as the host's agent wrote them: split at "\\n" only (a trailing
+    "\\r" dropped), not at the other line breaks str.splitlines knows (\\x0b, \\x0c,
+    \\x1c-\\x1e, \\x85, \\u2028, a lone \\r), which a script may print inside a line."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+async def read_host_lines(storage: Storage, run_id: str, host: int) -> list[str]:
+    """Every line HOST has shipped so far, in order (chunks read in unbroken number
+    order, as the log reader does: a gap ends the read)."""
+    lines: list[str] = []
+    expected = 1
+    for number, name in (await list_chunks(storage, run_id, host)).get(host, []):
+        if number != expected:
+            break
+        lines.extend(split_lines(await storage.download_bytes(name)))
+        expected += 1
+    return lines

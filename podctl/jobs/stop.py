@@ -1,0 +1,80 @@
+"""Stop runs on a slice's hosts: the one way podctl stops a run it is not following
+(`podctl stop`, a notebook's `Run.stop()`, a budget reached, the queue's tick).
+
+As Ctrl-C does: every host's agent sends SIGTERM to the script's process group (the
+template saves a checkpoint at the next step and exits 143), and when the script
+exits, whatever it left running ends too. Then podctl waits, up to a grace, for every
+host to write its status (a host that stops beating counts as ended: lost), and
+closes each run's record as `stopped`, saying by whom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from podctl.cloud.types import SliceInfo
+from podctl.jobs import launch, run_files
+from podctl.jobs.run_files import RunRecord
+from podctl.jobs.ssh import Fleet, HostPins
+from podctl.storage import Storage
+
+POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class HostAccess:
+    """How to reach a slice's hosts: the SSH key, the host-key pins, the SSH port."""
+
+    private_key: Path
+    pins: HostPins
+    ssh_port: int | None
+
+
+async def signal_runs(info: SliceInfo, run_ids: list[str], access: HostAccess) -> None:
+    """SIGTERM each run's script on every host of INFO (a host that is gone has nothing
+    to stop)."""
+    async with Fleet(launch.targets_for(info, access.ssh_port), access.private_key,
+                     access.pins) as fleet:
+        for run_id in run_ids:
+            await launch.stop_agents(fleet, run_id)
+
+
+async def wait_ended(storage: Storage, run_id: str, num_hosts: int, *,
+                     grace_seconds: float | None,
+                     clock: Callable[[], float] = time.monotonic) -> bool:
+    """Until every host of RUN_ID has ended (its status written, or silent for
+    run_files.HOST_LOST_SECONDS), or GRACE_SECONDS (None: no limit) -> all ended?"""
+    until = None if grace_seconds is None else clock() + grace_seconds
+    since = time.time()
+    statuses: dict = {}
+    while True:
+        statuses = await run_files.read_statuses(storage, run_id, statuses)
+        if len(statuses) >= num_hosts:
+            return True
+        beats = await run_files.read_heartbeats(storage, run_id)
+        silent = run_files.silent_hosts(num_hosts, statuses, beats, since, time.time())
+        if len(statuses) + len(silent) >= num_hosts:
+            return True
+        if until is not None and clock() >= until:
+            return False
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def stop_runs(storage: Storage, info: SliceInfo, records: list[RunRecord],
+                    access: HostAccess, *, stopped_by: str, grace_seconds: float | None,
+                    clock: Callable[[], float] = time.monotonic) -> list[str]:
+    """Stop RECORDS' runs (a recovered run: its live attempt) on INFO's hosts, wait for
+    them up to GRACE_SECONDS, and close each record as stopped -> the run ids."""
+    live = {r.run_id: run_files.attempt_ids(r)[-1] for r in records}
+    await signal_runs(info, list(live.values()), access)
+    for record in records:
+        await wait_ended(storage, live[record.run_id], record.num_hosts,
+                         grace_seconds=grace_seconds, clock=clock)
+        for run_id in {record.run_id, live[record.run_id]}:
+            await run_files.close_record(storage, run_id, "stopped", keep_exit_code=True,
+                                         even_if_ended=True, stopped_by=stopped_by)
+    return [r.run_id for r in records]

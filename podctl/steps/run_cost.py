@@ -1,0 +1,82 @@
+"""What a run cost: its slice's billed time from the run's start to its end, at the
+slice's price, and how much of it trained (goodput), with tokens and MFU from the
+template's metric lines. `podctl cost RUN_ID` and `Run.cost()`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from podctl import cost
+from podctl.cloud.describe import find
+from podctl.jobs.metrics import read_metrics
+from podctl.jobs.run_files import load_record, read_statuses
+from podctl.steps.session import Session
+from podctl.topology import parse_slice
+
+
+@dataclass(frozen=True)
+class RunBill:
+    """`podctl cost RUN_ID --json`, field for field."""
+
+    run_id: str
+    slice: str
+    zone: str
+    state: str
+    chips: int
+    tier: str  # "spot" or "on-demand"
+    tier_known: bool  # False: the slice is gone, its tier assumed
+    created: float
+    ended: float | None
+    billed_seconds: float
+    usd_per_hour: float | None
+    cost_usd: float | None
+    productive_seconds: float
+    goodput: float | None
+    tokens: float
+    usd_per_million_tokens: float | None
+    median_mfu: float | None
+    steps: int
+    final_step: int | None
+    final_loss: float | None
+    price: dict[str, Any] | None
+    price_note: str | None  # why there is no price (a zone podctl has none for)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def run_cost(session: Session, run_id: str, *, price: float | None = None) -> RunBill:
+    """RUN_ID's bill; PRICE (USD per chip-hour) overrides the price table."""
+    storage = session.storage
+    record = await load_record(storage, run_id)
+    ended = record.ended
+    if ended is None and record.state not in ("starting", "running"):  # settled from statuses
+        statuses = await read_statuses(storage, run_id)
+        ended = max((s.ended for s in statuses.values()), default=None)
+    # The slice, if it is still there, says its tier; a slice made after the run is another.
+    info = await find(session.api, f"projects/{record.project}/locations/{record.zone}",
+                      record.slice_name)
+    same = info is not None and info.created <= record.created
+    spot = bool(same and info.tier == "spot")
+    # Records from before generations.toml are v5p's, the only generation podctl ran then.
+    accelerator_type = info.accelerator_type if same else record.extra.get("accelerator_type", "v5p-8")
+    chips = info.chips if same else record.num_hosts * parse_slice(accelerator_type).chips_per_host
+    chip_price = cost.chip_hour_price(record.zone, spot=spot, override=price,
+                                      generation=cost.generation_of(accelerator_type))
+    metrics = await read_metrics(storage, run_id)
+    billed = max(0.0, (ended or time.time()) - record.created)
+    bill = cost.RunCost(billed_seconds=billed, chips=chips, price=chip_price,
+                        productive_seconds=metrics.productive_seconds, tokens=metrics.tokens)
+    return RunBill(
+        run_id=run_id, slice=record.slice_name, zone=record.zone, state=record.state,
+        chips=chips, tier="spot" if spot else "on-demand", tier_known=same,
+        created=record.created, ended=ended, billed_seconds=round(billed, 1),
+        usd_per_hour=None if chip_price is None else chips * chip_price.usd_per_chip_hour,
+        cost_usd=bill.usd, productive_seconds=round(metrics.productive_seconds, 3),
+        goodput=bill.goodput, tokens=metrics.tokens,
+        usd_per_million_tokens=bill.usd_per_million_tokens, median_mfu=metrics.median_mfu,
+        steps=metrics.steps, final_step=metrics.final_step, final_loss=metrics.final_loss,
+        price=chip_price.to_json() if chip_price else None,
+        price_note=None if chip_price else cost.unknown_price_message(record.zone))

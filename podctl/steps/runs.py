@@ -1,0 +1,163 @@
+"""Run steps: start a run on a slice, follow it, stop it, find its checkpoints.
+
+    job = await start_run(session, info, RunOptions(script=...), sink=..., notice=...)
+    result = await follow_run(job)        # Ctrl-C or a failure stops it on every host
+
+`podctl run`, `Slice.run()` in the Python API, recovery's relaunches and the demo start
+runs with these; `stop_run` is `podctl stop` and `Run.stop()`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from podctl.cloud.types import SliceInfo
+from podctl.errors import InvalidValueError, NotFoundError
+from podctl.jobs import checkpoints
+from podctl.jobs.checkpoints import Checkpoint
+from podctl.jobs.job import Job, RunRequest, RunResult, check_script, parse_hosts
+from podctl.jobs.run_files import load_record
+from podctl.jobs.runs import record_checkpoint_dir, valid_run_id
+from podctl.jobs.stop import stop_runs
+from podctl.steps.session import Session
+from podctl.steps.slices import describe_slice
+from podctl.storage import Storage
+
+Notice = Callable[[str], None]
+LineSink = Callable[[int, str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`podctl run`'s choices, as a user gives them."""
+
+    script: Path
+    args: tuple[str, ...] = ()
+    workdir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    setup: str | None = None
+    requirements: Path | None = None  # None: the workdir's requirements.txt, if any
+    hosts: str = "0"  # whose lines to show: "all" or "0,3"
+    fail_fast: bool = True
+    resume: str | None = None  # a run id whose checkpoints this run continues from
+    # A relaunch (recovery): the bundle uploaded by the first attempt, `script` being
+    # its path inside it, and what the run's record says of the attempt.
+    bundle_hash: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.bundle_hash is None:  # a relaunch's script is a path inside its bundle
+            check_script(self.script, self.workdir)
+        if self.resume is not None and not valid_run_id(self.resume):
+            raise InvalidValueError(f"--resume {self.resume!r} is not a run id (e.g. "
+                                    "my-slice-20261202-173000-ab12); `podctl runs` lists them.")
+
+
+async def resume_checkpoint_dir(session: Session, run_id: str) -> str:
+    """Where the run RUN_ID kept its checkpoints (checked: the run exists)."""
+    return record_checkpoint_dir(await load_record(session.storage, run_id))
+
+
+async def run_checkpoints(session: Session, run_id: str) -> tuple[Storage, str, list[Checkpoint]]:
+    """RUN_ID's checkpoints -> (GCS of their bucket, their gs:// directory, the steps);
+    a run started with --resume keeps its checkpoints where the earlier run did."""
+    directory = record_checkpoint_dir(await load_record(session.storage, run_id))
+    storage = session.storage_for(checkpoints.split_gs_url(directory)[0])
+    return storage, directory, await checkpoints.list_checkpoints(storage, directory)
+
+
+async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
+                  sink: LineSink, notice: Notice) -> Job:
+    """A run of OPTIONS on INFO's hosts, not started yet: its run id is known from here."""
+    ssh_port, coordinator_port = session.job_ports()
+    checkpoint_dir = None
+    if options.resume:
+        checkpoint_dir = await resume_checkpoint_dir(session, options.resume)
+    request = RunRequest(info=info, script=options.script, args=list(options.args),
+                         workdir=options.workdir, env=dict(options.env), setup=options.setup,
+                         requirements=options.requirements,
+                         hosts=parse_hosts(options.hosts, len(info.hosts)),
+                         fail_fast=options.fail_fast, ssh_port=ssh_port,
+                         coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,
+                         resumed_from=options.resume, bundle_hash=options.bundle_hash,
+                         record_extra=dict(options.extra))
+    job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
+              private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
+              notice=notice)
+    job.timings = {}  # seconds per phase, for the demo's summary and benchmarks
+    return job
+
+
+async def launch_job(job: Job, *, notice: Notice) -> Job:
+    """Bundle, upload, start the agents on every host; on Ctrl-C or a failure nothing
+    is left running on the hosts (and the job's connections are closed)."""
+    request = job.request
+    try:
+        began = time.monotonic()
+        spec = await job.prepare()
+        job.timings["bundle"] = time.monotonic() - began
+        notice(f"run {job.run_id} on {request.info.name} ({len(job.targets)} hosts)"
+               + (f", resuming from {request.resumed_from}" if request.resumed_from else ""))
+        began = time.monotonic()
+        await job.start(spec)
+        job.timings["start"] = time.monotonic() - began
+        notice(f"started on all {len(job.targets)} hosts")
+    except BaseException:
+        await job.stop()
+        await job.close()
+        raise
+    return job
+
+
+async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
+                    sink: LineSink, notice: Notice) -> Job:
+    """Bundle, upload, start the agents on every host -> a started Job (its fleet closed
+    when it is to be followed elsewhere; `follow_run` reopens nothing, it reads GCS)."""
+    job = await new_job(session, info, options, sink=sink, notice=notice)
+    return await launch_job(job, notice=notice)
+
+
+async def follow_run(job: Job) -> RunResult:
+    """Stream the run's logs until every host has ended -> RunResult; Ctrl-C or a
+    failure here stops the run on every host."""
+    try:
+        return await job.follow()
+    except BaseException:
+        await job.stop()
+        raise
+    finally:
+        await job.close()
+
+
+@dataclass
+class StopResult:
+    run_id: str
+    state: str  # the record's state after the stop: "stopped", or how it had ended before
+    stopped: bool  # False: nothing was running (the run had ended, or its slice is gone)
+    hosts: int = 0
+
+
+async def stop_run(session: Session, run_id: str, *, wait: bool = True,
+                   notice: Notice | None = None) -> StopResult:
+    """Stop a run started elsewhere (a detached run, another terminal's): SIGTERM to its
+    script on every host, as Ctrl-C does (the template saves a checkpoint first), then,
+    with WAIT, until every host has ended; its record then says `stopped`."""
+    record = await load_record(session.storage, run_id)
+    if record.state not in ("starting", "running"):
+        return StopResult(run_id, record.state, stopped=False)
+    try:
+        info = await describe_slice(session, record.slice_name)
+    except NotFoundError:
+        return StopResult(run_id, record.state, stopped=False)
+    if not info.ready:
+        return StopResult(run_id, record.state, stopped=False)
+    if notice:
+        notice(f"run {run_id}: asked every host to stop (SIGTERM: a checkpoint first)")
+    # Waiting has no limit of its own: a host that stops beating counts as ended.
+    await stop_runs(session.storage, info, [record], session.host_access(info),
+                    stopped_by="podctl stop", grace_seconds=None if wait else 0.0)
+    return StopResult(run_id, "stopped", stopped=True, hosts=len(info.hosts))
+

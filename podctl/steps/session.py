@@ -1,0 +1,82 @@
+"""One Session: what every step needs, opened once — the settings, the Cloud TPU API,
+GCS (per bucket), the SSH key and the host-key pins, and the ports a job uses.
+
+The CLI, the Python API and the queue's tick each open one (`Session.open(settings)`)
+and pass it down; tests and notebooks on an in-process fake build one around its
+clients (`Session(settings, api, ports=...)`), so no daemon is started for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from podctl.cloud.api import TpuApi
+from podctl.cloud.connect import connect, job_ports, storage_endpoint
+from podctl.cloud.sshkey import SshKey, ensure_ssh_key
+from podctl.cloud.types import SliceInfo
+from podctl.jobs.ssh import HostPins, pins_for
+from podctl.jobs.stop import HostAccess
+from podctl.settings import Settings
+from podctl.storage import Storage
+
+
+class Session:
+    def __init__(self, settings: Settings, api: TpuApi | None = None, *,
+                 ports: tuple[int | None, int] | None = None,
+                 storages: dict[str, Storage] | None = None):
+        self.settings = settings
+        self._api = api  # None: connected on first use (`podctl ckpt` needs GCS only)
+        # (SSH port, JAX coordinator port) of the cloud this session talks to; None: ask
+        # the settings (22 and 8482 on Google Cloud, the fake daemon's). A session on an
+        # in-process fake (tests, notebooks) gives its own.
+        self.ports = ports
+        self.storages: dict[str, Storage] = dict(storages or {})  # bucket -> its client
+        self._key: SshKey | None = None
+
+    @classmethod
+    def open(cls, settings: Settings) -> "Session":
+        return cls(settings)
+
+    @property
+    def api(self) -> TpuApi:
+        if self._api is None:
+            self._api = connect(self.settings)
+        return self._api
+
+    @property
+    def storage(self) -> Storage:
+        """GCS of the session's own bucket (a one-line error when none is set)."""
+        return self.storage_for(self.settings.require_bucket())
+
+    def storage_for(self, bucket: str) -> Storage:
+        """GCS for BUCKET, one client per bucket for the session's life."""
+        if bucket not in self.storages:
+            self.storages[bucket] = Storage.connect(bucket, endpoint=storage_endpoint(self.settings))
+        return self.storages[bucket]
+
+    def job_ports(self) -> tuple[int | None, int]:
+        if self.ports is None:
+            self.ports = job_ports(self.settings)
+        return self.ports
+
+    def ssh_key(self) -> SshKey:
+        if self._key is None:
+            self._key = ensure_ssh_key(self.settings.config_dir)
+        return self._key
+
+    def pins(self, info: SliceInfo) -> HostPins:
+        """The host keys first seen on this very slice (its project, zone, name, birth)."""
+        return pins_for(self.settings.config_dir, info)
+
+    def host_access(self, info: SliceInfo) -> HostAccess:
+        return HostAccess(self.ssh_key().private_path, self.pins(info), self.job_ports()[0])
+
+    def close(self) -> None:
+        """Close the HTTP connections. They are keep-alive: the fake's single-threaded
+        GCS emulator would otherwise wait on them when asked to stop."""
+        for storage in self.storages.values():
+            with contextlib.suppress(Exception):
+                storage.client._http.close()
+        if self._api is not None:
+            with contextlib.suppress(Exception):
+                self._api.close()

@@ -1,0 +1,77 @@
+"""A run podctl watches to its end: start it, follow it, keep it within its budget
+(`--max-hours`, the slice's own deadline) and, with `recover=N`, relaunch it from its
+latest checkpoint when the infrastructure ends it. `podctl run` and `Slice.run(...,
+recover=N)` in the Python API are this one step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from podctl.budget import watch_budget
+from podctl.cloud.types import SliceInfo
+from podctl.jobs.job import Job, RunResult
+from podctl.steps.recovery import RecoveredRun, RecoveryPolicy, run_recovering
+from podctl.steps.runs import LineSink, Notice, RunOptions, follow_run, start_run
+from podctl.steps.session import Session
+from podctl.steps.slices import ready_slice
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """How podctl watches a run: recoveries, and the run's own budget."""
+
+    recover: int = 0  # relaunch after the infrastructure ended it, up to N times
+    retry_errors: bool = False  # with recover: also after the script's own non-zero exit
+    max_hours: float | None = None  # stop the run (checkpoint first) and delete the slice after
+
+
+@dataclass
+class Supervised:
+    run_id: str  # the run's id (a recovered run: its first attempt's)
+    result: RunResult | None  # the last attempt's; None: its follower was cut off by its slice
+    recovered: RecoveredRun | None = None  # with recover: every attempt
+
+    @property
+    def exit_code(self) -> int:
+        if self.recovered is not None:
+            return self.recovered.exit_code
+        assert self.result is not None
+        return self.result.exit_code
+
+
+async def run_supervised(session: Session, name: str, options: RunOptions, how: Supervision, *,
+                         sink: LineSink, notice: Notice,
+                         on_start: Callable[[Job], None] = lambda job: None) -> Supervised:
+    """Run OPTIONS on slice NAME and follow it to its end, within HOW's budget and
+    recoveries. ON_START is told of each attempt's Job as it starts. Ctrl-C (or a
+    cancel) stops the run on every host before it propagates."""
+    began = time.time()
+
+    def budgeted(follow: Awaitable[RunResult], job: Job, info: SliceInfo) -> Awaitable[RunResult]:
+        on_start(job)
+        left = None if how.max_hours is None else max(0.0, how.max_hours - (time.time() - began) / 3600)
+        return watch_budget(follow, api=session.api, parent=session.settings.parent, job=job,
+                            info=info, notice=notice, max_hours=left)
+
+    if how.recover:
+        recovered = await run_recovering(
+            session, name, options, RecoveryPolicy(recoveries=how.recover,
+                                                   retry_code_errors=how.retry_errors),
+            sink=sink, notice=notice, wrap=budgeted)
+        return Supervised(recovered.run_id, recovered.result, recovered)
+    info = await ready_slice(session, name)
+    job = await start_run(session, info, options, sink=sink, notice=notice)
+    try:
+        result = await budgeted(follow_run(job), job, info)
+    except BaseException:
+        # A Ctrl-C that lands before the follower's task first ran cancels it before
+        # its own handler could stop the hosts: stop them here.
+        try:
+            await job.stop()
+        finally:
+            await job.close()
+        raise
+    return Supervised(job.run_id, result)
