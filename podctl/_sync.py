@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import threading
 from typing import Any, Callable, Coroutine, Generic, TypeVar
+from podctl.signals import stop_signals_ignored
 
 T = TypeVar("T")
 CLEANUP_SECONDS = 120.0  # how long an interrupted call's cleanup (an undo) may take
@@ -109,8 +110,6 @@ class Background(Generic[T]):
     def cancel(self) -> None:
         """Cancel the coroutine and wait (a second signal may not cut it short) until its
         cleanup has run, or the caller could close the loop under an undo half done."""
-        from podctl.signals import stop_signals_ignored
-
         with stop_signals_ignored():
             self.future.cancel()
             if self._started.is_set():

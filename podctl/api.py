@@ -29,6 +29,20 @@ from podctl._sync import Background, LoopThread
 from podctl.steps.supervise import Supervised, Supervision, run_supervised
 from podctl.cloud.types import SliceInfo
 from podctl.errors import JobError
+from podctl import settings as settings_mod
+from podctl.cloud.describe import describe
+from podctl.cloud.describe import list_slices
+from podctl.errors import NotFoundError
+from podctl.errors import UsageError
+from podctl.jobs.logs import LogReader
+from podctl.jobs.run_files import list_runs
+from podctl.jobs.run_files import load_record
+from podctl.jobs.runs import job_exit_code
+from podctl.signals import restore
+from podctl.signals import route_stop_signals
+from podctl.steps.replay import replay
+from podctl.steps.run_cost import run_cost
+from podctl.jobs.job import Job
 
 __all__ = ["connect", "Cloud", "Slice", "Run"]
 
@@ -41,8 +55,6 @@ def connect(backend: str | None = None, *, project: str | None = None, zone: str
     """Open podctl on Google Cloud (`backend="gcp"`) or the local fake cloud (`"fake"`,
     started in the background if it is not running). Settings not given come from the
     environment, podctl.toml and gcloud's config, as for the CLI."""
-    from podctl import settings as settings_mod
-
     return Cloud(settings_mod.resolve(backend=backend, project=project, zone=zone, bucket=bucket))
 
 
@@ -94,7 +106,6 @@ class Cloud:
             # From here this process may own a slice: SIGTERM and SIGHUP end it as Ctrl-C
             # does (an `up` under way undoes its creation, a `with` block's exit deletes
             # the slice), unless the program handles them itself. Undone by close().
-            from podctl.signals import route_stop_signals
 
             self._signals = route_stop_signals(only_defaults=True)
         status = StatusLine(f"{request.name} ({request.spec.describe()})")
@@ -107,29 +118,21 @@ class Cloud:
 
     def slice(self, name: str) -> "Slice":
         """An existing slice by name."""
-        from podctl.cloud.describe import describe
-
         return Slice(self, self._run(describe(self.session.api, self.settings.parent, name)))
 
     def slices(self) -> "SliceList":
         """The slices in the zone (nodes and queued resources)."""
-        from podctl.cloud.describe import list_slices
-
         infos = self._run(list_slices(self.session.api, self.settings.parent))
         return SliceList(Slice(self, info) for info in infos)
 
     def run(self, run_id: str) -> "Run":
         """An earlier run by id (see `runs()`)."""
-        from podctl.jobs.run_files import load_record
-
         record = self._run(load_record(self.session.storage, run_id))
         return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
 
     def runs(self) -> "RunList":
         """Run records, newest first (podctl.jobs.runs.RunRecord): one line each, a table
         in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
-        from podctl.jobs.run_files import list_runs
-
         return RunList(self._run(list_runs(self.session.storage)))
 
     def close(self) -> None:
@@ -140,8 +143,6 @@ class Cloud:
                 made.down(missing_ok=True)
         finally:
             if self._signals is not None:
-                from podctl.signals import restore
-
                 restore(self._signals)
                 self._signals = None
             self._loop.close()
@@ -174,8 +175,6 @@ class Slice:
         return self.info.name
 
     def refresh(self) -> "Slice":
-        from podctl.cloud.describe import describe
-
         self.info = self.cloud._run(describe(self.cloud.session.api, self.cloud.settings.parent,
                                              self.name))
         return self
@@ -210,8 +209,6 @@ class Slice:
 
         if recover or retry_errors or max_hours is not None:
             if retry_errors and not recover:
-                from podctl.errors import UsageError
-
                 raise UsageError("retry_errors=True goes with recover=N.")
             how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=max_hours)
             run = Run._supervised(cloud, self.name, options, how, sink, notices, kept)
@@ -230,8 +227,6 @@ class Slice:
 
     def down(self, *, missing_ok: bool = False) -> None:
         """Delete the slice and wait until it is gone."""
-        from podctl.errors import NotFoundError
-
         if self.deleted:
             return
         status = StatusLine(f"deleting {self.name}")
@@ -287,7 +282,7 @@ class Run:
     """A run of a script on every host of a slice; its logs and status live in GCS."""
 
     def __init__(self, cloud: Cloud, run_id: str, num_hosts: int, *, slice_name: str,
-                 job: Any = None, lines: deque | None = None,
+                 job: Job | None = None, lines: deque | None = None,
                  supervisor: "Background[Supervised] | None" = None):
         self.cloud, self.run_id, self.num_hosts, self.slice_name = cloud, run_id, num_hosts, slice_name
         self._job = job
@@ -332,9 +327,6 @@ class Run:
         """Block until every host has ended, showing one status line; -> the exit code
         (0 when every host exited 0). With check=True a failure raises JobError.
         ECHO, a function, is given each of host 0's lines as they arrive (in this thread)."""
-        from podctl.jobs.logs import LogReader
-        from podctl.jobs.runs import job_exit_code
-
         status = self._status = StatusLine(f"run {self.run_id}")
         status.update("running")
         self._echo = [] if echo is not None else None
@@ -381,7 +373,6 @@ class Run:
         until the run ends."""
         import sys
 
-        from podctl.steps.replay import replay
 
         text = hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
         pending: list[str] = []
@@ -412,8 +403,6 @@ class Run:
     def cost(self, *, price: float | None = None) -> Any:
         """What the run cost so far (podctl.steps.run_cost.RunBill: billed hours, dollars,
         goodput, tokens, MFU), as `podctl cost RUN_ID` shows it; PRICE: USD per chip-hour."""
-        from podctl.steps.run_cost import run_cost
-
         return self.cloud._run(run_cost(self.cloud.session, self.run_id, price=price))
 
     def checkpoints(self) -> "CheckpointList":
@@ -449,7 +438,7 @@ class Run:
         return f"<podctl.Run {self.run_id} on {self.slice_name}: {state}{where}>"
 
 
-async def _stop_elsewhere(session: Any, slice_name: str, run_id: str) -> None:
+async def _stop_elsewhere(session: steps.Session, slice_name: str, run_id: str) -> None:
     """Stop a run this object did not start (`podctl stop RUN_ID` does the same)."""
     await steps.stop_run(session, run_id, wait=False)
 

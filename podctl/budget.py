@@ -35,6 +35,18 @@ from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
 from podctl.errors import BudgetExceededError, InvalidValueError, PodctlError
+from podctl.cloud import describe
+from podctl.cloud.describe import list_slices
+from podctl.cloud.wait import wait_until
+from podctl.errors import CloudError
+from podctl.jobs import launch
+from podctl.jobs import runs
+from podctl.jobs.run_files import close_record, list_runs
+from podctl.jobs.stop import stop_runs
+from podctl.cloud.api import TpuApi
+from podctl.jobs.job import Job
+from podctl.jobs.stop import HostAccess
+from podctl.storage import Storage
 
 T = TypeVar("T")
 Notice = Callable[[str], None]
@@ -139,7 +151,7 @@ def overdue(info: SliceInfo, now: float) -> str | None:
     return None
 
 
-async def delete_slice(api: Any, parent: str, info: SliceInfo,
+async def delete_slice(api: TpuApi, parent: str, info: SliceInfo,
                        policy: WaitPolicy = WaitPolicy()) -> SliceInfo:
     deleted = await terminate.delete(api, parent, info)
     await wait_deleted(api, parent, deleted.name, kind=deleted.kind, policy=policy)
@@ -153,7 +165,7 @@ async def _settled(task: asyncio.Future, timeout: float | None) -> bool:
     return bool(done)
 
 
-async def watch_budget(follow: Awaitable[T], *, api: Any, parent: str, job: Any, info: SliceInfo,
+async def watch_budget(follow: Awaitable[T], *, api: TpuApi, parent: str, job: Job, info: SliceInfo,
                        max_hours: float | None, notice: Notice,
                        grace_seconds: float = GRACE_SECONDS,
                        clock: Callable[[], float] = time.time,
@@ -194,7 +206,6 @@ async def watch_budget(follow: Awaitable[T], *, api: Any, parent: str, job: Any,
         money = f", ${spent:,.2f}" if spent is not None else ""
         why = f"{(now - started) / 3600:.1f} h of --max-hours {max_hours:g}{money}"
     notice(f"budget reached ({why}): stopping run {job.run_id}, deleting slice {info.name}")
-    from podctl.jobs import launch
 
     with contextlib.suppress(Exception):  # a host that is gone has nothing to stop
         await launch.stop_agents(job.fleet, job.run_id)
@@ -230,12 +241,10 @@ class Reaped:
 StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
 
 
-async def reap(api: Any, parent: str, *, now: float | None = None, dry_run: bool = False,
+async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: bool = False,
                stop_runs: StopRuns | None = None, notice: Notice = lambda text: None,
                policy: WaitPolicy = WaitPolicy()) -> list[Reaped]:
     """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached."""
-    from podctl.cloud.describe import list_slices
-
     now = time.time() if now is None else now
     reaped = []
     for info in await list_slices(api, parent):
@@ -259,16 +268,12 @@ async def reap(api: Any, parent: str, *, now: float | None = None, dry_run: bool
     return reaped
 
 
-async def stop_runs_on(storage: Any, info: SliceInfo, access: Any, *,
+async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,
                        grace_seconds: float = GRACE_SECONDS,
                        clock: Callable[[], float] = time.monotonic) -> list[str]:
     """Ask every run still going on INFO to checkpoint and stop; wait for its hosts
     up to GRACE_SECONDS; mark its record stopped. ACCESS: podctl.jobs.stop.HostAccess.
     Returns the run ids."""
-    from podctl.jobs import runs
-    from podctl.jobs.run_files import close_record, list_runs
-    from podctl.jobs.stop import stop_runs
-
     named = [r for r in await list_runs(storage)
              if r.slice_name == info.name and r.state in ("starting", "running")]
     going = [r for r in named if runs.on_slice(r, info.name, info.created)]
@@ -321,14 +326,11 @@ def existing_budget_labels(info: SliceInfo, *, max_cost: float | None, max_hours
     return labels
 
 
-async def set_on_existing(api: Any, parent: str, info: SliceInfo, labels: dict[str, str],
+async def set_on_existing(api: TpuApi, parent: str, info: SliceInfo, labels: dict[str, str],
                           policy: WaitPolicy = WaitPolicy(timeout=120)) -> SliceInfo:
     """Write budget LABELS on an existing slice (replacing an earlier budget), so that
     `budget check` and `run` enforce it; a queued resource's labels cannot be changed
     (the v2 API has no update for it): refused, with what to do instead."""
-    from podctl.cloud import describe
-    from podctl.cloud.wait import wait_until
-
     if info.kind != "node" or any(n.queued_resource for n in info.nodes):
         raise InvalidValueError(
             f"{info.name} already exists as a queued resource, whose labels Cloud TPU cannot "
@@ -343,14 +345,12 @@ async def set_on_existing(api: Any, parent: str, info: SliceInfo, labels: dict[s
     return await describe.describe(api, parent, info.name, "node")
 
 
-async def _finished(api: Any, operation_name: str) -> bool | None:
+async def _finished(api: TpuApi, operation_name: str) -> bool | None:
     operation = await api.get_operation(operation_name)
     if not operation.done:
         return None
     error = operation.exception()
     if error is not None:
-        from podctl.errors import CloudError
-
         raise CloudError(f"the budget labels could not be written: {error}")
     return True
 

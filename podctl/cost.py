@@ -29,6 +29,8 @@ from typing import Any, Mapping
 
 from podctl.errors import ConfigError, InvalidValueError
 from podctl.topology import generations, parse_slice
+from podctl.settings import load_podctl_toml
+from podctl.cloud.types import SliceInfo
 
 TIERS = ("on-demand", "spot", "1y-cud", "3y-cud")
 DEFAULT_MFU = 0.45  # an assumption, said so wherever it is used
@@ -77,8 +79,6 @@ def price_table(generation: str = "v5p") -> dict[str, dict[str, Any]]:
 
 def load_price_config(cwd: Path | None = None) -> dict[str, Any]:
     """The [prices] table of podctl.toml in CWD (also under [podctl]), checked."""
-    from podctl.settings import load_podctl_toml
-
     path = (cwd or Path.cwd()) / "podctl.toml"
     data = load_podctl_toml(cwd or Path.cwd())
     prices = data.get("prices", data.get("podctl", {}).get("prices", {}))
@@ -268,7 +268,7 @@ class SliceCost:
                 "price": self.price.to_json() if self.price else None}
 
 
-def slice_cost(info: Any, *, override: float | None = None,
+def slice_cost(info: SliceInfo, *, override: float | None = None,
                config: Mapping[str, Any] | None = None) -> SliceCost:
     """What a slice (a podctl SliceInfo) costs per hour and has cost since it was
     created; unknown for a generation podctl has no record of."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from podctl.errors import JobError
+from podctl.errors import InvalidValueError
 
 SLICE_TYPE = "v5p-16"
 SLICE_NAME = "podctl-demo"
@@ -88,8 +89,6 @@ def run_demo(*, steps: int = 30, more_steps: int = 10, checkpoint_every: int = 1
     from podctl.api import connect
 
     if steps < 1 or more_steps < 1 or checkpoint_every < 1:
-        from podctl.errors import InvalidValueError
-
         raise InvalidValueError("--steps, --more-steps and --checkpoint-every must be at least 1.")
     script = template_path()
     began = time.monotonic()

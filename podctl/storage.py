@@ -32,6 +32,7 @@ from typing import Any, Callable, TypeVar
 from podctl.errors import ConfigError, PodctlError, StorageError
 from podctl.retry import RetryPolicy
 from podctl.settings import FAKE_BUCKET
+from podctl.settings import endpoint_override
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one HTTP request (a chunk, not a whole upload)
@@ -92,7 +93,6 @@ class Storage:
         if endpoint is None:
             # Google's GCS, or where gcloud's override moves it (ADC credentials either way).
             # Read here rather than passed in, so every caller that means Google gets it.
-            from podctl.settings import endpoint_override
 
             override = endpoint_override("storage")
             options = {"api_endpoint": override} if override else None

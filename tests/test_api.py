@@ -120,3 +120,32 @@ def test_a_running_fake_is_left_running(fake_dir):
     # ...but the slice it created is gone.
     with podctl.connect(backend="fake") as cloud:
         assert list(cloud.slices()) == []
+
+
+def test_recover_cost_and_every_attempt_from_python(fake_dir, capsys):
+    """`slice.run(..., recover=1)`: a preempted run is made again and relaunched, as
+    `podctl run --recover 1` does; `Run.logs()` replays both attempts and `Run.cost()`
+    bills the run as `podctl cost RUN_ID` does."""
+    from podctl.fake.admin_client import FakeAdmin
+
+    with podctl.connect(backend="fake") as cloud:
+        admin = FakeAdmin(daemon.status(fake_dir)["admin"])
+        with pytest.raises(podctl.PodctlError, match="retry_errors=True goes with recover=N"):
+            cloud.up("v5p-8", name="nb-rec").run(SCRIPTS / "sleep_then_exit.py", retry_errors=True)
+        slice_ = cloud.slice("nb-rec")
+        run = slice_.run(SCRIPTS / "sleep_then_exit.py", args=["6"], recover=1)
+        admin.preempt("nb-rec")  # the first attempt has started: SIGTERM to its script
+        assert run.wait() == 0
+        assert run.recovered.recoveries == 1
+        first, second = run.recovered.attempts
+        assert first.reason.startswith("slice ") and second.reason is None
+        capsys.readouterr()
+        run.logs()
+        out = capsys.readouterr().out
+        assert f"attempt 2 of 2: run {second.run_id}" in out
+        assert out.count("[host 0000] slept") == 1  # the first attempt was cut short
+        bill = run.cost()
+        assert bill.run_id == run.run_id and bill.chips == 4 and bill.billed_seconds > 0
+        assert bill.cost_usd is not None and bill.cost_usd > 0
+        assert cloud.run(run.run_id).cost().run_id == run.run_id  # read back from GCS
+        slice_.down()

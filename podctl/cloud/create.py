@@ -12,6 +12,7 @@ from podctl.cloud.describe import Kind
 from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceSpec
+from podctl.errors import NotFoundError
 
 
 @dataclass(frozen=True)
@@ -73,3 +74,30 @@ async def create(api: TpuApi, request: CreateRequest) -> Creation:
         return Creation(request.name, "queued-resource", op)
     op = await api.create_node(request.parent, request.name, node_template(request))
     return Creation(request.name, "node", op)
+
+
+STOCKOUT_CODE = 8  # google.rpc.Code.RESOURCE_EXHAUSTED in a failed create: "no more capacity"
+
+
+@dataclass(frozen=True)
+class CreationOutcome:
+    """How a node's create operation, started earlier (by another process), ended."""
+
+    done: bool
+    stockout: bool = False  # failed for want of capacity: worth asking again later
+    error: str | None = None  # why it failed
+
+
+async def creation_outcome(api: TpuApi, operation_name: str) -> CreationOutcome | None:
+    """How the create operation OPERATION_NAME ended; None if the API has forgotten it."""
+    try:
+        op = await api.get_operation(operation_name)
+    except NotFoundError:
+        return None
+    if not op.done:
+        return CreationOutcome(done=False)
+    if op.error is not None:
+        code = op.error.get("code")
+        return CreationOutcome(done=True, stockout=code == STOCKOUT_CODE,
+                               error=f"code {code}: {op.error.get('message', '')}")
+    return CreationOutcome(done=True)

@@ -23,6 +23,8 @@ from typing import Any
 from google.cloud import tpu_v2
 
 from podctl.errors import InvalidValueError
+from podctl.cloud.api import TpuApi
+from podctl.cloud.types import SliceInfo
 
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"
 _TAG = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1035, as GCE network tags
@@ -121,7 +123,7 @@ def from_node(node: Any, reservation: str | None = None) -> Placement:
         tags=tuple(node.tags), internal_ips=not net.enable_external_ips)
 
 
-async def read(api: Any, parent: str, info: Any) -> Placement:
+async def read(api: TpuApi, parent: str, info: SliceInfo) -> Placement:
     """What INFO's slice was made with (a node, or a queued resource's first node)."""
     if info.kind == "queued-resource":
         qr = await api.get_queued_resource(f"{parent}/queuedResources/{info.name}")

@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 
 from podctl.jobs import agent
 from podctl.errors import BundleError
+from podctl.storage import Storage
 
 WARN_BYTES = 100 * 1000 * 1000  # a bundle above this (packed or unpacked) is worth a warning
 FIXED_MTIME = 946684800  # 2000-01-01: mtime 0 breaks tools that zip the tree (ZIP starts at 1980)
@@ -59,7 +60,7 @@ def bundle_object_name(digest: str) -> str:
     return f"podctl/bundles/{digest}.tar.gz"
 
 
-async def upload(storage: Any, bundle: Bundle) -> bool:
+async def upload(storage: Storage, bundle: Bundle) -> bool:
     """Put the bundle in GCS unless it is there already; True when it was uploaded."""
     return await storage.upload_file(bundle.path, bundle_object_name(bundle.hash), if_missing=True,
                                      content_type="application/gzip")

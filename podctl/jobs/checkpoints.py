@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from podctl.errors import InvalidValueError, JobError
+from podctl.storage import Storage
 
 COMMIT_FILE = "commit_success.txt"
 _STEP_DIR = re.compile(r"^(\d+)(\.orbax-checkpoint-tmp-.*)?$")
@@ -57,7 +58,7 @@ def split_gs_url(url: str) -> tuple[str, str]:
     return match.group(1), (match.group(2) or "").strip("/")
 
 
-async def list_checkpoints(storage: Any, directory: str) -> list[Checkpoint]:
+async def list_checkpoints(storage: Storage, directory: str) -> list[Checkpoint]:
     """The steps under DIRECTORY (a gs:// URL in STORAGE's bucket), oldest first."""
     bucket, prefix = split_gs_url(directory)
     base = f"{prefix}/" if prefix else ""
@@ -107,7 +108,7 @@ def _local_path(root: Path, relative: str) -> Path:
     return root.joinpath(*parts)
 
 
-async def pull(storage: Any, checkpoint: Checkpoint, dest: Path, *, parallel: int = PULL_PARALLEL,
+async def pull(storage: Storage, checkpoint: Checkpoint, dest: Path, *, parallel: int = PULL_PARALLEL,
                progress: Callable[[int, int], None] | None = None) -> PullResult:
     """Download one step to DEST/<step>/, PARALLEL objects at a time; PROGRESS(done, total)
     is called with bytes. Each file appears under its name only once complete."""

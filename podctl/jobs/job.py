@@ -25,6 +25,8 @@ from podctl.jobs import bundle, launch, runs
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
 from podctl.jobs.ssh import Fleet, HostPins, Target
+from podctl.jobs.run_files import save_record
+from podctl.storage import Storage
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Notice = Callable[[str], None]
@@ -123,7 +125,7 @@ def check_script(script: Path, workdir: Path | None = None) -> None:
         raise InvalidValueError(f"--workdir {str(workdir)!r} is not a directory.")
 
 
-def _script_in_workdir(script: Path, workdir: Path | None) -> tuple[Path, str]:
+def script_in_workdir(script: Path, workdir: Path | None) -> tuple[Path, str]:
     script = script.expanduser()
     check_script(script, workdir)
     root = (workdir or script.parent).expanduser().resolve()
@@ -138,7 +140,7 @@ def _script_in_workdir(script: Path, workdir: Path | None) -> tuple[Path, str]:
 class Job:
     """One run's moving parts: storage, the fleet of connections, the log reader."""
 
-    def __init__(self, storage: Any, request: RunRequest, *, project: str, zone: str,
+    def __init__(self, storage: Storage, request: RunRequest, *, project: str, zone: str,
                  private_key: Path, pins: HostPins, sink: LineSink, notice: Notice):
         self.storage = storage
         self.request = request
@@ -153,7 +155,6 @@ class Job:
 
     async def _write_record(self) -> None:
         assert self.record is not None
-        from podctl.jobs.run_files import save_record
 
         await save_record(self.storage, self.record)
 
@@ -162,7 +163,7 @@ class Job:
         if request.bundle_hash:
             script, bundle_hash = request.script.as_posix(), request.bundle_hash
         else:
-            root, script = _script_in_workdir(request.script, request.workdir)
+            root, script = script_in_workdir(request.script, request.workdir)
             with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
                 packed = bundle.pack(root, out_dir=Path(tmp))
                 for warning in packed.warnings:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from podctl.jobs import run_files
+from podctl.storage import Storage
 
 
 @dataclass
@@ -93,7 +94,7 @@ def summarize(records: list[dict[str, Any]]) -> RunMetrics:
     return metrics
 
 
-async def read_metrics(storage: Any, run_id: str) -> RunMetrics:
+async def read_metrics(storage: Storage, run_id: str) -> RunMetrics:
     """Host 0's log chunks of RUN_ID, read from GCS in order, summarized.
 
     Only host 0's prefix is listed (a 512-host run has 512 hosts' chunks); chunks are

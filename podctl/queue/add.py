@@ -7,10 +7,14 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from podctl.errors import InvalidValueError
 from podctl.queue.store import Entry, Store
+from podctl.jobs import bundle
+from podctl.jobs.job import script_in_workdir
+from podctl.topology import parse_slice
+from podctl.storage import Storage
 
 
 @dataclass
@@ -31,8 +35,6 @@ class AddRequest:
 
 
 def validate(request: AddRequest) -> None:
-    from podctl.topology import parse_slice
-
     parse_slice(request.slice_type)  # InvalidSliceError says what is wrong
     if request.valid_for is not None and request.tier == "on-demand":
         raise InvalidValueError("--valid-for applies to queued resources: add --queued or --spot.")
@@ -43,12 +45,9 @@ def validate(request: AddRequest) -> None:
         raise InvalidValueError(f"--max-attempts must be 1 or more (got {request.max_attempts}).")
 
 
-async def bundle_now(storage: Any, request: AddRequest, notice: Any) -> tuple[str, str]:
+async def bundle_now(storage: Storage, request: AddRequest, notice: Callable[[str], None]) -> tuple[str, str]:
     """(bundle hash, the script's path inside the bundle), uploaded to GCS."""
-    from podctl.jobs import bundle
-    from podctl.jobs.job import _script_in_workdir
-
-    root, script = _script_in_workdir(request.script, request.workdir)
+    root, script = script_in_workdir(request.script, request.workdir)
     with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
         packed = bundle.pack(root, out_dir=Path(tmp))
         for warning in packed.warnings:

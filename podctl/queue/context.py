@@ -15,13 +15,14 @@ from typing import Any, Callable
 
 from podctl.settings import Settings
 from podctl.steps.session import Session
+from podctl.cloud.api import TpuApi
 
 KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (see tick.py)
 
 
 @dataclass
 class TickContext:
-    api: Any  # podctl.cloud.api.TpuApi
+    api: TpuApi
     storage_for: Callable[[str], Any]  # bucket -> podctl.storage.Storage
     config_dir: Path
     ssh_keys: str  # the `ssh-keys` metadata every queued slice gets

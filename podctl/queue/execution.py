@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
 
 from podctl.cloud.types import SliceInfo
 from podctl.jobs import run_files, runs
@@ -20,13 +20,15 @@ from podctl.jobs.run_files import HOST_LOST_SECONDS, read_record
 from podctl.jobs.ssh import HostPins, pins_for
 from podctl.jobs.stop import HostAccess, signal_runs
 from podctl.queue.store import Entry
+from podctl.queue.context import TickContext
+from podctl.storage import Storage
 
 
-def _pins(ctx: Any, entry: Entry, info: SliceInfo) -> HostPins:
+def _pins(ctx: TickContext, entry: Entry, info: SliceInfo) -> HostPins:
     return pins_for(ctx.config_dir, info)
 
 
-async def start(ctx: Any, entry: Entry, info: SliceInfo) -> bool:
+async def start(ctx: TickContext, entry: Entry, info: SliceInfo) -> bool:
     """Start the run unless a tick before this one did; True if this call started it.
     On the hosts the start is once-only for a fixed run id, so a start repeated after
     a tick died in the middle of it runs nothing twice."""
@@ -67,7 +69,7 @@ class RunState:
     lost: str | None = None  # why the run's hosts count as gone (an infrastructure failure)
 
 
-async def read(storage: Any, entry: Entry, num_hosts: int) -> RunState:
+async def read(storage: Storage, entry: Entry, num_hosts: int) -> RunState:
     assert entry.run_id
     statuses = await run_files.read_statuses(storage, entry.run_id)
     failed = [s for s in statuses.values() if s.exit_code != 0 and not s.stopped]
@@ -85,7 +87,7 @@ async def read(storage: Any, entry: Entry, num_hosts: int) -> RunState:
     return RunState(done=False)
 
 
-async def stop(ctx: Any, entry: Entry, info: SliceInfo | None, why: str) -> None:
+async def stop(ctx: TickContext, entry: Entry, info: SliceInfo | None, why: str) -> None:
     """Ask every host to stop the run and record it as stopped; best effort and without
     waiting, since the slice is deleted right after (which stops everything on it)."""
     storage = ctx.storage(entry.bucket)
@@ -98,7 +100,7 @@ async def stop(ctx: Any, entry: Entry, info: SliceInfo | None, why: str) -> None
     await close_record(storage, entry, "stopped", None, why)
 
 
-async def close_record(storage: Any, entry: Entry, state: str, exit_code: int | None,
+async def close_record(storage: Storage, entry: Entry, state: str, exit_code: int | None,
                        why: str | None = None) -> None:
     """Write the run's end into its record (`podctl runs` reads it), unless an earlier
     tick did."""

@@ -33,6 +33,8 @@ from podctl.queue.provision import parent_of
 from podctl.queue.store import Entry, Store
 from podctl.failures import dead_state, infrastructure_reason
 from podctl.queue.world import World, lost_reason
+from podctl.cost import slice_hourly_cost
+from podctl.queue.context import TickContext
 
 BACKOFF_BASE = 60.0  # seconds after the first stockout; doubles, capped, with 10 % jitter
 BACKOFF_MAX = 3600.0
@@ -49,10 +51,8 @@ def needs_cleanup(e: Entry) -> bool:
 
 
 def hourly_cost(entry: Entry) -> float | None:
-    try:  # podctl.cost is optional here: without a price, max_cost cannot be enforced
-        from podctl.cost import slice_hourly_cost
-    except ImportError:
-        return None
+    """The entry's slice's price per hour; None without a price (max_cost is then not
+    enforced: `queue add` refuses a --max-cost it cannot price)."""
     try:
         return slice_hourly_cost(entry.accelerator_type, entry.zone, spot=entry.tier == "spot")
     except PodctlError:
@@ -60,7 +60,7 @@ def hourly_cost(entry: Entry) -> float | None:
 
 
 class Machine:
-    def __init__(self, ctx: Any, store: Store, world: World):
+    def __init__(self, ctx: TickContext, store: Store, world: World):
         self.ctx, self.store, self.world, self.log = ctx, store, world, ctx.log
         self.changed = 0  # entries that changed state in this pass
 

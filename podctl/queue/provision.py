@@ -3,17 +3,13 @@ vanished node's creation ended, delete a slice. None of them waits for anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from podctl.cloud import create, terminate
+from podctl.cloud.api import TpuApi
+from podctl.cloud.create import CreationOutcome
 from podctl.cloud.types import SliceInfo, SliceSpec
 from podctl.errors import NotFoundError
 from podctl.queue import names
 from podctl.queue.store import Entry
-
-STOCKOUT_CODE = 8  # google.rpc.Code.RESOURCE_EXHAUSTED: "no more capacity in the zone"
-
 
 def parent_of(entry: Entry) -> str:
     return f"projects/{entry.project}/locations/{entry.zone}"
@@ -29,7 +25,7 @@ def spec_of(entry: Entry) -> SliceSpec:
                            valid_for_seconds=entry.valid_for)
 
 
-async def ask(api: Any, entry: Entry, token: str, ssh_keys: str) -> str | None:
+async def ask(api: TpuApi, entry: Entry, token: str, ssh_keys: str) -> str | None:
     """Create the entry's slice (named in the entry already); the node's create
     operation name, or None for a queued resource. Raises AlreadyExistsError when a
     slice of that name exists (the caller adopts it), StockoutError, QuotaExceededError."""
@@ -40,29 +36,12 @@ async def ask(api: Any, entry: Entry, token: str, ssh_keys: str) -> str | None:
     return creation.operation.name if creation.kind == "node" else None
 
 
-@dataclass(frozen=True)
-class Creation:
-    done: bool
-    stockout: bool = False
-    error: str | None = None
-
-
-async def creation_outcome(api: Any, operation: str) -> Creation | None:
+async def creation_outcome(api: TpuApi, operation: str) -> CreationOutcome | None:
     """How the node creation OPERATION ended; None if the API has forgotten it."""
-    try:
-        op = await api.get_operation(operation)
-    except NotFoundError:
-        return None
-    if not op.done:
-        return Creation(done=False)
-    if op.error is not None:
-        code = op.error.get("code")
-        return Creation(done=True, stockout=code == STOCKOUT_CODE,
-                        error=f"code {code}: {op.error.get('message', '')}")
-    return Creation(done=True)
+    return await create.creation_outcome(api, operation)
 
 
-async def delete(api: Any, entry: Entry, info: SliceInfo) -> None:
+async def delete(api: TpuApi, entry: Entry, info: SliceInfo) -> None:
     """Start deleting INFO (a queued resource with force); a DELETING one is left be."""
     try:
         await terminate.delete(api, parent_of(entry), info)

@@ -17,7 +17,7 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from podctl.errors import CloudError, JobError, StorageError
 from podctl.queue.lock import QueueLock
@@ -25,6 +25,9 @@ from podctl.queue.machine import Machine, needs_cleanup
 from podctl.queue.provision import parent_of
 from podctl.queue.store import TERMINAL, Entry, Store, db_path
 from podctl.queue.world import observe
+from podctl._sync import run_sync
+from podctl.signals import STOP_SIGNALS
+from podctl.queue.context import TickContext
 
 CANCEL_LOCK_WAIT = 60.0  # seconds `queue cancel` waits for a running tick
 # What a pass may meet that passes by itself (GCS or the TPU API down, a host not
@@ -48,7 +51,7 @@ def _needs_world(e: Entry) -> bool:
     return not e.terminal and e.state != "pending"
 
 
-async def run_pass(ctx: Any, store: Store) -> PassResult:
+async def run_pass(ctx: TickContext, store: Store) -> PassResult:
     """One pass with the lock already held."""
     calls_before = ctx.api.total_calls
     active = [e for e in store.entries() if not e.terminal or needs_cleanup(e)]
@@ -65,8 +68,6 @@ async def run_pass(ctx: Any, store: Store) -> PassResult:
 def _signals_deferred() -> Iterator[threading.Event]:
     """SIGINT, SIGTERM, SIGHUP: finish the pass in flight (each step is short), then
     stop, so a signal never leaves a half-written intent or an unrecorded slice."""
-    from podctl.signals import STOP_SIGNALS
-
     stop = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -79,15 +80,13 @@ def _signals_deferred() -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
-def tick(ctx: Any, state_dir: Path) -> PassResult:
+def tick(ctx: TickContext, state_dir: Path) -> PassResult:
     """One pass, if no other tick is running; a stop signal lets the pass finish."""
     with _signals_deferred():
         return _tick(ctx, state_dir)
 
 
-def _tick(ctx: Any, state_dir: Path) -> PassResult:
-    from podctl._sync import run_sync
-
+def _tick(ctx: TickContext, state_dir: Path) -> PassResult:
     lock = QueueLock(state_dir)
     if not lock.acquire():
         ctx.log.info("another tick is running", lock=str(lock.path))
@@ -103,7 +102,7 @@ def _tick(ctx: Any, state_dir: Path) -> PassResult:
         lock.release()
 
 
-def loop(ctx: Any, state_dir: Path, interval: float) -> None:
+def loop(ctx: TickContext, state_dir: Path, interval: float) -> None:
     """Passes every INTERVAL seconds until SIGINT, SIGTERM or SIGHUP; a pass in flight
     ends first (each step is short), so a signal never leaves a half-written intent."""
     with _signals_deferred() as stop:
@@ -116,7 +115,7 @@ def loop(ctx: Any, state_dir: Path, interval: float) -> None:
         ctx.log.info("loop_stopped")
 
 
-async def _cancel(ctx: Any, store: Store, e: Entry) -> Entry:
+async def _cancel(ctx: TickContext, store: Store, e: Entry) -> Entry:
     world = await observe(ctx.api, [parent_of(e)])
     machine = Machine(ctx, store, world)
     info = world.get(parent_of(e), e.slice_name)
@@ -128,11 +127,9 @@ async def _cancel(ctx: Any, store: Store, e: Entry) -> Entry:
     return e
 
 
-def cancel(ctx: Any, state_dir: Path, entry_id: int) -> Entry:
+def cancel(ctx: TickContext, state_dir: Path, entry_id: int) -> Entry:
     """Cancel an entry: stop its run if it has one, delete its slice. Waits for a tick
     that holds the lock (ticks are short) so that the two never race."""
-    from podctl._sync import run_sync
-
     with QueueLock(state_dir).hold(CANCEL_LOCK_WAIT, "`podctl queue cancel`"):
         with Store(db_path(state_dir)) as store:
             e = store.get(entry_id)

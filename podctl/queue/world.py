@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from podctl.cloud.describe import list_slices
 from podctl.cloud.types import SliceInfo
 from podctl.failures import slice_lost_reason
+from podctl.cloud.api import TpuApi
 
 PAGE_SIZE = 1000  # the API's largest page
 @dataclass
@@ -25,7 +26,7 @@ class World:
         return parent in self.slices
 
 
-async def observe(api: Any, parents: Iterable[str]) -> World:
+async def observe(api: TpuApi, parents: Iterable[str]) -> World:
     parents = sorted(set(parents))
     listed = await asyncio.gather(*(list_slices(api, p, PAGE_SIZE) for p in parents))
     return World({p: {s.name: s for s in slices} for p, slices in zip(parents, listed)})

@@ -35,7 +35,9 @@ class Session:
 
     @classmethod
     def open(cls, settings: Settings) -> "Session":
-        return cls(settings)
+        """Connect now (the fake backend starts its daemon here), so a bad setting or a
+        cloud that does not answer is said before anything else is done."""
+        return cls(settings, connect(settings))
 
     @property
     def api(self) -> TpuApi:
