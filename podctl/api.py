@@ -400,6 +400,14 @@ class Run:
         finally:
             flush()
 
+    def goodput(self, *, price: float | None = None) -> Any:
+        """Where the run's chip-hours went (podctl.steps.goodput.Goodput: buckets that add
+        up to its billed time, each in seconds, chip-hours and dollars; `.to_json()`), as
+        `podctl goodput RUN_ID` shows it."""
+        from podctl.steps.goodput import run_goodput
+
+        return self.cloud._run(run_goodput(self.cloud.session, self.run_id, price=price))
+
     def cost(self, *, price: float | None = None) -> Any:
         """What the run cost so far (podctl.steps.run_cost.RunBill: billed hours, dollars,
         goodput, tokens, MFU), as `podctl cost RUN_ID` shows it; PRICE: USD per chip-hour."""

@@ -456,8 +456,8 @@ def emit(kind: str, **fields: object) -> None:
     """Process 0 only; one JSON object per line, flushed at once (podctl parses these)."""
     import jax
 
-    if jax.process_index() == 0:
-        METRICS.write(json.dumps({"kind": kind, **fields}) + "\n")
+    if jax.process_index() == 0:  # "t": when (Unix seconds), for podctl's goodput account
+        METRICS.write(json.dumps({"kind": kind, **fields, "t": round(time.time(), 3)}) + "\n")
         METRICS.flush()
 
 
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     state = jax.jit(b.init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
 
     # -- checkpoints: restore the latest, sharded as above --
-    manager, start_step, last_saved = None, 0, None
+    manager, start_step, last_saved, restore_s = None, 0, None, 0.0
     if a.checkpoint_dir:
         import orbax.checkpoint as ocp
 
@@ -609,10 +609,12 @@ def main(argv: list[str] | None = None) -> int:
             enable_async_checkpointing=True))
         latest = manager.latest_step()
         if latest is not None:
+            t_restore = time.time()
             target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                                   abstract, state_sharding)
             state = manager.restore(latest, args=ocp.args.StandardRestore(target))
             start_step = last_saved = int(latest)
+            restore_s = time.time() - t_restore
 
     def save(step: int, force: bool) -> None:
         nonlocal last_saved
@@ -621,15 +623,18 @@ def main(argv: list[str] | None = None) -> int:
         due = force or step % a.checkpoint_every == 0
         if manager is None or step in (0, last_saved) or not due:
             return
+        began = time.time()
         if manager.save(step, args=ocp.args.StandardSave(state), force=force):
             last_saved = step
-            emit("checkpoint", step=step)
+            # save_s: what the step loop waited for (the write goes on in the background)
+            emit("checkpoint", step=step, save_s=round(time.time() - began, 4))
 
     peak, note = peak_flops(jax.devices() if not a.no_shard else jax.local_devices()[:1],
                             a.peak_flops)
     config = {"params": n_params, "devices": mesh.devices.size, "processes": jax.process_count(),
               "platform": jax.devices()[0].platform, "mesh": dict(mesh.shape), "batch": a.batch,
-              "seq_len": a.seq_len, "peak_flops_per_s": peak, "start_step": start_step}
+              "seq_len": a.seq_len, "peak_flops_per_s": peak, "start_step": start_step,
+              "restore_s": round(restore_s, 4)}
     if note:
         config["mfu_note"] = note
     emit("config", **config)

@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from podctl.fake.admin_client import FakeAdmin
 from tests.conftest import Podctl, assert_one_line_error
 
@@ -83,7 +85,37 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     assert starts == [0, second["start_step"]]
     ckpts = podctl.json("ckpt", "ls", result["run_id"])["checkpoints"]
     assert ckpts[-1]["step"] == 24 and ckpts[-1]["complete"]
+    _check_goodput(podctl, result["run_id"], first, second)
     podctl("down", "rec", "--yes")
+
+
+def _steps(podctl, run_id: str) -> list[dict]:
+    lines = podctl("logs", run_id, "--host", "0").stdout.splitlines()
+    return [json.loads(line.split("] ", 1)[1]) for line in lines if '"kind": "step"' in line]
+
+
+def _check_goodput(podctl, run_id: str, first: dict, second: dict) -> None:
+    """The buckets add up to the run's billed time (within a second each); wasted
+    progress is the steps redone times the step time; recovery is the time from the
+    preemption (the first attempt's end) to the first step after it."""
+    import statistics
+
+    report = podctl.json("goodput", run_id)
+    buckets = report["buckets"]
+    assert report["attempts"] == 2 and 0 < report["goodput"] < 1
+    total = sum(b["seconds"] for b in buckets.values())
+    assert abs(total - report["total_seconds"]) <= len(buckets) * 1.0
+    assert abs(total - podctl.json("cost", run_id)["billed_seconds"]) <= len(buckets) * 1.0
+    step_time = statistics.median(s["step_time_s"] for s in _steps(podctl, first["run_id"])
+                                  if not s.get("compile"))
+    assert buckets["wasted"]["seconds"] == pytest.approx(first["steps_lost"] * step_time, abs=1e-3)
+    resumed = _steps(podctl, second["run_id"])[0]["t"]
+    assert buckets["recovery"]["seconds"] == pytest.approx(resumed - first["ended"], abs=1.0)
+    assert buckets["productive"]["seconds"] > 0 and buckets["setup"]["seconds"] > 0
+    chips = report["chips"]
+    assert buckets["productive"]["chip_hours"] == pytest.approx(
+        buckets["productive"]["seconds"] / 3600 * chips, rel=1e-3)
+    assert "goodput" in podctl("runs").stdout
 
 
 def test_a_code_error_is_not_recovered(podctl):

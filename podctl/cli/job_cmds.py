@@ -249,6 +249,8 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
             recoveries = r.extra.get("recoveries") or 0
             recovered = (f"  {recoveries} recover{'y' if recoveries == 1 else 'ies'}, "
                          f"{r.extra.get('steps_lost', 0)} steps lost" if recoveries else "")
+            share = r.extra.get("goodput")
+            recovered += f"  goodput {share:.0%}" if isinstance(share, (int, float)) else ""
             click.echo(f"{r.run_id:48s} {r.state:10s} exit {code:>3s}  {r.slice_name} "
                        f"({r.num_hosts} hosts)  {when} UTC  {r.script or ''}{recovered}")
 

@@ -215,6 +215,9 @@ class LogShipper:
         self.pending: list[str] = []
         self.lines = 0
         self.chunk = 0
+        # When each phase began (starting, environment, setup, running, done): where the
+        # host's time went, for `podctl goodput`; in every heartbeat and in the status.
+        self.phases: dict[str, float] = {}
         self.phase = "starting"
         self.lock = threading.Lock()
         self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
@@ -222,6 +225,15 @@ class LogShipper:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="podctl-log-shipper", daemon=True)
         self._last_heartbeat = 0.0
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self.phases.setdefault(name, time.time())
 
     def start(self) -> None:
         self._thread.start()
@@ -269,7 +281,8 @@ class LogShipper:
         now = time.time()
         if force or now - self._last_heartbeat >= self.heartbeat_seconds:
             self._last_heartbeat = now
-            beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid()}
+            beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid(),
+                    "phases": self.phases}
             self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json")
 
     def _loop(self) -> None:
@@ -525,7 +538,7 @@ class Agent:
             return
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
                   "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error,
-                  "preempted": self.preempted()}
+                  "preempted": self.preempted(), "phases": self.logs.phases}
         self.logs.close()
         self.logs._upload(f"{self.logs.prefix}/status/{self.logs.tag}.json", json.dumps(status),
                           "application/json")

@@ -182,3 +182,18 @@ async def read_host_lines(storage: Storage, run_id: str, host: int) -> list[str]
         lines.extend(split_lines(await storage.download_bytes(name)))
         expected += 1
     return lines
+
+
+async def read_host_phases(storage: Storage, run_id: str, host: int) -> dict[str, float]:
+    """When each of HOST's agent phases began (starting, environment, setup, running,
+    done): from its status once it ended, else from its last heartbeat; {} if neither."""
+    for name in (f"{runs.status_prefix(run_id)}{runs.host_tag(host)}.json",
+                 f"{runs.heartbeat_prefix(run_id)}{runs.host_tag(host)}.json"):
+        try:
+            data = json.loads(await storage.download_bytes(name))
+        except StorageNotFound:
+            continue
+        phases = data.get("phases")
+        if isinstance(phases, dict):
+            return {str(k): float(v) for k, v in phases.items() if isinstance(v, (int, float))}
+    return {}

@@ -13,6 +13,8 @@ from typing import Awaitable, Callable
 from podctl.budget import watch_budget
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.job import Job, RunResult
+from podctl.jobs.run_files import load_record, save_record
+from podctl.steps.goodput import run_goodput
 from podctl.steps.recovery import RecoveredRun, RecoveryPolicy, run_recovering
 from podctl.steps.runs import LineSink, Notice, RunOptions, follow_run, start_run
 from podctl.steps.session import Session
@@ -61,6 +63,7 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
             session, name, options, RecoveryPolicy(recoveries=how.recover,
                                                    retry_code_errors=how.retry_errors),
             sink=sink, notice=notice, wrap=budgeted)
+        await note_goodput(session, recovered.run_id)
         return Supervised(recovered.run_id, recovered.result, recovered)
     info = await ready_slice(session, name)
     job = await start_run(session, info, options, sink=sink, notice=notice)
@@ -74,4 +77,17 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
         finally:
             await job.close()
         raise
+    await note_goodput(session, job.run_id)
     return Supervised(job.run_id, result)
+
+
+async def note_goodput(session: Session, run_id: str) -> None:
+    """Write the run's goodput into its record, for `podctl runs`. An account of the
+    run, never a reason to fail it: best effort."""
+    try:
+        report = await run_goodput(session, run_id)
+        record = await load_record(session.storage, run_id)
+        record.extra = {**record.extra, "goodput": report.goodput}
+        await save_record(session.storage, record)
+    except Exception:  # noqa: BLE001 - a missing price, GCS gone for a moment, an old record
+        pass

@@ -1,0 +1,161 @@
+"""Where a run's chip-hours went: its slice's time from the run's start to its end,
+split into buckets that add up to it, each in seconds, chip-hours and dollars.
+
+    setup               podctl start to the script's start on host 0: bundle, the
+                        hosts' Python environment, --setup
+    startup             the script's start to its first step's end: imports, JAX's
+                        distributed start, building the model, compiling the step
+    checkpoint_restore  restoring a checkpoint before the first step (a --resume)
+    productive          training steps (the first, compiling step excluded), less
+    wasted              the steps done again after a recovery (steps lost x step time)
+    checkpoint_save     what the step loop waited for while a checkpoint was written
+    recovery            from an attempt's end (a preemption, a host lost) to the first
+                        step after it: remaking the slice, relaunching, restoring, compiling
+    idle                the rest: outside reported steps (evaluation, the last save,
+                        exit) and podctl's own gaps
+
+Nothing needs instrumenting by hand: podctl knows when it started each attempt and why
+each ended (the run's record), each host's agent says when its phases began (its
+heartbeats and status), and the template prints one JSON line per step. Another script
+gets the same buckets by printing the same lines on process 0's stdout (README:
+"Goodput"); without them its running time counts as idle.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from podctl.jobs.metrics import parse_records
+from podctl.jobs.run_files import load_record, read_host_lines, read_host_phases
+from podctl.steps.run_cost import RunBill, run_cost
+from podctl.steps.session import Session
+
+BUCKETS = ("setup", "startup", "checkpoint_restore", "productive", "checkpoint_save", "wasted",
+           "recovery", "idle")
+
+
+@dataclass(frozen=True)
+class Bucket:
+    name: str
+    seconds: float
+    chip_hours: float
+    usd: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": round(self.seconds, 3), "chip_hours": round(self.chip_hours, 6),
+                "usd": None if self.usd is None else round(self.usd, 6)}
+
+
+@dataclass(frozen=True)
+class Goodput:
+    run_id: str
+    total_seconds: float  # the run's billed slice time: the buckets add up to it
+    chips: int
+    usd_per_chip_hour: float | None
+    buckets: tuple[Bucket, ...]
+    attempts: int
+
+    @property
+    def goodput(self) -> float | None:
+        """Productive time over the whole: the fraction of the chip-hours that trained."""
+        if self.total_seconds <= 0:
+            return None
+        return self.bucket("productive").seconds / self.total_seconds
+
+    def bucket(self, name: str) -> Bucket:
+        return next(b for b in self.buckets if b.name == name)
+
+    def to_json(self) -> dict[str, Any]:
+        """`podctl goodput RUN_ID --json` (README: "Goodput")."""
+        return {"run_id": self.run_id, "total_seconds": round(self.total_seconds, 3),
+                "chips": self.chips, "usd_per_chip_hour": self.usd_per_chip_hour,
+                "goodput": None if self.goodput is None else round(self.goodput, 6),
+                "attempts": self.attempts,
+                "buckets": {b.name: b.to_json() for b in self.buckets}}
+
+
+@dataclass
+class _Attempt:
+    run_id: str
+    started: float
+    ended: float
+    steps_lost: int
+    records: list[dict[str, Any]]
+    phases: dict[str, float]
+
+    def steps(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == "step"]
+
+    def first_step_end(self) -> float | None:
+        timed = [r["t"] for r in self.steps() if isinstance(r.get("t"), (int, float))]
+        return min(timed) if timed else None
+
+    def step_seconds(self) -> list[float]:
+        return [float(r["step_time_s"]) for r in self.steps()
+                if not r.get("compile") and isinstance(r.get("step_time_s"), (int, float))]
+
+    def sum_of(self, kind: str, field: str) -> float:
+        return sum(float(r[field]) for r in self.records
+                   if r["kind"] == kind and isinstance(r.get(field), (int, float)))
+
+
+async def _attempts(session: Session, run_id: str, ended: float) -> list[_Attempt]:
+    record = await load_record(session.storage, run_id)
+    listed = record.extra.get("attempts") or [
+        {"run_id": run_id, "started": record.created, "ended": ended, "steps_lost": 0}]
+    attempts = []
+    for number, a in enumerate(listed):
+        lines = await read_host_lines(session.storage, a["run_id"], 0)
+        started = float(a.get("started") or record.created)
+        attempts.append(_Attempt(
+            # the run's time begins with its record, before the bundle is uploaded
+            run_id=a["run_id"], started=min(started, record.created) if number == 0 else started,
+            ended=float(a.get("ended") or ended), steps_lost=int(a.get("steps_lost") or 0),
+            records=parse_records(lines),
+            phases=await read_host_phases(session.storage, a["run_id"], 0)))
+    return attempts
+
+
+def split(total: float, attempts: list[_Attempt]) -> dict[str, float]:
+    """The buckets' seconds (see the module's docstring); they add up to TOTAL."""
+    seconds = dict.fromkeys(BUCKETS, 0.0)
+    previous_end: float | None = None
+    for attempt in attempts:
+        first_step = attempt.first_step_end()
+        script_start = attempt.phases.get("running")
+        if previous_end is None:  # the first attempt: set-up and start-up are its own
+            if script_start is not None:
+                seconds["setup"] += max(0.0, script_start - attempt.started)
+                if first_step is not None:
+                    restore = attempt.sum_of("config", "restore_s")
+                    seconds["checkpoint_restore"] += restore
+                    seconds["startup"] += max(0.0, first_step - script_start - restore)
+        else:  # after a preemption: all of it until training goes on again is recovery
+            seconds["recovery"] += max(0.0, (first_step or attempt.ended) - previous_end)
+        steps = attempt.step_seconds()
+        done = sum(steps)
+        wasted = min(done, attempt.steps_lost * statistics.median(steps)) if steps else 0.0
+        seconds["productive"] += done - wasted
+        seconds["wasted"] += wasted
+        seconds["checkpoint_save"] += attempt.sum_of("checkpoint", "save_s")
+        previous_end = attempt.ended
+    seconds["idle"] = max(0.0, total - sum(seconds.values()))
+    return seconds
+
+
+async def run_goodput(session: Session, run_id: str, *, price: float | None = None,
+                      bill: RunBill | None = None) -> Goodput:
+    """RUN_ID's chip-hours by bucket; PRICE (USD per chip-hour) overrides the table."""
+    bill = bill or await run_cost(session, run_id, price=price)
+    ended = bill.ended or time.time()
+    attempts = await _attempts(session, run_id, ended)
+    total = bill.billed_seconds
+    usd_per_chip_hour = bill.usd_per_hour / bill.chips if bill.usd_per_hour and bill.chips else None
+    buckets = tuple(
+        Bucket(name, s, s / 3600 * bill.chips,
+               None if usd_per_chip_hour is None else s / 3600 * bill.chips * usd_per_chip_hour)
+        for name, s in split(total, attempts).items())
+    return Goodput(run_id, total, bill.chips, usd_per_chip_hour, buckets, len(attempts))
