@@ -7,6 +7,8 @@ three never disagree about whether a slice is lost or an exit was the machine's.
 
 from __future__ import annotations
 
+import re
+
 from podctl.cloud.types import SliceInfo
 
 # Slice (node or queued resource) states in which its hosts are gone or going: a run
@@ -21,6 +23,13 @@ EXIT_HOST_LOST = 255  # a host that stopped beating, or ssh's own failure
 # Exit codes that mean the machine, not the script: SIGTERM podctl did not send (a
 # preemption or maintenance notice), SIGKILL (the VM going away), a host lost.
 INFRA_EXIT_CODES = frozenset({143, 137, EXIT_HOST_LOST})
+# A process killed by one of these crashed in native code: on a TPU VM most often the
+# runtime meeting bad hardware (a chip, its HBM, the host); 128 + the signal's number.
+CRASH_SIGNALS = {132: "SIGILL", 134: "SIGABRT", 135: "SIGBUS", 139: "SIGSEGV"}
+# A JAX / TPU runtime error that names the hardware (a failed host's last lines).
+CHIP_ERROR = re.compile(r"(TPU|chip|HBM|ICI|accelerator|device)\b[^\n]{0,80}?"
+                        r"(halted|unhealthy|hardware|uncorrectable|failed to initialize|"
+                        r"timed out|not responding|DATA_LOSS|INTERNAL)", re.IGNORECASE)
 
 
 def dead_state(info: SliceInfo) -> str | None:
@@ -60,4 +69,32 @@ def infrastructure_reason(exit_code: int | None, state: str | None = None,
         return "host lost" + (f" ({error})" if error else "")
     if exit_code in INFRA_EXIT_CODES:
         return f"exit code {exit_code} (killed from outside the script)"
+    if exit_code in CRASH_SIGNALS:
+        return f"crashed ({CRASH_SIGNALS[exit_code]})"
+    if error and CHIP_ERROR.search(error):
+        return f"a runtime error naming the hardware ({CHIP_ERROR.search(error).group(0)[:80]})"
     return None
+
+
+def hardware_cause(exit_code: int | None, error: str | None = None) -> str | None:
+    """The failure looks like the host's hardware, not the script or a preemption: a
+    crash signal, a host lost, a runtime error naming the chip -> which, or None. Twice
+    on the same worker, it is a bad host: recovery makes the slice again rather than
+    relaunching on the same hardware."""
+    if exit_code == EXIT_HOST_LOST:
+        return "host lost"
+    if exit_code in CRASH_SIGNALS:
+        return f"crashed ({CRASH_SIGNALS[exit_code]})"
+    if error and CHIP_ERROR.search(error):
+        return "a runtime error naming the hardware"
+    return None
+
+
+def bad_host(failures: list[tuple[int | None, str | None]]) -> int | None:
+    """FAILURES: each attempt's (failed worker, hardware cause or None), oldest first.
+    The worker whose failures with a hardware cause are two or more, if the last
+    attempt's failure is one of them; else None."""
+    if not failures or failures[-1][0] is None or failures[-1][1] is None:
+        return None
+    worker = failures[-1][0]
+    return worker if sum(1 for w, cause in failures if w == worker and cause) >= 2 else None

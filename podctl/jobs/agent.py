@@ -202,6 +202,9 @@ def _text(line: bytes) -> str:
     return line[:-1].decode("utf-8", "replace") if line.endswith(b"\r") else line.decode("utf-8", "replace")
 
 
+TAIL_IN_STATUS = 20  # lines
+
+
 class LogShipper:
     """Lines in, GCS chunks out: a local file for every line, an upload every few seconds."""
 
@@ -538,7 +541,9 @@ class Agent:
             return
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
                   "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error,
-                  "preempted": self.preempted(), "phases": self.logs.phases}
+                  "preempted": self.preempted(), "phases": self.logs.phases,
+                  # a failure's last lines: podctl reads a runtime error naming the chip here
+                  "tail": self.logs.tail[-TAIL_IN_STATUS:] if code else []}
         self.logs.close()
         self.logs._upload(f"{self.logs.prefix}/status/{self.logs.tag}.json", json.dumps(status),
                           "application/json")

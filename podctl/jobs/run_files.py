@@ -130,7 +130,8 @@ async def read_statuses(storage: Storage, run_id: str,
             data = json.loads(await storage.download_bytes(obj.name))
             statuses[host] = HostStatus(host=host, exit_code=int(data["exit_code"]),
                                         ended=float(data["ended"]), stopped=bool(data.get("stopped")),
-                                        error=data.get("error"))
+                                        error=data.get("error"),
+                                        tail=tuple(str(t) for t in data.get("tail") or ()))
     return statuses
 
 

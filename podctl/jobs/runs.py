@@ -125,6 +125,11 @@ class HostStatus:
     ended: float
     stopped: bool = False
     error: str | None = None
+    tail: tuple[str, ...] = ()  # a failed script's last lines
+
+    def explanation(self) -> str:
+        """What the host said of its failure: its error and last lines, for classifying."""
+        return "\n".join([self.error or "", *self.tail])
 
 
 def job_exit_code(statuses: dict[int, HostStatus]) -> tuple[int, HostStatus | None]:

@@ -31,7 +31,9 @@ from podctl.errors import (
     NotFoundError, PodctlError, QuotaExceededError, SliceDeletedError, SliceLostError, StockoutError,
     TransientError, WaitTimeoutError,
 )
-from podctl.failures import DELETED_STATES, EXIT_HOST_LOST, dead_state, infrastructure_reason, is_dead
+from podctl.failures import (
+    DELETED_STATES, EXIT_HOST_LOST, bad_host, dead_state, hardware_cause, infrastructure_reason, is_dead,
+)
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.metrics import RunMetrics, read_metrics
 from podctl.jobs.run_files import RunRecord, load_record, save_record
@@ -61,6 +63,8 @@ class Attempt:
     start_step: int | None = None  # the step it resumed from (0: fresh)
     last_step: int | None = None  # the last step it logged
     steps_lost: int | None = None  # steps done again by the next attempt
+    failed_worker: int | None = None  # the host whose failure ended it
+    hardware: str | None = None  # why that failure looks like the host's hardware
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,6 +258,13 @@ async def _save_attempts(session: Session, run_id: str, attempts: list[Attempt],
     await save_record(session.storage, record)
 
 
+async def _note_bad_host(session: Session, run_id: str, worker: int) -> None:
+    """The run's record names the bad host, for `podctl runs --json` and a person later."""
+    record = await load_record(session.storage, run_id)
+    record.extra = {**record.extra, "bad_hosts": sorted({*record.extra.get("bad_hosts", []), worker})}
+    await save_record(session.storage, record)
+
+
 async def _metrics(session: Session, run_id: str) -> RunMetrics | None:
     try:
         return await read_metrics(session.storage, run_id)
@@ -287,6 +298,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
     attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
     relaunch: RunOptions | None = None
     spent = 0  # recoveries used: relaunches, and re-creates lost on the way
+    hardware_since = 0  # the first attempt on the slice's present hardware
 
     def spend() -> bool:
         nonlocal spent
@@ -318,7 +330,12 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         account_steps_lost(attempts)
         deleted = code != 0 and deleted_by_owner(session, info, state)
         failed = result.failed if result else None
-        reason = None if code == 0 else infrastructure_reason(code, state, failed.error if failed else None)
+        said = failed.explanation() if failed else None
+        reason = None if code == 0 else infrastructure_reason(code, state, said)
+        if failed is not None and state is None:  # a dead slice explains it: not the host
+            attempt.failed_worker, attempt.hardware = failed.host, hardware_cause(code, said)
+        # Failures count against a worker only on the hardware they happened on.
+        suspect = bad_host([(a.failed_worker, a.hardware) for a in attempts[hardware_since:]])
         if deleted:
             reason = "slice deleted"
         if reason is None and code != 0 and policy.retry_code_errors:
@@ -329,7 +346,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             last_record.state, last_record.exit_code, last_record.ended = "lost", code, time.time()
             if deleted:
                 last_record.extra = {**last_record.extra, "reason": "slice deleted"}
-                await save_record(session.storage, last_record)
+            await save_record(session.storage, last_record)
         if reason is None or deleted or not spend():
             await _save_attempts(session, run_id, attempts, last_record)
             if deleted:
@@ -342,13 +359,22 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
-        if state is None and code != EXIT_HOST_LOST and await slice_state(session, info.name) in (
+        if suspect is not None:
+            causes = "; ".join(a.hardware or "" for a in attempts[hardware_since:]
+                               if a.failed_worker == suspect)
+            notice(f"worker {suspect} failed twice ({causes}): a bad host; making {info.name} "
+                   "again on other hardware rather than relaunching on it")
+            await _note_bad_host(session, run_id, suspect)
+            info = await _recreate(session, info, policy, notice, run_id, spend)
+            hardware_since = len(attempts)
+        elif state is None and code != EXIT_HOST_LOST and await slice_state(session, info.name) in (
                 "READY", "ACTIVE"):
             # The processes were killed but every host is up: relaunch where it ran.
             notice(f"slice {info.name} is healthy; relaunching on it")
             info = await slices.ready_slice(session, info.name)
         else:
             info = await _recreate(session, info, policy, notice, run_id, spend)
+            hardware_since = len(attempts)
         if relaunch is None:
             first = await load_record(session.storage, run_id)
             relaunch = replace(options, script=type(options.script)(first.script or ""),
