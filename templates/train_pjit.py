@@ -149,10 +149,14 @@ class StopFlag:
         # After jax.distributed.initialize: its preemption notifier installs a SIGTERM
         # handler of its own, which this one replaces.
         signal.signal(signal.SIGTERM, self._on_term)
-        # A hung job: `kill -USR1 PID` on a host prints every thread's stack to stderr.
+        # A hung job: SIGUSR1 (podctl's stall watch, or `kill -USR1 PID` on a host) writes
+        # every thread's stack to $PODCTL_STACKS_FILE, which the agent uploads (stderr
+        # without it).
         import faulthandler
 
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        where = os.environ.get("PODCTL_STACKS_FILE")
+        self._stacks = open(where, "a") if where else sys.stderr  # kept open: faulthandler writes its fd
+        faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True)
 
     def _on_term(self, signum: int, frame: object) -> None:
         self.local = True
@@ -452,6 +456,17 @@ def keep_stdout_for_metrics() -> None:
         METRICS = sys.stdout
 
 
+def note_progress(step: int) -> None:
+    """Every process: the step it has finished, where podctl's agent reads it for the
+    stall watch (a host behind its peers is named). Written whole, then renamed."""
+    where = os.environ.get("PODCTL_PROGRESS_FILE")
+    if where:
+        tmp = f"{where}.tmp"
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"step": step, "t": round(time.time(), 3)}))
+        os.replace(tmp, where)
+
+
 def emit(kind: str, **fields: object) -> None:
     """Process 0 only; one JSON object per line, flushed at once (podctl parses these)."""
     import jax
@@ -664,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
             line["compile"] = True
             first = False
         emit("step", **line)
+        note_progress(step)
         save(step, force=False)
         t_prev = time.time() if manager is not None else t_prev  # a save's wait is not a step's
     save(step, force=True)

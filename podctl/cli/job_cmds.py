@@ -78,6 +78,12 @@ def _notice(text: str) -> None:
 @click.option("--max-hours", default=None, metavar="H",
               help="Budget: after H hours (or the slice's own budget, if sooner) stop the run "
               "with a checkpoint and delete the slice; enforced while this command follows.")
+@click.option("--on-stall", type=click.Choice(["wait", "stop", "recover"]), default="wait",
+              show_default=True, help="When no step comes for --stall-after: report it (stacks "
+              "of every host to GCS, the hosts behind named) and wait, stop the run, or "
+              "relaunch it from its checkpoint (with --recover).")
+@click.option("--stall-after", default=None, metavar="DURATION",
+              help="No step for this long is a stall (default: 10x the median step, at least 5m).")
 @click.option("--preflight", "preflight", is_flag=True,
               help="Compile the step for the slice first (podctl preflight); refuse to start "
               "one that does not fit in HBM.")
@@ -89,7 +95,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
         requirements: Path | None, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
-        max_hours: str | None, preflight: bool, project: str | None,
+        max_hours: str | None, on_stall: str, stall_after: str | None, preflight: bool,
+        project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
 
@@ -102,6 +109,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         from podctl.budget import run_hours
         from podctl.cli.render import emit_json
         from podctl.jobs.job import parse_env
+        from podctl.durations import parse_duration
+        from podctl.steps.stall import StallPolicy
         from podctl.steps.supervise import Supervision, run_supervised
 
         hours = run_hours(max_hours, detach)  # checked before anything starts
@@ -114,6 +123,13 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             from podctl.errors import UsageError
 
             raise UsageError("--retry-errors goes with --recover N.")
+        if detach and (on_stall != "wait" or stall_after):
+            from podctl.errors import UsageError
+
+            raise UsageError("--on-stall/--stall-after need podctl to watch the run: drop --detach.")
+        stall = StallPolicy(action=on_stall, after=parse_duration(stall_after, "--stall-after")
+                            if stall_after else None)
+        how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall)
         options = steps.RunOptions(script=script, args=tuple(args), workdir=workdir,
                                    env=parse_env(list(env_pairs), env_files), setup=setup,
                                    hosts=hosts_text, fail_fast=not keep_going, resume=resume,
@@ -137,7 +153,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                 return None
             return await run_supervised(
                 session, name, options,
-                Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours),
+                how,
                 sink=_line_printer(out), notice=_notice, on_start=started.append)
 
         try:

@@ -1,6 +1,6 @@
 """podctl's host agent: runs one host's part of a run, detached from the SSH session.
 
-This file is shipped to every host with agent_gcs.py and agent_env.py, in one zip
+This file is shipped to every host with agent_gcs.py, agent_env.py and agent_watch.py, in one zip
 (through GCS, once per version), and run there with the host's system `python3`
 (3.10 on v5p images); it needs only the standard library (GCS through its JSON API,
 with the metadata server's token), and it imports nothing from podctl. It:
@@ -43,8 +43,9 @@ from pathlib import Path
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_env
     import agent_gcs
+    import agent_watch
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
-    from podctl.jobs import agent_env, agent_gcs  # type: ignore[no-redef]
+    from podctl.jobs import agent_env, agent_gcs, agent_watch  # type: ignore[no-redef]
 
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124
@@ -221,6 +222,7 @@ class LogShipper:
         # When each phase began (starting, environment, setup, running, done): where the
         # host's time went, for `podctl goodput`; in every heartbeat and in the status.
         self.phases: dict[str, float] = {}
+        self.watch = lambda: {}  # the script's progress and process state, for the stall watch
         self.phase = "starting"
         self.lock = threading.Lock()
         self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
@@ -285,7 +287,7 @@ class LogShipper:
         if force or now - self._last_heartbeat >= self.heartbeat_seconds:
             self._last_heartbeat = now
             beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid(),
-                    "phases": self.phases}
+                    "phases": self.phases, **self.watch()}
             self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json")
 
     def _loop(self) -> None:
@@ -308,9 +310,34 @@ class Agent:
         self.bucket = agent_gcs.Bucket(cfg["bucket"])
         self.venv: Path | None = None
         self.logs = LogShipper(cfg, self.bucket, run_dir)
+        self.logs.watch = self.watch
         self.child: subprocess.Popen | None = None
         self.stopping = False
         self.stop_deadline: float | None = None
+        self.stacks_asked = threading.Event()
+
+    def watch(self) -> dict:
+        """For every heartbeat: the step the script last finished and its process's state."""
+        child = self.child
+        pid = child.pid if child is not None and child.returncode is None else None
+        return {"progress": agent_watch.read_progress(self.run_dir),
+                "process": agent_watch.process_state(pid)}
+
+    def on_stacks(self, signum: int, frame: object) -> None:
+        """SIGUSR1 from podctl's stall watch: capture the script's stacks (off the signal
+        handler, in the thread below)."""
+        self.stacks_asked.set()
+
+    def _stacks_loop(self) -> None:
+        while True:
+            self.stacks_asked.wait()
+            self.stacks_asked.clear()
+            child = self.child
+            if child is None or child.returncode is not None:
+                continue
+            text = agent_watch.capture_stacks(child.pid, self.run_dir, self.logs.tag)
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            self.logs._upload(f"{self.logs.prefix}/stacks/{stamp}/{self.logs.tag}.txt", text)
 
     # ---- signals ------------------------------------------------------------------
 
@@ -318,9 +345,14 @@ class Agent:
         """Pass the stop to the script's process group; when the script exits, whatever
         it left running is ended too (`end_leftovers`)."""
         self.stopping = True
-        if self.stop_deadline is None:
-            self.stop_deadline = time.monotonic() + float(
-                self.cfg.get("stop_grace_seconds", STOP_GRACE_SECONDS))
+        grace = float(self.cfg.get("stop_grace_seconds", STOP_GRACE_SECONDS))
+        try:  # podctl's stop may name a shorter grace (a stalled run cannot checkpoint)
+            grace = min(grace, float((self.run_dir / "stop").read_text().strip()))
+        except (OSError, ValueError):
+            pass
+        deadline = time.monotonic() + grace
+        if self.stop_deadline is None or deadline < self.stop_deadline:
+            self.stop_deadline = deadline
         if self.child is not None and self.child.returncode is None:
             try:
                 os.killpg(self.child.pid, signal.SIGTERM)
@@ -518,6 +550,9 @@ class Agent:
             "PODCTL_NUM_PROCESSES": str(cfg["num_processes"]),
             "PODCTL_CHECKPOINT_DIR": cfg["checkpoint_dir"],
             "PODCTL_BUNDLE_DIR": str(tree),
+            # for podctl's stall watch: the step done (each step), the stacks on SIGUSR1
+            "PODCTL_PROGRESS_FILE": str(self.run_dir / agent_watch.PROGRESS_FILE),
+            "PODCTL_STACKS_FILE": str(self.run_dir / agent_watch.STACKS_FILE),
             "JAX_COORDINATOR_ADDRESS": cfg["coordinator"],
             "TPU_WORKER_ID": str(cfg["worker_id"]),
             "TPU_WORKER_HOSTNAMES": ",".join(cfg["worker_hostnames"]),
@@ -553,6 +588,8 @@ class Agent:
         become_subreaper()
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, self.on_term)
+        signal.signal(signal.SIGUSR1, self.on_stacks)
+        threading.Thread(target=self._stacks_loop, name="podctl-stacks", daemon=True).start()
         # Only now can a stop find us by pid; one asked for earlier left a marker.
         (self.run_dir / "agent.pid").write_text(str(os.getpid()))
         if (self.run_dir / "stop").exists():

@@ -25,7 +25,7 @@ JAX_COORDINATOR_PORT = 8482
 MEGASCALE_PORT = 8080
 AGENT_FILE = Path(__file__).with_name("agent.py")
 
-AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py")
+AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py", "agent_watch.py")
 _AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
 
 # Run on the host as `python3 -c BOOT RUN_DIR` by the system interpreter of a fresh
@@ -155,10 +155,31 @@ def start_command(run_id: str, once: bool = False) -> str:
     return f"umask 077 && mkdir -p {d} && {start}"
 
 
-def stop_command(run_id: str) -> str:
-    """Leave a stop marker (for an agent still starting), then signal a running one."""
+def stacks_command(run_id: str) -> str:
+    """Ask a running agent for its script's stacks (SIGUSR1; it uploads them to GCS)."""
     d = run_dir(run_id)
-    return (f"mkdir -p {d} && touch {d}/stop && "
+    return f"if test -f {d}/agent.pid; then kill -USR1 \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true"
+
+
+async def ask_for_stacks(fleet: Fleet, run_id: str) -> None:
+    """Every host's agent captures its script's stacks into the run's stacks/ folder."""
+    command = stacks_command(run_id)
+
+    async def ask(conn: Any, target: Target) -> None:
+        try:
+            await conn.run(command, check=False)
+        except Exception:  # a host that is gone has no stacks to give
+            pass
+
+    await fleet.each(ask)
+
+
+def stop_command(run_id: str, grace_seconds: float | None = None) -> str:
+    """Leave a stop marker (for an agent still starting), then signal a running one.
+    GRACE_SECONDS: how long the script has to end before SIGKILL (default: the agent's)."""
+    d = run_dir(run_id)
+    mark = f"echo {float(grace_seconds)} > {d}/stop" if grace_seconds is not None else f"touch {d}/stop"
+    return (f"mkdir -p {d} && {mark} && "
             f"if test -f {d}/agent.pid; then kill -TERM \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true")
 
 
@@ -176,9 +197,10 @@ async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str, once: bool =
     await fleet.each(start)
 
 
-async def stop_agents(fleet: Fleet, run_id: str) -> None:
-    """Ask every host's agent to stop (SIGTERM to the script's process group)."""
-    command = stop_command(run_id)
+async def stop_agents(fleet: Fleet, run_id: str, grace_seconds: float | None = None) -> None:
+    """Ask every host's agent to stop (SIGTERM to the script's process group; SIGKILL
+    after GRACE_SECONDS, or the agent's own grace)."""
+    command = stop_command(run_id, grace_seconds)
 
     async def stop(conn: Any, target: Target) -> None:
         try:

@@ -48,6 +48,8 @@ DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to
 # recoveries are left (a SpecMismatch or a permission error is the user's to fix).
 RECREATE_LOST = (SliceLostError, TransientError, WaitTimeoutError)
 
+# Why podctl itself ended the attempt RUN_ID, and whether to relaunch it; None: not podctl
+WhyEnded = Callable[[str], "tuple[str, bool] | None"]
 # Wraps each attempt's follow (a budget watch): (the follow, its Job, its slice) -> the follow
 Wrap = Callable[[Awaitable[RunResult], Job, SliceInfo], Awaitable[RunResult]]
 
@@ -290,9 +292,12 @@ async def _start(session: Session, info: SliceInfo, options: RunOptions,
 
 async def run_recovering(session: Session, name: str, options: RunOptions,
                          policy: RecoveryPolicy, *, sink: Callable[[int, str], None],
-                         notice: Notice, wrap: Wrap | None = None) -> RecoveredRun:
+                         notice: Notice, wrap: Wrap | None = None,
+                         why_ended: WhyEnded | None = None) -> RecoveredRun:
     """Run OPTIONS on slice NAME; recover from the infrastructure up to
-    POLICY.recoveries times. WRAP, if given, wraps each attempt's follow (budgets)."""
+    POLICY.recoveries times. WRAP, if given, wraps each attempt's follow (budgets, the
+    stall watch); WHY_ENDED says why podctl itself ended an attempt (a stall), and
+    whether that is to be recovered."""
     info = await slices.ready_slice(session, name)
     job, run_id, state = await _start(session, info, options, sink, notice)
     attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
@@ -338,6 +343,9 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         suspect = bad_host([(a.failed_worker, a.hardware) for a in attempts[hardware_since:]])
         if deleted:
             reason = "slice deleted"
+        ours = why_ended(attempt.run_id) if why_ended and not deleted else None
+        if ours is not None:  # podctl ended it (a stall): recovered only when asked to be
+            reason = ours[0]
         if reason is None and code != 0 and policy.retry_code_errors:
             reason = f"exit code {code} (retried: --retry-errors)"
         attempt.reason = reason
@@ -347,10 +355,12 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             if deleted:
                 last_record.extra = {**last_record.extra, "reason": "slice deleted"}
             await save_record(session.storage, last_record)
-        if reason is None or deleted or not spend():
+        if reason is None or deleted or (ours is not None and not ours[1]) or not spend():
             await _save_attempts(session, run_id, attempts, last_record)
             if deleted:
                 notice(f"run {run_id} ended: {_deleted_message(info.name, run_id)}")
+            elif ours is not None and not ours[1]:
+                notice(f"run {run_id} ended: {reason} (--on-stall stop)")
             elif reason is not None:
                 notice(f"run {run_id} ended: {reason}; no recoveries left (--recover "
                        f"{policy.recoveries})")

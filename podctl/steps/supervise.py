@@ -7,7 +7,7 @@ recover=N)` in the Python API are this one step.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
 from podctl.budget import watch_budget
@@ -18,6 +18,8 @@ from podctl.steps.goodput import run_goodput
 from podctl.steps.recovery import RecoveredRun, RecoveryPolicy, run_recovering
 from podctl.steps.runs import LineSink, Notice, RunOptions, follow_run, start_run
 from podctl.steps.session import Session
+from podctl.steps.stall import StallPolicy, StallWatch, watch_stall
+from podctl.errors import UsageError
 from podctl.steps.slices import ready_slice
 
 
@@ -28,6 +30,11 @@ class Supervision:
     recover: int = 0  # relaunch after the infrastructure ended it, up to N times
     retry_errors: bool = False  # with recover: also after the script's own non-zero exit
     max_hours: float | None = None  # stop the run (checkpoint first) and delete the slice after
+    stall: StallPolicy = field(default_factory=StallPolicy)  # no step for too long: report, then wait/stop/recover
+
+    def __post_init__(self) -> None:
+        if self.stall.action == "recover" and not self.recover:
+            raise UsageError("--on-stall recover relaunches the run: it goes with --recover N.")
 
 
 @dataclass
@@ -51,18 +58,31 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
     recoveries. ON_START is told of each attempt's Job as it starts. Ctrl-C (or a
     cancel) stops the run on every host before it propagates."""
     began = time.time()
+    watches: dict[str, StallWatch] = {}  # attempt's run id -> its stall watch
+    options, sink = _with_host_0(options, sink, watches)
 
     def budgeted(follow: Awaitable[RunResult], job: Job, info: SliceInfo) -> Awaitable[RunResult]:
         on_start(job)
         left = None if how.max_hours is None else max(0.0, how.max_hours - (time.time() - began) / 3600)
-        return watch_budget(follow, api=session.api, parent=session.settings.parent, job=job,
+        watch = watches.setdefault(job.run_id, StallWatch(how.stall))
+        watched = watch_stall(follow, storage=session.storage, job=job, watch=watch, notice=notice)
+        return watch_budget(watched, api=session.api, parent=session.settings.parent, job=job,
                             info=info, notice=notice, max_hours=left)
+
+    def why_ended(run_id: str) -> tuple[str, bool] | None:
+        """An attempt podctl ended itself for a stall: (why, relaunch it?)."""
+        watch = watches.get(run_id)
+        if watch is None or not watch.stalls or watch.policy.action == "wait":
+            return None
+        last = watch.stalls[-1]
+        return (f"stalled after step {last['after_step']} (no step for {last['quiet_seconds']:.0f} s)",
+                watch.policy.action == "recover")
 
     if how.recover:
         recovered = await run_recovering(
             session, name, options, RecoveryPolicy(recoveries=how.recover,
                                                    retry_code_errors=how.retry_errors),
-            sink=sink, notice=notice, wrap=budgeted)
+            sink=sink, notice=notice, wrap=budgeted, why_ended=why_ended)
         await note_goodput(session, recovered.run_id)
         return Supervised(recovered.run_id, recovered.result, recovered)
     info = await ready_slice(session, name)
@@ -79,6 +99,24 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
         raise
     await note_goodput(session, job.run_id)
     return Supervised(job.run_id, result)
+
+
+def _with_host_0(options: RunOptions, sink: LineSink,
+                 watches: dict[str, StallWatch]) -> tuple[RunOptions, LineSink]:
+    """The stall watch reads host 0's step lines: follow host 0 too when it is not one
+    of the hosts shown, and show only those."""
+    shown = options.hosts
+    extra = shown != "all" and "0" not in [h.strip() for h in shown.split(",")]
+    if extra:
+        options = replace(options, hosts=f"{shown},0")
+
+    def feeding(host: int, line: str) -> None:
+        for watch in list(watches.values()):
+            watch.saw(host, line)
+        if not (extra and host == 0):
+            sink(host, line)
+
+    return options, feeding
 
 
 async def note_goodput(session: Session, run_id: str) -> None:

@@ -1,0 +1,87 @@
+"""The host agent's view of its script for podctl's stall watch (stdlib only: shipped
+with agent.py and run by a bare host's python3).
+
+  - progress: the step the script last finished, which the template (or any script)
+    writes to $PODCTL_PROGRESS_FILE as {"step": N, "t": UNIX_SECONDS};
+  - the script's process: its state (R running, S sleeping, D in I/O, T stopped, Z)
+    and the CPU seconds it has used, from /proc;
+  - stacks on request (`podctl` sends the agent SIGUSR1): the script gets SIGUSR1 (the
+    template registers faulthandler on it and writes every thread's Python stack to
+    $PODCTL_STACKS_FILE), py-spy dumps it too where installed, and what was found is
+    written to one text file for the agent to upload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+PROGRESS_FILE = "progress.json"
+STACKS_FILE = "stacks.txt"
+STACKS_WAIT_SECONDS = 5.0  # for the script's faulthandler to write its stacks
+PY_SPY_SECONDS = 20.0
+
+
+def read_progress(run_dir: Path) -> dict | None:
+    """{"step": N, "t": ...} as the script last wrote it, or None."""
+    try:
+        data = json.loads((run_dir / PROGRESS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("step"), int) else None
+
+
+def process_state(pid: int | None) -> dict | None:
+    """{"state": "R|S|D|T|Z|...", "cpu_s": user+system seconds} of process PID, or None."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+    fields = stat[stat.rindex(")") + 2:].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {"state": fields[0], "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2)}
+
+
+def capture_stacks(pid: int, run_dir: Path, host_tag: str) -> str:
+    """Every thread's Python stack of the script PID, as far as it can be had: its own
+    faulthandler (SIGUSR1), py-spy where installed, and its process state either way (a
+    stopped or hung process answers no signal)."""
+    stacks = run_dir / STACKS_FILE
+    before = stacks.stat().st_size if stacks.exists() else 0
+    parts = [f"== {host_tag}: script pid {pid}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+             f"process: {process_state(pid)}"]
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError as e:
+        parts.append(f"SIGUSR1: {e}")
+    deadline = time.monotonic() + STACKS_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if stacks.exists() and stacks.stat().st_size > before:
+            time.sleep(0.2)  # the rest of the dump
+            break
+        time.sleep(0.1)
+    if stacks.exists() and stacks.stat().st_size > before:
+        with open(stacks, "rb") as f:
+            f.seek(before)
+            parts += ["-- faulthandler (the script's own dump):",
+                      f.read().decode("utf-8", errors="replace")]
+    else:
+        parts.append(f"-- faulthandler: no answer to SIGUSR1 within {STACKS_WAIT_SECONDS:.0f} s "
+                     "(the process is stopped, hung in native code, or does not register it)")
+    spy = shutil.which("py-spy")
+    if spy:
+        try:
+            out = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True,
+                                 text=True, timeout=PY_SPY_SECONDS)
+            parts += ["-- py-spy dump:", out.stdout + out.stderr]
+        except (OSError, subprocess.SubprocessError) as e:
+            parts.append(f"-- py-spy: {e}")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,185 @@
+"""A stalled run caught, with evidence: no step for longer than a threshold.
+
+While podctl follows a run it reads host 0's step lines (the template prints one per
+step; see README "Goodput"). When none has come for `after` seconds (by default
+FACTOR x the median step time, at least MIN_SECONDS), it says so on the console and in
+the run's record, names the hosts that are behind or silent (each host's agent reports
+the step its script last finished, the script's process state and its own heartbeat),
+and has every host's agent capture its script's Python stacks into
+gs://BUCKET/podctl/runs/RUN_ID/stacks/STAMP/. Then, per `action`:
+
+    wait     keep watching (the default): a new step clears the stall
+    stop     end the run on every host (a stalled run cannot checkpoint: SIGTERM, then
+             SIGKILL after KILL_GRACE_SECONDS)
+    recover  the same, then `--recover` relaunches it from its latest checkpoint,
+             counted as a recovery
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, TypeVar
+
+from podctl.errors import UsageError
+from podctl.jobs import launch, run_files, runs
+from podctl.jobs.job import Job
+from podctl.storage import Storage, StorageError
+
+T = TypeVar("T")
+ACTIONS = ("wait", "stop", "recover")
+MIN_SECONDS = 300.0  # compile-free steps of a big model take seconds; a stall is minutes
+FACTOR = 10.0
+POLL_SECONDS = 2.0
+KILL_GRACE_SECONDS = 20.0
+STACKS_WAIT_SECONDS = 40.0  # for every host's stacks to land
+SILENT_BEAT_SECONDS = 35.0  # an agent beats every 10 s
+
+
+@dataclass(frozen=True)
+class StallPolicy:
+    action: str = "wait"
+    after: float | None = None  # seconds without a step; None: FACTOR x median, >= MIN_SECONDS
+    min_seconds: float = MIN_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise UsageError(f"--on-stall {self.action!r}: use one of {', '.join(ACTIONS)}.")
+        if self.after is not None and self.after <= 0:
+            raise UsageError("--stall-after must be more than 0 seconds.")
+
+    def threshold(self, step_seconds: list[float]) -> float:
+        if self.after is not None:
+            return self.after
+        median = statistics.median(step_seconds) if step_seconds else 0.0
+        return max(self.min_seconds, FACTOR * median)
+
+
+@dataclass
+class StallWatch:
+    """Fed host 0's lines as they arrive (`saw`); asked now and then (`stalled`)."""
+
+    policy: StallPolicy
+    clock: Callable[[], float] = time.time
+    last_step: int | None = None
+    last_step_at: float | None = None  # when podctl saw it
+    step_seconds: list[float] = field(default_factory=list)
+    reported: bool = False  # this stall was reported; a new step re-arms the watch
+    stalls: list[dict] = field(default_factory=list)
+
+    def saw(self, host: int, line: str) -> None:
+        if host != 0 or not line.startswith("{"):
+            return
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(record, dict) or record.get("kind") != "step":
+            return
+        self.last_step, self.last_step_at, self.reported = record.get("step"), self.clock(), False
+        if not record.get("compile") and isinstance(record.get("step_time_s"), (int, float)):
+            self.step_seconds = (self.step_seconds + [float(record["step_time_s"])])[-1000:]
+
+    def stalled(self) -> float | None:
+        """Seconds since the last step, when that is past the threshold (and not yet
+        reported); None otherwise. Watching starts with the first step: compiling a
+        large model's step takes its own time."""
+        if self.last_step_at is None or self.reported:
+            return None
+        quiet = self.clock() - self.last_step_at
+        return quiet if quiet > self.policy.threshold(self.step_seconds) else None
+
+
+def name_hosts(beats: dict[int, dict], num_hosts: int, now: float) -> list[str]:
+    """Which hosts are behind, stopped or silent, from their agents' heartbeats."""
+    steps = {h: (b.get("progress") or {}).get("step") for h, b in beats.items()}
+    known = [s for s in steps.values() if isinstance(s, int)]
+    said = []
+    if known and min(known) < max(known):
+        top = max(known)
+        behind = sorted(h for h, s in steps.items() if isinstance(s, int) and s < top)
+        said.append("; ".join(f"host {h:04d} is at step {steps[h]:,}" for h in behind)
+                    + f"; the others at {top:,}")
+    for h in range(num_hosts):
+        beat = beats.get(h)
+        if beat is None or now - float(beat.get("time", 0)) > SILENT_BEAT_SECONDS:
+            said.append(f"host {h:04d} is silent (no heartbeat"
+                        + (f" for {now - float(beat.get('time', 0)):.0f} s)" if beat else ")"))
+            continue
+        process = beat.get("process") or {}
+        if process.get("state") == "T":
+            said.append(f"host {h:04d}'s script is stopped (process state T)")
+        elif process.get("state") == "D":
+            said.append(f"host {h:04d}'s script is blocked in I/O (process state D)")
+    return said
+
+
+async def read_beats(storage: Storage, run_id: str) -> dict[int, dict]:
+    beats = {}
+    for obj in await storage.list(runs.heartbeat_prefix(run_id)):
+        with contextlib.suppress(StorageError, ValueError):
+            beats[run_files.host_of(obj.name)] = json.loads(await storage.download_bytes(obj.name))
+    return beats
+
+
+async def report(storage: Storage, job: Job, watch: StallWatch, quiet: float,
+                 notice: Callable[[str], None]) -> dict:
+    """Say it, name the hosts, capture every host's stacks, note it in the record."""
+    run_id, num_hosts = job.run_id, len(job.targets)
+    notice(f"run {run_id} stalled: no step for {quiet:.0f} s after step {watch.last_step} "
+           f"(threshold {watch.policy.threshold(watch.step_seconds):.0f} s)")
+    names = name_hosts(await read_beats(storage, run_id), num_hosts, time.time())
+    for said in names:
+        notice(f"run {run_id}: {said}")
+    began = time.time()
+    with contextlib.suppress(Exception):  # a host that is gone has no stacks to give
+        await launch.ask_for_stacks(job.fleet, run_id)
+    prefix = f"{runs.run_prefix(run_id)}/stacks/"
+    got: set[int] = set()
+    while time.time() - began < STACKS_WAIT_SECONDS and len(got) < num_hosts:
+        await asyncio.sleep(POLL_SECONDS)
+        with contextlib.suppress(StorageError):
+            got = {run_files.host_of(o.name) for o in await storage.list(prefix)
+                   if o.updated >= began - 5}
+    where = f"gs://{storage.bucket_name}/{prefix}"
+    notice(f"run {run_id}: stacks of {len(got)} of {num_hosts} hosts in {where}"
+           + ("" if len(got) == num_hosts else
+              f" (none from {', '.join(f'{h:04d}' for h in range(num_hosts) if h not in got)})"))
+    stall = {"at": time.time(), "after_step": watch.last_step, "quiet_seconds": round(quiet, 1),
+             "hosts": names, "stacks": where, "action": watch.policy.action}
+    watch.stalls.append(stall)
+    with contextlib.suppress(Exception):
+        record = await run_files.load_record(storage, run_id)
+        record.extra = {**record.extra, "stalls": [*record.extra.get("stalls", []), stall]}
+        await run_files.save_record(storage, record)
+    return stall
+
+
+async def watch_stall(follow: Awaitable[T], *, storage: Storage, job: Job, watch: StallWatch,
+                      notice: Callable[[str], None]) -> T:
+    """Await FOLLOW (the run's follower, whose sink feeds WATCH); on a stall report it,
+    then wait, or end the run (stop, recover: the follower then returns its end)."""
+    task = asyncio.ensure_future(follow)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=POLL_SECONDS)
+            if done:
+                return task.result()
+            quiet = watch.stalled()
+            if quiet is None:
+                continue
+            watch.reported = True
+            await report(storage, job, watch, quiet, notice)
+            if watch.policy.action != "wait":
+                notice(f"run {job.run_id}: ending it on every host (--on-stall {watch.policy.action})")
+                with contextlib.suppress(Exception):
+                    await launch.stop_agents(job.fleet, job.run_id, grace_seconds=KILL_GRACE_SECONDS)
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise
