@@ -42,7 +42,11 @@ TIME_SCALE = 300.0  # a 90 s creation takes 0.3 s
 # One store of built host environments for every fake cloud of this test session (the
 # daemons of CLI tests too), as a team shares one bucket: the hosts' Python environment
 # is built from the package index once per session (podctl/fake/gcs.py, _shared_envs).
-ENV_STORE = Path(tempfile.gettempdir()) / f"podctl-test-envs-{os.getpid()}"
+# PODCTL_TEST_ENV_STORE: a store kept across test sessions (a developer's reruns of one
+# test need not build the hosts' environment each time); CI builds its own.
+KEEP_ENV_STORE = bool(os.environ.get("PODCTL_TEST_ENV_STORE"))
+ENV_STORE = Path(os.environ.get("PODCTL_TEST_ENV_STORE")
+                 or Path(tempfile.gettempdir()) / f"podctl-test-envs-{os.getpid()}")
 os.environ["PODCTL_FAKE_ENV_STORE"] = str(ENV_STORE)
 
 
@@ -82,7 +86,8 @@ def _session_cloud() -> Iterator:
         with fake_cloud() as cloud:
             yield cloud
     finally:
-        shutil.rmtree(ENV_STORE, ignore_errors=True)
+        if not KEEP_ENV_STORE:
+            shutil.rmtree(ENV_STORE, ignore_errors=True)
 
 
 @pytest.fixture

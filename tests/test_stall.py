@@ -46,7 +46,8 @@ def test_a_frozen_host_is_named_its_stacks_kept_and_the_run_recovered(podctl):
     readers = [_collect(proc.stderr, err), _collect(proc.stdout, out)]
     frozen = None
     try:
-        _wait_for(err, '"kind": "checkpoint", "step": 8', proc)
+        # the first run of a session builds the hosts' environment (jax from the index)
+        _wait_for(err, '"kind": "checkpoint", "step": 8', proc, timeout=600)
         run_id = next(line.split("run ", 1)[1].split()[0] for line in err if " on stall (" in line)
         frozen = _script_pid(run_id, 1)
         os.kill(frozen, signal.SIGSTOP)

@@ -161,17 +161,21 @@ def stacks_command(run_id: str) -> str:
     return f"if test -f {d}/agent.pid; then kill -USR1 \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true"
 
 
-async def ask_for_stacks(fleet: Fleet, run_id: str) -> None:
-    """Every host's agent captures its script's stacks into the run's stacks/ folder."""
-    command = stacks_command(run_id)
+async def _on_every_host(fleet: Fleet, command: str) -> None:
+    """COMMAND on every host, best effort: a host that is gone has nothing to do."""
 
-    async def ask(conn: Any, target: Target) -> None:
+    async def run(conn: Any, target: Target) -> None:
         try:
             await conn.run(command, check=False)
-        except Exception:  # a host that is gone has no stacks to give
+        except Exception:  # a host that is gone, or its connection cut
             pass
 
-    await fleet.each(ask)
+    await fleet.each(run)
+
+
+async def ask_for_stacks(fleet: Fleet, run_id: str) -> None:
+    """Every host's agent captures its script's stacks into the run's stacks/ folder."""
+    await _on_every_host(fleet, stacks_command(run_id))
 
 
 def stop_command(run_id: str, grace_seconds: float | None = None) -> str:
@@ -200,12 +204,4 @@ async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str, once: bool =
 async def stop_agents(fleet: Fleet, run_id: str, grace_seconds: float | None = None) -> None:
     """Ask every host's agent to stop (SIGTERM to the script's process group; SIGKILL
     after GRACE_SECONDS, or the agent's own grace)."""
-    command = stop_command(run_id, grace_seconds)
-
-    async def stop(conn: Any, target: Target) -> None:
-        try:
-            await conn.run(command, check=False)
-        except Exception:  # a host that is gone has nothing left to stop
-            pass
-
-    await fleet.each(stop)
+    await _on_every_host(fleet, stop_command(run_id, grace_seconds))
