@@ -140,6 +140,51 @@ def _host_latency(cloud: FakeCloud, args: dict) -> dict:
     return {"host_latency": args["seconds"]}
 
 
+def _maintenance(cloud: FakeCloud, args: dict) -> dict:
+    from podctl.fake import maintenance
+
+    plan = maintenance.announce(cloud.world, find_node(cloud, args["name"]), args["after"],
+                                args["workers"], args["window"])
+    return {"maintenance": maintenance.upcoming(find_node(cloud, args["name"])),
+            "workers": plan["workers"]}
+
+
+def _unhealthy(cloud: FakeCloud, args: dict) -> dict:
+    from podctl.fake import maintenance
+
+    node = find_node(cloud, args["name"])
+    if args["worker"] is not None and not 0 <= args["worker"] < int(node.get("_hosts", 1)):
+        raise invalid(f"{node['name']} has workers 0 to {int(node.get('_hosts', 1)) - 1}, "
+                      f"not {args['worker']}")
+    return maintenance.set_health(cloud.world, node, args["health"], args["symptom"], args["worker"])
+
+
+def host_faults(cloud: FakeCloud) -> Any:
+    """The slow and crash-looping hosts (host_faults.py), made on first use."""
+    from podctl.fake.host_faults import HostFaults
+
+    if cloud.hosts is None:
+        raise precondition("the fake cloud's hosts are not running")
+    if getattr(cloud, "host_faults", None) is None or cloud.host_faults.manager is not cloud.hosts:
+        cloud.host_faults = HostFaults(cloud.hosts)
+    return cloud.host_faults
+
+
+def _slow(cloud: FakeCloud, args: dict) -> dict:
+    sick = host_faults(cloud)
+    on_host(cloud, args, lambda hosts, node, worker: sick.slow(node, worker, args["factor"]))
+    return {"slow": sick.describe()}
+
+
+def _crash_loop(cloud: FakeCloud, args: dict) -> dict:
+    sick = host_faults(cloud)
+    if args["off"]:
+        sick.clear("crash-loop", find_node(cloud, args["name"])["name"], args["worker"])
+    else:
+        on_host(cloud, args, lambda hosts, node, worker: sick.crash_loop(node, worker, args["after"]))
+    return {"crash_loop": sick.describe()}
+
+
 # ---- the table ------------------------------------------------------------------------
 
 NAME = Arg("name", "node", "A node (or, where it says so, a queued resource): full name or id.",
@@ -206,6 +251,47 @@ FAULTS: tuple[Fault, ...] = (
     Fault("host-latency", "SECONDS before each SSH connection to a fake host is accepted",
           (Arg("seconds", "seconds", "Seconds per connection (0 ends it).", metavar="SECONDS"),),
           _host_latency, _seconds_said("SSH connection latency")),
+)
+FAULTS += (
+    Fault("maintenance", "host maintenance: announced in the hosts' metadata, then the hosts go "
+          "down for WINDOW (health UNHEALTHY_MAINTENANCE) and come back",
+          (NAME, Arg("after", "seconds", "Simulated seconds (or 90s, 10m) until the window; "
+                     "default 5m.", default=300.0, flag="--in", metavar="T"),
+           Arg("workers", "workers", "The workers it names (0,1; default all).", default=None,
+               flag="--workers", metavar="W,..."),
+           Arg("window", "seconds", "How long the hosts are down (simulated; default 10m).",
+               default=600.0, flag="--window", metavar="D")),
+          _maintenance,
+          lambda a, r: (f"{a['name']}: maintenance of worker(s) {','.join(map(str, r['workers']))} "
+                        f"from {r['maintenance']['windowStartTime']} to "
+                        f"{r['maintenance']['windowEndTime']}")),
+    Fault("unhealthy", "a node's health (and a symptom) as Cloud TPU reports a sick host; "
+          "--health HEALTHY clears it",
+          (NAME, Arg("health", "choice", "The node's health.", default="UNHEALTHY_TENSORFLOW",
+                     choices=("HEALTHY", "TIMEOUT", "UNHEALTHY_TENSORFLOW", "UNHEALTHY_MAINTENANCE"),
+                     flag="--health", metavar="H"),
+           Arg("symptom", "choice", "A symptom to add.", default=None,
+               choices=("LOW_MEMORY", "OUT_OF_MEMORY", "EXECUTE_TIMED_OUT", "MESH_BUILD_FAIL",
+                        "HBM_OUT_OF_MEMORY", "PROJECT_ABUSE"), flag="--symptom", metavar="S"),
+           Arg("worker", "worker", "The worker the symptom names.", default=None, flag="--worker",
+               metavar="W")),
+          _unhealthy,
+          lambda a, r: f"{a['name']}: health {r['health']}"
+                       + "".join(f"; {s['symptomType']} on worker {s.get('workerId', '?')}"
+                                 for s in r["symptoms"][-1:])),
+    Fault("slow", "a host's processes run 1/FACTOR of the time (SIGSTOP/SIGCONT); --factor 1 "
+          "ends it", (NAME, WORKER, Arg("factor", "factor", "How many times slower (default 3).",
+                                         default=3.0, flag="--factor", metavar="F")),
+          _slow, lambda a, r: (f"{a['name']} worker {a['worker']}: " + (
+              f"{a['factor']:g}x slower" if a["factor"] > 1 else "full speed again"))),
+    Fault("crash-loop", "a host's script is killed (SIGKILL) AFTER seconds of each start",
+          (NAME, WORKER, Arg("after", "seconds", "Wall-clock seconds after each start (default 5).",
+                             default=5.0, flag="--after", metavar="S"),
+           Arg("off", "choice", "yes: stop crash-looping.", default="", choices=("", "yes"),
+               flag="--off", metavar="yes")),
+          _crash_loop, lambda a, r: (f"{a['name']} worker {a['worker']}: " + (
+              "crash loop ended" if a["off"] else
+              f"its script is killed {a['after']:g} s after each start"))),
 )
 BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
 
