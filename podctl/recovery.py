@@ -22,7 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
-from podctl import lifecycle
+from podctl import lifecycle, maintenance
+from podctl.cloud.describe import describe
 from podctl.cloud.types import SliceInfo
 from podctl.errors import (
     NotFoundError, PodctlError, QuotaExceededError, SliceDeletedError, SliceLostError, StockoutError,
@@ -351,6 +352,9 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
             reason = "slice deleted"
         if reason is None and code != 0 and policy.retry_code_errors:
             reason = f"exit code {code} (retried: --retry-errors)"
+        plan = None if deleted or code not in INFRA_EXIT_CODES else (
+            await maintenance.stopped_for(session.storage, attempt.run_id))  # maintenance.py
+        reason = maintenance.reason(plan) if plan is not None else reason
         attempt.reason = reason
         last_record = await load_record(session.storage, attempt.run_id)
         if result is None or deleted:  # the follower was cut off: say how the attempt ended
@@ -372,8 +376,11 @@ async def run_recovering(session: lifecycle.Session, name: str, options: lifecyc
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
-        if state is None and code != EXIT_HOST_LOST and await slice_state(session, info.name) in (
-                "READY", "ACTIVE"):
+        if plan is not None and await maintenance.wait_out(  # waited out: resume in place
+                lambda: describe(session.api, session.settings.parent, info.name), plan, notice):
+            info = await lifecycle.ready_slice(session, info.name)
+        elif plan is None and state is None and code != EXIT_HOST_LOST and await slice_state(
+                session, info.name) in ("READY", "ACTIVE"):
             # The processes were killed but every host is up: relaunch where it ran.
             notice(f"slice {info.name} is healthy; relaunching on it")
             info = await lifecycle.ready_slice(session, info.name)

@@ -71,7 +71,7 @@ class HostFaults:
     def _start(self, kind: str, node: str, worker: int, loop: Any) -> None:
         self.clear(kind, node, worker)
         self.manager.host(node, worker)  # LookupError (saying why) when there is none
-        task = asyncio.ensure_future(loop)
+        task = asyncio.ensure_future(loop())
         self.loops[(node, worker, kind)] = task
         task.add_done_callback(lambda t: self.loops.pop((node, worker, kind), None)
                                if self.loops.get((node, worker, kind)) is t else None)
@@ -87,7 +87,7 @@ class HostFaults:
         if factor <= 1:
             self.clear("slow", node, worker)
             return
-        self._start("slow", node, worker, self._slow(node, worker, factor))
+        self._start("slow", node, worker, lambda: self._slow(node, worker, factor))
 
     async def _slow(self, node: str, worker: int, factor: float) -> None:
         stopped: set[int] = set()
@@ -105,7 +105,7 @@ class HostFaults:
 
     def crash_loop(self, node: str, worker: int, after: float) -> None:
         """Host WORKER's script gets SIGKILL AFTER wall-clock seconds of each start."""
-        self._start("crash-loop", node, worker, self._crash(node, worker, after))
+        self._start("crash-loop", node, worker, lambda: self._crash(node, worker, after))
 
     async def _crash(self, node: str, worker: int, after: float) -> None:
         seen: dict[int, float] = {}

@@ -102,7 +102,7 @@ def started(world: World, target: str) -> None:
 
 def ended(world: World, target: str) -> None:
     node, plan = _plan(world, target)
-    if node is None:
+    if node is None or plan is None:
         return
     node.pop("_maintenance", None)
     node.pop("_hosts_down", None)
