@@ -14,7 +14,7 @@ import urllib.request
 from google.cloud import tpu_v2
 
 from podctl.errors import FakeCloudError
-from tests.conftest import TIME_SCALE
+from tests.conftest import TIME_SCALE, assert_one_line_error
 from podctl.jobs import agent_maintenance
 from tests.test_fake_hosts import _ssh_port  # noqa: F401 - the autouse fixture: the fake's SSH port
 from tests.test_fake_hosts import eventually, make_node, new_key, ports, run
@@ -167,3 +167,31 @@ def test_the_agents_watcher_sees_maintenance_within_its_lead():
     assert agent_maintenance.due(near, 300, now) and abs(near["window_start"] - (now + 100.5)) < 1.1
     assert agent_maintenance.due(agent_maintenance.read(metadata(None, "TERMINATE_ON_HOST_MAINTENANCE")),
                                  300, now)
+
+
+def test_status_shows_pending_maintenance_health_and_symptoms(podctl):
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    podctl("up", "--slice", "v5p-8", "--name", "st")
+    said = podctl("fake", "inject", "maintenance", "st", "--in", "10h", "--window", "1h").stdout
+    assert said.startswith("st: maintenance of worker(s) 0 from ")
+    said = podctl("fake", "inject", "unhealthy", "st", "--symptom", "MESH_BUILD_FAIL", "--worker", "0").stdout
+    assert "health UNHEALTHY_TENSORFLOW; MESH_BUILD_FAIL on worker 0" in said
+    shown = podctl("status", "st").stdout
+    assert "UNHEALTHY_TENSORFLOW" in shown and "MESH_BUILD_FAIL on worker 0" in shown
+    assert "PENDING SCHEDULED" in shown
+    as_json = podctl.json("status", "st")
+    assert as_json["maintenance"]["st"]["maintenanceStatus"] == "PENDING"
+    assert as_json["nodes"][0]["symptoms"][0].startswith("MESH_BUILD_FAIL on worker 0")
+    podctl("down", "st", "--yes")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["maintenance", "st", "--in", "soon"], "--in must be 0 or more seconds"),
+    (["maintenance", "st", "--workers", "0,x"], "--workers must be a whole number"),
+    (["unhealthy", "st", "--health", "SICK"], "--health must be one of HEALTHY"),
+    (["slow", "st", "0", "--factor", "0"], "--factor must be a number from 1"),
+    (["crash-loop", "st", "-1"], "WORKER must be a whole number"),
+])
+def test_host_fault_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, words):
+    assert_one_line_error(podctl("fake", "inject", *args, check=False), 2, words)
