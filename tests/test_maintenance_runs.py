@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from podctl.fake.admin_client import FakeAdmin
 from tests.conftest import Podctl
 from tests.test_recovery import TEMPLATE, TINY, _collect, _start, _wait_for
+
+# The first template run of a session builds the hosts' Python environment (minutes).
+pytestmark = pytest.mark.timeout(1200)
 
 WINDOW_IN = 25.0  # wall-clock seconds from the announcement to the window
 WINDOW_FOR = 4.0  # wall-clock seconds the hosts are down

@@ -176,7 +176,6 @@ def status(ctx: Context, name: str, project: str | None, zone: str | None, as_js
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json, slice_detail
         from podctl.cloud.describe import describe
-
         from podctl.cloud.maintenance_info import upcoming
 
         settings, api = _open(ctx, project, zone)
