@@ -55,7 +55,8 @@ def test_recover_waits_out_maintenance_and_loses_no_step(podctl):
     result = json.loads(out)
     first, second = result["attempts"]
     assert first["reason"].startswith("stopped for maintenance"), first
-    assert "maintenance on host-0001" in log  # the agent of the worker the window names
+    # the agent of the worker the window names said so in its host's log
+    assert "maintenance on host-0001" in podctl("logs", first["run_id"], "--host", "1").stdout
     assert "waiting out maintenance" in log and "creating mnt again" not in log
     # Both hosts stopped at the step they agreed on, saved it, and the next attempt
     # started from exactly there.
