@@ -20,7 +20,7 @@ import json
 import time
 from typing import Any, Callable
 
-from podctl.errors import NotFoundError
+from podctl.errors import NotFoundError, PodctlError
 
 # A window longer than this: recreating the slice (minutes) beats waiting (approximate:
 # a v5p slice takes a few minutes to create; a maintenance window is up to hours).
@@ -30,13 +30,18 @@ POLL_SECONDS = 2.0
 
 
 async def stopped_for(storage: Any, run_id: str) -> dict | None:
-    """The maintenance a host's agent stopped run RUN_ID for, or None."""
+    """The maintenance a host's agent stopped run RUN_ID for, or None (also when GCS
+    cannot say: this only refines why a run ended, it never fails the run's ending)."""
     from podctl.jobs import runs
 
-    for obj in await storage.list(runs.status_prefix(run_id)):
+    try:
+        found = await storage.list(runs.status_prefix(run_id))
+    except PodctlError:
+        return None
+    for obj in found:
         try:
             status = json.loads(await storage.download_bytes(obj.name))
-        except (ValueError, NotFoundError):
+        except (ValueError, PodctlError):
             continue
         if isinstance(status, dict) and isinstance(status.get("maintenance"), dict):
             return status["maintenance"]

@@ -77,3 +77,31 @@ def test_without_recover_a_run_stops_cleanly_and_says_how_to_resume(podctl):
     assert len(said) == 1 and f"--resume {result['run_id']}" in said[0], log[-3000:]
     assert '"kind": "preempted"' in log  # the template's own word: it saved and stopped
     podctl("down", "mnt", "--yes")
+
+
+def test_wait_out_waits_for_the_window_and_the_health_and_skips_long_windows():
+    """podctl.maintenance.wait_out with its clock and sleep as seams (no wire between)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from podctl import maintenance
+
+    clock = [1000.0]
+    said: list[str] = []
+    seen = iter([("READY", "HEALTHY"), ("READY", "UNHEALTHY_MAINTENANCE"),
+                 ("READY", "UNHEALTHY_MAINTENANCE"), ("READY", "HEALTHY")])
+
+    async def describe():
+        state, health = next(seen)
+        return SimpleNamespace(state=state, health=health)
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    plan = {"window_start": 1010.0, "window_end": 1020.0}
+    waited = asyncio.run(maintenance.wait_out(describe, plan, said.append, poll=5,
+                                              now=lambda: clock[0], sleep=sleep))
+    assert waited and clock[0] == 1015.0 and "waiting out maintenance" in said[0]
+    long = {"window_start": 1010.0, "window_end": 1010.0 + 2 * 3600}
+    assert not asyncio.run(maintenance.wait_out(describe, long, said.append, now=lambda: 1000.0))
+    assert "making the slice again is faster" in said[-1]
