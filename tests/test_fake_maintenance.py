@@ -195,3 +195,22 @@ def test_status_shows_pending_maintenance_health_and_symptoms(podctl):
 ])
 def test_host_fault_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, words):
     assert_one_line_error(podctl("fake", "inject", *args, check=False), 2, words)
+
+
+def test_a_crash_looping_host_kills_its_script_and_the_run_names_it(tmp_path):
+    """Through podctl run: the script podctl's agent starts on worker 1 dies (SIGKILL,
+    exit 137) a second after it starts; the run fails naming host 0001 (the record a
+    bad-host detector reads); worker 0's script is left alone."""
+    from pathlib import Path
+
+    from tests.conftest import Podctl, slice_on_daemon
+
+    script = Path(__file__).parent / "scripts" / "sleep_then_exit.py"
+    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "loop") as podctl:
+        said = podctl("fake", "inject", "crash-loop", "loop", "1", "--after", "1").stdout
+        assert "killed 1 s after each start" in said
+        proc = podctl("run", "loop", "--json", str(script), "20", check=False)
+        assert proc.returncode == 137, proc.stderr[-2000:]
+        result = json.loads(proc.stdout)
+        assert result["failed_host"] == 1 and result["hosts"]["1"] == 137
+        podctl("fake", "inject", "crash-loop", "loop", "1", "--off", "yes")
