@@ -118,7 +118,7 @@ async def measure(daemon_info: dict, tmp: Path, slice_name: str, rtt: float, anc
     info = (await up(api, UpRequest(parent=PARENT, name="bench", spec=SliceSpec.build(slice_name),
                                     ssh_keys=key.metadata_entry, owner="bench", policy=policy))).info
     targets = launch.targets_for(info, None)
-    admin.set_host_latency(rtt)
+    admin.host_latency(rtt)
     rows = [("floor: asyncssh connect+exec, all at once", await floor(targets, key.private_path))]
     rows.append(("podctl Fleet", await podctl_fleet(targets, key.private_path, tmp)))
     if anchors and shutil.which("ssh"):

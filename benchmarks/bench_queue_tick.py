@@ -61,7 +61,7 @@ def main() -> None:
         home = Path(tmp)
         admin = cloud.admin
         admin.set_timings(time_scale=300)
-        admin.set_capacity(0)
+        admin.capacity(0)
         api = api_for_endpoint(cloud.tpu_api_url)
         queue = Queue(cloud, api, home)
         add_raw(queue, args.entries - args.changing, "0" * 64)

@@ -99,7 +99,7 @@ def test_guest_attributes_are_what_workers_published(http, fake):
 
 
 def test_queued_resources_wait_validate_and_are_idempotent(http, fake):
-    fake.admin.set_capacity(0)
+    fake.admin.capacity(0)
     qr = {"tpu": {"nodeSpec": [{"parent": PARENT, "nodeId": "qn", "node": NODE}]}}
     first = http("POST", f"{PARENT}/queuedResources", qr, queuedResourceId="q", requestId="r-1").json()
     got = http("GET", f"{PARENT}/queuedResources/q").json()
@@ -164,7 +164,7 @@ def test_projects_permissions_and_the_api_switch(http, fake):
 
 
 def test_rate_limit_and_quota_read_as_real(http, fake):
-    fake.admin.fail_next(1, 429)
+    fake.admin.fail_calls(1, 429)
     info = _error_info(_status(http("GET", f"{PARENT}/nodes"), 429, "RESOURCE_EXHAUSTED"))
     assert info["reason"] == "RATE_LIMIT_EXCEEDED"
     assert {"quota_metric", "quota_limit"} <= set(info["metadata"])

@@ -4,7 +4,7 @@ for node states, asyncssh for the hosts, podctl.storage (google-cloud-storage) f
 GCS. What a process sees (a SIGTERM, a SIGKILL) it reports itself, in a file in its
 host's home or an object in GCS.
 
-Covered elsewhere: fail_next, capacity and quota through TpuApi (test_api.py,
+Covered elsewhere: fail_calls, capacity and quota through TpuApi (test_api.py,
 test_provision.py), drop_host and the plain preempt/delete kill (test_fake_hosts.py).
 """
 
@@ -182,7 +182,7 @@ def test_kill_processes_leaves_the_host_up(fake, node16, sig):
         async with connect(ports(node)[1], key) as conn:
             busy = await conn.create_process("echo go; exec sleep 300")
             assert await busy.stdout.readline() == "go\n"  # running: the kill finds it
-            assert await asyncio.to_thread(fake.admin.kill_processes, "faults", 1, sig) >= 2
+            assert (await asyncio.to_thread(fake.admin.kill_host, "faults", 1, sig))["signalled"] >= 2
             done = await busy.wait(timeout=10)  # the session ends, its connection does not
             assert done.exit_signal[0] == sig
             return (await conn.run("echo still here")).stdout
@@ -202,7 +202,7 @@ def test_cut_ssh_drops_a_running_session_and_new_ones_work(fake, node16):
         other = await connect(ports(node)[1], key)
         busy = await conn.create_process("echo started; exec sleep 300")
         assert await busy.stdout.readline() == "started\n"
-        assert await asyncio.to_thread(fake.admin.cut_ssh, "faults", 0) == 1
+        assert (await asyncio.to_thread(fake.admin.cut_ssh, "faults", 0))["connections_cut"] == 1
         await asyncio.wait_for(conn.wait_closed(), 5)
         assert busy.exit_status is None  # no exit status: the connection dropped
         assert (await other.run("echo other")).stdout == "other\n"  # worker 1 untouched
@@ -233,16 +233,18 @@ def test_gcs_outage_is_503_until_it_passes(fake):
 
 BAD_REQUESTS = [
     (lambda a: a.preempt("nope"), "no node or queued resource named 'nope'"),
-    (lambda a: a.preempt("faults", grace=-1), "grace must be a number of seconds >= 0"),
+    (lambda a: a.preempt("faults", grace=-1), "grace must be 0 or more seconds"),
     (lambda a: a.preempt("faults", after=-5), "after must be"),
-    (lambda a: a.kill_processes("faults", 2), "workers 0 to 1, not 2"),
-    (lambda a: a.kill_processes("faults", -1), "workers 0 to 1, not -1"),
-    (lambda a: a.kill_processes("faults", 0, "HUP"), "signal must be TERM or KILL"),
+    (lambda a: a.kill_host("faults", 2), "workers 0 to 1, not 2"),
+    (lambda a: a.kill_host("faults", -1), "worker must be a whole number"),
+    (lambda a: a.kill_host("faults", 0, "HUP"), "signal must be TERM or KILL"),
     (lambda a: a.cut_ssh("nope", 0), "no node or queued resource"),
     (lambda a: a.drop_host("faults", 9), "workers 0 to 1"),
     (lambda a: a.gcs_outage(-1), "seconds must be"),
+    (lambda a: a.inject("explode", "faults"), "no fault 'explode'"),
+    (lambda a: a.kill_host("faults", 0, bogus=1), "kill-host takes no 'bogus'"),
     (lambda a: a.set_timings(preempt_grace=-1), "preempt_grace must be"),
-    (lambda a: a.set_capacity(5, zone="mars-central1-a"), "no zone 'mars-central1-a'"),
+    (lambda a: a.capacity(5, zone="mars-central1-a"), "no zone 'mars-central1-a'"),
 ]
 
 
@@ -257,7 +259,7 @@ def test_a_preempted_nodes_hosts_are_out_of_reach_and_a_reset_ends_the_grace(fak
     node, key = node16
     stubborn = start_stubborn(fake, ports(node)[0], key, 0)
     fake.admin.preempt("faults", grace=600)
-    for fault in (fake.admin.cut_ssh, fake.admin.kill_processes, fake.admin.drop_host):
+    for fault in (fake.admin.cut_ssh, fake.admin.kill_host, fake.admin.drop_host):
         with pytest.raises(FakeCloudError, match="no live hosts"):
             fault("faults", 0)
     assert alive(stubborn)
@@ -310,7 +312,7 @@ def test_inject_through_the_daemon(podctl):
     (["cut-ssh", "inj", "-1"], "WORKER must be a whole number"),
     (["drop-host", "inj", "x"], "WORKER must be a whole number"),
     (["gcs-outage", "-3"], "0 or more seconds"),
-    (["preempt", "inj", "--grace", "soon"], "not a duration"),
+    (["preempt", "inj", "--grace", "soon"], "--grace must be 0 or more seconds"),
     (["preempt", "inj", "--after", "-5"], "0 or more seconds"),
     (["fail-calls", "2", "--code", "500"], "--code must be one of"),
     (["fail-calls", "-2"], "COUNT must be a whole number"),
@@ -320,3 +322,18 @@ def test_inject_through_the_daemon(podctl):
 ])
 def test_inject_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, words):
     assert_one_line_error(podctl("fake", "inject", *args, check=False), 2, words)
+
+
+def test_one_table_drives_the_admin_api_its_client_and_the_cli(fake):
+    """Every fault of podctl/fake/faults.py is a route, a FakeAdmin method and a subcommand,
+    all by one name; nothing else lists them."""
+    from podctl.cli.fake_inject import inject
+    from podctl.fake import faults
+    from podctl.fake.admin_client import FakeAdmin
+
+    names = [f.name for f in faults.FAULTS]
+    assert [f["name"] for f in fake.admin.faults()] == names
+    assert sorted(inject.commands) == sorted(names)
+    for fault in faults.FAULTS:
+        assert callable(getattr(FakeAdmin, fault.method))
+        assert [p.name for p in inject.commands[fault.name].params] == [a.name for a in fault.args]

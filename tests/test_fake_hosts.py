@@ -236,11 +236,11 @@ def test_a_v5p_4096_brings_up_512_ssh_servers(client, fake):
 
 def test_drop_host_and_host_latency(fake, node16):
     node, key = node16
-    fake.admin.set_host_latency(0.3)
+    fake.admin.host_latency(0.3)
     started = time.monotonic()
     assert run(ports(node)[0], key, "true").exit_status == 0
     assert time.monotonic() - started >= 0.3
-    fake.admin.set_host_latency(0)
+    fake.admin.host_latency(0)
     pid = int(run(ports(node)[1], key, DETACH).stdout)
     fake.admin.drop_host("hosts16", 1)
     assert eventually(lambda: not alive(pid))

@@ -108,7 +108,7 @@ def test_bad_job_input(podctl, args, code, words):
 def test_a_slice_that_is_not_ready_is_refused(podctl):
     from podctl.fake.admin_client import FakeAdmin
 
-    FakeAdmin(json.loads(podctl("fake", "status", "--json").stdout)["admin"]).set_capacity(0)
+    FakeAdmin(json.loads(podctl("fake", "status", "--json").stdout)["admin"]).capacity(0)
     podctl("up", "--slice", "v5p-8", "--name", "notyet", "--queued", "--no-wait")
     proc = podctl("run", "notyet", str(SCRIPTS / "show_env.py"), check=False)
     assert_one_line_error(proc, 1, "not ready")

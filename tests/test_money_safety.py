@@ -49,19 +49,19 @@ def test_sigterm_or_sighup_during_up_deletes_the_slice_up_created_and_a_second_s
     admin.set_timings(node_create=1e6)  # stays CREATING: the wait goes on until the signal
     admin.reset_stats()
     if phase == "create request":
-        admin.set_latency(1.0)  # the create request is in flight for a second
+        admin.latency(1.0)  # the create request is in flight for a second
     proc = _spawn(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "sig")
     if phase == "create request":
         _until(lambda: _calls(admin, "nodes.create") >= 1, "the create request was sent")
     else:
         _until(lambda: _calls(admin, "operations.get") >= 1, "up waited on its operation")
     proc.send_signal(sig)
-    admin.set_latency(0.5)  # the undo's calls take a while: a second signal lands inside it
+    admin.latency(0.5)  # the undo's calls take a while: a second signal lands inside it
     time.sleep(0.2)
     proc.send_signal(sig)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    admin.set_latency(0)
+    admin.latency(0)
     assert proc.returncode == 128 + sig, err
     assert "deleting sig, which this failed `up` created" in err
     assert f"interrupted ({signal.Signals(sig).name})" in err and "Traceback" not in err

@@ -103,7 +103,7 @@ def test_up_refuses_a_slice_podctl_did_not_create(api, fake):
 
 
 def test_stockout_fails_cleanly_and_leaves_nothing(api, fake):
-    fake.admin.set_capacity(4)  # one v5p-8's worth of chips
+    fake.admin.capacity(4)  # one v5p-8's worth of chips
     with pytest.raises(StockoutError, match="no TPU capacity in us-central1-a"):
         run(up(api, request("big", "v5p-16")))
     assert fake.admin.is_empty()
@@ -128,22 +128,22 @@ def test_already_exists_is_translated(api, fake):
 
 @pytest.mark.parametrize("code", [429, 503, "drop"])
 def test_transient_errors_are_retried(api, fake, code):
-    fake.admin.fail_next(2, code)
+    fake.admin.fail_calls(2, code)
     api.calls.clear()
     assert run(describe.list_slices(api, PARENT)) == []
     assert sum(api.calls.values()) == 2 + 2  # two failed calls retried, then one list of each kind
 
 
 def test_transient_errors_give_up_after_the_retry_budget(api, fake):
-    fake.admin.fail_next(50, 503)
+    fake.admin.fail_calls(50, 503)
     with pytest.raises(TransientError, match="failed for a moment"):
         run(api.list_nodes(PARENT))
     assert api.calls["nodes.list"] == api.retry.attempts
-    fake.admin.fail_next(0)
+    fake.admin.fail_calls(0)
 
 
 def test_permission_denied_is_translated(api, fake):
-    fake.admin.fail_next(1, 403)
+    fake.admin.fail_calls(1, 403)
     with pytest.raises(PermissionDeniedError, match="roles/tpu.admin"):
         run(api.list_nodes(PARENT))
 
@@ -160,12 +160,12 @@ def test_unknown_zone_and_bad_names_are_refused_before_creating(api, fake):
 
 
 def test_queued_resource_waits_for_capacity_then_becomes_active(api, fake):
-    fake.admin.set_capacity(0)
+    fake.admin.capacity(0)
     result = run(up(api, request("q", queued=True, tier="spot", wait=False)))
     assert result.info.kind == "queued-resource" and result.info.tier == "spot"
     fake.admin.advance(10)
     assert run(describe.describe(api, PARENT, "q")).state == "WAITING_FOR_RESOURCES"
-    fake.admin.set_capacity(None)
+    fake.admin.capacity(None)
     states: list[str] = []
     info = run(up(api, request("q", queued=True, tier="spot"), progress=states.append)).info
     assert info.ready and info.state == "ACTIVE" and len(info.hosts) == 2
@@ -174,7 +174,7 @@ def test_queued_resource_waits_for_capacity_then_becomes_active(api, fake):
 
 
 def test_queued_resource_that_expires_fails_and_is_cleaned(api, fake):
-    fake.admin.set_capacity(0)
+    fake.admin.capacity(0)
     with pytest.raises(SliceLostError, match="FAILED: .*validity window"):
         run(up(api, request("exp", queued=True, valid_for_seconds=60)))
     # up deleted what it created once the wait failed
@@ -278,12 +278,12 @@ def test_interrupt_while_the_create_call_is_in_flight_deletes(api, fake):
         task = asyncio.create_task(up(api, request("inflight")))
         while api.calls["nodes.create"] < 1:
             await asyncio.sleep(0.005)
-        fake.admin.set_latency(0)  # let the answer through; the task is cancelled meanwhile
+        fake.admin.latency(0)  # let the answer through; the task is cancelled meanwhile
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    fake.admin.set_latency(0.3)
+    fake.admin.latency(0.3)
     run(interrupted())
     run(wait_deleted(api, PARENT, "inflight", policy=FAST))
 
@@ -293,7 +293,7 @@ def test_lost_create_answer_is_recognised_as_ours(api, fake):
     unique to the call says the slice is ours: it counts as created, so the failed
     wait deletes it (a reused slice would be left alone)."""
     fake.admin.set_timings(node_create=1e6)
-    fake.admin.fail_next(1, "lose", call="nodes.create")
+    fake.admin.fail_calls(1, "lose", call="nodes.create")
     api.calls.clear()
     policy = WaitPolicy(initial=0.02, maximum=0.05, jitter=0.0, timeout=0.2)
     with pytest.raises(WaitTimeoutError):
@@ -318,7 +318,7 @@ def test_spot_node_preempted_while_creating_fails_fast(api, fake):
 
 
 def test_a_node_cannot_take_a_waiting_queued_resources_node_id(api, fake):
-    fake.admin.set_capacity(0)
+    fake.admin.capacity(0)
     run(up(api, request("qq", queued=True, wait=False)))
     with pytest.raises(AlreadyExistsError):
         run(api.create_node(PARENT, "qq", tpu_v2.Node(accelerator_type="v5p-8",
@@ -341,7 +341,7 @@ def test_operation_polls_are_counted_once_each(api, fake):
                                                          runtime_version="v2-alpha-tpuv5")))
     fake.admin.reset_stats()
     api.calls.clear()
-    fake.admin.fail_next(2, 503)
+    fake.admin.fail_calls(2, 503)
     assert run(api.poll(op)).done is False
     assert api.calls["operations.get"] == fake.admin.stats()["by_call"]["operations.get"] == 3
     run(down(api, "poll"))

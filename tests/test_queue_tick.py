@@ -40,7 +40,7 @@ def _creates(fake) -> int:
 
 
 def test_stockout_keeps_an_entry_pending_until_capacity_is_freed(queue, fake):
-    fake.admin.set_capacity(0)
+    fake.admin.capacity(0)
     entry = queue.add("many_lines.py", "2")
     e = queue.until(lambda es: es[entry.id].state == "pending" and es[entry.id].backoff == 1,
                     "backed off")[entry.id]
@@ -52,7 +52,7 @@ def test_stockout_keeps_an_entry_pending_until_capacity_is_freed(queue, fake):
     queue.clock.offset += 3600  # the backoff has passed, still no capacity: backs off again
     queue.until(lambda es: es[entry.id].backoff == 2, "backed off twice")
     assert queue.entry(entry.id).next_try_at - queue.clock() > 100  # doubled, about 120 s
-    fake.admin.set_capacity(None)
+    fake.admin.capacity(None)
     queue.clock.offset += 3600
     e = queue.settle()[entry.id]
     assert e.state == "succeeded" and e.attempt == 1 and e.backoff == 0 and _creates(fake) == 3
@@ -128,7 +128,7 @@ def test_cancel(queue, fake, when):
     from podctl.queue import tick
 
     if when == "provisioning":
-        fake.admin.set_capacity(0)  # the queued resource waits for capacity
+        fake.admin.capacity(0)  # the queued resource waits for capacity
     entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, tier="queued")
     queue.until(lambda es: es[entry.id].state == when, when)
     assert not fake.admin.is_empty()

@@ -10,6 +10,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from podctl._sync import run_sync
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
@@ -33,6 +35,7 @@ def _script_pid(run_id: str, worker: int) -> int:
     raise AssertionError(f"no script of {run_id} on worker {worker}")
 
 
+@pytest.mark.timeout(900)  # the first run of a session builds the hosts' environment
 def test_a_frozen_host_is_named_its_stacks_kept_and_the_run_recovered(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")

@@ -104,7 +104,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
     """
 
     def action() -> None:
-        from podctl import steps
+        from podctl import maintenance, steps
         from podctl._sync import run_sync
         from podctl.budget import run_hours
         from podctl.cli.render import emit_json
@@ -185,7 +185,11 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             _notice(f"run {recovered.run_id}: {recovered.recoveries} "
                     f"recover{'y' if recovered.recoveries == 1 else 'ies'}, "
                     f"{recovered.steps_lost} steps lost")
-        if result.failed:
+        plan = None if recovered or not result.failed else run_sync(
+            maintenance.stopped_for(session.storage, result.run_id))
+        if plan is not None:  # stopped cleanly before host maintenance: say how to resume
+            _notice(maintenance.stop_message(result.run_id, name, str(script), plan))
+        elif result.failed:
             _notice(f"run {result.run_id} failed: host {result.failed.host:04d} exited "
                     f"{result.exit_code}")
         else:

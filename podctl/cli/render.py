@@ -57,7 +57,7 @@ def slice_table(slices: Iterable[Any], costs: dict[str, Any] | None = None) -> N
     _console().print(table)
 
 
-def slice_detail(info: Any) -> None:
+def slice_detail(info: Any, maintenance: dict[str, dict] | None = None) -> None:
     rows = [
         ("name", info.name),
         ("kind", info.kind),
@@ -73,6 +73,15 @@ def slice_detail(info: Any) -> None:
         ("age", _age(info)),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(info.labels.items())) or "-"),
     ]
+    symptoms = [f"{n.name}: {s}" if len(info.nodes) > 1 else s for n in info.nodes for s in n.symptoms]
+    if symptoms:
+        rows.insert(4, ("symptoms", "; ".join(symptoms)))
+    if maintenance:
+        from podctl.cloud.maintenance_info import describe
+
+        rows.insert(4, ("maintenance", "; ".join(
+            f"{node}: {describe(plan)}" if len(info.nodes) > 1 else describe(plan)
+            for node, plan in sorted(maintenance.items()))))
     if info.error:
         rows.append(("error", info.error))
     if info.valid_until:

@@ -177,14 +177,16 @@ def status(ctx: Context, name: str, project: str | None, zone: str | None, as_js
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json, slice_detail
         from podctl.cloud.describe import describe
+        from podctl.cloud.maintenance_info import upcoming
 
         session = _open(ctx, project, zone)
         settings, api = session.settings, session.api
         info = run_sync(describe(api, settings.parent, name))
+        maintenance = run_sync(upcoming(api, info))  # v2alpha1 only: cloud/maintenance_info.py
         if as_json:
-            emit_json(info.to_json())
+            emit_json({**info.to_json(), "maintenance": maintenance})
         else:
-            slice_detail(info)
+            slice_detail(info, maintenance)
 
     guarded(action)
 

@@ -43,7 +43,15 @@ def node_info(node: tpu_v2.Node, slice_index: int = 0) -> NodeInfo:
         created=_seconds(node.create_time),
         labels=dict(node.labels),
         queued_resource=short(node.queued_resource) if node.queued_resource else None,
+        symptoms=tuple(_symptom(s) for s in node.symptoms),
     )
+
+
+def _symptom(symptom: tpu_v2.Symptom) -> str:
+    """What a detector and a human read: TYPE on worker N: details."""
+    where = f" on worker {symptom.worker_id}" if symptom.worker_id else ""
+    return f"{_enum(symptom.symptom_type) or 'SYMPTOM'}{where}" + (
+        f": {symptom.details}" if symptom.details else "")
 
 
 def _topology(accelerator_type: str) -> str:

@@ -93,6 +93,7 @@ class NodeInfo:
     created: float  # epoch seconds
     labels: dict[str, str]
     queued_resource: str | None  # the short id of the queued resource that owns it
+    symptoms: tuple[str, ...] = ()  # Node.symptoms: "HBM_OUT_OF_MEMORY on worker 1: details"
 
 
 @dataclass(frozen=True)
@@ -173,5 +174,6 @@ class SliceInfo:
             "managed": self.managed, "labels": dict(self.labels), "error": self.error,
             "valid_until": self.valid_until,
             "nodes": [{"name": n.name, "state": n.state, "health": n.health,
+                       "symptoms": list(n.symptoms),
                        "hosts": [h.to_json() for h in n.hosts]} for n in self.nodes],
         }

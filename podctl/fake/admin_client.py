@@ -8,6 +8,7 @@ import urllib.request
 from typing import Any
 
 from podctl.errors import FakeCloudError
+from podctl.fake import faults
 
 
 class FakeAdmin:
@@ -44,25 +45,6 @@ class FakeAdmin:
     def reset_stats(self) -> None:
         self._call("POST", "stats/reset", {})
 
-    def fail_next(self, count: int, code: int | str = 503, call: str | None = None) -> None:
-        """The next COUNT Cloud TPU calls (only those named CALL, if given) fail with CODE."""
-        self._call("POST", "fail", {"count": count, "code": str(code), "call": call})
-
-    def set_latency(self, seconds: float) -> None:
-        self._call("POST", "latency", {"seconds": seconds})
-
-    def preempt(self, name: str, after: float = 0.0, grace: float | None = None) -> None:
-        """Preempt NAME now or AFTER simulated seconds. Its hosts stop taking SSH and their
-        processes get SIGTERM, then SIGKILL after GRACE wall-clock seconds (default:
-        timings.preempt_grace, 10 s); GCS stays reachable meanwhile."""
-        body: dict[str, Any] = {"name": name, "after": after}
-        if grace is not None:
-            body["grace"] = grace
-        self._call("POST", "preempt", body)
-
-    def set_capacity(self, chips: int | None, zone: str | None = None) -> dict:
-        return self._call("POST", "capacity", {"chips": chips, **({"zone": zone} if zone else {})})
-
     def set_quota(self, chips: int | None, project: str | None = None, zone: str | None = None) -> None:
         body: dict[str, Any] = {"chips": chips}
         body.update({k: v for k, v in (("project", project), ("zone", zone)) if v})
@@ -89,29 +71,6 @@ class FakeAdmin:
     def advance(self, seconds: float) -> None:
         self._call("POST", "advance", {"seconds": seconds})
 
-    def set_host_latency(self, seconds: float) -> None:
-        """Delay each SSH connection to a fake host by SECONDS (a simulated round trip)."""
-        self._call("POST", "host_latency", {"seconds": seconds})
-
-    def drop_host(self, name: str, worker: int) -> dict:
-        """Host WORKER of node NAME vanishes (its processes killed); the node stays READY."""
-        return self._call("POST", "drop_host", {"name": name, "worker": worker})
-
-    def kill_processes(self, name: str, worker: int, signal: str = "KILL") -> int:
-        """Every process host WORKER of NAME started gets SIGNAL (TERM or KILL): a crash or an
-        OOM kill. The host stays up and takes new SSH connections. Returns how many."""
-        return self._call("POST", "kill_processes",
-                          {"name": name, "worker": worker, "signal": signal})["signalled"]
-
-    def cut_ssh(self, name: str, worker: int) -> int:
-        """Abort host WORKER's SSH connections (the client sees them drop); new ones work.
-        Returns how many were cut."""
-        return self._call("POST", "cut_ssh", {"name": name, "worker": worker})["connections_cut"]
-
-    def gcs_outage(self, seconds: float) -> None:
-        """GCS answers every request with 503 for SECONDS of wall-clock time (0 ends it)."""
-        self._call("POST", "gcs_outage", {"seconds": seconds})
-
     def hosts(self) -> dict:
         """{"nodes": {node name: {ports, alive, connections, sessions}}, "host_latency": s,
         "in_grace": [preempted nodes whose processes are not yet SIGKILLed]}."""
@@ -119,3 +78,40 @@ class FakeAdmin:
 
     def reset(self) -> None:
         self._call("POST", "reset", {})
+
+    def faults(self) -> list[dict]:
+        """The fake's fault table (name, summary, arguments), as the daemon serves it."""
+        return self._call("GET", "faults")["faults"]
+
+    def inject(self, fault_name: str, /, *args: Any, **kwargs: Any) -> dict:
+        """Fault NAME (faults.FAULTS: "kill-host" or "kill_host") with its arguments, positional
+        in the table's order or by keyword; the daemon checks them. Returns its answer."""
+        try:
+            fault = faults.fault(fault_name)
+        except KeyError:
+            raise FakeCloudError(f"the fake cloud has no fault {fault_name!r}; its faults: "
+                                 f"{', '.join(faults.BY_NAME)}") from None
+        if len(args) > len(fault.args):
+            raise TypeError(f"{fault.method}() takes {len(fault.args)} arguments")
+        body = {arg.name: value for arg, value in zip(fault.args, args)}
+        for key, value in kwargs.items():
+            if key in body:
+                raise TypeError(f"{fault.method}() got {key!r} twice")
+            body[key] = value
+        return self._call("POST", fault.name, body)
+
+
+def _named(fault: faults.Fault) -> Any:
+    def method(self: FakeAdmin, *args: Any, **kwargs: Any) -> dict:
+        return self.inject(fault.name, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = fault.method
+    args = ", ".join(a.name if a.positional else f"{a.name}={a.default!r}" for a in fault.args)
+    method.__doc__ = f"{fault.method}({args}): {fault.summary}."
+    return method
+
+
+# FakeAdmin.preempt(name, after=..., grace=...), .kill_host(name, worker, signal=...), ...:
+# one method per fault of the table, so that a new fault needs no line here.
+for _fault in faults.FAULTS:
+    setattr(FakeAdmin, _fault.method, _named(_fault))

@@ -261,7 +261,8 @@ class HostManager:
     def sync(self, world: Any) -> None:
         """Hosts for exactly the READY nodes of WORLD, now (see the module docstring)."""
         self.world = world
-        ready = {name: n for name, n in world.nodes.items() if n.get("state") == "READY"}
+        ready = {name: n for name, n in world.nodes.items()
+                 if n.get("state") == "READY" and not n.get("_hosts_down")}  # maintenance.py
         for name, (node_id, _, _) in list(self.dying.items()):
             node = world.nodes.get(name)
             if node is None or node.get("id") != node_id or node.get("state") != "PREEMPTED":

@@ -10,7 +10,10 @@ line, directories with a trailing `/`) or, with `?recursive=true`, as JSON.
 
 Served: project/project-id and numeric-project-id; instance/ id, name, hostname, zone,
 preempted (`TRUE` once the node is preempted, during its notice), maintenance-event
-(`NONE`), service-accounts/default/ (email, scopes, token), attributes/ (the node's
+(`NONE`, or `TERMINATE_ON_HOST_MAINTENANCE` from 60 s before a maintenance) and
+upcoming-maintenance (JSON, 404 when none is planned; see maintenance.py), both with
+`?wait_for_change=true` (a hanging GET until the value changes, `last_etag`,
+`timeout_sec`), service-accounts/default/ (email, scopes, token), attributes/ (the node's
 metadata, the TPU VM attributes agent-worker-number, accelerator-type,
 worker-network-endpoints, tpu-env), and guest-attributes/NAMESPACE/KEY, which the
 host may PUT and the TPU API's getGuestAttributes then returns (World.guest_attributes).
@@ -18,11 +21,16 @@ host may PUT and the TPU API's getGuestAttributes then returns (World.guest_attr
 
 from __future__ import annotations
 
+import asyncio
+import json
 import secrets
+import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+from podctl.fake import maintenance
 
 if TYPE_CHECKING:
     from podctl.fake.hosts import Host, HostManager
@@ -75,6 +83,9 @@ def tree(host: Host) -> dict[str, Any]:
                 or f"{numeric_project(project)}-compute@developer.gserviceaccount.com")
     account = {"email": email, "aliases": "default", "scopes": "\n".join(_SCOPES)}
     guest = nh.manager.guest(node["name"], host.index)
+    world = nh.manager.world
+    now, scale = (world.now(), world.time_scale) if world is not None else (time.time(), 1.0)
+    upcoming = maintenance.metadata_upcoming(node, host.index)
     return {
         "project": {"project-id": project, "numeric-project-id": numeric_project(project)},
         "instance": {
@@ -82,7 +93,8 @@ def tree(host: Host) -> dict[str, Any]:
             "name": names[host.index], "hostname": f"{names[host.index]}.{zone}.c.{project}.internal",
             "zone": f"projects/{numeric_project(project)}/zones/{zone}",
             "preempted": "TRUE" if host.preempted else "FALSE",
-            "maintenance-event": "NONE",
+            "maintenance-event": maintenance.metadata_event(node, host.index, now, scale),
+            **({"upcoming-maintenance": json.dumps(upcoming)} if upcoming else {}),
             "attributes": attributes,
             "service-accounts": {"default": account, email: account},
             "guest-attributes": {ns: dict(keys) for ns, keys in guest.items()},
@@ -154,6 +166,8 @@ class MetadataServer:
             token = self.tokens.setdefault(host.token, "ya29.fake-" + secrets.token_urlsafe(24))
             return web.json_response({"access_token": token, "expires_in": TOKEN_SECONDS,
                                       "token_type": "Bearer"}, headers=_FLAVOR)
+        if request.query.get("wait_for_change") == "true":
+            return await self._wait_for_change(request, host, parts)
         value = _lookup(tree(host), parts)
         if value is None:
             return _not_found()
@@ -166,6 +180,32 @@ class MetadataServer:
         if request.query.get("alt") == "json":
             return web.json_response(value, headers=_FLAVOR)
         return _text(value)
+
+
+    async def _wait_for_change(self, request: web.Request, host: Host, parts: list[str]) -> web.Response:
+        """GCE's hanging GET: answer when the value's ETag differs from `last_etag` (at
+        once if it differs already; without one, from the value now), or after
+        `timeout_sec` with the value as it is. Only leaves (the keys podctl watches)."""
+        def etag() -> tuple[str, str | None]:
+            value = _lookup(tree(host), parts) if host.alive else None
+            text = value if isinstance(value, str) else None
+            return f"{zlib.crc32((text or '').encode()):08x}", text
+
+        tag, text = etag()
+        last = request.query.get("last_etag") or tag
+        try:
+            timeout = min(float(request.query.get("timeout_sec", "300")), 3600.0)
+        except ValueError:
+            return _text("timeout_sec must be a number of seconds\n", 400)
+        deadline = time.monotonic() + timeout
+        while tag == last and time.monotonic() < deadline and host.alive:
+            await asyncio.sleep(0.2)
+            tag, text = etag()
+        if text is None:
+            return _not_found()
+        response = _text(text)
+        response.headers["ETag"] = tag
+        return response
 
 
 def _recursive(value: dict) -> dict:

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from aiohttp import web
 
 from podctl.errors import FakeCloudError
-from podctl.fake import access, admin_api, tpu_api, wire
+from podctl.fake import access, admin_api, maintenance, tpu_api, wire
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
 from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
@@ -145,6 +145,7 @@ class FakeCloud:
     async def _serve(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
+        app.router.add_route("*", "/v2alpha1/{tail:.*}", self._handle_v2alpha1)
         admin_api.add_routes(app, self)
         # An idle keep-alive connection (a client still open, e.g. a notebook's) must not
         # hold the fake's stop for aiohttp's default 60 s: a request takes milliseconds.
@@ -198,6 +199,9 @@ class FakeCloud:
             except Exception:  # noqa: BLE001 - a ticker that dies would freeze the world
                 log.exception("the fake cloud's ticker failed; it goes on")
 
+    async def _handle_v2alpha1(self, request: web.Request) -> web.StreamResponse:
+        return await _v2alpha1(self, request)
+
     async def _handle_v2(self, request: web.Request) -> web.StreamResponse:
         ints = "enum-encoding=int" in request.query.get("$alt", "")
         try:
@@ -226,6 +230,21 @@ class FakeCloud:
         except ApiError as e:
             return web.json_response(wire.error_body(e.http_status, e.status, e.message, e.details),
                                      status=e.http_status)
+
+
+async def _v2alpha1(cloud: FakeCloud, request: web.Request) -> web.Response:
+    """v2alpha1's nodes.get and nodes.simulateMaintenanceEvent (maintenance.py)."""
+    try:
+        access.check(cloud.world.projects, cloud.project, "nodes.get", request.match_info["tail"])
+        body = await _json_body(request)
+        cloud.advance()
+        result = maintenance.v2alpha1(cloud.world, request.method, request.match_info["tail"], body)
+        cloud.sync_hosts()
+        cloud.save()
+        return web.json_response(result)
+    except ApiError as e:
+        return web.json_response(wire.error_body(e.http_status, e.status, e.message, e.details),
+                                 status=e.http_status)
 
 
 def _drop(request: web.Request) -> web.Response:

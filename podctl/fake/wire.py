@@ -21,6 +21,10 @@ NODE_HEALTH = {
     "HEALTH_UNSPECIFIED": 0, "HEALTHY": 1, "TIMEOUT": 3, "UNHEALTHY_TENSORFLOW": 4,
     "UNHEALTHY_MAINTENANCE": 5,
 }
+SYMPTOM_TYPE = {  # Symptom.SymptomType (cloud_tpu.proto v2)
+    "SYMPTOM_TYPE_UNSPECIFIED": 0, "LOW_MEMORY": 1, "OUT_OF_MEMORY": 2, "EXECUTE_TIMED_OUT": 3,
+    "MESH_BUILD_FAIL": 4, "HBM_OUT_OF_MEMORY": 5, "PROJECT_ABUSE": 6,
+}
 API_VERSION = {"API_VERSION_UNSPECIFIED": 0, "V1_ALPHA1": 1, "V1": 2, "V2_ALPHA1": 3, "V2": 4}
 ACCELERATOR_TYPE = {
     "TYPE_UNSPECIFIED": 0, "V2": 2, "V3": 4, "V4": 7, "V5LITE_POD": 9, "V5P": 10, "V6E": 11,
@@ -64,6 +68,9 @@ def render_node(node: dict, ints: bool) -> dict:
     out = _encode_enums(_public(node), _NODE_ENUMS, ints)
     if "acceleratorConfig" in out:
         out["acceleratorConfig"] = _encode_enums(out["acceleratorConfig"], _CONFIG_ENUMS, ints)
+    if ints and out.get("symptoms"):
+        out["symptoms"] = [{**s, "symptomType": SYMPTOM_TYPE.get(s.get("symptomType"), 0)}
+                           for s in out["symptoms"]]
     return out
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError
-from podctl.fake import labels, node_fields, placement_check, queued, wire
+from podctl.fake import labels, maintenance, node_fields, placement_check, queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
@@ -531,4 +531,5 @@ _HANDLERS: dict[str, Callable[[World, str], None]] = {
     "node_started": _node_started,
     "preempt": _preempt_event,
     **{kind: _queued_event(kind) for kind in ("qr_accepted", "qr_active", "qr_suspended", "qr_deleted")},
+    **maintenance.HANDLERS,  # maintenance windows' start and end
 }

@@ -43,9 +43,10 @@ from pathlib import Path
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_env
     import agent_gcs
+    import agent_maintenance
     import agent_watch
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
-    from podctl.jobs import agent_env, agent_gcs, agent_watch  # type: ignore[no-redef]
+    from podctl.jobs import agent_env, agent_gcs, agent_maintenance, agent_watch  # type: ignore[no-redef]
 
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124
@@ -314,6 +315,7 @@ class Agent:
         self.child: subprocess.Popen | None = None
         self.stopping = False
         self.stop_deadline: float | None = None
+        self.maintenance: dict | None = None  # the maintenance that stopped the run, if one did
         self.stacks_asked = threading.Event()
 
     def watch(self) -> dict:
@@ -358,6 +360,14 @@ class Agent:
                 os.killpg(self.child.pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def on_maintenance(self, info: dict) -> None:
+        """Maintenance is near (agent_maintenance.py): stop the script as a stop would,
+        and say why in the status, for `--recover` to wait it out."""
+        self.maintenance = info
+        self.logs.line(f"[podctl] maintenance on {host_tag(self.cfg['host'])} from "
+                       f"{info.get('window_start')}: checkpointing and stopping")
+        self.on_term(signal.SIGTERM, None)
 
     # ---- steps --------------------------------------------------------------------
 
@@ -576,7 +586,8 @@ class Agent:
             return
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
                   "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error,
-                  "preempted": self.preempted(), "phases": self.logs.phases,
+                  "preempted": self.preempted(), "maintenance": self.maintenance,
+                  "phases": self.logs.phases,
                   # a failure's last lines: podctl reads a runtime error naming the chip here
                   "tail": self.logs.tail[-TAIL_IN_STATUS:] if code else []}
         self.logs.close()
@@ -613,7 +624,12 @@ class Agent:
                 self.publish("running")
                 self.logs.heartbeat(force=True)
                 argv = self.cfg.get("command") or ["python3", self.cfg["script"], *self.cfg.get("args", [])]
-                code = self.run_process(argv, tree, env)
+                watcher = agent_maintenance.watch(self.cfg, self.on_maintenance, agent_gcs.metadata_get)
+                try:
+                    code = self.run_process(argv, tree, env)
+                finally:
+                    if watcher is not None:
+                        watcher.stop()
         except Exception as e:  # the agent's own failure: say so in the run's logs and status
             self.logs.line(f"[podctl] agent failed on {host_tag(self.cfg['host'])}: {e!r}")
             code = EXIT_AGENT_FAILED

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
-from podctl import tombstones
+from podctl import maintenance, tombstones
 from podctl.cloud import describe, placement, terminate
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.up import UpRequest
@@ -32,7 +32,7 @@ from podctl.errors import (
     TransientError, WaitTimeoutError,
 )
 from podctl.failures import (
-    DELETED_STATES, EXIT_HOST_LOST, bad_host, dead_state, hardware_cause, infrastructure_reason, is_dead,
+    DELETED_STATES, EXIT_HOST_LOST, INFRA_EXIT_CODES, bad_host, dead_state, hardware_cause, infrastructure_reason, is_dead,
 )
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.metrics import RunMetrics, read_metrics
@@ -348,6 +348,9 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             reason = ours[0]
         if reason is None and code != 0 and policy.retry_code_errors:
             reason = f"exit code {code} (retried: --retry-errors)"
+        plan = None if deleted or code not in INFRA_EXIT_CODES else (
+            await maintenance.stopped_for(session.storage, attempt.run_id))  # maintenance.py
+        reason = maintenance.reason(plan) if plan is not None else reason
         attempt.reason = reason
         last_record = await load_record(session.storage, attempt.run_id)
         if result is None or deleted:  # the follower was cut off: say how the attempt ended
@@ -369,7 +372,11 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
-        if suspect is not None:
+        if plan is not None and await maintenance.wait_out(  # waited out: resume in place
+                lambda: describe.describe(session.api, session.settings.parent, info.name), plan,
+                notice):
+            info = await slices.ready_slice(session, info.name)
+        elif suspect is not None:
             causes = "; ".join(a.hardware or "" for a in attempts[hardware_since:]
                                if a.failed_worker == suspect)
             notice(f"worker {suspect} failed twice ({causes}): a bad host; making {info.name} "
@@ -377,8 +384,8 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             await _note_bad_host(session, run_id, suspect)
             info = await _recreate(session, info, policy, notice, run_id, spend)
             hardware_since = len(attempts)
-        elif state is None and code != EXIT_HOST_LOST and await slice_state(session, info.name) in (
-                "READY", "ACTIVE"):
+        elif plan is None and state is None and code != EXIT_HOST_LOST and await slice_state(
+                session, info.name) in ("READY", "ACTIVE"):
             # The processes were killed but every host is up: relaunch where it ran.
             notice(f"slice {info.name} is healthy; relaunching on it")
             info = await slices.ready_slice(session, info.name)

@@ -124,7 +124,7 @@ def _outcome(result: Any) -> str:
 
 @pytest.mark.parametrize("code,count", [("503", 2), ("429", 2), ("drop", 1), ("lose", 1)])
 def test_up_survives_failing_calls(kit, code, count):
-    kit.admin.fail_next(count, code=code, call="nodes.create")
+    kit.admin.fail_calls(count, code=code, call="nodes.create")
     info = run(_up(kit, "chaos-up", "v5p-8"))
     assert info.ready and len(kit.admin.resources()["nodes"]) == 1  # one slice, not two
     run(_down(kit, "chaos-up"))
@@ -132,7 +132,7 @@ def test_up_survives_failing_calls(kit, code, count):
 
 
 def test_up_in_a_stockout_fails_clearly_and_leaves_nothing(kit):
-    kit.admin.set_capacity(0)
+    kit.admin.capacity(0)
     with pytest.raises(StockoutError) as e:
         run(_up(kit, "chaos-stock", "v5p-8"))
     assert "capacity" in str(e.value).lower() or "stockout" in str(e.value).lower()
@@ -230,7 +230,7 @@ def test_preempted_mid_training_without_recover_fails_clearly(kit):
 def test_a_killed_process_is_relaunched_on_the_same_healthy_slice(kit):
     run(_up(kit, "chaos-kill"))
     record = Record()
-    when_line(record, at_step(6), lambda: kit.admin.kill_processes("chaos-kill", 1, signal="TERM"))
+    when_line(record, at_step(6), lambda: kit.admin.kill_host("chaos-kill", 1, signal="TERM"))
     result = run(_train(kit, "chaos-kill", record))
     assert result.exit_code == 0 and result.recoveries == 1
     assert any("is healthy; relaunching on it" in n for n in record.notices)
@@ -312,7 +312,7 @@ def test_gcs_outage_during_a_checkpoint_save(kit):
 @pytest.mark.parametrize("code,count", [("503", 2), ("drop", 1), ("lose", 1)])
 def test_down_survives_failing_calls(kit, code, count):
     run(_up(kit, "chaos-down", "v5p-8"))
-    kit.admin.fail_next(count, code=code, call="nodes.delete")
+    kit.admin.fail_calls(count, code=code, call="nodes.delete")
     run(steps.down(kit.session, "chaos-down"))
     assert kit.admin.is_empty()
     kit.record("down", f"fail {count} x {code} on nodes.delete", "finishes", "finished: deleted")
@@ -334,7 +334,7 @@ def test_every_phase_and_fault_kind_is_covered():
     source = inspect.getsource(sys.modules[__name__])
     for phase in ('"up"', '"bundle"', '"launch"', '"training"', '"checkpoint"', '"down"'):
         assert f"kit.record({phase}" in source
-    for fault in ("fail_next", "set_capacity", "preempt", "kill_processes", "cut_ssh",
+    for fault in ("fail_calls", "capacity", "preempt", "kill_host", "cut_ssh",
                   "gcs_outage", "drop_host"):
         assert f"kit.admin.{fault}(" in source
 
@@ -474,7 +474,7 @@ def test_up_told_to_stop_deletes_what_it_created(kit, tmp_path, sig, phase):
     kit.admin.set_timings(node_create=1e6)  # CREATING until told otherwise
     kit.admin.reset_stats()
     if phase == "create request":
-        kit.admin.set_latency(1.0)
+        kit.admin.latency(1.0)
     child = subprocess.Popen([sys.executable, "-c", _UP_CHILD, kit.fake.tpu_api_url, str(tmp_path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     call = "nodes.create" if phase == "create request" else "operations.get"
@@ -484,7 +484,7 @@ def test_up_told_to_stop_deletes_what_it_created(kit, tmp_path, sig, phase):
     child.send_signal(number)
     child.send_signal(number)  # a second one must not cut the undo short
     _, err = child.communicate(timeout=60)
-    kit.admin.set_latency(0)
+    kit.admin.latency(0)
     assert child.returncode == 128 + number, err
     assert kit.admin.stats()["by_call"].get("nodes.delete", 0) == 1, err
     kit.admin.set_timings(node_create=90.0)

@@ -1,0 +1,308 @@
+"""Every fault the fake cloud can be made to show: one table, read by the admin API
+(POST /admin/NAME, admin_api.py), its client (FakeAdmin.NAME(...) and
+FakeAdmin.inject(NAME, ...), admin_client.py) and `podctl fake inject NAME`
+(cli/fake_inject.py). One name per fault everywhere: the CLI's `kill-host` is
+POST /admin/kill-host and FakeAdmin.kill_host.
+
+Adding a fault is one `Fault(...)` below (its arguments from fault_args.Arg, the World
+or HostManager action it takes, the line the CLI prints) plus that behaviour and its
+tests; nothing else lists faults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from podctl.fake.apierror import ApiError, invalid, precondition
+from podctl.fake.fault_args import Arg
+
+if TYPE_CHECKING:
+    from podctl.fake.server import FakeCloud
+
+_CODES = ("403", "429", "503", "drop", "lose")
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str  # CLI subcommand and admin route; FakeAdmin's method with "_" for "-"
+    summary: str  # one line: the CLI's help and the admin API's listing
+    args: tuple[Arg, ...]
+    act: Callable[["FakeCloud", dict], dict]  # checked arguments -> the JSON answer
+    said: Callable[[dict, dict], str]  # (arguments, answer) -> what the CLI prints
+
+    @property
+    def method(self) -> str:
+        return self.name.replace("-", "_")
+
+    def check(self, body: dict) -> dict:
+        """BODY's arguments checked and typed (defaults filled); ValueError if bad."""
+        known = {a.name for a in self.args}
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise ValueError(f"{self.name} takes no {unknown[0]!r}; it takes {sorted(known)}")
+        return {a.name: a.parse(body.get(a.name), a.name) for a in self.args}
+
+    def usage(self) -> str:
+        parts = [a.label for a in self.args if a.positional]
+        parts += [f"[{a.flag} {a.metavar or a.name.upper()}]" for a in self.args if not a.positional]
+        return " ".join([self.name, *parts])
+
+
+# ---- what each fault does ---------------------------------------------------------------
+
+
+def find(cloud: FakeCloud, name: str) -> tuple[str, dict]:
+    try:
+        return cloud.world.find(name)
+    except ApiError as e:
+        raise ApiError(404, "NOT_FOUND", f"no node or queued resource named {name!r} in the "
+                       "fake cloud (see `podctl ls`)") from e
+
+
+def find_node(cloud: FakeCloud, name: str) -> dict:
+    kind, resource = find(cloud, name)
+    if kind != "node":
+        raise invalid(f"{resource['name']} is a queued resource; name one of its nodes")
+    return resource
+
+
+def on_host(cloud: FakeCloud, args: dict, act: Callable[[Any, str, int], Any]) -> Any:
+    """ACT(host manager, node name, worker) on a live host named by ARGS' name and worker."""
+    node = find_node(cloud, args["name"])
+    if cloud.hosts is None:
+        raise precondition("the fake cloud's hosts are not running")
+    try:
+        return act(cloud.hosts, node["name"], args["worker"])
+    except LookupError as e:
+        raise precondition(str(e.args[0])) from e
+
+
+def _preempt(cloud: FakeCloud, args: dict) -> dict:
+    find(cloud, args["name"])
+    cloud.world.preempt(args["name"], args["after"], args["grace"])
+    return cloud.world.resources()
+
+
+def _kill_host(cloud: FakeCloud, args: dict) -> dict:
+    import signal
+
+    sig = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}[args["signal"]]
+    killed = on_host(cloud, args, lambda hosts, node, worker: hosts.kill_processes(node, worker, sig))
+    return {"signalled": killed, "signal": args["signal"]}
+
+
+def _cut_ssh(cloud: FakeCloud, args: dict) -> dict:
+    return {"connections_cut": on_host(cloud, args, lambda h, node, worker: h.cut_ssh(node, worker))}
+
+
+def _drop_host(cloud: FakeCloud, args: dict) -> dict:
+    on_host(cloud, args, lambda hosts, node, worker: hosts.drop_host(node, worker))
+    return {"dropped": args["worker"]}
+
+
+def _gcs_outage(cloud: FakeCloud, args: dict) -> dict:
+    if cloud.gcs is None:
+        raise precondition("the fake cloud's GCS is not running")
+    cloud.gcs.outage(args["seconds"])
+    return {"gcs_outage_seconds": args["seconds"]}
+
+
+def _fail_calls(cloud: FakeCloud, args: dict) -> dict:
+    from podctl.fake import tpu_api
+
+    call = args["call"]
+    if call is not None and not any(route.call == call for route in tpu_api.ROUTES):
+        raise invalid(f"no call named {call!r}; e.g. nodes.create, operations.get")
+    cloud.faults = [(args["code"], call)] * args["count"]
+    return {"pending_faults": len(cloud.faults)}
+
+
+def _capacity(cloud: FakeCloud, args: dict) -> dict:
+    world, zone, chips = cloud.world, args["zone"] or cloud.zone, args["chips"]
+    if zone not in world.zones:
+        raise invalid(f"the fake cloud has no zone {zone!r}; its zones: {', '.join(world.zones)}")
+    if chips is None:
+        world.capacity.pop(zone, None)
+    else:
+        world.capacity[zone] = chips
+    return {"zone": zone, "capacity": world.zone_capacity(zone), "free": world.free_chips(zone)}
+
+
+def _latency(cloud: FakeCloud, args: dict) -> dict:
+    cloud.latency = args["seconds"]
+    return {"latency": args["seconds"]}
+
+
+def _host_latency(cloud: FakeCloud, args: dict) -> dict:
+    if cloud.hosts:
+        cloud.hosts.latency = args["seconds"]
+    return {"host_latency": args["seconds"]}
+
+
+def _maintenance(cloud: FakeCloud, args: dict) -> dict:
+    from podctl.fake import maintenance
+
+    plan = maintenance.announce(cloud.world, find_node(cloud, args["name"]), args["after"],
+                                args["workers"], args["window"])
+    return {"maintenance": maintenance.upcoming(find_node(cloud, args["name"])),
+            "workers": plan["workers"]}
+
+
+def _unhealthy(cloud: FakeCloud, args: dict) -> dict:
+    from podctl.fake import maintenance
+
+    node = find_node(cloud, args["name"])
+    if args["worker"] is not None and not 0 <= args["worker"] < int(node.get("_hosts", 1)):
+        raise invalid(f"{node['name']} has workers 0 to {int(node.get('_hosts', 1)) - 1}, "
+                      f"not {args['worker']}")
+    return maintenance.set_health(cloud.world, node, args["health"], args["symptom"], args["worker"])
+
+
+def host_faults(cloud: FakeCloud) -> Any:
+    """The slow and crash-looping hosts (host_faults.py), made on first use."""
+    from podctl.fake.host_faults import HostFaults
+
+    if cloud.hosts is None:
+        raise precondition("the fake cloud's hosts are not running")
+    if getattr(cloud, "host_faults", None) is None or cloud.host_faults.manager is not cloud.hosts:
+        cloud.host_faults = HostFaults(cloud.hosts)
+    return cloud.host_faults
+
+
+def _slow(cloud: FakeCloud, args: dict) -> dict:
+    sick = host_faults(cloud)
+    on_host(cloud, args, lambda hosts, node, worker: sick.slow(node, worker, args["factor"]))
+    return {"slow": sick.describe()}
+
+
+def _crash_loop(cloud: FakeCloud, args: dict) -> dict:
+    sick = host_faults(cloud)
+    if args["off"]:
+        sick.clear("crash-loop", find_node(cloud, args["name"])["name"], args["worker"])
+    else:
+        on_host(cloud, args, lambda hosts, node, worker: sick.crash_loop(node, worker, args["after"]))
+    return {"crash_loop": sick.describe()}
+
+
+# ---- the table ------------------------------------------------------------------------
+
+NAME = Arg("name", "node", "A node (or, where it says so, a queued resource): full name or id.",
+           metavar="NAME")
+WORKER = Arg("worker", "worker", "The host's index (0, 1, ...).", metavar="WORKER")
+ZONE = Arg("zone", "text", "Default: the fake cloud's zone.", default=None, flag="--zone", metavar="Z")
+
+
+def _preempt_said(a: dict) -> str:
+    when = f"in {a['after']:g} simulated s" if a["after"] else "now"
+    notice = f"{a['grace']:g} s" if a["grace"] is not None else "the default"
+    return f"{a['name']}: preempted {when}; its processes get SIGTERM, then SIGKILL after {notice} grace"
+
+
+def _seconds_said(what: str) -> Callable[[dict, dict], str]:
+    return lambda a, r: f"{what}: {a['seconds']:g} s" if a["seconds"] else f"{what}: none"
+
+
+FAULTS: tuple[Fault, ...] = (
+    Fault("preempt", "spot preemption, with notice: hosts stop taking SSH, processes get SIGTERM",
+          (NAME, Arg("after", "seconds", "Simulated seconds (or 90s, 10m) from now; default now.",
+                     default=0.0, flag="--after", metavar="T"),
+           Arg("grace", "seconds", "Wall-clock seconds between SIGTERM and SIGKILL "
+               "(default: the fake's, 10 s).", default=None, flag="--grace", metavar="S")),
+          _preempt,
+          lambda a, r: _preempt_said(a)),
+    Fault("kill-host", "a host's processes die (a crash, an OOM kill); the host stays up",
+          (NAME, WORKER, Arg("signal", "choice", "KILL (a crash, an OOM kill; default) or TERM.",
+                             default="KILL", choices=("TERM", "KILL"), flag="--signal",
+                             metavar="TERM|KILL")),
+          _kill_host,
+          lambda a, r: (f"{a['name']} worker {a['worker']}: SIG{a['signal']} to {r['signalled']} "
+                        "process(es); the host stays up")),
+    Fault("cut-ssh", "a host's SSH connections drop mid-command; new ones work",
+          (NAME, WORKER), _cut_ssh,
+          lambda a, r: f"{a['name']} worker {a['worker']}: {r['connections_cut']} SSH connection(s) cut"),
+    Fault("drop-host", "a host vanishes, its processes killed; the node stays READY",
+          (NAME, WORKER), _drop_host,
+          lambda a, r: f"{a['name']} worker {a['worker']}: dropped (its processes killed, no SSH)"),
+    Fault("gcs-outage", "GCS answers 503 to everything for SECONDS (wall clock); 0 ends it",
+          (Arg("seconds", "seconds", "How long (2.5, 90s, 10m).", metavar="SECONDS"),),
+          _gcs_outage,
+          lambda a, r: (f"GCS: 503 to every request for {a['seconds']:g} s" if a["seconds"]
+                        else "GCS: outage ended")),
+    Fault("fail-calls", "the next COUNT Cloud TPU API calls fail with CODE (0 clears)",
+          (Arg("count", "count", "How many calls.", metavar="COUNT"),
+           Arg("code", "choice", "The answer: 429, 503, 403, drop (reset, not done) or lose "
+               "(done, answer lost).", default="503", choices=_CODES, flag="--code",
+               metavar="429|503|drop"),
+           Arg("call", "text", "Only calls of this method, e.g. nodes.create (default: any call).",
+               default=None, flag="--call", metavar="METHOD")),
+          _fail_calls,
+          lambda a, r: (f"the next {a['count']} Cloud TPU call(s)"
+                        + (f" of {a['call']}" if a["call"] else "") + f" fail with {a['code']}")),
+    Fault("stockout", "no capacity left in the zone: new slices fail (error 8), queued ones wait",
+          (ZONE,), lambda cloud, a: _capacity(cloud, {**a, "chips": 0}),
+          lambda a, r: f"{r['zone']}: stocked out (capacity 0 chips)"),
+    Fault("capacity", "chips free for TPUs in the zone; `unlimited` restores the default (a whole pod)",
+          (Arg("chips", "chips", "Chips, or `unlimited`.", metavar="CHIPS"), ZONE), _capacity,
+          lambda a, r: f"{r['zone']}: capacity {r['capacity']} chips, {r['free']} free"),
+    Fault("latency", "SECONDS added to every Cloud TPU API call",
+          (Arg("seconds", "seconds", "Seconds per call (0 ends it).", metavar="SECONDS"),),
+          _latency, _seconds_said("Cloud TPU API latency")),
+    Fault("host-latency", "SECONDS before each SSH connection to a fake host is accepted",
+          (Arg("seconds", "seconds", "Seconds per connection (0 ends it).", metavar="SECONDS"),),
+          _host_latency, _seconds_said("SSH connection latency")),
+)
+FAULTS += (
+    Fault("maintenance", "host maintenance: announced in the hosts' metadata, then the hosts go "
+          "down for WINDOW (health UNHEALTHY_MAINTENANCE) and come back",
+          (NAME, Arg("after", "seconds", "Simulated seconds (or 90s, 10m) until the window; "
+                     "default 5m.", default=300.0, flag="--in", metavar="T"),
+           Arg("workers", "workers", "The workers it names (0,1; default all).", default=None,
+               flag="--workers", metavar="W,..."),
+           Arg("window", "seconds", "How long the hosts are down (simulated; default 10m).",
+               default=600.0, flag="--window", metavar="D")),
+          _maintenance,
+          lambda a, r: (f"{a['name']}: maintenance of worker(s) {','.join(map(str, r['workers']))} "
+                        f"from {r['maintenance']['windowStartTime']} to "
+                        f"{r['maintenance']['windowEndTime']}")),
+    Fault("unhealthy", "a node's health (and a symptom) as Cloud TPU reports a sick host; "
+          "--health HEALTHY clears it",
+          (NAME, Arg("health", "choice", "The node's health.", default="UNHEALTHY_TENSORFLOW",
+                     choices=("HEALTHY", "TIMEOUT", "UNHEALTHY_TENSORFLOW", "UNHEALTHY_MAINTENANCE"),
+                     flag="--health", metavar="H"),
+           Arg("symptom", "choice", "A symptom to add.", default=None,
+               choices=("LOW_MEMORY", "OUT_OF_MEMORY", "EXECUTE_TIMED_OUT", "MESH_BUILD_FAIL",
+                        "HBM_OUT_OF_MEMORY", "PROJECT_ABUSE"), flag="--symptom", metavar="S"),
+           Arg("worker", "worker", "The worker the symptom names.", default=None, flag="--worker",
+               metavar="W")),
+          _unhealthy,
+          lambda a, r: f"{a['name']}: health {r['health']}"
+                       + "".join(f"; {s['symptomType']} on worker {s.get('workerId', '?')}"
+                                 for s in r["symptoms"][-1:])),
+    Fault("slow", "a host's processes run 1/FACTOR of the time (SIGSTOP/SIGCONT); --factor 1 "
+          "ends it", (NAME, WORKER, Arg("factor", "factor", "How many times slower (default 3).",
+                                         default=3.0, flag="--factor", metavar="F")),
+          _slow, lambda a, r: (f"{a['name']} worker {a['worker']}: " + (
+              f"{a['factor']:g}x slower" if a["factor"] > 1 else "full speed again"))),
+    Fault("crash-loop", "a host's script is killed (SIGKILL) AFTER seconds of each start",
+          (NAME, WORKER, Arg("after", "seconds", "Wall-clock seconds after each start (default 5).",
+                             default=5.0, flag="--after", metavar="S"),
+           Arg("off", "choice", "yes: stop crash-looping.", default="", choices=("", "yes"),
+               flag="--off", metavar="yes")),
+          _crash_loop, lambda a, r: (f"{a['name']} worker {a['worker']}: " + (
+              "crash loop ended" if a["off"] else
+              f"its script is killed {a['after']:g} s after each start"))),
+)
+BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
+
+
+def fault(name: str) -> Fault:
+    """The fault named NAME (its CLI name, or FakeAdmin's method name); KeyError if none."""
+    return BY_NAME[name.replace("_", "-")]
+
+
+def listing() -> list[dict]:
+    """The table as JSON (GET /admin/faults)."""
+    return [{"name": f.name, "summary": f.summary,
+             "args": [{"name": a.name, "kind": a.kind, "help": a.help, "flag": a.flag or None,
+                       "required": a.positional} for a in f.args]} for f in FAULTS]

@@ -1,0 +1,107 @@
+"""A run and host maintenance, through the CLI and the fake cloud's daemon: the
+template checkpoints and stops on every host before the window (the agent reads the
+metadata server); `--recover` waits the window out and resumes from that checkpoint
+with no steps lost; a plain run stops cleanly and says how to resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from podctl.fake.admin_client import FakeAdmin
+from tests.conftest import Podctl
+from tests.test_recovery import TEMPLATE, TINY, _collect, _start, _wait_for
+
+# The first template run of a session builds the hosts' Python environment (minutes).
+pytestmark = pytest.mark.timeout(1200)
+
+WINDOW_IN = 25.0  # wall-clock seconds from the announcement to the window
+WINDOW_FOR = 4.0  # wall-clock seconds the hosts are down
+
+
+def _announce(admin: FakeAdmin, name: str) -> None:
+    scale = admin.set_timings()["time_scale"]  # the fault takes simulated seconds
+    admin.maintenance(name, after=WINDOW_IN * scale, workers=[1], window=WINDOW_FOR * scale)
+
+
+def _run(podctl: Podctl, name: str, *extra: str) -> tuple[int, str, str]:
+    """Run the template on NAME; announce maintenance of worker 1 once step 4 is saved."""
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    proc = _start(podctl, "run", name, *extra, "--json", str(TEMPLATE), *TINY,
+                  "--steps", "24", "--checkpoint-every", "4")
+    err: list[str] = []
+    out: list[str] = []
+    readers = [_collect(proc.stderr, err), _collect(proc.stdout, out)]
+    try:
+        # the first template run of a session builds the hosts' environment: minutes
+        _wait_for(err, '"kind": "checkpoint", "step": 4', proc, timeout=900)
+        _announce(admin, name)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for reader in readers:
+        reader.join(timeout=10)
+    return proc.returncode, "".join(out), "".join(err)
+
+
+def test_recover_waits_out_maintenance_and_loses_no_step(podctl):
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    podctl("up", "--slice", "v5p-16", "--name", "mnt")
+    code, out, log = _run(podctl, "mnt", "--recover", "1")
+    assert code == 0, log[-4000:]
+    result = json.loads(out)
+    first, second = result["attempts"]
+    assert first["reason"].startswith("stopped for maintenance"), first
+    # the agent of the worker the window names said so in its host's log
+    assert "maintenance on host-0001" in podctl("logs", first["run_id"], "--host", "1").stdout
+    assert "waiting out maintenance" in log and "creating mnt again" not in log
+    # Both hosts stopped at the step they agreed on, saved it, and the next attempt
+    # started from exactly there.
+    assert second["start_step"] == first["last_step"] >= 4
+    assert second["last_step"] == 24 and result["steps_lost"] == 0
+    podctl("down", "mnt", "--yes")
+
+
+def test_without_recover_a_run_stops_cleanly_and_says_how_to_resume(podctl):
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    podctl("up", "--slice", "v5p-16", "--name", "mnt")
+    code, out, log = _run(podctl, "mnt")
+    assert code == 143, log[-4000:]
+    result = json.loads(out)
+    assert set(result["hosts"].values()) == {143}  # every host saved and stopped
+    said = [line for line in log.splitlines() if "stopped for maintenance" in line]
+    assert len(said) == 1 and f"--resume {result['run_id']}" in said[0], log[-3000:]
+    assert '"kind": "preempted"' in log  # the template's own word: it saved and stopped
+    podctl("down", "mnt", "--yes")
+
+
+def test_wait_out_waits_for_the_window_and_the_health_and_skips_long_windows():
+    """podctl.maintenance.wait_out with its clock and sleep as seams (no wire between)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from podctl import maintenance
+
+    clock = [1000.0]
+    said: list[str] = []
+    seen = iter([("READY", "HEALTHY"), ("READY", "UNHEALTHY_MAINTENANCE"),
+                 ("READY", "UNHEALTHY_MAINTENANCE"), ("READY", "HEALTHY")])
+
+    async def describe():
+        state, health = next(seen)
+        return SimpleNamespace(state=state, health=health)
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    plan = {"window_start": 1010.0, "window_end": 1020.0}
+    waited = asyncio.run(maintenance.wait_out(describe, plan, said.append, poll=5,
+                                              now=lambda: clock[0], sleep=sleep))
+    assert waited and clock[0] == 1015.0 and "waiting out maintenance" in said[0]
+    long = {"window_start": 1010.0, "window_end": 1010.0 + 2 * 3600}
+    assert not asyncio.run(maintenance.wait_out(describe, long, said.append, now=lambda: 1000.0))
+    assert "making the slice again is faster" in said[-1]
