@@ -197,10 +197,12 @@ def test_host_fault_bad_input_is_one_line_before_the_daemon_is_asked(podctl, arg
     assert_one_line_error(podctl("fake", "inject", *args, check=False), 2, words)
 
 
-def test_a_crash_looping_host_kills_its_script_and_the_run_names_it(tmp_path):
-    """Through podctl run: the script podctl's agent starts on worker 1 dies (SIGKILL,
-    exit 137) a second after it starts; the run fails naming host 0001 (the record a
-    bad-host detector reads); worker 0's script is left alone."""
+def test_a_crash_looping_host_is_named_and_recovery_leaves_its_hardware(tmp_path):
+    """Through podctl run: the script podctl's agent starts on worker 1 crashes (SIGSEGV,
+    exit 139) a second after each start. Without --recover the run fails naming host
+    0001. With --recover the first crash is relaunched in place; the second on the same
+    worker is a bad host, so the slice is made again, and on the new hardware the run
+    succeeds; the record names the bad worker."""
     from pathlib import Path
 
     from tests.conftest import Podctl, slice_on_daemon
@@ -208,9 +210,21 @@ def test_a_crash_looping_host_kills_its_script_and_the_run_names_it(tmp_path):
     script = Path(__file__).parent / "scripts" / "sleep_then_exit.py"
     with slice_on_daemon(Podctl(tmp_path), "v5p-16", "loop") as podctl:
         said = podctl("fake", "inject", "crash-loop", "loop", "1", "--after", "1").stdout
-        assert "killed 1 s after each start" in said
-        proc = podctl("run", "loop", "--json", str(script), "20", check=False)
-        assert proc.returncode == 137, proc.stderr[-2000:]
+        assert "SIGSEGV 1 s after each start" in said
+        proc = podctl("run", "loop", "--json", str(script), "6", check=False)
+        assert proc.returncode == 139, proc.stderr[-2000:]
         result = json.loads(proc.stdout)
-        assert result["failed_host"] == 1 and result["hosts"]["1"] == 137
-        podctl("fake", "inject", "crash-loop", "loop", "1", "--off", "yes")
+        assert result["failed_host"] == 1 and result["hosts"]["1"] == 139
+        before = podctl.json("status", "loop")["created"]
+        proc = podctl("run", "loop", "--recover", "2", "--json", str(script), "6", check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result = json.loads(proc.stdout)
+        first, second, third = result["attempts"]
+        assert first["failed_worker"] == 1 and first["hardware"] == "crashed (SIGSEGV)"
+        assert second["failed_worker"] == 1 and third["exit_code"] == 0
+        assert "slice loop is healthy; relaunching on it" in proc.stderr  # the first time
+        assert ("worker 1 failed twice (crashed (SIGSEGV); crashed (SIGSEGV)): a bad host; "
+                "making loop again on other hardware") in proc.stderr
+        assert podctl.json("status", "loop")["created"] > before  # new hardware
+        record = next(r for r in podctl.json("runs") if r["run_id"] == result["run_id"])
+        assert record["extra"]["bad_hosts"] == [1]

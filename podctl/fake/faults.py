@@ -11,6 +11,8 @@ tests; nothing else lists faults.
 
 from __future__ import annotations
 
+import signal
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -181,7 +183,8 @@ def _crash_loop(cloud: FakeCloud, args: dict) -> dict:
     if args["off"]:
         sick.clear("crash-loop", find_node(cloud, args["name"])["name"], args["worker"])
     else:
-        on_host(cloud, args, lambda hosts, node, worker: sick.crash_loop(node, worker, args["after"]))
+        sig = signal.SIGSEGV if args["signal"] == "SEGV" else signal.SIGKILL
+        on_host(cloud, args, lambda hosts, node, worker: sick.crash_loop(node, worker, args["after"], sig))
     return {"crash_loop": sick.describe()}
 
 
@@ -284,14 +287,17 @@ FAULTS += (
                                          default=3.0, flag="--factor", metavar="F")),
           _slow, lambda a, r: (f"{a['name']} worker {a['worker']}: " + (
               f"{a['factor']:g}x slower" if a["factor"] > 1 else "full speed again"))),
-    Fault("crash-loop", "a host's script is killed (SIGKILL) AFTER seconds of each start",
+    Fault("crash-loop", "a host's script crashes (SIGSEGV, as a runtime meeting bad hardware "
+          "does) AFTER seconds of each start",
           (NAME, WORKER, Arg("after", "seconds", "Wall-clock seconds after each start (default 5).",
                              default=5.0, flag="--after", metavar="S"),
+           Arg("signal", "choice", "SEGV (a crash; default) or KILL (an OOM kill).", default="SEGV",
+               choices=("SEGV", "KILL"), flag="--signal", metavar="SEGV|KILL"),
            Arg("off", "choice", "yes: stop crash-looping.", default="", choices=("", "yes"),
                flag="--off", metavar="yes")),
           _crash_loop, lambda a, r: (f"{a['name']} worker {a['worker']}: " + (
               "crash loop ended" if a["off"] else
-              f"its script is killed {a['after']:g} s after each start"))),
+              f"its script gets SIG{a['signal']} {a['after']:g} s after each start"))),
 )
 BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
 

@@ -1,5 +1,5 @@
 """A sick host, in the fake: slow (its processes run a duty cycle, SIGSTOP/SIGCONT) or
-crash-looping (its script killed a few seconds after each start). Each is a loop in
+crash-looping (its script crashed, SIGSEGV, a few seconds after each start). Each is a loop in
 the fake's event loop, one per host, that ends when the fault is cleared or the host
 goes (deleted, preempted, dropped, a reset).
 
@@ -103,18 +103,18 @@ class HostFaults:
         finally:
             _signal(stopped, signal.SIGCONT)  # never leave a process stopped
 
-    def crash_loop(self, node: str, worker: int, after: float) -> None:
-        """Host WORKER's script gets SIGKILL AFTER wall-clock seconds of each start."""
-        self._start("crash-loop", node, worker, lambda: self._crash(node, worker, after))
+    def crash_loop(self, node: str, worker: int, after: float, sig: int = signal.SIGSEGV) -> None:
+        """Host WORKER's script gets SIG (a crash) AFTER wall-clock seconds of each start."""
+        self._start("crash-loop", node, worker, lambda: self._crash(node, worker, after, sig))
 
-    async def _crash(self, node: str, worker: int, after: float) -> None:
+    async def _crash(self, node: str, worker: int, after: float, sig: int) -> None:
         seen: dict[int, float] = {}
         while (token := self._token(node, worker)) is not None:
             now = time.monotonic()
             procs = _tagged(token)
             scripts = [pid for pid, parent in procs.items() if _is_agent(parent) and not _is_agent(pid)]
             seen = {pid: seen.get(pid, now) for pid in scripts}
-            _signal([pid for pid, first in seen.items() if now - first >= after], signal.SIGKILL)
+            _signal([pid for pid, first in seen.items() if now - first >= after], sig)
             await asyncio.sleep(CRASH_POLL)
 
     def describe(self) -> dict[str, list[str]]:
