@@ -29,6 +29,7 @@ def fake_stopped_at_end():
         pytest.fail(f"the example left the fake cloud running (holding {leftover})")
 
 
+@pytest.mark.host_env
 def test_notebook_executes(fake_stopped_at_end):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -46,6 +47,7 @@ def test_notebook_executes(fake_stopped_at_end):
     assert sum(1 for o in outputs if o.get("output_type") == "display_data") <= 8
 
 
+@pytest.mark.host_env
 def test_python_api_script_runs(fake_stopped_at_end, tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "python_api.py")], capture_output=True,
                           text=True, timeout=400, cwd=tmp_path)

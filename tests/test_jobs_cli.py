@@ -162,6 +162,7 @@ def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podct
     assert proc.stdout.splitlines() == ["[host 0000] $TPU_WORKER_ID a b"]
 
 
+@pytest.mark.host_env
 def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
     # the hosts are bare: jax comes from the requirements, built once and shipped
     jax_reqs = SCRIPTS.parents[1] / "examples" / "jax_hello" / "requirements.txt"

@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from podctl.fake.admin_client import FakeAdmin
 from tests.conftest import Podctl, assert_one_line_error
 
@@ -40,6 +42,7 @@ def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout: floa
         time.sleep(0.2)
 
 
+@pytest.mark.host_env
 def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
