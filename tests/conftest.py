@@ -88,6 +88,14 @@ def pytest_configure(config: pytest.Config) -> None:
                             "built once per session (tests/conftest.py, _host_env_built_once)")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A host_env test may build the hosts' env (minutes) or wait for another worker's
+    # test that builds it (_host_env_built_once): more than the suite's 300 s per test.
+    for item in items:
+        if "host_env" in item.keywords and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(1500))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # the session's own process, after every worker
         shutil.rmtree(ENV_STORE, ignore_errors=True)

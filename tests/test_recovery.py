@@ -54,7 +54,9 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     out_lines: list[str] = []
     readers = [_collect(proc.stderr, err), _collect(proc.stdout, out_lines)]  # the only readers
     try:
-        _wait_for(err, '"kind": "checkpoint", "step": 8', proc)
+        # up to 900 s: under pytest-xdist this may be the session's first run on bare
+        # hosts, which builds the template's env from the package index (minutes)
+        _wait_for(err, '"kind": "checkpoint", "step": 8', proc, timeout=900)
         admin.preempt("rec")
         proc.wait(timeout=300)
     finally:
