@@ -15,6 +15,7 @@ nobody registers.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -40,13 +41,20 @@ FAST = WaitPolicy(initial=0.02, maximum=0.2, jitter=0.01, timeout=30)
 FAST_RETRY = RetryPolicy(attempts=4, initial=0.01, maximum=0.05, deadline=10)
 TIME_SCALE = 300.0  # a 90 s creation takes 0.3 s
 # One store of built host environments for every fake cloud of this test session (the
-# daemons of CLI tests too), as a team shares one bucket: the hosts' Python environment
-# is built from the package index once per session (podctl/fake/gcs.py, _shared_envs).
+# daemons of CLI tests too, and every pytest-xdist worker), as a team shares one bucket:
+# the hosts' Python environment is built from the package index once per session
+# (podctl/fake/gcs.py, _shared_envs). The process that starts the session names it;
+# xdist's workers inherit that name from it (PYTEST_XDIST_WORKER says which we are).
 # PODCTL_TEST_ENV_STORE: a store kept across test sessions (a developer's reruns of one
 # test need not build the hosts' environment each time); CI builds its own.
 KEEP_ENV_STORE = bool(os.environ.get("PODCTL_TEST_ENV_STORE"))
-ENV_STORE = Path(os.environ.get("PODCTL_TEST_ENV_STORE")
-                 or Path(tempfile.gettempdir()) / f"podctl-test-envs-{os.getpid()}")
+if KEEP_ENV_STORE:
+    ENV_STORE = Path(os.environ["PODCTL_TEST_ENV_STORE"])
+elif os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PODCTL_FAKE_ENV_STORE", "").startswith(
+        str(Path(tempfile.gettempdir()) / "podctl-test-envs-")):
+    ENV_STORE = Path(os.environ["PODCTL_FAKE_ENV_STORE"])
+else:
+    ENV_STORE = Path(tempfile.gettempdir()) / f"podctl-test-envs-{os.getpid()}"
 os.environ["PODCTL_FAKE_ENV_STORE"] = str(ENV_STORE)
 
 
@@ -80,14 +88,54 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "host_env: the test's hosts run jax, from an environment "
+                            "built once per session (tests/conftest.py, _host_env_built_once)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A host_env test may build the hosts' env (minutes) or wait for another worker's
+    # test that builds it (_host_env_built_once): more than the suite's 300 s per test.
+    for item in items:
+        if "host_env" in item.keywords and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(1500))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # the session's own process, after every worker; a kept store (PODCTL_TEST_ENV_STORE) stays
+    if not hasattr(session.config, "workerinput") and not KEEP_ENV_STORE:
+        shutil.rmtree(ENV_STORE, ignore_errors=True)
+
+
+def _jax_env_stored() -> bool:
+    """True once some fake cloud of this session uploaded a host environment with jax."""
+    for sidecar in ENV_STORE.glob("podctl%2Fenvs%2F*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if "jax" in json.loads(sidecar.read_text()).get("requirements", ""):
+                return True
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _host_env_built_once(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under pytest-xdist, the first `host_env` test builds the hosts' jax environment
+    while the others that need it wait, then fetch it from ENV_STORE, rather than every
+    worker building it from the package index at once on the same cores."""
+    if "host_env" not in request.keywords or _jax_env_stored():
+        yield
+        return
+    ENV_STORE.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(ENV_STORE / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held by the test that builds it, until it ends
+        if _jax_env_stored():
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
+
+
 @pytest.fixture(scope="session")
 def _session_cloud() -> Iterator:
-    try:
-        with fake_cloud() as cloud:
-            yield cloud
-    finally:
-        if not KEEP_ENV_STORE:
-            shutil.rmtree(ENV_STORE, ignore_errors=True)
+    with fake_cloud() as cloud:
+        yield cloud
 
 
 @pytest.fixture

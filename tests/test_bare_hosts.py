@@ -54,6 +54,12 @@ def test_an_environment_key_follows_requirements_and_expands_variables_as_pip_do
     assert agent_env.expand("jax[${PODCTL_JAX_EXTRA}]\n", {"PODCTL_JAX_EXTRA": "cpu"}) == "jax[cpu]\n"
     assert agent_env.env_key("jax[cpu]") == agent_env.env_key("jax[cpu]\n")
     assert agent_env.env_key("jax[cpu]") != agent_env.env_key("jax[tpu]")
+    # comments and blank lines are not requirements (pip drops them): one environment
+    assert agent_env.env_key("# for train.py\njax[cpu]  # the CPU build\n\n") == agent_env.env_key("jax[cpu]")
+    assert agent_env.env_key("jax[cpu]#x") != agent_env.env_key("jax[cpu]")  # no space: pip keeps it
+    root = Path(__file__).parents[1]
+    assert agent_env.env_key((root / "templates" / "requirements.txt").read_text()) == \
+        agent_env.env_key((root / "examples" / "jax_hello" / "requirements.txt").read_text())
     out = "ERROR: Could not find a version that satisfies the requirement nope-pkg-xyz (from versions: none)\n" \
           "ERROR: No matching distribution found for nope-pkg-xyz\n"
     assert agent_env.failed_package(out) == "nope-pkg-xyz"

@@ -19,6 +19,7 @@ def _demo(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
                           text=True, env=cli.env, stdin=subprocess.DEVNULL, timeout=1500, cwd=cli.tmp)
 
 
+@pytest.mark.host_env
 def test_demo_trains_resumes_and_its_checkpoints_can_be_pulled(podctl, tmp_path):
     """With a fake cloud already running, the demo uses it and leaves it running (empty),
     so that its runs' checkpoints can be listed and pulled afterwards."""
@@ -76,6 +77,7 @@ def test_demo_bad_input(podctl, bad):
     assert_one_line_error(proc, 2, "at least 1")
 
 
+@pytest.mark.host_env
 def test_readme_main_command_is_the_demo_and_leaves_nothing_running(podctl):
     """README's main command, as written there, from nothing: it starts the fake cloud,
     and stops it again at the end."""

@@ -29,13 +29,25 @@ def fake_stopped_at_end():
         pytest.fail(f"the example left the fake cloud running (holding {leftover})")
 
 
+@pytest.mark.host_env
 def test_notebook_executes(fake_stopped_at_end):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     notebook = nbformat.read(EXAMPLES / "notebook.ipynb", as_version=4)
-    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+    from jupyter_client.manager import KernelManager
+
+    # The test owns the kernel: nbclient's own cleanup after a cell timeout can fail
+    # half-way and leave the kernel process running for the rest of the session.
+    km = KernelManager(kernel_name="python3")
+    client = nbclient.NotebookClient(notebook, km=km, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(EXAMPLES)}})
-    client.execute()  # raises CellExecutionError, with the cell's traceback, on any failure
+    try:
+        client.execute()  # raises CellExecutionError, with the cell's traceback, on any failure
+    finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     html = "\n".join(str(o.get("data", {}).get("text/html", "")) for o in outputs)
@@ -46,6 +58,7 @@ def test_notebook_executes(fake_stopped_at_end):
     assert sum(1 for o in outputs if o.get("output_type") == "display_data") <= 8
 
 
+@pytest.mark.host_env
 def test_python_api_script_runs(fake_stopped_at_end, tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "python_api.py")], capture_output=True,
                           text=True, timeout=400, cwd=tmp_path)

@@ -74,6 +74,7 @@ async def run_job(job: Job):
         await job.close()
 
 
+@pytest.mark.host_env
 def test_real_multihost_jax_on_a_fake_v5p_16(slice16, fake, tmp_path):
     info, key = slice16
     job, lines = make_job(fake, info, key, tmp_path, str(JAX_HELLO))
@@ -86,6 +87,7 @@ def test_real_multihost_jax_on_a_fake_v5p_16(slice16, fake, tmp_path):
 V6E_PARENT = PARENT.rsplit("/", 1)[0] + "/us-east5-b"  # a zone with v6e (generations.toml)
 
 
+@pytest.mark.host_env
 def test_real_multihost_jax_on_a_fake_v6e_16(api, fake, isolated, tmp_path):
     """v6e from its record alone: 4 hosts of 4 chips (so 4 CPU devices each), up, the
     same multi-host JAX script, down."""

@@ -162,11 +162,13 @@ def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podct
     assert proc.stdout.splitlines() == ["[host 0000] $TPU_WORKER_ID a b"]
 
 
+@pytest.mark.host_env
 def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
-    # the hosts are bare: jax comes from the requirements, built once and shipped
+    # the hosts are bare: jax comes from the requirements, built once and shipped (under
+    # pytest-xdist this run may be the session's first, which builds it: minutes)
     jax_reqs = SCRIPTS.parents[1] / "examples" / "jax_hello" / "requirements.txt"
     proc = podctl("run", "cli16", "--hosts", "all", "--requirements", str(jax_reqs),
-                  str(SCRIPTS / "jax_auto_init.py"))
+                  str(SCRIPTS / "jax_auto_init.py"), timeout=900)
     lines = proc.stdout.splitlines()
     assert "[host 0000] process 0 of 2, 8 devices" in lines
     assert "[host 0001] process 1 of 2, 8 devices" in lines

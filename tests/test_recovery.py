@@ -42,6 +42,7 @@ def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout: floa
         time.sleep(0.2)
 
 
+@pytest.mark.host_env
 def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
@@ -53,7 +54,9 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     out_lines: list[str] = []
     readers = [_collect(proc.stderr, err), _collect(proc.stdout, out_lines)]  # the only readers
     try:
-        _wait_for(err, '"kind": "checkpoint", "step": 8', proc)
+        # up to 900 s: under pytest-xdist this may be the session's first run on bare
+        # hosts, which builds the template's env from the package index (minutes)
+        _wait_for(err, '"kind": "checkpoint", "step": 8', proc, timeout=900)
         admin.preempt("rec")
         proc.wait(timeout=300)
     finally:

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.test_jobs_cli import podctl  # noqa: F401  (the fake v5p-16 "cli16" fixture)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "templates" / "train_pjit.py"
@@ -210,6 +212,7 @@ def _bucket_objects(cli, prefix: str) -> tuple[str, list[str]]:
     return status["bucket"], [b.name for b in client.list_blobs(status["bucket"], prefix=prefix)]
 
 
+@pytest.mark.host_env
 def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
     start = time.time()
     # bare hosts: the first run of a test session builds the template's env (minutes)

@@ -37,6 +37,7 @@ from typing import Callable
 
 ENV_PREFIX = "podctl/envs/"
 _VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's own rule for requirements files
+_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's: `#` at a line's start or after whitespace
 _FAILED_PACKAGE = (
     re.compile(r"No matching distribution found for ([^\s;]+)"),
     re.compile(r"Could not find a version that satisfies the requirement ([^\s;]+)"),
@@ -54,9 +55,17 @@ def expand(requirements: str, environ: "dict[str, str] | os._Environ[str]") -> s
     return _VAR.sub(lambda m: environ.get(m.group(1), ""), requirements)
 
 
+def requirement_lines(requirements: str) -> str:
+    """The lines pip acts on: comments (a line's own, or after whitespace) and blank
+    lines dropped, as pip drops them; so two files naming the same packages share one
+    environment whatever their comments say."""
+    kept = (_COMMENT.sub("", line).strip() for line in requirements.splitlines())
+    return "\n".join(line for line in kept if line)
+
+
 def env_key(requirements: str) -> str:
     """What the environment depends on: the (expanded) requirements, Python, platform."""
-    ident = {"requirements": requirements.strip(), "python": platform.python_version(),
+    ident = {"requirements": requirement_lines(requirements), "python": platform.python_version(),
              "implementation": sys.implementation.name, "platform": sysconfig.get_platform(),
              "libc": "-".join(platform.libc_ver())}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]

@@ -177,6 +177,7 @@ def test_gcs_outage_during_bundle_upload_is_ridden_out(kit, tmp_path):
     kit.record("bundle", "gcs 503 for 3 s", "finishes", _outcome(result))
 
 
+@pytest.mark.host_env
 def test_preempted_before_launch_is_recovered(kit):
     run(_up(kit, "chaos-launch"))
     record = Record()
@@ -199,6 +200,7 @@ def test_preempted_before_launch_is_recovered(kit):
 
 # ---- training -------------------------------------------------------------------------
 
+@pytest.mark.host_env
 def test_preempted_mid_training_resumes_from_its_checkpoint(kit):
     run(_up(kit, "chaos-train"))
     record = Record()
@@ -212,6 +214,7 @@ def test_preempted_mid_training_resumes_from_its_checkpoint(kit):
     kit.record("training", "preempt (10 s notice)", "recovers", _outcome(result))
 
 
+@pytest.mark.host_env
 @pytest.mark.slow
 def test_preempted_mid_training_without_recover_fails_clearly(kit):
     run(_up(kit, "chaos-norec"))
@@ -226,6 +229,7 @@ def test_preempted_mid_training_without_recover_fails_clearly(kit):
     kit.record("training", "preempt, no --recover", "fails", _outcome(result))
 
 
+@pytest.mark.host_env
 @pytest.mark.slow
 def test_a_killed_process_is_relaunched_on_the_same_healthy_slice(kit):
     run(_up(kit, "chaos-kill"))
@@ -266,6 +270,7 @@ def test_gcs_outage_mid_training_loses_no_line(kit):
     kit.record("training", "gcs 503 for 4 s", "finishes", _outcome(result))
 
 
+@pytest.mark.host_env
 @pytest.mark.slow
 def test_a_lost_host_is_detected_and_the_slice_made_again(kit):
     """No SIGTERM, no status: the host simply vanishes. Found by its missing heartbeat
@@ -283,6 +288,7 @@ def test_a_lost_host_is_detected_and_the_slice_made_again(kit):
 
 # ---- a checkpoint save under way -----------------------------------------------------
 
+@pytest.mark.host_env
 @pytest.mark.slow
 def test_preempted_during_a_checkpoint_save_resumes_from_a_complete_one(kit):
     run(_up(kit, "chaos-ckpt"))
@@ -295,6 +301,7 @@ def test_preempted_during_a_checkpoint_save_resumes_from_a_complete_one(kit):
     kit.record("checkpoint", "preempt, no notice", "recovers", _outcome(result))
 
 
+@pytest.mark.host_env
 @pytest.mark.slow
 def test_gcs_outage_during_a_checkpoint_save(kit):
     run(_up(kit, "chaos-ckgcs"))
