@@ -95,7 +95,12 @@ def summarize(records: list[dict[str, Any]]) -> RunMetrics:
 
 
 async def read_metrics(storage: Any, run_id: str) -> RunMetrics:
-    """Host 0's log chunks of RUN_ID, read from GCS in order, summarized.
+    """Host 0's log chunks of RUN_ID, read from GCS in order, summarized."""
+    return summarize(await read_records(storage, run_id))
+
+
+async def read_records(storage: Any, run_id: str) -> list[dict[str, Any]]:
+    """Host 0's metric records of RUN_ID, in order (`podctl plot` draws them).
 
     Only host 0's prefix is listed (a 512-host run has 512 hosts' chunks); chunks are
     read in unbroken number order, as the log reader does, so a gap ends the read."""
@@ -108,4 +113,4 @@ async def read_metrics(storage: Any, run_id: str) -> RunMetrics:
         data = await storage.download_bytes(name)
         lines.extend(data.decode("utf-8", errors="replace").splitlines())
         expected += 1
-    return summarize(parse_records(lines))
+    return parse_records(lines)
