@@ -107,6 +107,8 @@ def _pins(settings: Any, info: Any) -> Any:
 @click.option("--preflight", "preflight", is_flag=True,
               help="Compile the step for the slice first (podctl preflight); refuse to start "
               "one that does not fit in HBM.")
+@click.option("--xla-dump", is_flag=True, help="Dump each host's HLO (XLA_FLAGS=--xla_dump_to) "
+              "into gs://BUCKET/podctl/runs/RUN_ID/xla_dump/host-NNNN/ when the script ends.")
 @where_options
 @bucket_option
 @json_option
@@ -115,7 +117,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
         requirements: Path | None, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
-        max_hours: str | None, preflight: bool, project: str | None,
+        max_hours: str | None, preflight: bool, xla_dump: bool, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
 
@@ -140,7 +142,9 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 
             raise UsageError("--retry-errors goes with --recover N.")
         options = lifecycle.RunOptions(script=script, args=tuple(args), workdir=workdir,
-                                       env=parse_env(list(env_pairs), env_files), setup=setup,
+                                       env={**parse_env(list(env_pairs), env_files),
+                                            **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
+                                       setup=setup,
                                        hosts=hosts_text, fail_fast=not keep_going, resume=resume,
                                        requirements=requirements)
         session = lifecycle.Session.open(ctx.settings(project, zone, bucket))

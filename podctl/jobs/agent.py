@@ -41,10 +41,11 @@ import time
 from pathlib import Path
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import agent_control
     import agent_env
     import agent_gcs
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
-    from podctl.jobs import agent_env, agent_gcs  # type: ignore[no-redef]
+    from podctl.jobs import agent_control, agent_env, agent_gcs  # type: ignore[no-redef]
 
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124
@@ -512,6 +513,7 @@ class Agent:
             env["VIRTUAL_ENV"] = str(self.venv)
         env.update(cfg.get("slice_env", {}))  # MEGASCALE_* for multislice
         env.update(cfg.get("env", {}))  # the user's --env, last, as data
+        agent_control.prepare_env(env, cfg, self.run_dir)  # `podctl profile`, --xla-dump
         return env
 
     @property
@@ -558,7 +560,12 @@ class Agent:
                 self.publish("running")
                 self.logs.heartbeat(force=True)
                 argv = self.cfg.get("command") or ["python3", self.cfg["script"], *self.cfg.get("args", [])]
-                code = self.run_process(argv, tree, env)
+                control = agent_control.Control(self.cfg, self.bucket, self.run_dir, self.logs.line)
+                control.start()
+                try:
+                    code = self.run_process(argv, tree, env)
+                finally:
+                    control.close()
         except Exception as e:  # the agent's own failure: say so in the run's logs and status
             self.logs.line(f"[podctl] agent failed on {host_tag(self.cfg['host'])}: {e!r}")
             code = EXIT_AGENT_FAILED
