@@ -11,6 +11,8 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
+
 from podctl.jobs import runs
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
@@ -34,6 +36,34 @@ def _events(data: bytes) -> list:
     return out
 
 
+def test_the_template_traces_on_request_and_writes_scalars_alone(tmp_path):
+    """The template's side, without podctl: a request file in PODCTL_CONTROL_DIR is
+    traced for its steps (after the compile step); scalars go to a local directory."""
+    import os
+    import subprocess
+    import sys
+
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / "profile-p1.json").write_text(json.dumps({"id": "p1", "steps": 2}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PODCTL_")}
+    env.update({"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+                "PODCTL_CONTROL_DIR": str(control)})
+    proc = subprocess.run([sys.executable, str(TEMPLATE), *TINY, "--steps", "6", "--checkpoint-dir",
+                           "none", "--tensorboard-dir", str(tmp_path / "tb")], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = json.loads((control / "profile-p1.done").read_text())
+    assert done == {"first_step": 2, "last_step": 3, "error": None}
+    assert not (control / "profile-p1.json").exists()  # taken: traced once
+    xplanes = list((control / "profile-p1").rglob("*.xplane.pb"))
+    assert len(xplanes) == 1 and xplanes[0].stat().st_size > 0
+    (events,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    tags = {v.tag for e in _events(events.read_bytes()) for v in e.summary.value}
+    assert tags == {"train/loss", "train/step_time_s", "train/tokens_per_s"}  # no MFU on CPU
+
+
+@pytest.mark.timeout(1800)  # the first template run of a session builds the hosts' environment
 def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tmp_path):
     podctl.env["PODCTL_BACKEND"] = "fake"
     gcs = podctl.json("fake", "start")["gcs"]
@@ -42,13 +72,14 @@ def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tm
         run_id = podctl("run", "prof", "--detach", "--xla-dump", str(TEMPLATE), *TINY, "--steps", "40",
                         timeout=300).stdout.strip()
         # Asked as soon as the run exists: the agents hand it to the script once it steps.
-        answer = json.loads(podctl("profile", run_id, "--steps", "3", "--json", timeout=400).stdout)
+        answer = json.loads(podctl("profile", run_id, "--steps", "3", "--timeout", "20m", "--json",
+                                   timeout=1300).stdout)
         assert answer["missing"] == [] and sorted(answer["acks"]) == ["0", "1"], answer
         for host, ack in answer["acks"].items():
             assert ack["error"] is None and ack["last_step"] - ack["first_step"] == 2
             assert f"host-{int(host):04d}.xplane.pb" in " ".join(ack["files"])
         # The run went on to its end, every host exiting 0.
-        follow = podctl("logs", run_id, "--follow", timeout=400)
+        follow = podctl("logs", run_id, "--follow", timeout=600)
         assert '"kind": "done", "step": 40' in follow.stdout, follow.stderr[-3000:]
         assert runs.valid_run_id(run_id)
         pulled = podctl("profile", run_id, "--pull", str(tmp_path / "tb"))
