@@ -94,20 +94,20 @@ def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tm
             assert xplane.stat().st_size > 0 and planes, xplane
         trace = json.loads(gzip.decompress((session / "host-0000.perfetto_trace.json.gz").read_bytes()))
         assert trace  # a Chrome/Perfetto trace: parses
+        storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
+        names = [o.name for o in asyncio.run(storage.list(runs.run_prefix(run_id) + "/"))]
+        # TensorBoard scalars, from process 0
+        event_files = [n for n in names if "/tensorboard/events.out.tfevents." in n]
+        assert len(event_files) == 1, names
+        events = _events(asyncio.run(storage.download_bytes(event_files[0])))
+        loss_steps = [e.step for e in events for v in e.summary.value if v.tag == "train/loss"]
+        assert loss_steps == list(range(1, 41))
+        # --xla-dump: each host's HLO, after the script ended
+        for host in ("host-0000", "host-0001"):
+            dumped = [n for n in names if f"/xla_dump/{host}/" in n]
+            assert any(n.endswith(".txt") for n in dumped), names
     finally:
         podctl("down", "prof", "--yes")
-    storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
-    names = [o.name for o in asyncio.run(storage.list(runs.run_prefix(run_id) + "/"))]
-    # TensorBoard scalars, from process 0
-    event_files = [n for n in names if "/tensorboard/events.out.tfevents." in n]
-    assert len(event_files) == 1, names
-    events = _events(asyncio.run(storage.download_bytes(event_files[0])))
-    loss_steps = [e.step for e in events for v in e.summary.value if v.tag == "train/loss"]
-    assert loss_steps == list(range(1, 41))
-    # --xla-dump: each host's HLO, after the script ended
-    for host in ("host-0000", "host-0001"):
-        dumped = [n for n in names if f"/xla_dump/{host}/" in n]
-        assert any(n.endswith(".txt") for n in dumped), names
 
 
 def test_profile_bad_input(podctl):

@@ -38,7 +38,10 @@ def plot(ctx: Context, run_ids: tuple[str, ...], output: Path | None, project: s
         path = plot_lib.check_output(output or Path(f"{run_ids[0]}.png"))
         plot_lib._matplotlib()  # say it is missing before reading anything
         storage = _storage(ctx.settings(project, zone, bucket))
-        _, series = run_sync(plot_lib.plot_runs(storage, list(run_ids), path))
+        # The goodput accounting's hook: {run_id: {bucket: seconds}} draws a bar per run
+        # under the panels (plot.draw_goodput_bar); None until that accounting lands.
+        buckets: dict[str, dict[str, float]] | None = None
+        _, series = run_sync(plot_lib.plot_runs(storage, list(run_ids), path, buckets=buckets))
         steps = ", ".join(f"{s.run_id}: {s.steps} steps"
                           + (f" in {len(s.segments)} attempts" if len(s.segments) > 1 else "")
                           for s in series)
