@@ -424,6 +424,15 @@ class Run:
         _, _, found = self.cloud._run(steps.run_checkpoints(self.cloud.session, self.run_id))
         return CheckpointList(found)
 
+    def plot(self, path: str | Path | None = None) -> Any:
+        """Loss, step time, tokens/s and MFU over steps, from GCS (podctl.plot): shown
+        in a notebook; also written to PATH (.png or .html) when given."""
+        from podctl.plot import Picture, plot_runs
+
+        fig, series = self.cloud._run(plot_runs(self.cloud.session.storage, [self.run_id],
+                                                Path(path) if path is not None else None))
+        return Picture(fig, series)
+
     def stop(self) -> None:
         """Stop the run on every host (the script gets SIGTERM: the template saves a
         checkpoint first)."""

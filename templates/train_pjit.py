@@ -83,6 +83,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     c.add_argument("--keep", type=int, default=3, metavar="N", help="checkpoints kept")
     c.add_argument("--peak-flops", type=float, default=None, help="peak FLOP/s per device for "
                    "MFU when the device kind is not known here")
+    o = p.add_argument_group("observability")
+    run_dir = os.environ.get("PODCTL_RUN_DIR")
+    o.add_argument("--tensorboard-dir", default=f"{run_dir}/tensorboard" if run_dir else None,
+                   help="TensorBoard scalars (loss, step time, tokens/s, MFU), local or gs:// "
+                   "(default: the run's folder under podctl, $PODCTL_RUN_DIR/tensorboard; "
+                   "'none': off; needs tensorboardX)")
     args = p.parse_args(argv)
     for name in ("layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch",
                  "checkpoint_every", "keep"):
@@ -94,6 +100,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         fail(f"--d-model {args.d_model} is not a multiple of --heads {args.heads}")
     if args.checkpoint_dir in ("", "none", "None"):
         args.checkpoint_dir = None
+    if args.tensorboard_dir in ("", "none", "None"):
+        args.tensorboard_dir = None
     return args
 
 
@@ -489,6 +497,131 @@ def peak_flops(devices: list, override: float | None) -> tuple[float | None, str
     return None, f"peak FLOP/s unknown for {devices[0].device_kind}; pass --peak-flops"
 
 
+class Scalars:
+    """TensorBoard scalars on process 0, written by tensorboardX (no TensorFlow) on a
+    thread of their own: a step only queues its numbers (a few hundred microseconds of
+    protobuf work per step, and the copies, happen while the devices compute). A gs://
+    directory gets the event file copied there (gcsfs) every SYNC_SECONDS and at the
+    end, so `tensorboard --logdir gs://...` follows the run. Without tensorboardX
+    installed this says so once and the run goes on."""
+
+    SYNC_SECONDS = 30.0
+
+    def __init__(self, target: str | None):
+        import jax
+
+        self.writer, self.target, self.thread = None, target, None
+        if not target or jax.process_index() != 0:
+            return
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            sys.stderr.write(f"{PROG}: no TensorBoard scalars: tensorboardX is not installed "
+                             "(add it to requirements.txt)\n")
+            return
+        import queue
+        import tempfile
+        import threading
+
+        self.local = target if "://" not in target else tempfile.mkdtemp(prefix="tensorboard-")
+        self.writer = SummaryWriter(self.local, flush_secs=self.SYNC_SECONDS)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._write, name="tensorboard-scalars", daemon=True)
+        self.thread.start()
+
+    def step(self, line: dict) -> None:
+        if self.thread is not None:
+            self.queue.put(line)
+
+    def _write(self) -> None:
+        synced = time.monotonic()
+        while True:
+            line = self.queue.get()
+            if line is None:
+                break
+            for key in ("loss", "step_time_s", "tokens_per_s", "mfu"):
+                if isinstance(line.get(key), float) and not (key != "loss" and line.get("compile")):
+                    self.writer.add_scalar(f"train/{key}", line[key], line["step"])
+            if time.monotonic() - synced > self.SYNC_SECONDS:
+                synced = time.monotonic()
+                self._sync()
+        self.writer.close()
+        self._sync()
+
+    def _sync(self) -> None:
+        if "://" not in self.target:
+            return
+        self.writer.flush()
+        try:
+            import fsspec
+
+            fs, root = fsspec.core.url_to_fs(self.target)
+            for name in os.listdir(self.local):
+                fs.put_file(os.path.join(self.local, name), f"{root.rstrip('/')}/{name}")
+        except Exception as e:  # scalars are a nicety: a failed copy never stops training
+            sys.stderr.write(f"{PROG}: TensorBoard scalars not copied to {self.target}: {e}\n")
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join(timeout=120)  # the last copy to GCS
+            self.thread = None
+
+
+class ProfileRequests:
+    """`podctl profile RUN`: the host agent drops profile-ID.json into $PODCTL_CONTROL_DIR;
+    between steps (after the first, which compiles) this starts a JAX profiler trace of
+    the next N steps into PODCTL_CONTROL_DIR/profile-ID/ and leaves profile-ID.done for
+    the agent to upload. Each process traces its own host; no collective is involved."""
+
+    def __init__(self) -> None:
+        self.dir = os.environ.get("PODCTL_CONTROL_DIR")
+        self.active: dict | None = None
+        self.looked = 0.0
+
+    def before_step(self, step: int) -> None:
+        if not self.dir or self.active is not None or time.monotonic() - self.looked < 1.0:
+            return
+        self.looked = time.monotonic()  # a directory read a second at most: nothing per step
+        names = sorted(n for n in os.listdir(self.dir) if n.startswith("profile-") and n.endswith(".json"))
+        if not names:
+            return
+        path = os.path.join(self.dir, names[0])
+        with open(path) as f:
+            request = json.load(f)
+        os.replace(path, path[:-len(".json")] + ".taken")
+        import jax
+
+        out = os.path.join(self.dir, f"profile-{request['id']}")
+        try:
+            jax.profiler.start_trace(out, create_perfetto_trace=True)
+        except Exception as e:  # e.g. a trace the script started itself: never stop training
+            self.active = {"id": request["id"], "first_step": step + 1}
+            return self.finish(step, error=f"start_trace failed: {e}")
+        self.active = {"id": request["id"], "left": max(1, int(request.get("steps", 5))),
+                       "first_step": step + 1, "out": out}
+
+    def after_step(self, step: int) -> None:
+        if self.active is not None:
+            self.active["left"] -= 1
+            if self.active["left"] <= 0:
+                self.finish(step)
+
+    def finish(self, step: int, error: str | None = None) -> None:
+        if self.active is None:
+            return
+        import jax
+
+        active, self.active = self.active, None
+        if error is None:
+            jax.profiler.stop_trace()
+        done = {"first_step": active["first_step"], "last_step": step, "error": error}
+        tmp = os.path.join(self.dir, f".profile-{active['id']}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(done, f)
+        os.replace(tmp, os.path.join(self.dir, f"profile-{active['id']}.done"))
+
+
 # ---- main -------------------------------------------------------------------------
 
 class Built:
@@ -656,17 +789,22 @@ def main(argv: list[str] | None = None) -> int:
 
     tokens_per_step = a.batch * a.seq_len
     step, loss, first = start_step, None, True
+    scalars, profile = Scalars(a.tensorboard_dir), ProfileRequests()
     t_prev = time.time()
     while True:
         if stop.agreed():  # at a step boundary, on every process alike
+            profile.finish(step)
             save(step, force=True)
             if manager is not None:
                 manager.wait_until_finished()
                 manager.close()
+            scalars.close()
             emit("preempted", step=step)
             return 143
         if step >= a.steps:
             break
+        if not first:
+            profile.before_step(step)
         state, loss_arr = step_fn(state, data.global_batch(step, batch_sharding))
         loss = float(loss_arr)  # waits for the step: the time below is the step's
         step += 1
@@ -680,12 +818,16 @@ def main(argv: list[str] | None = None) -> int:
             first = False
         emit("step", **line)
         note_progress(step)
+        scalars.step(line)
+        profile.after_step(step)
         save(step, force=False)
         t_prev = time.time() if manager is not None else t_prev  # a save's wait is not a step's
+    profile.finish(step)  # a trace the run outlived: what it caught
     save(step, force=True)
     if manager is not None:
         manager.wait_until_finished()
         manager.close()
+    scalars.close()
     emit("done", step=step, loss=loss, wall_s=time.time() - t_start)
     return 0
 

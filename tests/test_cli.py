@@ -127,7 +127,7 @@ def test_help_is_fast_to_import():
             "from podctl.cli.main import cli\n"
             "try:\n    cli()\nexcept SystemExit:\n    pass\n"
             "heavy=[m for m in sys.modules if m.split('.')[0] in "
-            "('google','asyncssh','rich','structlog','tenacity','jax','aiohttp')]\n"
+            "('google','asyncssh','rich','structlog','tenacity','jax','aiohttp','matplotlib')]\n"
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
     assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -54,6 +54,7 @@ def test_notebook_executes(fake_stopped_at_end):
     assert "<podctl.Slice notebook-demo v5p-16 READY" in text
     assert "succeeded" in text  # a status line, updated in place
     assert "<table>" in html  # the slice and checkpoint tables
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # run.plot(), drawn
     # One status line per wait, updated in place: no flood of progress output.
     assert sum(1 for o in outputs if o.get("output_type") == "display_data") <= 8
 

@@ -87,6 +87,8 @@ def _notice(text: str) -> None:
 @click.option("--preflight", "preflight", is_flag=True,
               help="Compile the step for the slice first (podctl preflight); refuse to start "
               "one that does not fit in HBM.")
+@click.option("--xla-dump", is_flag=True, help="Dump each host's HLO (XLA_FLAGS=--xla_dump_to) "
+              "into gs://BUCKET/podctl/runs/RUN_ID/xla_dump/host-NNNN/ when the script ends.")
 @where_options
 @bucket_option
 @json_option
@@ -96,7 +98,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         requirements: Path | None, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, on_stall: str, stall_after: str | None, preflight: bool,
-        project: str | None,
+        xla_dump: bool, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
 
@@ -131,7 +133,9 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                             if stall_after else None)
         how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall)
         options = steps.RunOptions(script=script, args=tuple(args), workdir=workdir,
-                                   env=parse_env(list(env_pairs), env_files), setup=setup,
+                                   env={**parse_env(list(env_pairs), env_files),
+                                        **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
+                                   setup=setup,
                                    hosts=hosts_text, fail_fast=not keep_going, resume=resume,
                                    requirements=requirements)
         session = steps.Session.open(ctx.settings(project, zone, bucket))

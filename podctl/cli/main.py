@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from podctl.cli import (ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, goodput_cmds, job_cmds,
-                        preflight_cmds, queue_cmds, slice_cmds)
+                        plot_cmds, preflight_cmds, profile_cmds, queue_cmds, slice_cmds)
 from podctl.cli.common import Context
 
 
@@ -78,6 +78,8 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl preflight --slice v5p-N train.py   compile the step for a slice here: HBM, FLOPs
     podctl cost [NAME|RUN_ID]         what a slice or a run has cost; a run's goodput
     podctl goodput RUN_ID             where a run's chip-hours went, bucket by bucket
+    podctl plot RUN_ID... [-o F.png]  loss, step time, tokens/s, MFU over steps (a picture)
+    podctl profile RUN_ID [--steps N] a JAX profiler trace of a running run (--pull DIR)
     podctl budget check               delete slices over their budget (run it from cron)
     podctl queue add|ls|show|cancel|tick   queued runs, moved along by `queue tick` from cron
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
@@ -87,7 +89,8 @@ def cli(ctx: click.Context, backend: str | None) -> None:
 
 
 for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
-                 *cost_cmds.COMMANDS, *goodput_cmds.COMMANDS, *preflight_cmds.COMMANDS, *queue_cmds.COMMANDS, fake_cmds.fake,
+                 *cost_cmds.COMMANDS, *goodput_cmds.COMMANDS, *plot_cmds.COMMANDS,
+                 *profile_cmds.COMMANDS, *preflight_cmds.COMMANDS, *queue_cmds.COMMANDS, fake_cmds.fake,
                  demo_cmd.demo):
     _backend_option(_command)
     cli.add_command(_command)

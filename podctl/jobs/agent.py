@@ -41,12 +41,15 @@ import time
 from pathlib import Path
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import agent_control
     import agent_env
     import agent_gcs
     import agent_maintenance
     import agent_watch
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
-    from podctl.jobs import agent_env, agent_gcs, agent_maintenance, agent_watch  # type: ignore[no-redef]
+    from podctl.jobs import (  # type: ignore[no-redef]
+        agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch,
+    )
 
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124
@@ -573,6 +576,7 @@ class Agent:
             env["VIRTUAL_ENV"] = str(self.venv)
         env.update(cfg.get("slice_env", {}))  # MEGASCALE_* for multislice
         env.update(cfg.get("env", {}))  # the user's --env, last, as data
+        agent_control.prepare_env(env, cfg, self.run_dir)  # `podctl profile`, --xla-dump
         return env
 
     @property
@@ -625,9 +629,12 @@ class Agent:
                 self.logs.heartbeat(force=True)
                 argv = self.cfg.get("command") or ["python3", self.cfg["script"], *self.cfg.get("args", [])]
                 watcher = agent_maintenance.watch(self.cfg, self.on_maintenance, agent_gcs.metadata_get)
+                control = agent_control.Control(self.cfg, self.bucket, self.run_dir, self.logs.line)
+                control.start()
                 try:
                     code = self.run_process(argv, tree, env)
                 finally:
+                    control.close()
                     if watcher is not None:
                         watcher.stop()
         except Exception as e:  # the agent's own failure: say so in the run's logs and status

@@ -95,8 +95,13 @@ def summarize(records: list[dict[str, Any]]) -> RunMetrics:
 
 
 async def read_metrics(storage: Storage, run_id: str) -> RunMetrics:
-    """Host 0's log chunks of RUN_ID, read from GCS in order, summarized.
+    """Host 0's metric lines of RUN_ID, summarized."""
+    return summarize(await read_records(storage, run_id))
+
+
+async def read_records(storage: Storage, run_id: str) -> list[dict[str, Any]]:
+    """Host 0's metric records of RUN_ID, in order (`podctl plot` draws them).
 
     Only host 0's prefix is listed (a 512-host run has 512 hosts' chunks); chunks are
     read in unbroken number order, as the log reader does, so a gap ends the read."""
-    return summarize(parse_records(await run_files.read_host_lines(storage, run_id, 0)))
+    return parse_records(await run_files.read_host_lines(storage, run_id, 0))

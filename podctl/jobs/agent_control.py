@@ -1,0 +1,148 @@
+"""Requests to a running script, on the host agent's side (standard library only).
+
+Shipped to hosts with agent.py (launch.AGENT_MODULES); imports nothing from podctl.
+`podctl profile RUN` writes one object, gs://BUCKET/podctl/runs/RUN/control/profile.json
+({"id", "steps", "hosts"}). Each host's agent reads its metadata every few seconds (one
+small GET per host, not a listing), and when a new request names its host it drops the
+request as a file into the script's control directory ($PODCTL_CONTROL_DIR), which the
+template looks at between steps. The script captures a JAX profiler trace into
+PODCTL_CONTROL_DIR/profile-ID/ and leaves profile-ID.done; the agent uploads the trace
+in the layout TensorBoard's profile plugin (XProf) reads, one session per request with
+every host in it:
+
+    podctl/runs/RUN/profiles/plugins/profile/ID/host-NNNN.xplane.pb   (and the other files)
+    podctl/runs/RUN/control/acks/ID/host-NNNN.json                    the host's answer
+
+`podctl run --xla-dump` sets PODCTL_XLA_DUMP=1: the script's XLA_FLAGS gain
+--xla_dump_to=A_LOCAL_DIR, and the agent uploads that folder to
+podctl/runs/RUN/xla_dump/host-NNNN/ when the script has ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+POLL_SECONDS = 5.0  # a request waits at most this long (plus a step) to be seen
+# Files the profiler names HOSTNAME + suffix (a hostname may hold dots: match the end)
+HOST_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".memory_profile.json.gz")
+
+
+def run_prefix(cfg: dict) -> str:
+    return f"podctl/runs/{cfg['run_id']}"
+
+
+def tag(cfg: dict) -> str:
+    return f"host-{int(cfg['host']):04d}"
+
+
+def prepare_env(env: dict, cfg: dict, run_dir: Path) -> None:
+    """The script's environment: where requests arrive, the run's GCS folder (the
+    template writes TensorBoard scalars under it), and the XLA dump folder if asked."""
+    control = run_dir / "control"
+    control.mkdir(exist_ok=True)
+    env["PODCTL_CONTROL_DIR"] = str(control)
+    env["PODCTL_RUN_DIR"] = f"gs://{cfg['bucket']}/{run_prefix(cfg)}"
+    if env.get("PODCTL_XLA_DUMP") == "1":
+        flags = env.get("XLA_FLAGS", "")
+        env["XLA_FLAGS"] = f"{flags} --xla_dump_to={run_dir / 'xla_dump'}".strip()
+
+
+class Control:
+    """A thread that hands `podctl profile` requests to the script and ships its traces."""
+
+    def __init__(self, cfg: dict, bucket, run_dir: Path, say=None, poll_seconds: float = POLL_SECONDS):
+        self.cfg, self.bucket, self.run_dir = cfg, bucket, run_dir
+        self.dir = run_dir / "control"
+        self.say = say or (lambda text: None)
+        self.poll_seconds = poll_seconds
+        self.generation: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="podctl-control", daemon=True)
+
+    def start(self) -> None:
+        self.dir.mkdir(exist_ok=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """After the script ended: ship traces it finished, and the XLA dump."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._guarded(self.ship_traces)
+        self._guarded(self.ship_xla_dump)
+
+    def _loop(self) -> None:
+        # At once first: a request made before the script started is waiting for it
+        while True:
+            self._guarded(self.poll)
+            self._guarded(self.ship_traces)
+            if self._stop.wait(self.poll_seconds):
+                return
+
+    def _guarded(self, fn) -> None:
+        try:
+            fn()
+        except Exception as e:  # GCS hiccups: the next poll tries again; the run goes on
+            self.say(f"[podctl] control: {fn.__name__}: {e}")
+
+    # ---- requests in --------------------------------------------------------------
+
+    def poll(self) -> None:
+        name = f"{run_prefix(self.cfg)}/control/profile.json"
+        meta = self.bucket.stat(name)
+        version = str(meta.get("generation") or meta.get("updated")) if meta else None
+        if version is None or version == self.generation:
+            return
+        request = json.loads(self.bucket.download(name))
+        self.generation = version
+        hosts = request.get("hosts")
+        if hosts is not None and int(self.cfg["host"]) not in hosts:
+            return
+        ident = str(request["id"])
+        if not ident.replace("-", "").isalnum():
+            raise ValueError(f"a profile request with a bad id {ident!r}")
+        tmp = self.dir / f".profile-{ident}.tmp"
+        tmp.write_text(json.dumps({"id": ident, "steps": int(request.get("steps", 5))}))
+        os.replace(tmp, self.dir / f"profile-{ident}.json")  # whole, or not at all
+        self.say(f"[podctl] profile {ident}: tracing the next {request.get('steps', 5)} steps")
+
+    # ---- traces out ---------------------------------------------------------------
+
+    def ship_traces(self) -> None:
+        for done in sorted(self.dir.glob("profile-*.done")):
+            ident = done.name[len("profile-"):-len(".done")]
+            info = json.loads(done.read_text() or "{}")
+            files = []
+            dest = f"{run_prefix(self.cfg)}/profiles/plugins/profile/{ident}"
+            for path in sorted((self.dir / f"profile-{ident}").rglob("*")):
+                if not path.is_file():
+                    continue
+                # jax names files by the machine's hostname; name them by podctl host,
+                # so every host of the run lands in the one session, each its own file
+                suffix = next((s for s in HOST_SUFFIXES if path.name.endswith(s)), "." + path.name)
+                name = f"{dest}/{tag(self.cfg)}{suffix}"
+                self.bucket.upload(name, path.read_bytes())
+                files.append(name)
+            ack = {"host": int(self.cfg["host"]), "files": files, **info}
+            self.bucket.upload(f"{run_prefix(self.cfg)}/control/acks/{ident}/{tag(self.cfg)}.json",
+                               json.dumps(ack).encode(), "application/json")
+            os.replace(done, done.with_suffix(".shipped"))
+            self.say(f"[podctl] profile {ident}: {len(files)} file(s) uploaded to gs://"
+                     f"{self.cfg['bucket']}/{dest}/")
+
+    def ship_xla_dump(self) -> None:
+        root = self.run_dir / "xla_dump"
+        if not root.is_dir():
+            return
+        count = 0
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                rel = path.relative_to(root).as_posix()
+                self.bucket.upload(f"{run_prefix(self.cfg)}/xla_dump/{tag(self.cfg)}/{rel}",
+                                   path.read_bytes(), "text/plain")
+                count += 1
+        self.say(f"[podctl] XLA dump: {count} file(s) uploaded to gs://{self.cfg['bucket']}/"
+                 f"{run_prefix(self.cfg)}/xla_dump/{tag(self.cfg)}/")
