@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from podctl.errors import ConfigError, InvalidValueError
+from podctl.jobs.metrics import read_records
+from podctl.jobs.run_files import load_record
 
 FORMATS = (".png", ".html")
 PANELS = (("loss", "loss"), ("step_time_s", "step time (s)"), ("tokens_per_s", "tokens/s"),
@@ -80,9 +82,6 @@ def series_from_records(run_id: str, attempts: list[tuple[str, list[dict[str, An
 
 async def load_series(storage: Any, run_id: str) -> RunSeries:
     """RUN_ID's attempts (one, unless it was recovered) and their metric records."""
-    from podctl.jobs.history import load_record
-    from podctl.jobs.metrics import read_records
-
     record = await load_record(storage, run_id)
     listed = [a for a in record.extra.get("attempts", []) if isinstance(a, dict) and a.get("run_id")]
     ids = [a["run_id"] for a in listed] or [run_id]

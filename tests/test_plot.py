@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from podctl.jobs import runs
-from podctl.jobs.history import save_record
+from podctl.jobs.run_files import save_record
 from podctl.jobs.runs import RunRecord
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage

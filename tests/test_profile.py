@@ -114,7 +114,7 @@ def test_profile_bad_input(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     gcs = podctl.json("fake", "start")["gcs"]
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
-    from podctl.jobs.history import save_record
+    from podctl.jobs.run_files import save_record
     from podctl.jobs.runs import RunRecord
 
     ended = runs.new_run_id("gone")

@@ -33,15 +33,15 @@ def plot(ctx: Context, run_ids: tuple[str, ...], output: Path | None, project: s
     def action() -> None:
         from podctl import plot as plot_lib
         from podctl._sync import run_sync
-        from podctl.cli.job_cmds import _storage
+        from podctl.steps import Session
+        from podctl.steps.goodput import goodput_buckets
 
         path = plot_lib.check_output(output or Path(f"{run_ids[0]}.png"))
         plot_lib._matplotlib()  # say it is missing before reading anything
-        storage = _storage(ctx.settings(project, zone, bucket))
-        # The goodput accounting's hook: {run_id: {bucket: seconds}} draws a bar per run
-        # under the panels (plot.draw_goodput_bar); None until that accounting lands.
-        buckets: dict[str, dict[str, float]] | None = None
-        _, series = run_sync(plot_lib.plot_runs(storage, list(run_ids), path, buckets=buckets))
+        session = Session.open(ctx.settings(project, zone, bucket))
+        # {run_id: {bucket: seconds}}: a goodput bar per run under the panels
+        buckets = run_sync(goodput_buckets(session, list(run_ids)))
+        _, series = run_sync(plot_lib.plot_runs(session.storage, list(run_ids), path, buckets=buckets))
         steps = ", ".join(f"{s.run_id}: {s.steps} steps"
                           + (f" in {len(s.segments)} attempts" if len(s.segments) > 1 else "")
                           for s in series)

@@ -44,14 +44,14 @@ def profile(ctx: Context, run_id: str, steps: int, hosts_text: str, pull_dir: Pa
 
     def action() -> None:
         from podctl._sync import run_sync
-        from podctl.cli.job_cmds import _storage
+        from podctl.steps import Session
         from podctl.cli.render import emit_json
         from podctl.durations import parse_duration
         from podctl.errors import InvalidValueError, JobError
         from podctl.jobs import profiles
 
         wait_seconds = parse_duration(timeout, "--timeout")
-        storage = _storage(ctx.settings(project, zone, bucket))
+        storage = Session.open(ctx.settings(project, zone, bucket)).storage
         if pull_dir is not None:
             written = run_sync(profiles.pull_profiles(storage, run_id, pull_dir))
             if as_json:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 POLL_SECONDS = 5.0  # a request waits at most this long (plus a step) to be seen

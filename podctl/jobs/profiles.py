@@ -24,7 +24,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from podctl.errors import InvalidValueError, JobError
-from podctl.jobs import runs
+from podctl.jobs import run_files, runs
+from podctl.jobs.run_files import load_record
 
 MAX_STEPS = 1000  # a trace of many steps is large; a few show a step's shape
 ENDED = ("succeeded", "failed", "stopped", "lost")
@@ -74,8 +75,6 @@ def check_steps(steps: int) -> int:
 async def request_profile(storage: Any, run_id: str, steps: int,
                           hosts: set[int] | None) -> ProfileRequest:
     """Write RUN_ID's profile request (one at a time: a new one replaces the last)."""
-    from podctl.jobs.history import load_record
-
     check_steps(steps)
     record = await load_record(storage, run_id)
     live_id = attempt_ids(record)[-1]
@@ -99,7 +98,7 @@ async def request_profile(storage: Any, run_id: str, steps: int,
 async def read_acks(storage: Any, request: ProfileRequest) -> dict[int, dict[str, Any]]:
     prefix = f"{runs.run_prefix(request.run_id)}/control/acks/{request.id}/"
     for obj in await storage.list(prefix):
-        host = int(obj.name.rsplit("/", 1)[-1].split("-")[1].split(".")[0])
+        host = run_files.host_of(obj.name)
         if host not in request.acks:
             request.acks[host] = json.loads(await storage.download_bytes(obj.name))
     return request.acks
@@ -108,15 +107,13 @@ async def read_acks(storage: Any, request: ProfileRequest) -> dict[int, dict[str
 async def wait_for_profile(storage: Any, request: ProfileRequest, timeout: float,
                            poll_seconds: float = 2.0) -> ProfileRequest:
     """Until every chosen host has answered, the run has ended, or TIMEOUT passed."""
-    from podctl.jobs.logs import LogReader
-
     deadline = time.monotonic() + timeout
-    statuses = LogReader(storage, request.run_id, request.num_hosts, lambda h, line: None)
+    ended: dict = {}
     while True:
         await read_acks(storage, request)
         if not request.missing:
             return request
-        ended = await statuses.read_statuses()
+        ended = await run_files.read_statuses(storage, request.run_id, ended)
         if all(h in ended for h in request.missing) or time.monotonic() > deadline:
             await read_acks(storage, request)  # an answer written just before the end
             return request
@@ -133,8 +130,6 @@ def _safe_relative(name: str, prefix: str) -> PurePosixPath:
 async def pull_profiles(storage: Any, run_id: str, dest: Path) -> list[Path]:
     """Every trace of RUN_ID (all its attempts) into DEST, as a TensorBoard log
     directory: DEST/plugins/profile/ID/host-NNNN.xplane.pb."""
-    from podctl.jobs.history import load_record
-
     record = await load_record(storage, run_id)
     written: list[Path] = []
     for attempt in attempt_ids(record):

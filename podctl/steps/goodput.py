@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from podctl.errors import PodctlError
 from podctl.jobs.metrics import parse_records
 from podctl.jobs.run_files import load_record, read_host_lines, read_host_phases
 from podctl.steps.run_cost import RunBill, run_cost
@@ -159,3 +160,16 @@ async def run_goodput(session: Session, run_id: str, *, price: float | None = No
                None if usd_per_chip_hour is None else s / 3600 * bill.chips * usd_per_chip_hour)
         for name, s in split(total, attempts).items())
     return Goodput(run_id, total, bill.chips, usd_per_chip_hour, buckets, len(attempts))
+
+
+async def goodput_buckets(session: Session, run_ids: list[str]) -> dict[str, dict[str, float]]:
+    """{run_id: {bucket: seconds}} for `podctl plot`'s bars; a run whose account cannot
+    be had (no price for its zone is fine; its record gone is not) is left out."""
+    out = {}
+    for run_id in run_ids:
+        try:
+            report = await run_goodput(session, run_id)
+        except PodctlError:
+            continue
+        out[run_id] = {b.name: b.seconds for b in report.buckets}
+    return out
