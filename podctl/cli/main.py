@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli import (ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, job_cmds, preflight_cmds,
+from podctl.cli import (ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, gc_cmd, job_cmds, preflight_cmds,
                         queue_cmds, slice_cmds)
 from podctl.cli.common import Context
 
@@ -78,6 +78,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl preflight --slice v5p-N train.py   compile the step for a slice here: HBM, FLOPs
     podctl cost [NAME|RUN_ID]         what a slice or a run has cost; a run's goodput
     podctl budget check               delete slices over their budget (run it from cron)
+    podctl gc [--dry-run]             delete podctl's FAILED, SUSPENDED, expired, PREEMPTED leftovers
     podctl queue add|ls|show|cancel|tick   queued runs, moved along by `queue tick` from cron
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
     podctl demo                       the whole lifecycle on the fake cloud (CPU-bound: ~45 s idle)
@@ -86,8 +87,8 @@ def cli(ctx: click.Context, backend: str | None) -> None:
 
 
 for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
-                 *cost_cmds.COMMANDS, *preflight_cmds.COMMANDS, *queue_cmds.COMMANDS, fake_cmds.fake,
-                 demo_cmd.demo):
+                 *cost_cmds.COMMANDS, *gc_cmd.COMMANDS, *preflight_cmds.COMMANDS,
+                 *queue_cmds.COMMANDS, fake_cmds.fake, demo_cmd.demo):
     _backend_option(_command)
     cli.add_command(_command)
 
