@@ -4,15 +4,15 @@ disk (or RAM disk), written every K steps, besides orbax's checkpoints in GCS.
 Each process writes only the shards it holds (its addressable shards, copied to host
 memory at the step boundary, then written by a background thread while training goes
 on) into DIR/LINEAGE/process-P/step-N/; the directory is renamed into place when
-complete, so a half-written step (a SIGKILL mid-write) never counts. Only the latest
-step is kept. LINEAGE is a hash of the GCS checkpoint directory, so a run relaunched
+complete, so a half-written step (a SIGKILL mid-write) never counts. The latest two
+steps are kept. LINEAGE is a hash of the GCS checkpoint directory, so a run relaunched
 with `--resume` (same PODCTL_CHECKPOINT_DIR) on the same hosts finds its copy, and
 another run's copy is never taken for it.
 
 A run relaunched in place restores from this tier only when every process has the
 same step here, with the same shapes and the same shards on the same devices (the
-processes agree with one tiny all-gather), and that step is no older than GCS's
-latest; otherwise from GCS. A host that was replaced, a process whose copy is gone,
+processes agree on the newest such step with one tiny all-gather), and that step is
+no older than GCS's latest; otherwise from GCS. A host that was replaced, a process whose copy is gone,
 or another mesh: GCS.
 
 Why not orbax's own (orbax.checkpoint.experimental.emergency): its CheckpointManager
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 _STEP = "step-"
+KEEP = 2  # local steps kept per process
 
 
 def default_root() -> str:
@@ -61,17 +62,18 @@ class LocalTier:
         return sorted(int(p.name[len(_STEP):]) for p in self.dir.glob(f"{_STEP}*")
                       if p.name[len(_STEP):].isdigit() and (p / "meta.json").exists())
 
-    def usable_step(self, target: Any) -> int | None:
-        """The latest local step that fits TARGET (jax.ShapeDtypeStructs with shardings)
-        shard for shard on this process's devices; None if there is none."""
-        for step in reversed(self.steps()):
+    def usable_steps(self, target: Any) -> list[int]:
+        """The local steps that fit TARGET (jax.ShapeDtypeStructs with shardings) shard
+        for shard on this process's devices, oldest first."""
+        layout, usable = _layout(target), []
+        for step in self.steps():
             try:
                 meta = json.loads((self.dir / f"{_STEP}{step}" / "meta.json").read_text())
             except (OSError, ValueError):
                 continue
-            if meta.get("leaves") == _layout(target):
-                return step
-        return None
+            if meta.get("leaves") == layout:
+                usable.append(step)
+        return usable
 
     def restore(self, step: int, target: Any) -> Any:
         """The state at STEP from this process's files, placed as TARGET's shardings say."""
@@ -138,9 +140,10 @@ class LocalTier:
             (tmp / "meta.json").write_text(json.dumps(meta))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)  # the commit: a step is there whole or not at all
-            for old in self.steps():
-                if old != step:
-                    shutil.rmtree(self.dir / f"{_STEP}{old}", ignore_errors=True)
+            # Keep the one before too: a kill can land after this process committed a
+            # step and before another did; the two then still share the previous one.
+            for old in self.steps()[:-KEEP]:
+                shutil.rmtree(self.dir / f"{_STEP}{old}", ignore_errors=True)
         except BaseException as e:  # raised at the next save or wait, in the main thread
             self._error = e
 
@@ -164,17 +167,19 @@ def _layout(tree: Any) -> list:
     return out
 
 
-def agree(step: int | None) -> int | None:
-    """The step every process has locally, or None if any lacks it or they differ."""
+def agree(steps: list[int]) -> int | None:
+    """The newest step every process has locally (one tiny all-gather of each one's
+    last KEEP steps), or None if they share none."""
     import jax
     import numpy as np
 
-    mine = -1 if step is None else step
+    mine = (list(steps)[-KEEP:] + [-1] * KEEP)[:KEEP]
     if jax.process_count() == 1:
-        return step
-    from jax.experimental import multihost_utils
+        everyone = np.array([mine])
+    else:
+        from jax.experimental import multihost_utils
 
-    everyone = np.asarray(multihost_utils.process_allgather(np.array([mine], np.int64))).reshape(-1)
-    if everyone.min() < 0 or everyone.min() != everyone.max():
-        return None
-    return int(everyone[0])
+        everyone = np.asarray(multihost_utils.process_allgather(np.array(mine, np.int64)))
+        everyone = everyone.reshape(jax.process_count(), KEEP)
+    common = set.intersection(*({int(x) for x in row if x >= 0} for row in everyone))
+    return max(common) if common else None

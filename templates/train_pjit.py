@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
 
             local = LocalTier(a.local_ckpt_dir or default_root(), directory, jax.process_index(),
                               a.local_every)
-            here = agree(local.usable_step(target))
+            here = agree(local.usable_steps(target))
         t_restore = time.time()
         if here is not None and (latest is None or here >= latest):
             state = local.restore(here, target)

@@ -1,0 +1,55 @@
+"""The template's local checkpoint tier (templates/local_ckpt.py) on a fake v5p-16: a run
+killed in place and relaunched on the same hosts restores from the hosts' local
+copies, and says so; with one host's copy gone it restores from GCS, and says so."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.test_jobs_cli import podctl  # noqa: F401  (the fake v5p-16 "cli16" fixture)
+from tests.test_template import SCRIPT, TINY, metrics, of
+
+ARGS = [*TINY, "--checkpoint-every", "4", "--local-every", "2"]
+
+
+def _steps_logged(cli, run_id: str) -> int:
+    lines = metrics(cli("logs", run_id, check=False).stdout)
+    return max([m["step"] for m in of("step", lines)], default=0)
+
+
+def _gcs_latest(cli, run_id: str) -> int:
+    listed = json.loads(cli("ckpt", "ls", run_id, "--json").stdout)
+    return max((c["step"] for c in listed if c.get("complete", True)), default=0)
+
+
+def test_killed_in_place_restores_from_local_then_from_gcs_without_a_hosts_copy(podctl):  # noqa: F811
+    # bare hosts: the first run of a test session builds the template's env (minutes)
+    run_id = podctl("run", "cli16", "--detach", str(SCRIPT), *ARGS, "--steps", "100000",
+                    timeout=1500).stdout.strip()
+    deadline = time.time() + 1200
+    while _steps_logged(podctl, run_id) < 7 and time.time() < deadline:
+        time.sleep(2)
+    assert _steps_logged(podctl, run_id) >= 7
+    for worker in ("0", "1"):  # every process dies at once: no save on the way out
+        podctl("fake", "inject", "kill-host", "cli16", worker, "--signal", "KILL")
+    gcs_step = _gcs_latest(podctl, run_id)
+    assert gcs_step >= 4
+
+    again = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps", "14",
+                   timeout=600)
+    config = of("config", metrics(again.stdout))[0]
+    assert config["restored_from"] == "local", again.stdout + again.stderr
+    local_step = config["restored_step"]
+    assert local_step >= gcs_step and local_step % 2 == 0 and config["start_step"] == local_step
+    assert f"restored step {local_step} from the local copy on every host" in again.stdout
+    assert [m["step"] for m in of("step", metrics(again.stdout))] == list(range(local_step + 1, 15))
+
+    # host 1 loses its copy (a replaced VM, a wiped disk): every host goes to GCS
+    podctl("exec", "cli16", "--hosts", "1", "--", "rm -rf ~/.cache/podctl/local-checkpoints")
+    third = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps", "16",
+                   timeout=600)
+    config = of("config", metrics(third.stdout))[0]
+    assert (config["restored_from"], config["restored_step"]) == ("gcs", 14), third.stdout
+    assert "local copies are missing, differ or are older" in third.stdout
+    assert [m["step"] for m in of("step", metrics(third.stdout))] == [15, 16]
