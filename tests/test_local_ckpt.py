@@ -53,3 +53,44 @@ def test_killed_in_place_restores_from_local_then_from_gcs_without_a_hosts_copy(
     assert (config["restored_from"], config["restored_step"]) == ("gcs", 14), third.stdout
     assert "local copies are missing, differ or are older" in third.stdout
     assert [m["step"] for m in of("step", metrics(third.stdout))] == [15, 16]
+
+
+def _tier_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("local_ckpt", SCRIPT.parent / "local_ckpt.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tier_round_trips_keeps_two_steps_and_refuses_another_layout(tmp_path):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    lt = _tier_module()
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("fsdp",))
+    sharding = NamedSharding(mesh, P("fsdp"))
+    state = {"w": jax.device_put(jnp.arange(8, dtype=jnp.float32), sharding),
+             "h": jax.device_put(jnp.ones((2, 2), jnp.bfloat16), NamedSharding(mesh, P())),
+             "step": jax.device_put(jnp.int32(3), NamedSharding(mesh, P()))}
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+    tier = lt.LocalTier(str(tmp_path), "gs://b/run/checkpoints", 0, every=2)
+    assert not tier.due(1) and tier.due(2)
+    for step in (2, 4, 6):
+        tier.save(step, state, wait=True)
+    assert tier.steps() == [4, 6] and tier.usable_steps(target) == [4, 6]
+    assert lt.agree(tier.usable_steps(target)) == 6
+    back = tier.restore(6, target)
+    assert all(bool(jnp.array_equal(back[k], state[k])) for k in state)
+    assert back["h"].dtype == jnp.bfloat16 and back["w"].sharding == sharding
+
+    (tier.dir / ".tmp-step-8").mkdir()  # a write a kill cut short: never counts, swept
+    again = lt.LocalTier(str(tmp_path), "gs://b/run/checkpoints", 0, every=2)
+    assert again.steps() == [4, 6] and not (tier.dir / ".tmp-step-8").exists()
+    other = {**target, "w": jax.ShapeDtypeStruct((16,), jnp.float32, sharding=sharding)}
+    assert again.usable_steps(other) == []  # another model: GCS, not this copy
+    elsewhere = lt.LocalTier(str(tmp_path), "gs://b/other-run/checkpoints", 0, every=2)
+    assert elsewhere.steps() == []  # another run's copies are never taken for this one's
