@@ -54,7 +54,8 @@ def main() -> None:
     p.add_argument("extra", nargs="*", help="more template flags (after --)")
     a = p.parse_args()
     home = Path(tempfile.mkdtemp(prefix="bench-local-ckpt-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PODCTL_", "CLOUDSDK_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PODCTL_", "CLOUDSDK_")) or k == "PODCTL_FAKE_ENV_STORE"}
     env.update({"PODCTL_BACKEND": "fake", "PODCTL_STATE_DIR": str(home / "state"),
                 "PODCTL_CONFIG_DIR": str(home / "config"), "HOME": str(home)})
     flags = [*MODEL, *a.extra, "--checkpoint-every", str(a.steps), "--local-every", str(a.steps)]
