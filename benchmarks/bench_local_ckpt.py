@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,6 +98,7 @@ def main() -> None:
                        capture_output=True, timeout=600)
         subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env,
                        capture_output=True, timeout=120)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
