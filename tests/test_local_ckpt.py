@@ -22,7 +22,7 @@ def _steps_logged(cli, run_id: str) -> int:
 
 def _gcs_latest(cli, run_id: str) -> int:
     listed = json.loads(cli("ckpt", "ls", run_id, "--json").stdout)
-    return max((c["step"] for c in listed if c.get("complete", True)), default=0)
+    return max((c["step"] for c in listed["checkpoints"] if c["complete"]), default=0)
 
 
 @pytest.mark.timeout(1800)  # the first run of a session builds the hosts' env from the index
