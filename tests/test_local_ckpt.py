@@ -39,23 +39,29 @@ def test_killed_in_place_restores_from_local_then_from_gcs_without_a_hosts_copy(
     gcs_step = _gcs_latest(podctl, run_id)
     assert gcs_step >= 4
 
-    again = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps", "14",
-                   timeout=600)
+    # the kill lands wherever training got to while `logs` was polled: steps relative to
+    # GCS's latest (every 4), which the local copy (every 2) is at or beyond
+    target = gcs_step + 10
+    again = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps",
+                   str(target), timeout=600)
     config = of("config", metrics(again.stdout))[0]
     assert config["restored_from"] == "local", again.stdout + again.stderr
     local_step = config["restored_step"]
-    assert local_step >= gcs_step and local_step % 2 == 0 and config["start_step"] == local_step
+    assert gcs_step <= local_step < target and local_step % 2 == 0
+    assert config["start_step"] == local_step
     assert f"restored step {local_step} from the local copy on every host" in again.stdout
-    assert [m["step"] for m in of("step", metrics(again.stdout))] == list(range(local_step + 1, 15))
+    assert [m["step"] for m in of("step", metrics(again.stdout))] == list(range(local_step + 1,
+                                                                                 target + 1))
 
     # host 1 loses its copy (a replaced VM, a wiped disk): every host goes to GCS
     podctl("exec", "cli16", "--hosts", "1", "--", "rm -rf ~/.cache/podctl/local-checkpoints")
-    third = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps", "16",
-                   timeout=600)
+    done = target  # the end of the second run: saved to GCS and locally
+    third = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps",
+                   str(done + 2), timeout=600)
     config = of("config", metrics(third.stdout))[0]
-    assert (config["restored_from"], config["restored_step"]) == ("gcs", 14), third.stdout
+    assert (config["restored_from"], config["restored_step"]) == ("gcs", done), third.stdout
     assert "local copies are missing, differ or are older" in third.stdout
-    assert [m["step"] for m in of("step", metrics(third.stdout))] == [15, 16]
+    assert [m["step"] for m in of("step", metrics(third.stdout))] == [done + 1, done + 2]
 
 
 def _tier_module():
