@@ -243,11 +243,16 @@ StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
 
 async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: bool = False,
                stop_runs: StopRuns | None = None, notice: Notice = lambda text: None,
-               policy: WaitPolicy = WaitPolicy()) -> list[Reaped]:
-    """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached."""
+               policy: WaitPolicy = WaitPolicy(), keep: Any = None) -> list[Reaped]:
+    """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached;
+    and delete the budgeted ones that are dead (PREEMPTED, FAILED, ...) unless KEEP
+    (podctl.gc.Keep) says a run still owns one."""
+    from podctl import gc  # gc builds on this module (overdue): imported here, one way
+
     now = time.time() if now is None else now
     reaped = []
-    for info in await list_slices(api, parent):
+    slices = await list_slices(api, parent)
+    for info in slices:
         reason = overdue(info, now)
         if reason is None or info.state == "DELETING":
             continue
@@ -265,7 +270,10 @@ async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: b
                + f"deleting slice {info.name}")
         await delete_slice(api, parent, info, policy)
         reaped.append(Reaped(info, reason, deleted=True, runs_stopped=tuple(stopped)))
-    return reaped
+    done = {r.info.name for r in reaped}
+    return reaped + await gc.reap_budgeted(api, parent, [s for s in slices if s.name not in done],
+                                           now=now, dry_run=dry_run, keep=keep, notice=notice,
+                                           policy=policy)
 
 
 async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,

@@ -81,6 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "'none' or unset: no checkpoints)")
     c.add_argument("--checkpoint-every", type=int, default=100, metavar="K")
     c.add_argument("--keep", type=int, default=3, metavar="N", help="checkpoints kept")
+    c.add_argument("--local-every", type=int, default=0, metavar="K",
+                   help="also keep the latest state on each host's local disk every K steps "
+                   "(cheap; 0: off); a run relaunched in place on the same hosts restores from "
+                   "it when every host has the same step (local_ckpt.py)")
+    c.add_argument("--local-ckpt-dir", default=None, metavar="DIR",
+                   help="where the local copies go (default: $PODCTL_LOCAL_CHECKPOINT_DIR, else "
+                   "~/.cache/podctl/local-checkpoints; a RAM disk such as /dev/shm is faster)")
     c.add_argument("--peak-flops", type=float, default=None, help="peak FLOP/s per device for "
                    "MFU when the device kind is not known here")
     o = p.add_argument_group("observability")
@@ -102,6 +109,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.checkpoint_dir = None
     if args.tensorboard_dir in ("", "none", "None"):
         args.tensorboard_dir = None
+    if args.local_every < 0:
+        fail(f"--local-every must not be negative, not {args.local_every}")
+    if args.local_every and not args.checkpoint_dir:
+        fail("--local-every keeps a local copy beside the checkpoints: give --checkpoint-dir "
+             "(or run through podctl, which sets PODCTL_CHECKPOINT_DIR)")
     return args
 
 
@@ -745,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
     state = jax.jit(b.init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
 
     # -- checkpoints: restore the latest, sharded as above --
-    manager, start_step, last_saved, restore_s = None, 0, None, 0.0
+    manager, start_step, last_saved, local, restored = None, 0, None, None, {}
     if a.checkpoint_dir:
         import orbax.checkpoint as ocp
 
@@ -756,13 +768,35 @@ def main(argv: list[str] | None = None) -> int:
             save_interval_steps=a.checkpoint_every, max_to_keep=a.keep,
             enable_async_checkpointing=True))
         latest = manager.latest_step()
-        if latest is not None:
-            t_restore = time.time()
-            target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                                  abstract, state_sharding)
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                              abstract, state_sharding)
+        here = None
+        if a.local_every:  # the local tier: used when every process has the same step
+            from local_ckpt import LocalTier, agree, default_root
+
+            local = LocalTier(a.local_ckpt_dir or default_root(), directory, jax.process_index(),
+                              a.local_every)
+            here = agree(local.usable_steps(target))
+        t_restore = time.time()
+        if here is not None and (latest is None or here >= latest):
+            state = local.restore(here, target)
+            start_step, last_saved, local.last_saved = here, latest, here
+            restored = {"restored_from": "local", "restored_step": here}
+        elif latest is not None:
             state = manager.restore(latest, args=ocp.args.StandardRestore(target))
             start_step = last_saved = int(latest)
-            restore_s = time.time() - t_restore
+            restored = {"restored_from": "gcs" if "://" in directory else "checkpoint-dir",
+                        "restored_step": start_step}
+        if restored:
+            restored["restore_s"] = round(time.time() - t_restore, 3)
+            if restored["restored_from"] == "local":
+                source = f"the local copy on every host ({local.dir.parent})"
+            else:
+                source = directory + (" (the hosts' local copies are missing, differ or are "
+                                      "older)" if local is not None else "")
+            if jax.process_index() == 0:
+                sys.stderr.write(f"{PROG}: restored step {start_step} from {source} in "
+                                 f"{restored['restore_s']:.2f} s\n")
 
     def save(step: int, force: bool) -> None:
         nonlocal last_saved
@@ -777,15 +811,19 @@ def main(argv: list[str] | None = None) -> int:
             # save_s: what the step loop waited for (the write goes on in the background)
             emit("checkpoint", step=step, save_s=round(time.time() - began, 4))
 
+    def save_local(step: int, force: bool) -> None:
+        if local is not None and (local.due(step) or (force and step and step != local.last_saved)):
+            local.save(step, state, wait=force)
+
     peak, note = peak_flops(jax.devices() if not a.no_shard else jax.local_devices()[:1],
                             a.peak_flops)
     config = {"params": n_params, "devices": mesh.devices.size, "processes": jax.process_count(),
               "platform": jax.devices()[0].platform, "mesh": dict(mesh.shape), "batch": a.batch,
               "seq_len": a.seq_len, "peak_flops_per_s": peak, "start_step": start_step,
-              "restore_s": round(restore_s, 4)}
+              "restore_s": 0.0}  # replaced by the restore's own time when there was one
     if note:
         config["mfu_note"] = note
-    emit("config", **config)
+    emit("config", **config, **restored)
 
     tokens_per_step = a.batch * a.seq_len
     step, loss, first = start_step, None, True
@@ -795,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
         if stop.agreed():  # at a step boundary, on every process alike
             profile.finish(step)
             save(step, force=True)
+            save_local(step, force=True)
             if manager is not None:
                 manager.wait_until_finished()
                 manager.close()
@@ -821,9 +860,11 @@ def main(argv: list[str] | None = None) -> int:
         scalars.step(line)
         profile.after_step(step)
         save(step, force=False)
+        save_local(step, force=False)
         t_prev = time.time() if manager is not None else t_prev  # a save's wait is not a step's
     profile.finish(step)  # a trace the run outlived: what it caught
     save(step, force=True)
+    save_local(step, force=True)
     if manager is not None:
         manager.wait_until_finished()
         manager.close()

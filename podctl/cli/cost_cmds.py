@@ -393,8 +393,10 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
             return await budget_lib.stop_runs_on(session.storage, info, session.host_access(info),
                                                  grace_seconds=grace_seconds)
 
+        from podctl.gc import run_keeper
+        keep = run_keeper(session.storage) if session.settings.bucket else None  # podctl/gc.py
         reaped = run_sync(budget_lib.reap(session.api, session.settings.parent, dry_run=dry_run,
-                                          stop_runs=stop_runs, notice=_notice))
+                                          stop_runs=stop_runs, notice=_notice, keep=keep))
         if as_json:
             emit_json([r.to_json() for r in reaped])
         elif not reaped:

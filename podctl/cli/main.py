@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli import (ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, goodput_cmds, job_cmds,
+from podctl.cli import (ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, gc_cmd, goodput_cmds, job_cmds,
                         plot_cmds, preflight_cmds, profile_cmds, queue_cmds, slice_cmds)
 from podctl.cli.common import Context
 
@@ -81,6 +81,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl plot RUN_ID... [-o F.png]  loss, step time, tokens/s, MFU over steps (a picture)
     podctl profile RUN_ID [--steps N] a JAX profiler trace of a running run (--pull DIR)
     podctl budget check               delete slices over their budget (run it from cron)
+    podctl gc [--dry-run]             delete podctl's FAILED, SUSPENDED, expired, PREEMPTED leftovers
     podctl queue add|ls|show|cancel|tick   queued runs, moved along by `queue tick` from cron
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
     podctl demo                       the whole lifecycle on the fake cloud (CPU-bound: ~45 s idle)
@@ -89,7 +90,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
 
 
 for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
-                 *cost_cmds.COMMANDS, *goodput_cmds.COMMANDS, *plot_cmds.COMMANDS,
+                 *cost_cmds.COMMANDS, *gc_cmd.COMMANDS, *goodput_cmds.COMMANDS, *plot_cmds.COMMANDS,
                  *profile_cmds.COMMANDS, *preflight_cmds.COMMANDS, *queue_cmds.COMMANDS, fake_cmds.fake,
                  demo_cmd.demo):
     _backend_option(_command)

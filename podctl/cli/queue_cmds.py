@@ -54,7 +54,7 @@ def _store() -> Any:
 @click.option("--spot", is_flag=True, help="A spot queued resource (cheaper; may be preempted).")
 @click.option("--queued", is_flag=True, help="An on-demand queued resource, which waits for capacity.")
 @click.option("--valid-for", default=None, metavar="DURATION",
-              help="How long the queued resource may wait for capacity (e.g. 2h).")
+              help="How long the queued resource may wait for capacity (e.g. 2h; default 24h).")
 @click.option("--max-hours", type=float, default=None, help="Stop the run after this many hours.")
 @click.option("--max-cost", type=float, default=None, metavar="USD",
               help="Stop the run once its slice has cost this much (needs a known price).")

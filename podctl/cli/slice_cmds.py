@@ -40,7 +40,8 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @click.option("--num-slices", default=1, show_default=True, type=int,
               help="Multislice: K slices joined over the data-center network (queued).")
 @click.option("--valid-for", default=None, metavar="DURATION",
-              help="How long a queued resource may wait for capacity (e.g. 6h).")
+              help="How long a queued resource may wait for capacity (e.g. 6h; default 24h), "
+              "then it fails instead of waiting on.")
 @click.option("--runtime-version", default=None,
               help=f"TPU VM runtime (default: the generation's: {runtime_help()}).")
 @click.option("--no-wait", is_flag=True, help="Return once the slice is asked for.")

@@ -14,6 +14,11 @@ from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceSpec
 from podctl.errors import NotFoundError
 
+# Every queued resource carries a validity window, so that a request forgotten in a
+# queue (a client killed, a cron entry removed) fails on its own instead of turning
+# into a slice nobody runs on days later. 24 h unless --valid-for says otherwise.
+DEFAULT_VALID_FOR_SECONDS = 24 * 3600
+
 
 @dataclass(frozen=True)
 class CreateRequest:
@@ -61,9 +66,9 @@ def queued_resource(request: CreateRequest) -> tpu_v2.QueuedResource:
     elif spec.tier == "guaranteed":
         qr.guaranteed = tpu_v2.QueuedResource.Guaranteed()
     request.placement.apply_to_queued(qr)
-    if spec.valid_for_seconds is not None:
-        qr.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(
-            valid_until_duration=datetime.timedelta(seconds=spec.valid_for_seconds))
+    valid_for = spec.valid_for_seconds if spec.valid_for_seconds is not None else DEFAULT_VALID_FOR_SECONDS
+    qr.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(
+        valid_until_duration=datetime.timedelta(seconds=valid_for))
     return qr
 
 

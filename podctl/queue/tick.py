@@ -61,6 +61,8 @@ async def run_pass(ctx: TickContext, store: Store) -> PassResult:
         if needs_cleanup(e):  # attempts that ended in earlier passes
             await machine.cleanup(e)
         await machine.step(e)
+    from podctl.gc import reap_queue_leftovers  # this queue's dead slices no entry owns
+    await reap_queue_leftovers(ctx.api, store.token, store.entries(), world.slices, ctx.log)
     return PassResult(True, len(active), machine.changed, ctx.api.total_calls - calls_before)
 
 

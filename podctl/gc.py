@@ -1,0 +1,265 @@
+"""`podctl gc`: delete what podctl made that no longer serves anyone but still holds
+the project's quota; list, never touch, such leftovers that podctl did not make.
+
+A leftover is, in one zone:
+
+- a queued resource that is FAILED (its validity window closed before capacity came,
+  or the request was bad) or SUSPENDED (its nodes were preempted), or still waiting
+  past its validUntil: Cloud TPU keeps each until it is deleted, and quota with it
+  (https://cloud.google.com/tpu/docs/queued-resources: "The request remains in the
+  queue until it is explicitly deleted");
+- a node (or a queued resource's node) that is PREEMPTED or TERMINATED: it keeps its
+  quota until deleted;
+- a podctl slice whose budget (`--max-cost`, `--max-hours`: podctl/budget.py) ran out
+  and on which no run is going any more.
+
+podctl's own (the `podctl-managed=true` label) are deleted unless something still owns
+them: a run recorded as going on that very slice (on a dead slice: one whose hosts beat
+within HOST_LOST_SECONDS, so a preempted host finishing its checkpoint, or a `run
+--recover` about to take the slice over, is left alone), or an entry of this machine's
+run queue (`podctl queue tick` deletes those itself). Steps over podctl/cloud's
+list/delete/wait; `queue tick` and `budget check` call `survey` with a filter for
+their own slices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable, Literal
+
+from podctl import budget
+from podctl.cloud import terminate
+from podctl.cloud.types import SliceInfo
+from podctl.cloud.wait import WaitPolicy, wait_deleted
+from podctl.errors import NotFoundError, PodctlError
+from podctl.cloud.describe import list_slices
+from podctl.jobs import runs
+from podctl.jobs.run_files import list_runs
+from podctl.queue.names import QUEUE_LABEL
+
+Action = Literal["delete", "keep", "leave"]
+Keep = Callable[[SliceInfo], Awaitable["str | None"]]  # why INFO must stay, or None
+Notice = Callable[[str], None]
+
+DEAD_NODE_STATES = {"PREEMPTED", "TERMINATED"}
+WAITING_STATES = {"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"}
+HOST_LOST_SECONDS = 90.0  # as podctl/jobs/logs.py: no heartbeat this long, the host is gone
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """One slice that serves no one, and what gc does with it."""
+
+    info: SliceInfo
+    reason: str  # why it serves no one
+    action: Action  # delete: podctl's; keep: podctl's but owned; leave: not podctl's
+    note: str | None = None  # why it is kept or left
+    deleted: bool = False
+    error: str | None = None  # the delete was refused
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.info.name, "kind": self.info.kind, "state": self.info.state,
+                "managed": self.info.managed, "reason": self.reason, "action": self.action,
+                "note": self.note, "deleted": self.deleted, "error": self.error,
+                "chips": self.info.chips, "labels": dict(self.info.labels)}
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
+
+
+def dead_reason(info: SliceInfo, now: float) -> str | None:
+    """Why INFO can run nothing any more yet still holds quota; None if it can (or is
+    already being deleted)."""
+    if info.state == "DELETING":
+        return None
+    if info.kind == "queued-resource":
+        if info.state == "FAILED":
+            return "FAILED" + (f" ({info.error})" if info.error else "")
+        if info.state == "SUSPENDED":
+            return "SUSPENDED (its nodes were preempted)"
+        if info.state in WAITING_STATES and info.valid_until is not None and now >= info.valid_until:
+            return f"expired: still waiting after its validUntil ({_when(info.valid_until)})"
+    states = {info.state} if info.kind == "node" else {n.state for n in info.nodes}
+    dead = sorted(states & DEAD_NODE_STATES)
+    if dead:
+        return dead[0] if info.kind == "node" else f"{info.state}, its nodes {'/'.join(dead)}"
+    return None
+
+
+def leftover_reason(info: SliceInfo, now: float) -> str | None:
+    """Why INFO is a leftover: dead, or (podctl's) over its budget; None if it is not."""
+    dead = dead_reason(info, now)
+    if dead is not None:
+        return dead
+    if info.state == "DELETING":
+        return None
+    over = budget.overdue(info, now)
+    return f"budget reached ({over})" if over else None
+
+
+async def survey(slices: Iterable[SliceInfo], *, now: float | None = None,
+                 select: Callable[[SliceInfo], bool] | None = None,
+                 keep: Keep | None = None) -> list[Leftover]:
+    """The leftovers among SLICES (those SELECT picks), each with what gc does with it."""
+    now = time.time() if now is None else now
+    found = []
+    for info in slices:
+        if select is not None and not select(info):
+            continue
+        reason = leftover_reason(info, now)
+        if reason is None:
+            continue
+        if not info.managed:
+            found.append(Leftover(info, reason, "leave", "not created by podctl: listed, not touched"))
+            continue
+        note = await keep(info) if keep is not None else None
+        found.append(Leftover(info, reason, "keep" if note else "delete", note))
+    return sorted(found, key=lambda item: item.info.name)
+
+
+async def reap(api: Any, parent: str, leftovers: list[Leftover], *, dry_run: bool = False,
+               wait: bool = True, policy: WaitPolicy = WaitPolicy(),
+               notice: Notice = lambda text: None) -> list[Leftover]:
+    """Delete the leftovers marked `delete` (all at once, then wait until every one is
+    gone unless WAIT is false); one that cannot be deleted is reported, not raised."""
+    if dry_run:
+        return leftovers
+    done: list[Leftover] = []
+    deleting: list[SliceInfo] = []
+    for item in leftovers:
+        if item.action != "delete":
+            done.append(item)
+            continue
+        try:
+            deleting.append(await terminate.delete(api, parent, item.info))
+        except NotFoundError:  # gone already: what gc wanted
+            pass
+        except PodctlError as e:
+            done.append(dataclasses.replace(item, error=str(e)))
+            continue
+        notice(f"deleting {item.info.kind} {item.info.name}: {item.reason}")
+        done.append(dataclasses.replace(item, deleted=True))
+    if wait and deleting:
+        await asyncio.gather(*(wait_deleted(api, parent, d.name, kind=d.kind, policy=policy)
+                               for d in deleting))
+    return done
+
+
+async def collect(api: Any, parent: str, *, now: float | None = None, dry_run: bool = False,
+                  select: Callable[[SliceInfo], bool] | None = None, keep: Keep | None = None,
+                  wait: bool = True, policy: WaitPolicy = WaitPolicy(),
+                  notice: Notice = lambda text: None) -> list[Leftover]:
+    """List PARENT's slices once, find the leftovers, delete podctl's that nothing owns."""
+    found = await survey(await list_slices(api, parent), now=now, select=select, keep=keep)
+    return await reap(api, parent, found, dry_run=dry_run, wait=wait, policy=policy, notice=notice)
+
+
+# ---- what still owns a slice ----------------------------------------------------------
+
+def all_of(*keepers: Keep | None) -> Keep:
+    """The first keeper's reason to keep a slice."""
+    async def keep(info: SliceInfo) -> str | None:
+        for keeper in keepers:
+            note = await keeper(info) if keeper is not None else None
+            if note:
+                return note
+        return None
+    return keep
+
+
+def queue_keeper(token: str, entries: Iterable[Any]) -> Keep:
+    """Slices that entries of the queue TOKEN still own: an entry's current slice, and
+    an ended attempt's slice that the queue has not yet seen gone (it deletes them)."""
+    owned: dict[str, int] = {}
+    for e in entries:
+        for attempt in e.attempts:
+            if attempt.get("slice") and not attempt.get("cleaned"):
+                owned[attempt["slice"]] = e.id
+        if not e.terminal and e.slice_name:
+            owned[e.slice_name] = e.id
+
+    async def keep(info: SliceInfo) -> str | None:
+        if info.labels.get(QUEUE_LABEL) == token and info.name in owned:
+            return f"queue entry {owned[info.name]} owns it (`podctl queue tick` deletes it)"
+        return None
+    return keep
+
+
+def run_keeper(storage: Any, *, now: float | None = None) -> Keep:
+    """Slices a run is going on. On a slice whose hosts are up, a run recorded as
+    going counts; on a dead one, only while its hosts beat (a preempted host saving its
+    checkpoint in its notice period, a `--recover` about to take the slice over). The
+    runs are listed once, at the first slice asked about."""
+    now = time.time() if now is None else now
+    going: list[Any] | None = None
+
+    async def last_beat(run_id: str) -> float | None:
+        beats = [obj.updated for obj in await storage.list(runs.heartbeat_prefix(run_id))]
+        return max(beats) if beats else None
+
+    async def keep(info: SliceInfo) -> str | None:
+        nonlocal going
+        if going is None:
+            going = [r for r in await list_runs(storage) if r.state in ("starting", "running")]
+        for record in going:
+            if not runs.on_slice(record, info.name, info.created):
+                continue
+            if dead_reason(info, now) is None:
+                return f"run {record.run_id} is going on it"
+            beat = await last_beat(record.run_id) or record.created
+            if now - beat < HOST_LOST_SECONDS:
+                return (f"run {record.run_id} was alive {now - beat:.0f} s ago (a checkpoint "
+                        "in its notice period, or a `--recover`): try again in a few minutes")
+        return None
+    return keep
+
+
+async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
+    """Runs still recorded as going on slices gc deleted end as `lost`, with why."""
+    deleted = list(deleted)
+    closed = []
+    for record in await list_runs(storage):
+        if record.state not in ("starting", "running"):
+            continue
+        for info in deleted:
+            if runs.on_slice(record, info.name, info.created):
+                await budget.close_vanished(storage, record, f"slice {info.state}, collected by podctl gc")
+                closed.append(record.run_id)
+                break
+    return closed
+
+
+# ---- for `queue tick` and `budget check`: their own slices only -------------------------
+
+async def reap_queue_leftovers(api: Any, token: str, entries: Iterable[Any],
+                               listed: dict[str, dict[str, SliceInfo]], log: Any) -> list[Leftover]:
+    """`queue tick`: delete the dead slices labelled with this queue's TOKEN that no entry
+    owns any more, among those the tick listed anyway (LISTED: parent -> name -> slice;
+    no extra API call). Never waits, as nothing in a tick does."""
+    keep = queue_keeper(token, list(entries))
+    done: list[Leftover] = []
+    for parent, slices in sorted(listed.items()):
+        found = await survey(slices.values(), keep=keep,
+                             select=lambda info: info.labels.get(QUEUE_LABEL) == token)
+        for item in await reap(api, parent, found, wait=False):
+            log.info("gc", slice=item.info.name, reason=item.reason, action=item.action,
+                     deleted=item.deleted, **({"error": item.error} if item.error else {}))
+            done.append(item)
+    return done
+
+
+async def reap_budgeted(api: Any, parent: str, slices: Iterable[SliceInfo], *, now: float,
+                        dry_run: bool, keep: Keep | None, notice: Notice,
+                        policy: WaitPolicy) -> list[Any]:
+    """`budget check`: the dead slices among SLICES that carry a podctl budget (they are
+    budget check's own) -> budget.Reaped, deleted unless KEEP says a run still owns one."""
+    found = await survey(slices, now=now, keep=keep,
+                         select=lambda info: info.managed and budget.slice_budget(info) is not None)
+    found = [item for item in found if dead_reason(item.info, now) is not None]
+    done = await reap(api, parent, found, dry_run=dry_run, policy=policy, notice=notice)
+    return [budget.Reaped(item.info, item.reason, deleted=item.deleted) for item in done
+            if item.action == "delete" and not item.error]
