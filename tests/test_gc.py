@@ -5,11 +5,9 @@ and only lists other people's; `budget check` and `queue tick` reap their own.""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
-from google.cloud import tpu_v2
 
 from podctl import budget, gc
 from podctl.cloud import create as create_step
