@@ -12,7 +12,7 @@ import pytest
 from podctl import cost
 from podctl.errors import ConfigError, InvalidValueError
 from podctl.jobs import runs
-from podctl.jobs.agent import LogShipper
+from podctl.jobs.agent_logs import LogShipper
 from podctl.jobs.metrics import parse_records, read_metrics, summarize
 from podctl.jobs.runs import RunRecord
 from podctl.settings import FAKE_BUCKET

@@ -271,7 +271,7 @@ def test_a_host_terminated_mid_run_fails_the_job_fast(slice16, fake, tmp_path):
 def test_a_failed_chunk_upload_leaves_no_gap(tmp_path):
     """A chunk that cannot be uploaded keeps its lines for the next flush under the
     same number: the reader, which reads chunks in unbroken order, misses nothing."""
-    from podctl.jobs.agent import LogShipper
+    from podctl.jobs.agent_logs import LogShipper
 
     class Bucket:  # agent_gcs.Bucket's upload, failing when told to
         fail, objects = 0, {}

@@ -1,6 +1,6 @@
 """podctl's host agent: runs one host's part of a run, detached from the SSH session.
 
-This file is shipped to every host with agent_gcs.py, agent_env.py and agent_watch.py, in one zip
+This file is shipped to every host with its sibling agent_*.py modules, in one zip
 (through GCS, once per version), and run there with the host's system `python3`
 (3.10 on v5p images); it needs only the standard library (GCS through its JSON API,
 with the metadata server's token), and it imports nothing from podctl. It:
@@ -46,22 +46,21 @@ try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_gcs
     import agent_maintenance
     import agent_watch
+    from agent_logs import TAIL_IN_STATUS, LogShipper, host_tag
+    from agent_procs import _quiet, _reap, become_subreaper, leftovers
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
     from podctl.jobs import (  # type: ignore[no-redef]
         agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch,
     )
+    from podctl.jobs.agent_logs import TAIL_IN_STATUS, LogShipper, host_tag  # type: ignore[no-redef]
+    from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers  # type: ignore[no-redef]
 
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124
-TAIL_LINES = 20
 DRAIN_SECONDS = 2.0  # after the script exits: read what it left in the pipe, at most this long
 LEFTOVER_GRACE_SECONDS = 3.0  # what the script left running: SIGTERM, this long, SIGKILL
 STOP_GRACE_SECONDS = 600.0  # a script that ignores a stop this long gets SIGKILL
 MAX_LINE_BYTES = 1 << 20  # a "line" this long without "\n" is shipped as it is
-
-
-def host_tag(index: int) -> str:
-    return f"host-{index:04d}"
 
 
 def safe_extract(tar_path: "Path | str", dest: "Path | str", *,
@@ -125,185 +124,8 @@ def safe_extract(tar_path: "Path | str", dest: "Path | str", *,
     return len(members)
 
 
-# ---- the script's processes ----------------------------------------------------------
-
-def become_subreaper() -> None:
-    """Orphans of the script (a daemon it double-forked, a loader whose parent died)
-    come back to the agent instead of init, so the agent can still find and end them.
-    Linux only; elsewhere the script's session is what the agent ends."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-        except (OSError, AttributeError):
-            pass
-
-
-def _processes() -> "dict[int, tuple[int, int, str]] | None":
-    """pid -> (ppid, session, state) of every process, from /proc; None without /proc."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return None
-    table = {}
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(b")") + 2:].split()  # the name in () may hold spaces
-            table[int(name)] = (int(fields[1]), int(fields[3]), fields[0].decode())
-        except (OSError, ValueError, IndexError):
-            continue  # gone while we looked
-    return table
-
-
-def leftovers(session: int) -> "list[int]":
-    """The live processes the script started: those in its session, and every
-    descendant of this agent wherever it moved (orphans come back to the agent)."""
-    table = _processes()
-    if table is None:
-        return []
-    me = os.getpid()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: set[int] = set()
-    stack = [me]
-    while stack:
-        for pid in children.get(stack.pop(), []):
-            if pid not in found:
-                found.add(pid)
-                stack.append(pid)
-    found |= {pid for pid, (_, sid, _) in table.items() if sid == session}
-    found.discard(me)
-    return sorted(pid for pid in found if table[pid][2] not in ("Z", "X"))
-
-
-def _reap() -> None:
-    """Collect the agent's dead children (the script's orphans come back to it)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-class _quiet:
-    """Signalling a process that is already gone is no error."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, value: object, tb: object) -> bool:
-        return kind is not None and issubclass(kind, (ProcessLookupError, PermissionError))  # type: ignore[arg-type]
-
-
 def _text(line: bytes) -> str:
     return line[:-1].decode("utf-8", "replace") if line.endswith(b"\r") else line.decode("utf-8", "replace")
-
-
-TAIL_IN_STATUS = 20  # lines
-
-
-class LogShipper:
-    """Lines in, GCS chunks out: a local file for every line, an upload every few seconds."""
-
-    def __init__(self, cfg: dict, bucket, run_dir: Path):
-        self.prefix = f"podctl/runs/{cfg['run_id']}"
-        self.tag = host_tag(cfg["host"])
-        self.bucket = bucket
-        self.flush_seconds = float(cfg.get("flush_seconds", 2.0))
-        self.heartbeat_seconds = float(cfg.get("heartbeat_seconds", 10.0))
-        self.local = open(run_dir / "output.log", "a", encoding="utf-8", errors="replace")
-        self.pending: list[str] = []
-        self.lines = 0
-        self.chunk = 0
-        # When each phase began (starting, environment, setup, running, done): where the
-        # host's time went, for `podctl goodput`; in every heartbeat and in the status.
-        self.phases: dict[str, float] = {}
-        self.watch = lambda: {}  # the script's progress and process state, for the stall watch
-        self.phase = "starting"
-        self.lock = threading.Lock()
-        self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
-        self.tail: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="podctl-log-shipper", daemon=True)
-        self._last_heartbeat = 0.0
-
-    @property
-    def phase(self) -> str:
-        return self._phase
-
-    @phase.setter
-    def phase(self, name: str) -> None:
-        self._phase = name
-        self.phases.setdefault(name, time.time())
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def line(self, text: str) -> None:
-        text = text.rstrip("\n")
-        with self.lock:
-            self.local.write(text + "\n")
-            self.pending.append(text + "\n")
-            self.lines += 1
-            self.tail = (self.tail + [text])[-TAIL_LINES:]
-
-    def _upload(self, name: str, data: str, content_type: str = "text/plain",
-                attempts: int = 6) -> bool:
-        for attempt in range(attempts):  # GCS hiccups pass
-            try:
-                self.bucket.upload(name, data.encode(), content_type)
-                return True
-            except Exception as e:  # agent_gcs.GcsError, or anything urllib raises
-                if attempt == attempts - 1:
-                    sys.stderr.write(f"podctl agent: could not upload {name}: {e}\n")
-                    return False
-                time.sleep(min(8.0, 0.5 * 2 ** attempt))
-        return False
-
-    def flush(self, attempts: int = 6) -> None:
-        """Ship what is pending as the next chunk. A chunk number is used only once its
-        upload succeeded; on failure the lines go back to the front of the queue and
-        travel with the next flush, so the reader never meets a gap (which would hide
-        every later line of this host) and no line is lost."""
-        with self.flushing:
-            with self.lock:
-                data, self.pending = "".join(self.pending), []
-                self.local.flush()
-            if not data:
-                return
-            if self._upload(f"{self.prefix}/logs/{self.tag}/{self.chunk + 1:06d}.log", data,
-                            attempts=attempts):
-                self.chunk += 1
-            else:
-                with self.lock:
-                    self.pending.insert(0, data)
-
-    def heartbeat(self, force: bool = False) -> None:
-        now = time.time()
-        if force or now - self._last_heartbeat >= self.heartbeat_seconds:
-            self._last_heartbeat = now
-            beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid(),
-                    "phases": self.phases, **self.watch()}
-            self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json")
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.flush_seconds):
-            self.flush()
-            self.heartbeat()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-        self.flush(attempts=12)  # the last chance for these lines to reach GCS
-        self.local.close()
 
 
 class Agent:

@@ -1,0 +1,117 @@
+"""The host agent's log shipper (stdlib only: shipped with agent.py, run by a bare
+host's python3): every line the script prints goes to a local file at once and to GCS
+in numbered chunks every few seconds (podctl/runs/RUN_ID/logs/host-NNNN/N.log), with a
+heartbeat (heartbeat/host-NNNN.json) that also says which phase the agent is in, when
+each phase began, and what the script is doing (agent_watch.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+TAIL_LINES = 20
+TAIL_IN_STATUS = 20  # a failure's last lines in its status: podctl reads a chip error there
+
+
+def host_tag(index: int) -> str:
+    return f"host-{index:04d}"
+
+
+class LogShipper:
+    """Lines in, GCS chunks out: a local file for every line, an upload every few seconds."""
+
+    def __init__(self, cfg: dict, bucket, run_dir: Path):
+        self.prefix = f"podctl/runs/{cfg['run_id']}"
+        self.tag = host_tag(cfg["host"])
+        self.bucket = bucket
+        self.flush_seconds = float(cfg.get("flush_seconds", 2.0))
+        self.heartbeat_seconds = float(cfg.get("heartbeat_seconds", 10.0))
+        self.local = open(run_dir / "output.log", "a", encoding="utf-8", errors="replace")
+        self.pending: list[str] = []
+        self.lines = 0
+        self.chunk = 0
+        # When each phase began (starting, environment, setup, running, done): where the
+        # host's time went, for `podctl goodput`; in every heartbeat and in the status.
+        self.phases: dict[str, float] = {}
+        self.watch = lambda: {}  # the script's progress and process state, for the stall watch
+        self.phase = "starting"
+        self.lock = threading.Lock()
+        self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
+        self.tail: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="podctl-log-shipper", daemon=True)
+        self._last_heartbeat = 0.0
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self.phases.setdefault(name, time.time())
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def line(self, text: str) -> None:
+        text = text.rstrip("\n")
+        with self.lock:
+            self.local.write(text + "\n")
+            self.pending.append(text + "\n")
+            self.lines += 1
+            self.tail = (self.tail + [text])[-TAIL_LINES:]
+
+    def _upload(self, name: str, data: str, content_type: str = "text/plain",
+                attempts: int = 6) -> bool:
+        for attempt in range(attempts):  # GCS hiccups pass
+            try:
+                self.bucket.upload(name, data.encode(), content_type)
+                return True
+            except Exception as e:  # agent_gcs.GcsError, or anything urllib raises
+                if attempt == attempts - 1:
+                    sys.stderr.write(f"podctl agent: could not upload {name}: {e}\n")
+                    return False
+                time.sleep(min(8.0, 0.5 * 2 ** attempt))
+        return False
+
+    def flush(self, attempts: int = 6) -> None:
+        """Ship what is pending as the next chunk. A chunk number is used only once its
+        upload succeeded; on failure the lines go back to the front of the queue and
+        travel with the next flush, so the reader never meets a gap (which would hide
+        every later line of this host) and no line is lost."""
+        with self.flushing:
+            with self.lock:
+                data, self.pending = "".join(self.pending), []
+                self.local.flush()
+            if not data:
+                return
+            if self._upload(f"{self.prefix}/logs/{self.tag}/{self.chunk + 1:06d}.log", data,
+                            attempts=attempts):
+                self.chunk += 1
+            else:
+                with self.lock:
+                    self.pending.insert(0, data)
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self._last_heartbeat >= self.heartbeat_seconds:
+            self._last_heartbeat = now
+            beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid(),
+                    "phases": self.phases, **self.watch()}
+            self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.flush_seconds):
+            self.flush()
+            self.heartbeat()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self.flush(attempts=12)  # the last chance for these lines to reach GCS
+        self.local.close()
