@@ -32,6 +32,20 @@ CHIP_ERROR = re.compile(r"(TPU|chip|HBM|ICI|accelerator|device)\b[^\n]{0,80}?"
                         r"timed out|not responding|DATA_LOSS|INTERNAL)", re.IGNORECASE)
 
 
+# Node health (tpu.v2 Node.Health) that says its hosts are not fit to run on: a relaunch
+# goes to new hardware. (UNHEALTHY_MAINTENANCE passes: podctl/maintenance.py waits it out.)
+UNFIT_HEALTH = frozenset({"TIMEOUT", "UNHEALTHY_TENSORFLOW"})
+
+
+def unfit(info: SliceInfo) -> str | None:
+    """Why INFO's hardware is not to be run on again (a node's health, its symptoms), or None."""
+    for node in info.nodes:
+        if node.health in UNFIT_HEALTH:
+            said = "; ".join(node.symptoms)
+            return f"node {node.name} is {node.health}" + (f" ({said})" if said else "")
+    return None
+
+
 def dead_state(info: SliceInfo) -> str | None:
     """The state that says INFO's hosts are gone or going (its own, or a node's), or None."""
     for node in info.nodes:

@@ -228,3 +228,39 @@ def test_a_crash_looping_host_is_named_and_recovery_leaves_its_hardware(tmp_path
         assert podctl.json("status", "loop")["created"] > before  # new hardware
         record = next(r for r in podctl.json("runs") if r["run_id"] == result["run_id"])
         assert record["extra"]["bad_hosts"] == [1]
+
+
+def test_a_node_turned_unhealthy_is_shown_and_its_run_recovered_on_new_hardware(tmp_path):
+    """A node that reports UNHEALTHY_TENSORFLOW with a symptom, and whose worker's script
+    then dies (SIGKILL): `status` shows the health and symptom, and `--recover` makes the
+    slice again instead of relaunching on the sick node; the run then succeeds."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.conftest import Podctl, slice_on_daemon
+
+    script = Path(__file__).parent / "scripts" / "sleep_then_exit.py"
+    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "sick") as podctl:
+        before = podctl.json("status", "sick")["created"]
+        proc = subprocess.Popen([sys.executable, "-m", "podctl", "run", "sick", "--recover", "1",
+                                 "--json", str(script), "8"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=podctl.env, cwd=podctl.tmp)
+        try:
+            podctl("fake", "inject", "unhealthy", "sick", "--health", "UNHEALTHY_TENSORFLOW",
+                   "--symptom", "HBM_OUT_OF_MEMORY", "--worker", "1")
+            shown = podctl.json("status", "sick")
+            assert shown["health"] == "UNHEALTHY_TENSORFLOW"
+            assert any("HBM_OUT_OF_MEMORY" in s for n in shown["nodes"] for s in n["symptoms"])
+            # worker 1's script (not its agent) dies, as an OOM kill does
+            podctl("fake", "inject", "crash-loop", "sick", "1", "--after", "1", "--signal", "KILL")
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err[-3000:]
+        assert "node sick is UNHEALTHY_TENSORFLOW" in err and "making sick again" in err, err
+        assert json.loads(out)["recoveries"] == 1
+        after = podctl.json("status", "sick")
+        assert after["created"] > before and after["health"] in (None, "HEALTHY")

@@ -64,3 +64,21 @@ def test_a_bad_host_is_the_same_worker_failing_twice_for_hardware_reasons():
     assert bad_host([(1, "crashed (SIGSEGV)"), (0, "crashed (SIGSEGV)")]) is None
     assert bad_host([(1, None), (1, "crashed (SIGSEGV)")]) is None  # once is not twice
     assert bad_host([(1, "crashed (SIGSEGV)"), (None, None)]) is None  # the last one was a preemption
+
+
+def test_a_node_reporting_unfit_health_is_not_run_on_again():
+    from podctl.cloud.types import NodeInfo, SliceInfo
+    from podctl.failures import unfit
+
+    def info(health: str | None) -> SliceInfo:
+        node = NodeInfo(name="n", state="READY", health=health, accelerator_type="v5p-16",
+                        topology="2x2x2", hosts=(), spot=False, created=0.0, labels={},
+                        queued_resource=None, symptoms=("HBM_OUT_OF_MEMORY on worker 1",))
+        return SliceInfo(name="n", project="p", zone="z", kind="node", state="READY",
+                         accelerator_type="v5p-16", topology="2x2x2", num_slices=1,
+                         tier="on-demand", created=0.0, labels={}, nodes=(node,))
+
+    assert unfit(info("UNHEALTHY_TENSORFLOW")) == ("node n is UNHEALTHY_TENSORFLOW "
+                                                   "(HBM_OUT_OF_MEMORY on worker 1)")
+    assert unfit(info("HEALTHY")) is None and unfit(info(None)) is None
+    assert unfit(info("UNHEALTHY_MAINTENANCE")) is None  # waited out, not left

@@ -87,8 +87,6 @@ def _preempt(cloud: FakeCloud, args: dict) -> dict:
 
 
 def _kill_host(cloud: FakeCloud, args: dict) -> dict:
-    import signal
-
     sig = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}[args["signal"]]
     killed = on_host(cloud, args, lambda hosts, node, worker: hosts.kill_processes(node, worker, sig))
     return {"signalled": killed, "signal": args["signal"]}

@@ -32,7 +32,8 @@ from podctl.errors import (
     TransientError, WaitTimeoutError,
 )
 from podctl.failures import (
-    DELETED_STATES, EXIT_HOST_LOST, INFRA_EXIT_CODES, bad_host, dead_state, hardware_cause, infrastructure_reason, is_dead,
+    DELETED_STATES, EXIT_HOST_LOST, INFRA_EXIT_CODES, bad_host, dead_state, hardware_cause,
+    infrastructure_reason, is_dead, unfit,
 )
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.metrics import RunMetrics, read_metrics
@@ -260,6 +261,21 @@ async def _save_attempts(session: Session, run_id: str, attempts: list[Attempt],
     await save_record(session.storage, record)
 
 
+async def _fit_to_rerun(session: Session, name: str, notice: Notice) -> bool:
+    """The slice is up (READY, ACTIVE) and no node reports unfit health: a relaunch may go
+    where the attempt ran."""
+    try:
+        info = await describe.describe(session.api, session.settings.parent, name)
+    except NotFoundError:
+        return False
+    if (dead_state(info) or info.state) not in ("READY", "ACTIVE"):
+        return False
+    why = unfit(info)
+    if why:
+        notice(f"{why}: making {name} again on other hardware rather than relaunching on it")
+    return why is None
+
+
 async def _note_bad_host(session: Session, run_id: str, worker: int) -> None:
     """The run's record names the bad host, for `podctl runs --json` and a person later."""
     record = await load_record(session.storage, run_id)
@@ -384,8 +400,8 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             await _note_bad_host(session, run_id, suspect)
             info = await _recreate(session, info, policy, notice, run_id, spend)
             hardware_since = len(attempts)
-        elif plan is None and state is None and code != EXIT_HOST_LOST and await slice_state(
-                session, info.name) in ("READY", "ACTIVE"):
+        elif plan is None and state is None and code != EXIT_HOST_LOST and await _fit_to_rerun(
+                session, info.name, notice):
             # The processes were killed but every host is up: relaunch where it ran.
             notice(f"slice {info.name} is healthy; relaunching on it")
             info = await slices.ready_slice(session, info.name)
