@@ -37,7 +37,7 @@ from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.errors import NotFoundError, PodctlError
 from podctl.cloud.describe import list_slices
 from podctl.jobs import runs
-from podctl.jobs.run_files import list_runs
+from podctl.jobs.run_files import close_record, list_runs
 from podctl.queue.names import QUEUE_LABEL
 
 Action = Literal["delete", "keep", "leave"]
@@ -227,7 +227,8 @@ async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
             continue
         for info in deleted:
             if runs.on_slice(record, info.name, info.created):
-                await budget.close_vanished(storage, record, f"slice {info.state}, collected by podctl gc")
+                await close_record(storage, record.run_id, "lost", keep_exit_code=True,
+                                   reason=f"slice {info.state}, collected by podctl gc")
                 closed.append(record.run_id)
                 break
     return closed

@@ -820,10 +820,10 @@ def main(argv: list[str] | None = None) -> int:
     config = {"params": n_params, "devices": mesh.devices.size, "processes": jax.process_count(),
               "platform": jax.devices()[0].platform, "mesh": dict(mesh.shape), "batch": a.batch,
               "seq_len": a.seq_len, "peak_flops_per_s": peak, "start_step": start_step,
-              "restore_s": 0.0}  # replaced by the restore's own time when there was one
+              "restore_s": 0.0, **restored}  # a restore: where from, which step, its time
     if note:
         config["mfu_note"] = note
-    emit("config", **config, **restored)
+    emit("config", **config)
 
     tokens_per_step = a.batch * a.seq_len
     step, loss, first = start_step, None, True

@@ -39,13 +39,13 @@ def _wait_state(api, name: str, *states: str) -> None:
 
 def _plant(api, fake) -> None:
     """Own and foreign leftovers, and slices that are no leftovers at all."""
-    fake.admin.set_capacity(0)  # these two wait, then their validity window closes
+    fake.admin.capacity(0)  # these two wait, then their validity window closes
     _create(api, "own-expired", queued=True, valid_for=3600)
     _create(api, "their-expired", queued=True, valid_for=3600, own=False)
     fake.admin.advance(3601)
     _wait_state(api, "own-expired", "FAILED")
     _wait_state(api, "their-expired", "FAILED")
-    fake.admin.set_capacity(None)
+    fake.admin.capacity(None)
     _create(api, "own-suspended", queued=True, tier="spot")
     _create(api, "own-preempted", tier="spot")
     _create(api, "their-preempted", tier="spot", own=False)
@@ -82,13 +82,13 @@ def test_a_queued_resource_always_carries_valid_until(api, fake):
 
 
 def test_an_expired_queued_resource_fails_and_stays_until_deleted(api, fake):
-    fake.admin.set_capacity(0)
+    fake.admin.capacity(0)
     _create(api, "waits", queued=True, valid_for=600)
     fake.admin.advance(601)
     _wait_state(api, "waits", "FAILED")
     info = asyncio.run(describe(api, PARENT, "waits"))
     assert "validity window" in info.error
-    fake.admin.set_capacity(None)
+    fake.admin.capacity(None)
     fake.admin.advance(3600)  # FAILED is final: capacity coming back changes nothing
     assert asyncio.run(describe(api, PARENT, "waits")).state == "FAILED"
     assert gc.dead_reason(info, time.time()).startswith("FAILED")
