@@ -42,17 +42,17 @@ def ckpt_ls(ctx: Context, run_id: str, project: str | None, zone: str | None, bu
         from podctl.cli.render import emit_json
 
         session = steps.Session(ctx.settings(project, zone, bucket), api=None)
-        _, directory, steps = _run_checkpoints(session, run_id)
+        _, directory, found = _run_checkpoints(session, run_id)
         if as_json:
             emit_json({"run_id": run_id, "directory": directory,
-                       "checkpoints": [c.to_json() for c in steps]})
+                       "checkpoints": [c.to_json() for c in found]})
             return
-        if not steps:
+        if not found:
             click.echo(f"no checkpoints in {directory}")
             return
         click.echo(f"{directory}")
         click.echo(f"{'STEP':>8}  {'SIZE':>10}  {'FILES':>5}  {'SAVED (UTC)':19}  STATE")
-        for c in steps:
+        for c in found:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.updated))
             click.echo(f"{c.step:>8}  {_size(c.size_bytes):>10}  {c.objects:>5}  {when:19}  "
                        f"{'complete' if c.complete else 'INCOMPLETE'}")
@@ -120,8 +120,8 @@ def ckpt_pull(ctx: Context, run_id: str, directory: Path, step: int | None, para
         from podctl.jobs import checkpoints
 
         session = steps.Session(ctx.settings(project, zone, bucket), api=None)
-        storage, where, steps = _run_checkpoints(session, run_id)
-        chosen = checkpoints.choose(steps, step, where)
+        storage, where, found = _run_checkpoints(session, run_id)
+        chosen = checkpoints.choose(found, step, where)
         with _Bar(f"step {chosen.step}") as bar:
             result = run_sync(checkpoints.pull(storage, chosen, directory, parallel=parallel,
                                                progress=bar))

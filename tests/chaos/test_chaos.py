@@ -18,6 +18,7 @@ import pytest
 from podctl import steps
 from podctl.cloud.wait import wait_deleted
 from podctl.errors import SliceLostError, StockoutError
+from podctl.steps import RunOptions
 from podctl.steps.recovery import RecoveryPolicy, run_recovering
 from tests.chaos.conftest import Kit, Record, run
 
@@ -80,7 +81,7 @@ STEPS = 48
 
 async def _train(kit: Kit, name: str, record: Record, *, steps: int = STEPS, recover: int = 1,
                  script: Path = TEMPLATE, args: list[str] | None = None) -> Any:
-    options = steps.RunOptions(
+    options = RunOptions(
         script=script, args=tuple(args if args is not None else
                                   [*TINY, "--steps", str(steps), "--checkpoint-every", str(EVERY)]),
         hosts="all")
