@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import signal
 import os
 import shutil
 import subprocess
@@ -56,6 +57,13 @@ elif os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PODCTL_FAKE_ENV_S
 else:
     ENV_STORE = Path(tempfile.gettempdir()) / f"podctl-test-envs-{os.getpid()}"
 os.environ["PODCTL_FAKE_ENV_STORE"] = str(ENV_STORE)
+
+# pytest-xdist's workers ignore SIGINT (and may ignore SIGTERM/SIGHUP); a child inherits
+# an ignored signal, and podctl routes only signals left at their default: the signal
+# tests' children must see them as a user's terminal would.
+for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.default_int_handler if _sig == signal.SIGINT else signal.SIG_DFL)
 
 
 def isolated_environ(tmp: Path) -> dict[str, str]:

@@ -19,7 +19,6 @@ from podctl.cloud.api import TpuApi
 from podctl.cloud.names import REQUEST_LABEL, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo, SliceSpec
-from podctl import failures
 from podctl.failures import slice_lost_reason
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
 from podctl.errors import (
@@ -75,7 +74,7 @@ def _check_reusable(info: SliceInfo, spec: SliceSpec) -> None:
     if info.state == "DELETING":
         raise SliceLostError(f"slice {info.name!r} is being deleted; wait for it, then `podctl up` again.")
     if slice_lost_reason(info):
-        raise SliceLostError(f"slice {info.name!r} is {failures.dead_state(info) or info.state}; "
+        raise SliceLostError(f"slice {info.name!r} is {info.state}; "
                              f"`podctl down {info.name}`, then `podctl up` again.")
 
 
