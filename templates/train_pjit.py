@@ -476,15 +476,41 @@ def keep_stdout_for_metrics() -> None:
         METRICS = sys.stdout
 
 
-def note_progress(step: int) -> None:
-    """Every process: the step it has finished, where podctl's agent reads it for the
-    stall watch (a host behind its peers is named). Written whole, then renamed."""
-    where = os.environ.get("PODCTL_PROGRESS_FILE")
-    if where:
-        tmp = f"{where}.tmp"
+class Progress:
+    """Every process: the step it has finished, where podctl's agent reads it (the stall
+    watch names a host behind its peers) with this host's own share of a step.
+
+    In SPMD every host's step ends together (the collectives wait for the slowest), so
+    a slow host shows only in what it does alone: from the end of its last step to the
+    dispatch of the next (its input batch, the Python around the step). `host_s` is the
+    mean of that over the last WINDOW steps, `step_s` the mean step; podctl compares
+    `host_s` across hosts (steps/slow_hosts.py). Written whole, then renamed."""
+
+    WINDOW = 20
+
+    def __init__(self) -> None:
+        import jax
+
+        self.where = os.environ.get("PODCTL_PROGRESS_FILE")
+        self.process = jax.process_index()
+        self.host_s: list[float] = []
+        self.step_s: list[float] = []
+
+    def note(self, step: int, host_s: float | None = None, step_s: float | None = None) -> None:
+        if not self.where:
+            return
+        if host_s is not None and step_s is not None:
+            self.host_s = (self.host_s + [host_s])[-self.WINDOW:]
+            self.step_s = (self.step_s + [step_s])[-self.WINDOW:]
+        record: dict = {"step": step, "t": round(time.time(), 3), "process": self.process}
+        if self.host_s:
+            record.update(host_s=round(sum(self.host_s) / len(self.host_s), 5),
+                          step_s=round(sum(self.step_s) / len(self.step_s), 5),
+                          window=len(self.host_s))
+        tmp = f"{self.where}.tmp"
         with open(tmp, "w") as f:
-            f.write(json.dumps({"step": step, "t": round(time.time(), 3)}))
-        os.replace(tmp, where)
+            f.write(json.dumps(record))
+        os.replace(tmp, self.where)
 
 
 def emit(kind: str, **fields: object) -> None:
@@ -827,7 +853,8 @@ def main(argv: list[str] | None = None) -> int:
 
     tokens_per_step = a.batch * a.seq_len
     step, loss, first = start_step, None, True
-    scalars, profile = Scalars(a.tensorboard_dir), ProfileRequests()
+    scalars, profile, progress = Scalars(a.tensorboard_dir), ProfileRequests(), Progress()
+    progress.note(step)  # the process index, before the first (compiling) step
     t_prev = time.time()
     while True:
         if stop.agreed():  # at a step boundary, on every process alike
@@ -845,6 +872,7 @@ def main(argv: list[str] | None = None) -> int:
         if not first:
             profile.before_step(step)
         state, loss_arr = step_fn(state, data.global_batch(step, batch_sharding))
+        host_s = time.time() - t_prev  # this host's own part: its batch, the dispatch
         loss = float(loss_arr)  # waits for the step: the time below is the step's
         step += 1
         now = time.time()
@@ -856,7 +884,7 @@ def main(argv: list[str] | None = None) -> int:
             line["compile"] = True
             first = False
         emit("step", **line)
-        note_progress(step)
+        progress.note(step, *((None, None) if line.get("compile") else (host_s, dt)))
         scalars.step(line)
         profile.after_step(step)
         save(step, force=False)
