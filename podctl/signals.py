@@ -106,6 +106,15 @@ def stop_signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def ignore_further_stops() -> None:
+    """The stop was handled and podctl is on its way out: a second signal now must not
+    kill it by the default action (Python's shutdown puts that back for every signal
+    it had a handler for), which would lose the exit code that says what happened."""
+    if _main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def exit_code(default: int = 130) -> int:
     """128 + the signal that stopped the process (130 for Ctrl-C, 143 for SIGTERM)."""
     return 128 + received[0] if received else default

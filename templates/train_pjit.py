@@ -480,13 +480,14 @@ class Progress:
     """Every process: the step it has finished, where podctl's agent reads it (the stall
     watch names a host behind its peers) with this host's own share of a step.
 
-    In SPMD every host's step ends together (the collectives wait for the slowest), so
-    a slow host shows only in what it does alone: from the end of its last step to the
-    dispatch of the next (its input batch, the Python around the step). `host_s` is the
-    mean of that over the last WINDOW steps, `step_s` the mean step; podctl compares
-    `host_s` across hosts (steps/slow_hosts.py). Written whole, then renamed."""
+    In SPMD every host's step ends together (the collectives, and the stop flag's
+    all-gather, wait for the slowest), so a slow host shows only in what it does alone:
+    building its input batch. (Not the dispatch: on CPU a small step may run inside it,
+    collectives and all.) `host_s` is the mean of that over the last WINDOW steps,
+    `step_s` the mean step; podctl compares `host_s` across hosts
+    (steps/slow_hosts.py). Written whole, then renamed."""
 
-    WINDOW = 20
+    WINDOW = 50
 
     def __init__(self) -> None:
         import jax
@@ -871,8 +872,10 @@ def main(argv: list[str] | None = None) -> int:
             break
         if not first:
             profile.before_step(step)
-        state, loss_arr = step_fn(state, data.global_batch(step, batch_sharding))
-        host_s = time.time() - t_prev  # this host's own part: its batch, the dispatch
+        t_batch = time.time()
+        batch = data.global_batch(step, batch_sharding)
+        host_s = time.time() - t_batch  # this host's own work: nothing here waits for a peer
+        state, loss_arr = step_fn(state, batch)
         loss = float(loss_arr)  # waits for the step: the time below is the step's
         step += 1
         now = time.time()

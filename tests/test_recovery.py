@@ -42,30 +42,44 @@ def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout: floa
         time.sleep(0.2)
 
 
+def run_with_fault(cli: Podctl, args: list[str], wait_text: str, fault, *,
+                   timeout: float = 900, then: float = 300) -> tuple[int, str, str]:
+    """`podctl ARGS` followed to its end: FAULT() once WAIT_TEXT is on its stderr (up to
+    TIMEOUT: under pytest-xdist this may be the session's first run on bare hosts,
+    which builds the template's env from the package index), then up to THEN seconds
+    for it to end. FAULT may return a callable, called after the run ended (to undo it).
+    Returns (exit code, stderr, stdout)."""
+    proc = _start(cli, *args)
+    err: list[str] = []
+    out: list[str] = []
+    readers = [_collect(proc.stderr, err), _collect(proc.stdout, out)]  # the only readers
+    undo = None
+    try:
+        _wait_for(err, wait_text, proc, timeout=timeout)
+        undo = fault()
+        proc.wait(timeout=then)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if callable(undo):
+            undo()
+    for reader in readers:
+        reader.join(timeout=10)
+    return proc.returncode, "".join(err), "".join(out)
+
+
 @pytest.mark.host_env
 def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     admin = FakeAdmin(podctl.json("fake", "status")["admin"])
     podctl("up", "--slice", "v5p-16", "--name", "rec")
-    proc = _start(podctl, "run", "rec", "--recover", "1", "--json", str(TEMPLATE), *TINY,
-                  "--steps", "24", "--checkpoint-every", "4")
-    err: list[str] = []
-    out_lines: list[str] = []
-    readers = [_collect(proc.stderr, err), _collect(proc.stdout, out_lines)]  # the only readers
-    try:
-        # up to 900 s: under pytest-xdist this may be the session's first run on bare
-        # hosts, which builds the template's env from the package index (minutes)
-        _wait_for(err, '"kind": "checkpoint", "step": 8', proc, timeout=900)
-        admin.preempt("rec")
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    for reader in readers:
-        reader.join(timeout=10)
-    log, out = "".join(err), "".join(out_lines)
-    assert proc.returncode == 0, log[-4000:]
+    code, log, out = run_with_fault(
+        podctl, ["run", "rec", "--recover", "1", "--json", str(TEMPLATE), *TINY, "--steps", "24",
+                 "--checkpoint-every", "4"], '"kind": "checkpoint", "step": 8',
+        lambda: admin.preempt("rec"))
+    assert code == 0, log[-4000:]
     result = json.loads(out)
     first, second = result["attempts"]
     assert result["recoveries"] == 1 and result["exit_code"] == 0

@@ -86,6 +86,7 @@ def test_a_frozen_host_is_named_its_stacks_kept_and_the_run_recovered(podctl):
     record = podctl.json("runs")
     mine = next(r for r in record if r["run_id"] == run_id)
     assert mine["extra"]["recoveries"] == 1
+    assert mine["extra"]["stalls"][0]["action"] == "recover"  # the follower's end kept it
     podctl("down", "stall", "--yes")
 
 

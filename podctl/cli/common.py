@@ -35,6 +35,7 @@ def guarded(action: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (podctl.signals routes them here)
         from podctl import signals
 
+        signals.ignore_further_stops()
         how = f" ({signals.name_of_stop()})" if signals.received else ""
         click.echo(f"podctl: interrupted{how}", err=True)
         sys.exit(signals.exit_code(EXIT_INTERRUPTED))

@@ -84,6 +84,12 @@ def _notice(text: str) -> None:
               "relaunch it from its checkpoint (with --recover).")
 @click.option("--stall-after", default=None, metavar="DURATION",
               help="No step for this long is a stall (default: 10x the median step, at least 5m).")
+@click.option("--on-slow-host", type=click.Choice(["report", "recover"]), default="report",
+              show_default=True, help="A host slower than its peers step after step is named "
+              "(console, run record); recover: once it stayed slow for --slow-host-after, "
+              "checkpoint, make the slice again on other hardware, resume (with --recover).")
+@click.option("--slow-host-after", default="5m", show_default=True, metavar="DURATION",
+              help="How long a host stays slow before --on-slow-host recover acts.")
 @click.option("--preflight", "preflight", is_flag=True,
               help="Compile the step for the slice first (podctl preflight); refuse to start "
               "one that does not fit in HBM.")
@@ -97,7 +103,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
         requirements: Path | None, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
-        max_hours: str | None, on_stall: str, stall_after: str | None, preflight: bool,
+        max_hours: str | None, on_stall: str, stall_after: str | None, on_slow_host: str,
+        slow_host_after: str, preflight: bool,
         xla_dump: bool, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
     """Run SCRIPT on every host of slice NAME as one multi-host job; stream its logs.
@@ -112,6 +119,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         from podctl.cli.render import emit_json
         from podctl.jobs.job import parse_env
         from podctl.durations import parse_duration
+        from podctl.steps.slow_hosts import SlowHostPolicy
         from podctl.steps.stall import StallPolicy
         from podctl.steps.supervise import Supervision, run_supervised
 
@@ -129,9 +137,16 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             from podctl.errors import UsageError
 
             raise UsageError("--on-stall/--stall-after need podctl to watch the run: drop --detach.")
+        if detach and on_slow_host != "report":
+            from podctl.errors import UsageError
+
+            raise UsageError("--on-slow-host recover needs podctl to watch the run: drop --detach.")
         stall = StallPolicy(action=on_stall, after=parse_duration(stall_after, "--stall-after")
                             if stall_after else None)
-        how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall)
+        slow = SlowHostPolicy(action=on_slow_host,
+                              after=parse_duration(slow_host_after, "--slow-host-after"))
+        how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall,
+                          slow=slow)
         options = steps.RunOptions(script=script, args=tuple(args), workdir=workdir,
                                    env={**parse_env(list(env_pairs), env_files),
                                         **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},

@@ -22,7 +22,11 @@ from typing import Any
 
 from podctl.fake.hosts import TOKEN_VAR
 
-SLOW_PERIOD = 0.5  # wall-clock seconds of one stop/continue cycle
+# Wall-clock seconds of one stop/continue cycle: short, so that even a few milliseconds
+# of a step's work on that host are stretched about FACTOR times, step after step (a
+# real slow host is slow all the time, not in half-second fits).
+SLOW_PERIOD = 0.05
+SLOW_RESCAN = 1.0  # how often the host's processes are looked for again (/proc is slow)
 CRASH_POLL = 0.2
 
 
@@ -91,9 +95,12 @@ class HostFaults:
 
     async def _slow(self, node: str, worker: int, factor: float) -> None:
         stopped: set[int] = set()
+        pids: set[int] = set()
+        scanned = 0.0
         try:
             while (token := self._token(node, worker)) is not None:
-                pids = set(_tagged(token))
+                if time.monotonic() - scanned > SLOW_RESCAN:
+                    pids, scanned = set(_tagged(token)), time.monotonic()
                 _signal(pids, signal.SIGSTOP)
                 stopped = pids
                 await asyncio.sleep(SLOW_PERIOD * (1 - 1 / factor))

@@ -25,7 +25,7 @@ from podctl.jobs import bundle, launch, runs
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
 from podctl.jobs.ssh import Fleet, HostPins, Target
-from podctl.jobs.run_files import save_record
+from podctl.jobs.run_files import read_record, save_record
 from podctl.storage import Storage
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -155,7 +155,11 @@ class Job:
 
     async def _write_record(self) -> None:
         assert self.record is not None
-
+        # What others noted in the record while the run went (a stall, a slow host) is
+        # kept: this copy was read before they wrote.
+        stored = await read_record(self.storage, self.run_id)
+        if stored is not None:
+            self.record.extra = {**stored.extra, **self.record.extra}
         await save_record(self.storage, self.record)
 
     async def prepare(self) -> launch.JobSpec:

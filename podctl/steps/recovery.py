@@ -49,8 +49,20 @@ DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to
 # recoveries are left (a SpecMismatch or a permission error is the user's to fix).
 RECREATE_LOST = (SliceLostError, TransientError, WaitTimeoutError)
 
-# Why podctl itself ended the attempt RUN_ID, and whether to relaunch it; None: not podctl
-WhyEnded = Callable[[str], "tuple[str, bool] | None"]
+
+
+@dataclass(frozen=True)
+class EndedByPodctl:
+    """Why podctl itself ended an attempt (a stall, a slow host), and what next."""
+
+    reason: str
+    relaunch: bool  # recover it (--on-stall recover, --on-slow-host recover)
+    flag: str  # the option that said so, for the message when it is not relaunched
+    bad_worker: int | None = None  # the host to leave behind: make the slice again
+
+
+# Why podctl itself ended the attempt RUN_ID; None: podctl did not
+WhyEnded = Callable[[str], "EndedByPodctl | None"]
 # Wraps each attempt's follow (a budget watch): (the follow, its Job, its slice) -> the follow
 Wrap = Callable[[Awaitable[RunResult], Job, SliceInfo], Awaitable[RunResult]]
 
@@ -361,7 +373,9 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             reason = "slice deleted"
         ours = why_ended(attempt.run_id) if why_ended and not deleted else None
         if ours is not None:  # podctl ended it (a stall): recovered only when asked to be
-            reason = ours[0]
+            reason = ours.reason
+            if ours.bad_worker is not None:
+                suspect = ours.bad_worker
         if reason is None and code != 0 and policy.retry_code_errors:
             reason = f"exit code {code} (retried: --retry-errors)"
         plan = None if deleted or code not in INFRA_EXIT_CODES else (
@@ -374,12 +388,12 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             if deleted:
                 last_record.extra = {**last_record.extra, "reason": "slice deleted"}
             await save_record(session.storage, last_record)
-        if reason is None or deleted or (ours is not None and not ours[1]) or not spend():
+        if reason is None or deleted or (ours is not None and not ours.relaunch) or not spend():
             await _save_attempts(session, run_id, attempts, last_record)
             if deleted:
                 notice(f"run {run_id} ended: {_deleted_message(info.name, run_id)}")
-            elif ours is not None and not ours[1]:
-                notice(f"run {run_id} ended: {reason} (--on-stall stop)")
+            elif ours is not None and not ours.relaunch:
+                notice(f"run {run_id} ended: {reason} ({ours.flag})")
             elif reason is not None:
                 notice(f"run {run_id} ended: {reason}; no recoveries left (--recover "
                        f"{policy.recoveries})")
@@ -393,10 +407,14 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
                 notice):
             info = await slices.ready_slice(session, info.name)
         elif suspect is not None:
-            causes = "; ".join(a.hardware or "" for a in attempts[hardware_since:]
-                               if a.failed_worker == suspect)
-            notice(f"worker {suspect} failed twice ({causes}): a bad host; making {info.name} "
-                   "again on other hardware rather than relaunching on it")
+            if ours is not None and ours.bad_worker is not None:
+                notice(f"worker {suspect} is a bad host ({reason}); making {info.name} again "
+                       "on other hardware rather than relaunching on it")
+            else:
+                causes = "; ".join(a.hardware or "" for a in attempts[hardware_since:]
+                                   if a.failed_worker == suspect)
+                notice(f"worker {suspect} failed twice ({causes}): a bad host; making "
+                       f"{info.name} again on other hardware rather than relaunching on it")
             await _note_bad_host(session, run_id, suspect)
             info = await _recreate(session, info, policy, notice, run_id, spend)
             hardware_since = len(attempts)

@@ -15,9 +15,10 @@ from podctl.cloud.types import SliceInfo
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.run_files import load_record, save_record
 from podctl.steps.goodput import run_goodput
-from podctl.steps.recovery import RecoveredRun, RecoveryPolicy, run_recovering
+from podctl.steps.recovery import EndedByPodctl, RecoveredRun, RecoveryPolicy, run_recovering
 from podctl.steps.runs import LineSink, Notice, RunOptions, follow_run, start_run
 from podctl.steps.session import Session
+from podctl.steps.slow_hosts import SlowHostPolicy, SlowHostWatch, watch_slow_hosts
 from podctl.steps.stall import StallPolicy, StallWatch, watch_stall
 from podctl.errors import UsageError
 from podctl.steps.slices import ready_slice
@@ -31,10 +32,15 @@ class Supervision:
     retry_errors: bool = False  # with recover: also after the script's own non-zero exit
     max_hours: float | None = None  # stop the run (checkpoint first) and delete the slice after
     stall: StallPolicy = field(default_factory=StallPolicy)  # no step for too long: report, then wait/stop/recover
+    slow: SlowHostPolicy = field(default_factory=SlowHostPolicy)  # a host slower than its peers
+    slow_check_seconds: float = 10.0  # how often every host's pace is read (agents beat every 10 s)
 
     def __post_init__(self) -> None:
         if self.stall.action == "recover" and not self.recover:
             raise UsageError("--on-stall recover relaunches the run: it goes with --recover N.")
+        if self.slow.action == "recover" and not self.recover:
+            raise UsageError("--on-slow-host recover makes the slice again and relaunches the "
+                             "run: it goes with --recover N.")
 
 
 @dataclass
@@ -59,24 +65,32 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
     cancel) stops the run on every host before it propagates."""
     began = time.time()
     watches: dict[str, StallWatch] = {}  # attempt's run id -> its stall watch
+    slow_watches: dict[str, SlowHostWatch] = {}  # attempt's run id -> its slow-host watch
     options, sink = _with_host_0(options, sink, watches)
 
     def budgeted(follow: Awaitable[RunResult], job: Job, info: SliceInfo) -> Awaitable[RunResult]:
         on_start(job)
         left = None if how.max_hours is None else max(0.0, how.max_hours - (time.time() - began) / 3600)
         watch = watches.setdefault(job.run_id, StallWatch(how.stall))
-        watched = watch_stall(follow, storage=session.storage, job=job, watch=watch, notice=notice)
+        slow = slow_watches.setdefault(job.run_id, SlowHostWatch(how.slow))
+        paced = watch_slow_hosts(follow, storage=session.storage, job=job, watch=slow,
+                                 notice=notice, every=how.slow_check_seconds)
+        watched = watch_stall(paced, storage=session.storage, job=job, watch=watch, notice=notice)
         return watch_budget(watched, api=session.api, parent=session.settings.parent, job=job,
                             info=info, notice=notice, max_hours=left)
 
-    def why_ended(run_id: str) -> tuple[str, bool] | None:
-        """An attempt podctl ended itself for a stall: (why, relaunch it?)."""
-        watch = watches.get(run_id)
+    def why_ended(run_id: str) -> EndedByPodctl | None:
+        """An attempt podctl ended itself: for a stall, or for a slow host."""
+        watch, slow = watches.get(run_id), slow_watches.get(run_id)
+        if slow is not None and slow.ended_for is not None:
+            return EndedByPodctl(slow.ended_for.describe(), True, "--on-slow-host recover",
+                                 bad_worker=slow.ended_for.host)
         if watch is None or not watch.stalls or watch.policy.action == "wait":
             return None
         last = watch.stalls[-1]
-        return (f"stalled after step {last['after_step']} (no step for {last['quiet_seconds']:.0f} s)",
-                watch.policy.action == "recover")
+        return EndedByPodctl(
+            f"stalled after step {last['after_step']} (no step for {last['quiet_seconds']:.0f} s)",
+            watch.policy.action == "recover", f"--on-stall {watch.policy.action}")
 
     if how.recover:
         recovered = await run_recovering(
