@@ -11,7 +11,7 @@ from pathlib import Path
 from podctl.jobs.agent import Agent
 from podctl.jobs.agent_logs import process_mark
 from podctl.jobs.agent_watch import PROGRESS_FILE, ProcessIndex, read_process
-from podctl.jobs.labels import HostLine, ProcessMarks, label, parse_mark, process_of
+from podctl.jobs.labels import HostLine, ProcessMarks, host_name, label, parse_mark, process_of
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -20,6 +20,26 @@ def test_a_label_carries_the_process_index_only_when_it_is_known():
     assert label(3) == "host 0003"
     assert label(3, 5) == "host 0003 p5"
     assert label(12345, 0) == "host 12345 p0"
+
+
+def test_the_printer_labels_each_line_by_what_its_reader_knew():
+    import io
+
+    from podctl.cli.job_cmds import _line_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream in (io.StringIO(), Terminal()):
+        sink = _line_printer(stream)
+        sink(3, "plain")
+        sink(3, HostLine("known", 5))
+        sink(3, HostLine("\x1b[2J [host 0001 p1] forged?", 5))
+        escaped = "\\x1b" if isinstance(stream, Terminal) else "\x1b"
+        assert stream.getvalue().splitlines() == [
+            "[host 0003] plain", "[host 0003 p5] known", f"[host 0003 p5] {escaped}[2J [host 0001 p1] forged?"]
+    assert host_name(3) == "host 0003" and host_name(3, 5) == "host 0003 (JAX process 5)"
 
 
 def test_the_readers_parse_exactly_the_agents_mark_for_that_host():
