@@ -6,7 +6,7 @@ be, and a traceback names the process. The agent learns the index from the scrip
 progress file and logs a mark line (agent_logs.process_mark) into the host's own
 stream; the log reader (ProcessMarks, one per attempt, as process indexes may change
 between attempts) hands every later line of that host on as a HostLine carrying the
-index. Lines before the mark, and every line of a script that never names its index
+index (the others as plain str). Lines before the mark, and every line of a script that never names its index
 (not JAX, or not writing the file), are labelled by host only: `[host 0003] text`.
 
 A HostLine is a str, so every sink that takes (host, line) works unchanged; those
@@ -51,7 +51,7 @@ def host_name(host: int, process: int | None = None) -> str:
 
 def parse_mark(host: int, line: str) -> int | None:
     """The process index LINE announces for HOST, when it is the agent's mark for it."""
-    m = _MARK.fullmatch(line)
+    m = _MARK.fullmatch(line) if line.startswith("[podctl] host-") else None
     return int(m.group(2)) if m and int(m.group(1)) == host else None
 
 
@@ -62,8 +62,10 @@ class ProcessMarks:
     def __init__(self) -> None:
         self.processes: dict[int, int] = {}
 
-    def line(self, host: int, text: str) -> HostLine:
+    def line(self, host: int, text: str) -> str:
+        """TEXT as a HostLine once HOST's index is known, else as it is (process_of: None)."""
         index = parse_mark(host, text)
         if index is not None:
             self.processes[host] = index
-        return HostLine(text, self.processes.get(host))
+        process = self.processes.get(host)
+        return text if process is None else HostLine(text, process)
