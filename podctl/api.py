@@ -386,6 +386,7 @@ class Run:
         until the run ends."""
         import sys
 
+        from podctl.jobs.labels import label, process_of
 
         text = hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
         pending: list[str] = []
@@ -393,7 +394,7 @@ class Run:
 
         def sink(host: int, line: str) -> None:  # on podctl's loop: keep, print below
             with lock:
-                pending.append(f"[host {host:04d}] {line}\n")
+                pending.append(f"[{label(host, process_of(line))}] {line}\n")
 
         def notice(text: str) -> None:
             with lock:

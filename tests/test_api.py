@@ -73,6 +73,10 @@ def test_lifecycle_inside_a_running_event_loop(fake_dir, capsys):
                 again = cloud.run(run.run_id)  # the same run, read back from GCS
                 assert again.wait() == 0
                 seen["runs"] = [r.run_id for r in cloud.runs()]
+                # a script that names its JAX process index (1 - worker): labelled by both
+                named = slice_.run(SCRIPTS / "process_index.py")
+                assert named.wait() == 0
+                named.logs(hosts="all")
             seen["after_with"] = [s.name for s in cloud.slices()]
         seen["daemon_after"] = daemon.status(fake_dir)["running"]
 
@@ -86,6 +90,7 @@ def test_lifecycle_inside_a_running_event_loop(fake_dir, capsys):
     assert seen["after_with"] == []  # the slice's `with` deleted it
     assert seen["daemon_after"] is False  # the connection stopped the fake it started
     assert "[host 0000] 0 4" in out.out and "[host 0001] 1 4" in out.out
+    assert "[host 0000] worker 0 before\n" in out.out and "[host 0001 p0] worker 1 after\n" in out.out
     assert len(seen["runs"]) == 1
     # Progress is a few status lines, not one per poll.
     assert len([line for line in out.err.splitlines() if "run " in line]) <= 6

@@ -229,3 +229,20 @@ def test_logs_shows_host_0_by_default_as_run_does_and_runs_has_a_header(podctl):
     assert shown == [f"[host 0000] 0 {i}" for i in range(5)]
     listed = podctl("runs").stdout.splitlines()
     assert listed[0].split()[:3] == ["RUN", "STATE", "EXIT"] and run_id in listed[1]
+
+
+def test_lines_are_labelled_by_jax_process_index_once_the_script_names_it(podctl):
+    # the script says it is JAX process 1 - worker: labels follow what it says, not the worker
+    # (with --json the followed lines go to stderr, the result to stdout)
+    proc = podctl("run", "cli16", "--hosts", "all", "--json", str(SCRIPTS / "process_index.py"))
+    expected = {0: ["[host 0000] worker 0 before", "[host 0000 p1] [podctl] host-0000 is JAX process 1",
+                    "[host 0000 p1] worker 0 after"],
+                1: ["[host 0001] worker 1 before", "[host 0001 p0] [podctl] host-0001 is JAX process 0",
+                    "[host 0001 p0] worker 1 after"]}
+    for host, lines in expected.items():
+        assert [l for l in proc.stderr.splitlines() if l.startswith(f"[host {host:04d}")] == lines
+    result = json.loads(proc.stdout)
+    assert result["hosts"] == {"0": 0, "1": 0} and result["processes"] == {"0": 1, "1": 0}
+    # the replay after the run labels them the same
+    assert podctl("logs", result["run_id"], "--host", "all").stdout.splitlines() == expected[0] + expected[1]
+    assert podctl("logs", result["run_id"]).stdout.splitlines() == expected[0]

@@ -228,6 +228,10 @@ def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.15, [m["loss"] for m in steps]
     assert [m["step"] for m in of("checkpoint", lines)] == [4, 8]
     assert lines[-1]["kind"] == "done" and lines[-1]["step"] == 8
+    # the template names its JAX process index: host 0's lines from then on carry it
+    shown = first.stdout.splitlines()
+    assert "[host 0000 p0] [podctl] host-0000 is JAX process 0" in shown
+    assert shown[-1].startswith("[host 0000 p0] {") and '"kind": "done"' in shown[-1]
 
     prefix = f"podctl/runs/{run_id}/checkpoints/"
     bucket, names = _bucket_objects(podctl, prefix)

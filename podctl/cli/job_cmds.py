@@ -35,10 +35,12 @@ def _line_printer(stream: Any) -> Any:
     """One write per line, so lines of different hosts never split or interleave. On a
     terminal control characters are made visible; elsewhere (a file, a pipe) the line
     is written as the host printed it, as `podctl logs` keeps it in GCS."""
+    from podctl.jobs.labels import label, process_of
+
     terminal = bool(getattr(stream, "isatty", lambda: False)())
 
-    def sink(host: int, line: str) -> None:
-        stream.write(f"[host {host:04d}] {visible(line) if terminal else line}\n")
+    def sink(host: int, line: str) -> None:  # `[host 0003 p5]`: with its JAX process index
+        stream.write(f"[{label(host, process_of(line))}] {visible(line) if terminal else line}\n")
         stream.flush()
 
     return sink
@@ -118,6 +120,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         from podctl.budget import run_hours
         from podctl.cli.render import emit_json
         from podctl.jobs.job import parse_env
+        from podctl.jobs.labels import host_name
         from podctl.durations import parse_duration
         from podctl.steps.slow_hosts import SlowHostPolicy
         from podctl.steps.stall import StallPolicy
@@ -196,6 +199,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             emit_json({"run_id": recovered.run_id if recovered else result.run_id,
                        "exit_code": result.exit_code,
                        "failed_host": result.failed.host if result.failed else None,
+                       "processes": {str(h): s.process for h, s in sorted(result.statuses.items())},
                        "hosts": {str(h): s.exit_code for h, s in sorted(result.statuses.items())},
                        **({"attempts": [a.to_json() for a in recovered.attempts],
                            "recoveries": recovered.recoveries, "steps_lost": recovered.steps_lost}
@@ -209,7 +213,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         if plan is not None:  # stopped cleanly before host maintenance: say how to resume
             _notice(maintenance.stop_message(result.run_id, name, str(script), plan))
         elif result.failed:
-            _notice(f"run {result.run_id} failed: host {result.failed.host:04d} exited "
+            failed = result.failed
+            _notice(f"run {result.run_id} failed: {host_name(failed.host, failed.process)} exited "
                     f"{result.exit_code}")
         else:
             _notice(f"run {result.run_id} succeeded on {len(result.statuses)} hosts")
@@ -235,6 +240,7 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.steps import Session
+        from podctl.jobs.labels import host_name
         from podctl.steps.replay import replay
 
         session = Session.open(ctx.settings(project, zone, bucket))
@@ -248,7 +254,7 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
                        else failed.error or f"exit code {failed.exit_code}")
                 hint = (f"; is slice {record.slice_name} still there? (`podctl status "
                         f"{record.slice_name}`)" if failed.exit_code == 255 else "")
-                _notice(f"run {run_id} ended: host {failed.host:04d} failed ({why}){hint}")
+                _notice(f"run {run_id} ended: {host_name(failed.host, failed.process)} failed ({why}){hint}")
             sys.exit(code)
 
     guarded(action)

@@ -16,6 +16,9 @@ with the metadata server's token), and it imports nothing from podctl. It:
      going), and whatever the script left running is then ended too;
   5. appends every line to a local file and ships it to GCS in chunks
      (logs/host-NNNN/NNNNNN.log, every few seconds and at exit), with heartbeats;
+     once the script names its JAX process index (in its progress file) it logs the
+     line "[podctl] host-NNNN is JAX process N", by which readers label the host's
+     later lines, and keeps the index in its heartbeats and status;
   6. writes status/host-NNNN.json with the exit code at the end.
 
 SIGTERM (from `podctl` stopping the run, or a TPU VM's preemption notice) is
@@ -46,13 +49,15 @@ try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_gcs
     import agent_maintenance
     import agent_watch
-    from agent_logs import TAIL_IN_STATUS, LogShipper, host_tag
+    from agent_logs import TAIL_IN_STATUS, LogShipper, host_tag, process_mark
     from agent_procs import _quiet, _reap, become_subreaper, leftovers
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
     from podctl.jobs import (  # type: ignore[no-redef]
         agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch,
     )
-    from podctl.jobs.agent_logs import TAIL_IN_STATUS, LogShipper, host_tag  # type: ignore[no-redef]
+    from podctl.jobs.agent_logs import (  # type: ignore[no-redef]
+        TAIL_IN_STATUS, LogShipper, host_tag, process_mark,
+    )
     from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers  # type: ignore[no-redef]
 
 EXIT_SETUP_FAILED = 125
@@ -142,9 +147,23 @@ class Agent:
         self.stop_deadline: float | None = None
         self.maintenance: dict | None = None  # the maintenance that stopped the run, if one did
         self.stacks_asked = threading.Event()
+        self.process_index = agent_watch.ProcessIndex(run_dir)
+        self.process_lock = threading.Lock()
+
+    def learn_process(self) -> None:
+        """Once the script's progress file names its JAX process index: log the mark
+        that makes readers label this host's later lines by it, and keep it for the
+        heartbeats and the status. Earlier lines stay labelled by host only (nothing
+        is held back to wait for it)."""
+        with self.process_lock:
+            index = self.process_index.check()
+            if index is not None:
+                self.logs.process_index = index
+                self.logs.line(process_mark(self.cfg["host"], index))
 
     def watch(self) -> dict:
         """For every heartbeat: the step the script last finished and its process's state."""
+        self.learn_process()  # a script that wrote its index but has printed nothing since
         child = self.child
         pid = child.pid if child is not None and child.returncode is None else None
         return {"progress": agent_watch.read_progress(self.run_dir),
@@ -327,6 +346,7 @@ class Agent:
                     if data == b"":
                         break  # end of file: no process holds the pipe any more
                 if data:
+                    self.learn_process()  # before these lines: the index the script wrote first
                     *lines, pending = (pending + data).split(b"\n")
                     for line in lines:
                         self.logs.line(_text(line))
@@ -410,10 +430,11 @@ class Agent:
     def write_status(self, code: int, error: str | None = None) -> None:
         if (self.run_dir / "status.json").exists():
             return
+        self.learn_process()  # a script that wrote its index and exited without a word since
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
                   "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error,
                   "preempted": self.preempted(), "maintenance": self.maintenance,
-                  "phases": self.logs.phases,
+                  "phases": self.logs.phases, "process_index": self.logs.process_index,
                   # a failure's last lines: podctl reads a runtime error naming the chip here
                   "tail": self.logs.tail[-TAIL_IN_STATUS:] if code else []}
         self.logs.close()

@@ -21,6 +21,12 @@ def host_tag(index: int) -> str:
     return f"host-{index:04d}"
 
 
+def process_mark(host: int, process: int) -> str:
+    """The line the agent logs once its script's JAX process index is known: readers
+    (podctl/jobs/labels.py parses it) label this host's later lines by it too."""
+    return f"[podctl] {host_tag(host)} is JAX process {process}"
+
+
 class LogShipper:
     """Lines in, GCS chunks out: a local file for every line, an upload every few seconds."""
 
@@ -38,6 +44,7 @@ class LogShipper:
         # host's time went, for `podctl goodput`; in every heartbeat and in the status.
         self.phases: dict[str, float] = {}
         self.watch = lambda: {}  # the script's progress and process state, for the stall watch
+        self.process_index: int | None = None  # the script's JAX process index, once it says
         self.phase = "starting"
         self.lock = threading.Lock()
         self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
@@ -102,7 +109,7 @@ class LogShipper:
         if force or now - self._last_heartbeat >= self.heartbeat_seconds:
             self._last_heartbeat = now
             beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid(),
-                    "phases": self.phases, **self.watch()}
+                    "phases": self.phases, **self.watch(), "process_index": self.process_index}
             self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json")
 
     def _loop(self) -> None:

@@ -3,6 +3,8 @@ with agent.py and run by a bare host's python3).
 
   - progress: the step the script last finished, which the template (or any script)
     writes to $PODCTL_PROGRESS_FILE as {"step": N, "t": UNIX_SECONDS};
+  - the script's JAX process index, which it writes to the same file as {"process": N}
+    (jax.process_index(), which the TPU runtime assigns: not always the host's number);
   - the script's process: its state (R running, S sleeping, D in I/O, T stopped, Z)
     and the CPU seconds it has used, from /proc;
   - stacks on request (`podctl` sends the agent SIGUSR1): the script gets SIGUSR1 (the
@@ -34,6 +36,43 @@ def read_progress(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("step"), int) else None
+
+
+class ProcessIndex:
+    """The script's JAX process index, once its progress file names it. Cheap to ask
+    often (the agent asks before it logs each batch of the script's lines, so the line a
+    script prints right after writing the file is already labelled): a stat, and a read
+    only when the file changed; once known it is not read again (a process keeps its
+    index for its life)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / PROGRESS_FILE
+        self.value: int | None = None
+        self._seen: tuple[int, int] | None = None
+
+    def check(self) -> int | None:
+        """The index if it became known just now, else None (also when known before)."""
+        if self.value is not None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if (st.st_mtime_ns, st.st_size) == self._seen:
+            return None
+        self._seen = (st.st_mtime_ns, st.st_size)
+        self.value = read_process(self.path.parent)
+        return self.value
+
+
+def read_process(run_dir: Path) -> int | None:
+    """The "process" (a JAX process index: an int >= 0) the script last wrote, or None."""
+    try:
+        data = json.loads((run_dir / PROGRESS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    index = data.get("process") if isinstance(data, dict) else None
+    return index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else None
 
 
 def process_state(pid: int | None) -> dict | None:

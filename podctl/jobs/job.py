@@ -22,6 +22,7 @@ from typing import Any, Callable
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError
 from podctl.jobs import bundle, launch, runs
+from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
 from podctl.jobs.ssh import Fleet, HostPins, Target
@@ -224,7 +225,7 @@ class Job:
             nonlocal stopping
             if status.exit_code != 0 and not status.stopped and not stopping:
                 what = status.error or f"exit code {status.exit_code}"
-                self.notice(f"{runs.host_tag(status.host).replace('-', ' ')} failed ({what})")
+                self.notice(f"{host_name(status.host, status.process)} failed ({what})")
                 if self.request.fail_fast and not reader.done:
                     stopping = True
                     self.notice("stopping the other hosts (fail-fast)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from podctl.jobs import run_files
+from podctl.jobs.labels import ProcessMarks
 from podctl.jobs.run_files import EXIT_HOST_LOST, HOST_LOST_SECONDS, split_lines
 from podctl.jobs.runs import HostStatus
 from podctl.storage import Storage, StorageUnavailable
@@ -45,6 +46,7 @@ class LogReader:
         self.hosts = hosts  # None: all
         self.notice = notice or (lambda text: None)
         self.progress = Progress()
+        self.marks = ProcessMarks()  # each line goes out with its host's JAX process index
         self.started = time.time()  # no host is lost before HOST_LOST_SECONDS after this
 
     def shown(self, host: int) -> bool:
@@ -65,7 +67,7 @@ class LogReader:
                 data = await self.storage.download_bytes(name)
                 lines = split_lines(data)
                 for line in lines:
-                    self.sink(host, line)
+                    self.sink(host, self.marks.line(host, line))
                 emitted += len(lines)
                 self.progress.lines[host] = self.progress.lines.get(host, 0) + len(lines)
                 expected += 1

@@ -131,8 +131,13 @@ async def read_statuses(storage: Storage, run_id: str,
             statuses[host] = HostStatus(host=host, exit_code=int(data["exit_code"]),
                                         ended=float(data["ended"]), stopped=bool(data.get("stopped")),
                                         error=data.get("error"),
-                                        tail=tuple(str(t) for t in data.get("tail") or ()))
+                                        tail=tuple(str(t) for t in data.get("tail") or ()),
+                                        process=_index(data.get("process_index")))
     return statuses
+
+
+def _index(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 async def read_heartbeats(storage: Storage, run_id: str) -> dict[int, float]:

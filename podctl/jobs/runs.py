@@ -126,6 +126,7 @@ class HostStatus:
     stopped: bool = False
     error: str | None = None
     tail: tuple[str, ...] = ()  # a failed script's last lines
+    process: int | None = None  # the script's JAX process index, if it named it
 
     def explanation(self) -> str:
         """What the host said of its failure: its error and last lines, for classifying."""
