@@ -26,7 +26,8 @@ def test_the_host_that_does_its_own_part_slowly_is_named():
     assert found[1].process == 7 and found[0].process is None
     (slow,) = slow_hosts(found)
     assert slow.host == 1 and slow.peers_s == 0.0045 and round(slow.ratio, 1) == 2.9
-    assert slow.describe().startswith("host 0001 is slow: 13.0 ms of each step building its input batch")
+    assert slow.describe().startswith(
+        "host 0001 (JAX process 7) is slow: 13.0 ms of each step building its input batch")
 
 
 @pytest.mark.parametrize("beats", [
@@ -85,8 +86,9 @@ def test_a_slow_host_is_named_and_left_behind(podctl):
     assert code == 0, log[-4000:]
     result = json.loads(out)
     first, second = result["attempts"]
-    assert "host 0001 is slow: " in log and "checkpointing and ending the attempt" in log
-    assert first["reason"].startswith("host 0001 is slow")
+    assert "host 0001 (JAX process 1) is slow: " in log
+    assert "checkpointing and ending the attempt" in log
+    assert first["reason"].startswith("host 0001 (JAX process 1) is slow")
     assert "worker 1 is a bad host" in log and "creating slowp again" in log
     # the SIGTERM made a checkpoint at the step it reached: nothing is done twice
     assert first["steps_lost"] == 0 and second["start_step"] == first["last_step"]
@@ -94,4 +96,8 @@ def test_a_slow_host_is_named_and_left_behind(podctl):
     mine = next(r for r in podctl.json("runs") if r["run_id"] == result["run_id"])
     assert [h["host"] for h in mine["extra"]["slow_hosts"]] == [1]
     assert mine["extra"]["bad_hosts"] == [1]
+    # the goodput report names it too, in the attempt it slowed
+    named = podctl.json("goodput", result["run_id"])["slow_hosts"]
+    assert [(h["attempt"], h["host"]) for h in named] == [(first["run_id"], 1)]
+    assert named[0]["ratio"] >= 2
     podctl("down", "slowp", "--yes")

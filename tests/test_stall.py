@@ -71,7 +71,7 @@ def test_a_frozen_host_is_named_its_stacks_kept_and_the_run_recovered(podctl):
     first, second = result["attempts"]
     assert first["reason"].startswith("stalled after step ") and second["last_step"] == 30
     assert f"run {run_id} stalled: no step for" in log
-    assert "host 0001's script is stopped (process state T)" in log
+    assert "host 0001 (JAX process 1)'s script is stopped (process state T)" in log
     assert "stacks of 2 of 2 hosts in gs://" in log
     # The stacks in GCS: the frozen host's says why it has no Python stack; the other's
     # is its own faulthandler dump.

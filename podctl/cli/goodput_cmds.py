@@ -57,6 +57,9 @@ def goodput(ctx: Context, run_id: str, price: float | None, project: str | None,
         for b in report.buckets:
             click.echo(f"  {LABELS[b.name]:42s} {b.seconds:10.1f} s {b.seconds / total:6.1%} "
                        f"{b.chip_hours:10.3f} chip-h  {cost.fmt_usd(b.usd):>12s}")
+        for attempt, slow in report.slow_hosts:
+            where = "" if attempt == run_id else f" (attempt {attempt})"
+            click.echo(f"  {slow.describe()}{where}")
 
     guarded(action)
 

@@ -14,6 +14,10 @@ split into buckets that add up to it, each in seconds, chip-hours and dollars.
     idle                the rest: outside reported steps (evaluation, the last save,
                         exit) and podctl's own gaps
 
+Beside the buckets, the hosts whose own part of a step (building their input batch) was
+an outlier against their peers', from each attempt's last heartbeats
+(steps/slow_hosts.py): one slow host makes every host's step slow.
+
 Nothing needs instrumenting by hand: podctl knows when it started each attempt and why
 each ended (the run's record), each host's agent says when its phases began (its
 heartbeats and status), and the template prints one JSON line per step. Another script
@@ -33,6 +37,8 @@ from podctl.jobs.metrics import parse_records
 from podctl.jobs.run_files import load_record, read_host_lines, read_host_phases
 from podctl.steps.run_cost import RunBill, run_cost
 from podctl.steps.session import Session
+from podctl.steps.slow_hosts import SlowHost, paces, slow_hosts
+from podctl.steps.stall import read_beats
 
 BUCKETS = ("setup", "startup", "checkpoint_restore", "productive", "checkpoint_save", "wasted",
            "recovery", "idle")
@@ -58,6 +64,7 @@ class Goodput:
     usd_per_chip_hour: float | None
     buckets: tuple[Bucket, ...]
     attempts: int
+    slow_hosts: tuple[tuple[str, SlowHost], ...] = ()  # (attempt's run id, the host)
 
     @property
     def goodput(self) -> float | None:
@@ -75,7 +82,8 @@ class Goodput:
                 "chips": self.chips, "usd_per_chip_hour": self.usd_per_chip_hour,
                 "goodput": None if self.goodput is None else round(self.goodput, 6),
                 "attempts": self.attempts,
-                "buckets": {b.name: b.to_json() for b in self.buckets}}
+                "buckets": {b.name: b.to_json() for b in self.buckets},
+                "slow_hosts": [{"attempt": run_id, **h.to_json()} for run_id, h in self.slow_hosts]}
 
 
 @dataclass
@@ -159,7 +167,9 @@ async def run_goodput(session: Session, run_id: str, *, price: float | None = No
         Bucket(name, s, s / 3600 * bill.chips,
                None if usd_per_chip_hour is None else s / 3600 * bill.chips * usd_per_chip_hour)
         for name, s in split(total, attempts).items())
-    return Goodput(run_id, total, bill.chips, usd_per_chip_hour, buckets, len(attempts))
+    slow = [(a.run_id, h) for a in attempts
+            for h in slow_hosts(paces(await read_beats(session.storage, a.run_id)))]
+    return Goodput(run_id, total, bill.chips, usd_per_chip_hour, buckets, len(attempts), tuple(slow))
 
 
 async def goodput_buckets(session: Session, run_ids: list[str]) -> dict[str, dict[str, float]]:

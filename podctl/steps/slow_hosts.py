@@ -30,6 +30,7 @@ from typing import Awaitable, Callable, TypeVar
 from podctl.errors import UsageError
 from podctl.jobs import launch, run_files
 from podctl.jobs.job import Job
+from podctl.jobs.labels import host_name
 from podctl.steps.stall import read_beats
 from podctl.storage import Storage
 
@@ -71,13 +72,14 @@ class SlowHost:
     host_s: float
     peers_s: float  # the median of the other hosts' host_s
     step_s: float
+    process: int | None = None  # its JAX process index, when its script said
 
     @property
     def ratio(self) -> float:
         return self.host_s / self.peers_s if self.peers_s > 0 else float("inf")
 
     def describe(self) -> str:
-        return (f"host {self.host:04d} is slow: {_ms(self.host_s)} of each step building "
+        return (f"{host_name(self.host, self.process)} is slow: {_ms(self.host_s)} of each step building "
                 f"its input batch against {_ms(self.peers_s)} on its "
                 f"peers ({self.ratio:.1f}x); every host waits for it (step {_ms(self.step_s)})")
 
@@ -116,7 +118,7 @@ def slow_hosts(found: dict[int, HostPace], factor: float = FACTOR) -> list[SlowH
             continue
         median = statistics.median(peers)
         if pace.host_s >= factor * median and pace.host_s - median >= MIN_EXCESS:
-            slow.append(SlowHost(host, pace.host_s, median, pace.step_s))
+            slow.append(SlowHost(host, pace.host_s, median, pace.step_s, pace.process))
     return slow
 
 

@@ -28,6 +28,7 @@ from typing import Awaitable, Callable, TypeVar
 from podctl.errors import UsageError
 from podctl.jobs import launch, run_files, runs
 from podctl.jobs.job import Job
+from podctl.jobs.labels import host_name
 from podctl.storage import Storage, StorageError
 
 T = TypeVar("T")
@@ -97,24 +98,29 @@ class StallWatch:
 def name_hosts(beats: dict[int, dict], num_hosts: int, now: float) -> list[str]:
     """Which hosts are behind, stopped or silent, from their agents' heartbeats."""
     steps = {h: (b.get("progress") or {}).get("step") for h, b in beats.items()}
+
+    def name(h: int) -> str:
+        process = (beats.get(h) or {}).get("process_index")
+        return host_name(h, process if isinstance(process, int) else None)
+
     known = [s for s in steps.values() if isinstance(s, int)]
     said = []
     if known and min(known) < max(known):
         top = max(known)
         behind = sorted(h for h, s in steps.items() if isinstance(s, int) and s < top)
-        said.append("; ".join(f"host {h:04d} is at step {steps[h]:,}" for h in behind)
+        said.append("; ".join(f"{name(h)} is at step {steps[h]:,}" for h in behind)
                     + f"; the others at {top:,}")
     for h in range(num_hosts):
         beat = beats.get(h)
         if beat is None or now - float(beat.get("time", 0)) > SILENT_BEAT_SECONDS:
-            said.append(f"host {h:04d} is silent (no heartbeat"
+            said.append(f"{name(h)} is silent (no heartbeat"
                         + (f" for {now - float(beat.get('time', 0)):.0f} s)" if beat else ")"))
             continue
         process = beat.get("process") or {}
         if process.get("state") == "T":
-            said.append(f"host {h:04d}'s script is stopped (process state T)")
+            said.append(f"{name(h)}'s script is stopped (process state T)")
         elif process.get("state") == "D":
-            said.append(f"host {h:04d}'s script is blocked in I/O (process state D)")
+            said.append(f"{name(h)}'s script is blocked in I/O (process state D)")
     return said
 
 
