@@ -34,7 +34,7 @@ from typing import Any
 
 from podctl.errors import PodctlError
 from podctl.jobs.metrics import parse_records
-from podctl.jobs.run_files import load_record, read_host_lines, read_host_phases
+from podctl.jobs.run_files import load_record, read_host_lines, read_host_phases, read_record
 from podctl.steps.run_cost import RunBill, run_cost
 from podctl.steps.session import Session
 from podctl.steps.slow_hosts import SlowHost, paces, slow_hosts
@@ -155,6 +155,17 @@ def split(total: float, attempts: list[_Attempt]) -> dict[str, float]:
     return seconds
 
 
+async def _slow_hosts(session: Session, run_id: str) -> list[SlowHost]:
+    """The slow hosts podctl named while it followed attempt RUN_ID (its record), else
+    what the hosts' last heartbeats show (a detached run nobody followed)."""
+    record = await read_record(session.storage, run_id)
+    noted = (record.extra.get("slow_hosts") if record is not None else None) or []
+    if noted:
+        return [SlowHost(int(h["host"]), float(h["host_s"]), float(h["peers_s"]), float(h["step_s"]),
+                         h.get("process")) for h in noted]
+    return slow_hosts(paces(await read_beats(session.storage, run_id)))
+
+
 async def run_goodput(session: Session, run_id: str, *, price: float | None = None,
                       bill: RunBill | None = None) -> Goodput:
     """RUN_ID's chip-hours by bucket; PRICE (USD per chip-hour) overrides the table."""
@@ -167,8 +178,7 @@ async def run_goodput(session: Session, run_id: str, *, price: float | None = No
         Bucket(name, s, s / 3600 * bill.chips,
                None if usd_per_chip_hour is None else s / 3600 * bill.chips * usd_per_chip_hour)
         for name, s in split(total, attempts).items())
-    slow = [(a.run_id, h) for a in attempts
-            for h in slow_hosts(paces(await read_beats(session.storage, a.run_id)))]
+    slow = [(a.run_id, h) for a in attempts for h in await _slow_hosts(session, a.run_id)]
     return Goodput(run_id, total, bill.chips, usd_per_chip_hour, buckets, len(attempts), tuple(slow))
 
 
