@@ -106,7 +106,8 @@ def main() -> None:
 
 def recovered(env: dict, admin) -> dict[str, float]:
     podctl(env, "up", "--slice", "v5p-16", "--name", "bench-rec")
-    run = Watched(env, "run", "bench-rec", str(TEMPLATE), "--recover", "1", "--json", *TINY,
+    # podctl's options before SCRIPT: what follows it is the script's
+    run = Watched(env, "run", "bench-rec", "--recover", "1", "--json", str(TEMPLATE), *TINY,
                   "--steps", "40")  # --json: the lines go to stderr, the timed stream
     run.when('"kind": "checkpoint", "step": 8')
     preempted = time.monotonic()
@@ -125,7 +126,7 @@ def recovered(env: dict, admin) -> dict[str, float]:
 
 def by_hand(env: dict, admin) -> float:
     podctl(env, "up", "--slice", "v5p-16", "--name", "bench-hand")
-    run = Watched(env, "run", "bench-hand", str(TEMPLATE), "--json", *TINY, "--steps", "40")
+    run = Watched(env, "run", "bench-hand", "--json", str(TEMPLATE), *TINY, "--steps", "40")
     run.when('"kind": "checkpoint", "step": 8')
     preempted = time.monotonic()
     admin.preempt("bench-hand")
@@ -135,8 +136,8 @@ def by_hand(env: dict, admin) -> float:
     run_id = next(line.split()[2] for _, line in run.lines if line.startswith("podctl: run "))
     podctl(env, "down", "bench-hand", "--yes")
     podctl(env, "up", "--slice", "v5p-16", "--name", "bench-hand")
-    again = Watched(env, "run", "bench-hand", str(TEMPLATE), "--json", *TINY, "--steps", "40",
-                    "--resume", run_id)
+    again = Watched(env, "run", "bench-hand", "--json", "--resume", run_id, str(TEMPLATE), *TINY,
+                    "--steps", "40")
     resumed = again.when('"kind": "step"', preempted)
     again.wait()
     podctl(env, "down", "bench-hand", "--yes")
