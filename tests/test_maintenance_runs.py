@@ -11,7 +11,7 @@ import pytest
 
 from podctl.fake.admin_client import FakeAdmin
 from tests.conftest import Podctl
-from tests.test_recovery import TEMPLATE, TINY, _collect, _start, _wait_for
+from tests.test_recovery import TEMPLATE, TINY, run_with_fault
 
 # The first template run of a session builds the hosts' Python environment (minutes).
 pytestmark = pytest.mark.timeout(1200)
@@ -28,22 +28,11 @@ def _announce(admin: FakeAdmin, name: str) -> None:
 def _run(podctl: Podctl, name: str, *extra: str) -> tuple[int, str, str]:
     """Run the template on NAME; announce maintenance of worker 1 once step 4 is saved."""
     admin = FakeAdmin(podctl.json("fake", "status")["admin"])
-    proc = _start(podctl, "run", name, *extra, "--json", str(TEMPLATE), *TINY,
-                  "--steps", "24", "--checkpoint-every", "4")
-    err: list[str] = []
-    out: list[str] = []
-    readers = [_collect(proc.stderr, err), _collect(proc.stdout, out)]
-    try:
-        # the first template run of a session builds the hosts' environment: minutes
-        _wait_for(err, '"kind": "checkpoint", "step": 4', proc, timeout=900)
-        _announce(admin, name)
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    for reader in readers:
-        reader.join(timeout=10)
-    return proc.returncode, "".join(out), "".join(err)
+    code, err, out = run_with_fault(
+        podctl, ["run", name, *extra, "--json", str(TEMPLATE), *TINY, "--steps", "24",
+                 "--checkpoint-every", "4"], '"kind": "checkpoint", "step": 4',
+        lambda err: _announce(admin, name))
+    return code, out, err
 
 
 def test_recover_waits_out_maintenance_and_loses_no_step(podctl):

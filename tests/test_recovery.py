@@ -44,11 +44,11 @@ def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout: floa
 
 def run_with_fault(cli: Podctl, args: list[str], wait_text: str, fault, *,
                    timeout: float = 900, then: float = 300) -> tuple[int, str, str]:
-    """`podctl ARGS` followed to its end: FAULT() once WAIT_TEXT is on its stderr (up to
-    TIMEOUT: under pytest-xdist this may be the session's first run on bare hosts,
-    which builds the template's env from the package index), then up to THEN seconds
-    for it to end. FAULT may return a callable, called after the run ended (to undo it).
-    Returns (exit code, stderr, stdout)."""
+    """`podctl ARGS` followed to its end: FAULT(its stderr lines so far) once WAIT_TEXT
+    is on its stderr (up to TIMEOUT: under pytest-xdist this may be the session's first
+    run on bare hosts, which builds the template's env from the package index), then up
+    to THEN seconds for it to end. FAULT may return a callable, called after the run
+    ended or was killed (to undo the fault). Returns (exit code, stderr, stdout)."""
     proc = _start(cli, *args)
     err: list[str] = []
     out: list[str] = []
@@ -56,7 +56,7 @@ def run_with_fault(cli: Podctl, args: list[str], wait_text: str, fault, *,
     undo = None
     try:
         _wait_for(err, wait_text, proc, timeout=timeout)
-        undo = fault()
+        undo = fault(err)
         proc.wait(timeout=then)
     finally:
         if proc.poll() is None:
@@ -78,7 +78,7 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     code, log, out = run_with_fault(
         podctl, ["run", "rec", "--recover", "1", "--json", str(TEMPLATE), *TINY, "--steps", "24",
                  "--checkpoint-every", "4"], '"kind": "checkpoint", "step": 8',
-        lambda: admin.preempt("rec"))
+        lambda err: admin.preempt("rec"))
     assert code == 0, log[-4000:]
     result = json.loads(out)
     first, second = result["attempts"]

@@ -82,7 +82,7 @@ def test_a_slow_host_is_named_and_left_behind(podctl):
         podctl, ["run", "slowp", "--recover", "1", "--on-slow-host", "recover",
                  "--slow-host-after", "1s", "--json", str(TEMPLATE), *TINY, "--steps", "250",
                  "--checkpoint-every", "20"], "\"kind\": \"checkpoint\", \"step\": 20",
-        lambda: admin.slow("slowp", 1, factor=5))
+        lambda err: admin.slow("slowp", 1, factor=10))
     assert code == 0, log[-4000:]
     result = json.loads(out)
     first, second = result["attempts"]

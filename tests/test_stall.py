@@ -16,7 +16,7 @@ from podctl._sync import run_sync
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
 from tests.conftest import assert_one_line_error
-from tests.test_recovery import TEMPLATE, TINY, _collect, _start, _wait_for
+from tests.test_recovery import TEMPLATE, TINY, run_with_fault
 
 
 def _script_pid(run_id: str, worker: int) -> int:
@@ -35,39 +35,35 @@ def _script_pid(run_id: str, worker: int) -> int:
     raise AssertionError(f"no script of {run_id} on worker {worker}")
 
 
+def _cont(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)  # were it still there; SIGKILLed by now
+    except ProcessLookupError:
+        pass
+
+
 @pytest.mark.timeout(900)  # the first run of a session builds the hosts' environment
 def test_a_frozen_host_is_named_its_stacks_kept_and_the_run_recovered(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     fake = podctl.json("fake", "status")
     podctl("up", "--slice", "v5p-16", "--name", "stall")
-    proc = _start(podctl, "run", "stall", "--recover", "1", "--on-stall", "recover",
-                  "--stall-after", "20s", "--json", str(TEMPLATE), *TINY, "--steps", "30",
-                  "--checkpoint-every", "4")
-    err: list[str] = []
-    out: list[str] = []
-    readers = [_collect(proc.stderr, err), _collect(proc.stdout, out)]
-    frozen = None
-    try:
-        # the first run of a session builds the hosts' environment (jax from the index)
-        _wait_for(err, '"kind": "checkpoint", "step": 8', proc, timeout=600)
-        run_id = next(line.split("run ", 1)[1].split()[0] for line in err if " on stall (" in line)
-        frozen = _script_pid(run_id, 1)
-        os.kill(frozen, signal.SIGSTOP)
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        if frozen is not None:
-            try:
-                os.kill(frozen, signal.SIGCONT)  # were it still there; SIGKILLed by now
-            except ProcessLookupError:
-                pass
-    for reader in readers:
-        reader.join(timeout=10)
-    log = "".join(err)
-    assert proc.returncode == 0, log[-4000:]
-    result = json.loads("".join(out))
+    frozen: list[int] = []
+    run_ids: list[str] = []
+
+    def freeze(err: list[str]):
+        run_ids.append(next(line.split("run ", 1)[1].split()[0] for line in err if " on stall (" in line))
+        frozen.append(_script_pid(run_ids[0], 1))
+        os.kill(frozen[0], signal.SIGSTOP)
+        return lambda: _cont(frozen[0])
+
+    code, log, out = run_with_fault(
+        podctl, ["run", "stall", "--recover", "1", "--on-stall", "recover", "--stall-after", "20s",
+                 "--json", str(TEMPLATE), *TINY, "--steps", "30", "--checkpoint-every", "4"],
+        '"kind": "checkpoint", "step": 8', freeze, timeout=600)
+    (run_id,) = run_ids
+    assert code == 0, log[-4000:]
+    result = json.loads(out)
     first, second = result["attempts"]
     assert first["reason"].startswith("stalled after step ") and second["last_step"] == 30
     assert f"run {run_id} stalled: no step for" in log
