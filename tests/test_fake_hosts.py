@@ -368,6 +368,11 @@ def test_a_new_host_manager_kills_what_a_crashed_one_left_running(tmp_path):
                              start_new_session=True)
     stranger = subprocess.Popen(["sleep", "300"], env={TOKEN_VAR: "someone-else.x"})
     try:
+        # Popen returns after the fork, maybe before the exec: until then the child's
+        # /proc environ is the test's own, without the token
+        for child, token in ((stray, f"{manager.prefix}.left"), (stranger, "someone-else.x")):
+            assert eventually(lambda: f"{TOKEN_VAR}={token}".encode() in Path(
+                f"/proc/{child.pid}/environ").read_bytes().split(b"\0"), 10)
         assert HostManager(tmp_path / "hosts").adopt() == 1
         assert stray.wait(timeout=5) == -9 and stranger.poll() is None
     finally:
