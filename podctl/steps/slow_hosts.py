@@ -20,7 +20,6 @@ the slice again rather than relaunching on the same hardware.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import statistics
 import time
@@ -31,7 +30,7 @@ from podctl.errors import UsageError
 from podctl.jobs import launch, run_files
 from podctl.jobs.job import Job
 from podctl.jobs.labels import host_name
-from podctl.steps.stall import read_beats
+from podctl.steps.stall import follow_checking, read_beats
 from podctl.storage import Storage
 
 T = TypeVar("T")
@@ -158,29 +157,22 @@ async def watch_slow_hosts(follow: Awaitable[T], *, storage: Storage, job: Job,
                            every: float = CHECK_SECONDS) -> T:
     """Await FOLLOW (the run's follower); every EVERY seconds look for a slow host, say
     it, and with `recover` end the attempt on every host once it stayed slow."""
-    task = asyncio.ensure_future(follow)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=every)
-            if done:
-                return task.result()
-            try:
-                beats = await read_beats(storage, job.run_id)
-            except Exception:  # noqa: BLE001 - GCS away for a moment: look again next time
-                continue
-            new, act = watch.update(slow_hosts(paces(beats)))
-            for slow in new:
-                notice(f"run {job.run_id}: {slow.describe()}")
-                await _note(storage, job.run_id, slow)
-            if act is not None:
-                watch.ended_for = act
-                notice(f"run {job.run_id}: host {act.host:04d} stayed slow for "
-                       f"{watch.policy.after:.0f} s; checkpointing and ending the attempt to "
-                       "make the slice again on other hardware (--on-slow-host recover)")
-                with contextlib.suppress(Exception):  # the agents' own grace: time to checkpoint
-                    await launch.stop_agents(job.fleet, job.run_id)
-    except BaseException:
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
-        raise
+
+    async def check() -> None:
+        try:
+            beats = await read_beats(storage, job.run_id)
+        except Exception:  # noqa: BLE001 - GCS away for a moment: look again next time
+            return
+        new, act = watch.update(slow_hosts(paces(beats)))
+        for slow in new:
+            notice(f"run {job.run_id}: {slow.describe()}")
+            await _note(storage, job.run_id, slow)
+        if act is not None:
+            watch.ended_for = act
+            notice(f"run {job.run_id}: host {act.host:04d} stayed slow for "
+                   f"{watch.policy.after:.0f} s; checkpointing and ending the attempt to "
+                   "make the slice again on other hardware (--on-slow-host recover)")
+            with contextlib.suppress(Exception):  # the agents' own grace: time to checkpoint
+                await launch.stop_agents(job.fleet, job.run_id)
+
+    return await follow_checking(follow, every, check)

@@ -165,27 +165,38 @@ async def report(storage: Storage, job: Job, watch: StallWatch, quiet: float,
     return stall
 
 
-async def watch_stall(follow: Awaitable[T], *, storage: Storage, job: Job, watch: StallWatch,
-                      notice: Callable[[str], None]) -> T:
-    """Await FOLLOW (the run's follower, whose sink feeds WATCH); on a stall report it,
-    then wait, or end the run (stop, recover: the follower then returns its end)."""
+async def follow_checking(follow: Awaitable[T], every: float,
+                          check: Callable[[], Awaitable[None]]) -> T:
+    """Await FOLLOW (the run's follower), calling CHECK every EVERY seconds while it
+    goes (the stall watch, the slow-host watch); FOLLOW is cancelled if this is."""
     task = asyncio.ensure_future(follow)
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=POLL_SECONDS)
+            done, _ = await asyncio.wait({task}, timeout=every)
             if done:
                 return task.result()
-            quiet = watch.stalled()
-            if quiet is None:
-                continue
-            watch.reported = True
-            await report(storage, job, watch, quiet, notice)
-            if watch.policy.action != "wait":
-                notice(f"run {job.run_id}: ending it on every host (--on-stall {watch.policy.action})")
-                with contextlib.suppress(Exception):
-                    await launch.stop_agents(job.fleet, job.run_id, grace_seconds=KILL_GRACE_SECONDS)
+            await check()
     except BaseException:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
         raise
+
+
+async def watch_stall(follow: Awaitable[T], *, storage: Storage, job: Job, watch: StallWatch,
+                      notice: Callable[[str], None]) -> T:
+    """Await FOLLOW (the run's follower, whose sink feeds WATCH); on a stall report it,
+    then wait, or end the run (stop, recover: the follower then returns its end)."""
+
+    async def check() -> None:
+        quiet = watch.stalled()
+        if quiet is None:
+            return
+        watch.reported = True
+        await report(storage, job, watch, quiet, notice)
+        if watch.policy.action != "wait":
+            notice(f"run {job.run_id}: ending it on every host (--on-stall {watch.policy.action})")
+            with contextlib.suppress(Exception):
+                await launch.stop_agents(job.fleet, job.run_id, grace_seconds=KILL_GRACE_SECONDS)
+
+    return await follow_checking(follow, POLL_SECONDS, check)
