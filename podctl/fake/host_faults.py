@@ -1,5 +1,5 @@
-"""A sick host, in the fake: slow (its processes run a duty cycle, SIGSTOP/SIGCONT) or
-crash-looping (its script crashed, SIGSEGV, a few seconds after each start). Each is a loop in
+"""A sick host, in the fake: slow (its processes stopped and continued every 2 ms by a
+helper process, throttle.py: a CPU FACTOR times slower) or crash-looping (its script crashed, SIGSEGV, a few seconds after each start). Each is a loop in
 the fake's event loop, one per host, that ends when the fault is cleared or the host
 goes (deleted, preempted, dropped, a reset).
 
@@ -16,16 +16,13 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from podctl.fake.hosts import TOKEN_VAR
 
-# Wall-clock seconds of one stop/continue cycle: short, so that even a few milliseconds
-# of a step's work on that host are stretched about FACTOR times, step after step (a
-# real slow host is slow all the time, not in half-second fits).
-SLOW_PERIOD = 0.05
 SLOW_RESCAN = 1.0  # how often the host's processes are looked for again (/proc is slow)
 CRASH_POLL = 0.2
 
@@ -94,21 +91,27 @@ class HostFaults:
         self._start("slow", node, worker, lambda: self._slow(node, worker, factor))
 
     async def _slow(self, node: str, worker: int, factor: float) -> None:
-        stopped: set[int] = set()
+        # throttle.py stops and continues the host's processes every 2 ms; here only
+        # the host's processes are looked up (new ones come as the run goes on)
+        helper = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "podctl.fake.throttle", str(factor),
+            stdin=asyncio.subprocess.PIPE, start_new_session=True)
         pids: set[int] = set()
-        scanned = 0.0
         try:
             while (token := self._token(node, worker)) is not None:
-                if time.monotonic() - scanned > SLOW_RESCAN:
-                    pids, scanned = set(_tagged(token)), time.monotonic()
-                _signal(pids, signal.SIGSTOP)
-                stopped = pids
-                await asyncio.sleep(SLOW_PERIOD * (1 - 1 / factor))
-                _signal(stopped, signal.SIGCONT)
-                stopped = set()
-                await asyncio.sleep(SLOW_PERIOD / factor)
+                found = set(_tagged(token))
+                if found != pids:
+                    pids = found
+                    helper.stdin.write((" ".join(map(str, sorted(pids))) + "\n").encode())
+                    await helper.stdin.drain()
+                await asyncio.sleep(SLOW_RESCAN)
         finally:
-            _signal(stopped, signal.SIGCONT)  # never leave a process stopped
+            with contextlib.suppress(Exception):
+                helper.stdin.close()  # the helper ends at the end of its input
+                await asyncio.wait_for(helper.wait(), 2)
+            with contextlib.suppress(ProcessLookupError):
+                helper.kill()
+            _signal(pids, signal.SIGCONT)  # never leave a process stopped
 
     def crash_loop(self, node: str, worker: int, after: float, sig: int = signal.SIGSEGV) -> None:
         """Host WORKER's script gets SIG (a crash) AFTER wall-clock seconds of each start."""
