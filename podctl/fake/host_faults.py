@@ -99,11 +99,14 @@ class HostFaults:
         pids: set[int] = set()
         try:
             while (token := self._token(node, worker)) is not None:
+                if helper.returncode is not None:  # killed by someone: the fault ends
+                    break
                 found = set(_tagged(token))
                 if found != pids:
                     pids = found
-                    helper.stdin.write((" ".join(map(str, sorted(pids))) + "\n").encode())
-                    await helper.stdin.drain()
+                    with contextlib.suppress(ConnectionError):  # it ended: seen above next time
+                        helper.stdin.write((" ".join(map(str, sorted(pids))) + "\n").encode())
+                        await helper.stdin.drain()
                 await asyncio.sleep(SLOW_RESCAN)
         finally:
             with contextlib.suppress(Exception):
