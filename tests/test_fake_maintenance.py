@@ -6,6 +6,10 @@ simulateMaintenanceEvent); and the agent's watcher reading a metadata server."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -145,6 +149,46 @@ def test_slow_and_crash_looping_hosts(fake, node16):
     fake.admin.crash_loop("maint", 1, off="yes")
 
 
+@pytest.mark.parametrize("end", ["input", "sigterm"])
+def test_the_throttle_slows_its_processes_and_lets_them_go_when_it_ends(end):
+    """fake/throttle.py: a busy process gets about 1/FACTOR of the CPU; however the
+    throttle ends (its input closed: the fault cleared; or a signal), nothing is left
+    stopped."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    throttle = subprocess.Popen([sys.executable, "-m", "podctl.fake.throttle", "4"],
+                                stdin=subprocess.PIPE, text=True)
+    try:
+        throttle.stdin.write(f"{busy.pid}\n")
+        throttle.stdin.flush()
+        time.sleep(0.5)
+        used = _cpu_seconds(busy.pid)
+        time.sleep(2)
+        used = _cpu_seconds(busy.pid) - used
+        assert used < 1.2  # a full-speed busy loop: about 2 s of CPU in 2 s
+        if end == "input":
+            throttle.stdin.close()
+        else:
+            throttle.send_signal(signal.SIGTERM)
+        assert throttle.wait(timeout=10) == 0
+        time.sleep(0.2)
+        assert _state(busy.pid) != "T"  # running, not stopped
+    finally:
+        busy.kill()
+        busy.wait()
+        if throttle.poll() is None:
+            throttle.kill()
+            throttle.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
 def test_the_agents_watcher_sees_maintenance_within_its_lead():
     now = time.time()
 
@@ -234,9 +278,6 @@ def test_a_node_turned_unhealthy_is_shown_and_its_run_recovered_on_new_hardware(
     """A node that reports UNHEALTHY_TENSORFLOW with a symptom, and whose worker's script
     then dies (SIGKILL): `status` shows the health and symptom, and `--recover` makes the
     slice again instead of relaunching on the sick node; the run then succeeds."""
-    import subprocess
-    import sys
-    import time
     from pathlib import Path
 
     from tests.conftest import Podctl, slice_on_daemon
