@@ -25,7 +25,7 @@ def _gcs_latest(cli, run_id: str) -> int:
     return max((c["step"] for c in listed["checkpoints"] if c["complete"]), default=0)
 
 
-@pytest.mark.timeout(1800)  # the first run of a session builds the hosts' env from the index
+@pytest.mark.host_env
 def test_killed_in_place_restores_from_local_then_from_gcs_without_a_hosts_copy(podctl):  # noqa: F811
     # bare hosts: the first run of a test session builds the template's env (minutes)
     run_id = podctl("run", "cli16", "--detach", str(SCRIPT), *ARGS, "--steps", "100000",

@@ -63,7 +63,7 @@ def test_the_template_traces_on_request_and_writes_scalars_alone(tmp_path):
     assert tags == {"train/loss", "train/step_time_s", "train/tokens_per_s"}  # no MFU on CPU
 
 
-@pytest.mark.timeout(1800)  # the first template run of a session builds the hosts' environment
+@pytest.mark.host_env
 def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tmp_path):
     podctl.env["PODCTL_BACKEND"] = "fake"
     gcs = podctl.json("fake", "start")["gcs"]

@@ -90,6 +90,7 @@ def test_a_preempted_run_recovers_from_its_last_checkpoint(podctl):
     assert second["last_step"] == 24
     # ...so only the steps after that checkpoint were done twice.
     assert first["steps_lost"] == max(0, first["last_step"] - second["start_step"])
+    assert first["steps_lost"] == 0  # the notice (SIGTERM) made a checkpoint at once
     assert "recovering (attempt 2 of 2)" in log and "creating rec again" in log
     listed = podctl("runs").stdout
     assert f"{result['run_id']}" in listed and "1 recovery" in listed

@@ -42,7 +42,7 @@ def _cont(pid: int) -> None:
         pass
 
 
-@pytest.mark.timeout(900)  # the first run of a session builds the hosts' environment
+@pytest.mark.host_env
 def test_a_frozen_host_is_named_its_stacks_kept_and_the_run_recovered(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")

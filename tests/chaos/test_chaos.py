@@ -202,6 +202,7 @@ def test_preempted_before_launch_is_recovered(kit):
 # ---- training -------------------------------------------------------------------------
 
 @pytest.mark.host_env
+@pytest.mark.slow  # the same path as test_recovery's preempted run, through the CLI
 def test_preempted_mid_training_resumes_from_its_checkpoint(kit):
     run(_up(kit, "chaos-train"))
     record = Record()
