@@ -95,10 +95,13 @@ def safe_extract(tar_path: "Path | str", dest: "Path | str", *,
         return error(f"refusing the bundle {tar_path}: its member {name!r} {why}.")
 
     links: list[tuple[str, str]] = []
+    count = 0
     try:
-        with tarfile.open(tar_path, "r:gz") as tar:
-            members = tar.getmembers()
-            for m in members:
+        # One pass over the stream: each member is checked, then written, in order
+        # (listing them all first would decompress the archive twice).
+        with tarfile.open(tar_path, "r|gz") as tar:
+            for m in tar:
+                count += 1
                 name = m.name
                 if name.startswith("/") or os.path.isabs(name) or ".." in name.split("/"):
                     raise refuse(name, "is absolute or climbs out with '..'")
@@ -126,7 +129,7 @@ def safe_extract(tar_path: "Path | str", dest: "Path | str", *,
         full = os.path.join(root, name)
         if not inside(os.path.realpath(os.path.join(os.path.dirname(full), linkname))):
             raise refuse(name, f"links to {linkname!r}, which now leads outside the destination")
-    return len(members)
+    return count
 
 
 def _text(line: bytes) -> str:
