@@ -1,7 +1,8 @@
 """A sick host, in the fake: slow (its processes stopped and continued every 2 ms by a
-helper process, throttle.py: a CPU FACTOR times slower) or crash-looping (its script crashed, SIGSEGV, a few seconds after each start). Each is a loop in
-the fake's event loop, one per host, that ends when the fault is cleared or the host
-goes (deleted, preempted, dropped, a reset).
+helper process, throttle.py: a CPU FACTOR times slower) or crash-looping (its script
+crashed, SIGSEGV, a few seconds after each start). Each is a loop in the fake's event
+loop, one per host, that ends when the fault is cleared or the host goes (deleted,
+preempted, dropped, a reset).
 
 Approximate: a real slow host is slow in its chips or its network, not stopped by the
 kernel; what the script sees (steps taking longer on that host, so on every host, as
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from podctl.fake.hosts import TOKEN_VAR
+from podctl.fake.throttle import signal_all
 
 SLOW_RESCAN = 1.0  # how often the host's processes are looked for again (/proc is slow)
 CRASH_POLL = 0.2
@@ -48,12 +50,6 @@ def _is_agent(pid: int) -> bool:
         return b"agent" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-
-
-def _signal(pids: Any, sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
 
 
 class HostFaults:
@@ -114,7 +110,7 @@ class HostFaults:
                 await asyncio.wait_for(helper.wait(), 2)
             with contextlib.suppress(ProcessLookupError):
                 helper.kill()
-            _signal(pids, signal.SIGCONT)  # never leave a process stopped
+            signal_all(pids, signal.SIGCONT)  # never leave a process stopped
 
     def crash_loop(self, node: str, worker: int, after: float, sig: int = signal.SIGSEGV) -> None:
         """Host WORKER's script gets SIG (a crash) AFTER wall-clock seconds of each start."""
@@ -127,7 +123,7 @@ class HostFaults:
             procs = _tagged(token)
             scripts = [pid for pid, parent in procs.items() if _is_agent(parent) and not _is_agent(pid)]
             seen = {pid: seen.get(pid, now) for pid in scripts}
-            _signal([pid for pid, first in seen.items() if now - first >= after], sig)
+            signal_all([pid for pid, first in seen.items() if now - first >= after], sig)
             await asyncio.sleep(CRASH_POLL)
 
     def describe(self) -> dict[str, list[str]]:

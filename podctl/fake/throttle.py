@@ -25,12 +25,14 @@ import signal
 import sys
 import threading
 import time
+from typing import Iterable
 
 PERIOD = 0.002  # seconds of one stop/run cycle
 MIN_RUN = 0.0002  # the shortest run phase (a sleep shorter than this is not kept)
 
 
-def _signal(pids: frozenset[int], sig: int) -> None:
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    """SIG to each of PIDS that is still there (host_faults.py's faults use it too)."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
@@ -63,13 +65,13 @@ def main(argv: list[str]) -> int:
     try:
         while not done.is_set():
             stopped = state["pids"]
-            _signal(stopped, signal.SIGSTOP)
+            signal_all(stopped, signal.SIGSTOP)
             time.sleep(stop)
-            _signal(stopped, signal.SIGCONT)
+            signal_all(stopped, signal.SIGCONT)
             stopped = frozenset()
             time.sleep(run)
     finally:
-        _signal(stopped, signal.SIGCONT)  # never leave a process stopped
+        signal_all(stopped, signal.SIGCONT)  # never leave a process stopped
     return 0
 
 
