@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable, Coroutine, Generic, TypeVar
+from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Coroutine
 from podctl.signals import stop_signals_ignored
 
 T = TypeVar("T")
@@ -56,7 +57,7 @@ class LoopThread:
         caller's thread (where a notebook's output goes to the cell that is running)."""
         return self.start(coro).wait(poll=poll, poll_seconds=poll_seconds)
 
-    def start(self, coro: Coroutine[Any, Any, T]) -> "Background[T]":
+    def start(self, coro: Coroutine[Any, Any, T]) -> Background[T]:
         """Start CORO on the loop and return at once; `.wait()` for its result."""
         if self.loop.is_closed():
             coro.close()

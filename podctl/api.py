@@ -21,7 +21,8 @@ import json
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from podctl import steps
 from podctl._display import StatusLine
@@ -53,7 +54,7 @@ KEPT_LINES = 200
 
 
 def connect(backend: str | None = None, *, project: str | None = None, zone: str | None = None,
-            bucket: str | None = None) -> "Cloud":
+            bucket: str | None = None) -> Cloud:
     """Open podctl on Google Cloud (`backend="gcp"`) or the local fake cloud (`"fake"`,
     started in the background if it is not running). Settings not given come from the
     environment, podctl.toml and gcloud's config, as for the CLI."""
@@ -99,7 +100,7 @@ class Cloud:
         return self._loop.run(coro, poll=status.render if status is not None else None)
 
     def up(self, slice_type: str, *, name: str | None = None, spot: bool = False,
-           queued: bool = False, timeout: str = "30m", **options: Any) -> "Slice":
+           queued: bool = False, timeout: str = "30m", **options: Any) -> Slice:
         """Create (or reuse) a slice and wait until it is ready, e.g. `cloud.up("v5p-16")`.
         Used as `with cloud.up(...) as slice:`, the slice is deleted when the block ends."""
         request = steps.up_request(self.settings, steps.SliceOptions(
@@ -118,21 +119,21 @@ class Cloud:
             self._created.append(made)
         return made
 
-    def slice(self, name: str) -> "Slice":
+    def slice(self, name: str) -> Slice:
         """An existing slice by name."""
         return Slice(self, self._run(describe(self.session.api, self.settings.parent, name)))
 
-    def slices(self) -> "SliceList":
+    def slices(self) -> SliceList:
         """The slices in the zone (nodes and queued resources)."""
         infos = self._run(list_slices(self.session.api, self.settings.parent))
         return SliceList(Slice(self, info) for info in infos)
 
-    def run(self, run_id: str) -> "Run":
+    def run(self, run_id: str) -> Run:
         """An earlier run by id (see `runs()`)."""
         record = self._run(load_record(self.session.storage, run_id))
         return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
 
-    def runs(self) -> "RunList":
+    def runs(self) -> RunList:
         """Run records, newest first (podctl.jobs.runs.RunRecord): one line each, a table
         in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
         return RunList(self._run(list_runs(self.session.storage)))
@@ -154,7 +155,7 @@ class Cloud:
 
                 daemon.stop(self.settings.fake_dir)
 
-    def __enter__(self) -> "Cloud":
+    def __enter__(self) -> Cloud:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -176,17 +177,17 @@ class Slice:
     def name(self) -> str:
         return self.info.name
 
-    def refresh(self) -> "Slice":
+    def refresh(self) -> Slice:
         self.info = self.cloud._run(describe(self.cloud.session.api, self.cloud.settings.parent,
                                              self.name))
         return self
 
     def run(self, script: str | Path, args: Sequence[str] = (), *, env: dict[str, str] | None = None,
-            workdir: str | Path | None = None, setup: str | None = None, resume: "str | Run | None" = None,
+            workdir: str | Path | None = None, setup: str | None = None, resume: str | Run | None = None,
             fail_fast: bool = True, recover: int = 0, retry_errors: bool = False,
             max_hours: float | None = None, on_stall: str | None = None,
             stall_after: float | None = None, on_slow_host: str | None = None,
-            slow_host_after: float = 300.0) -> "Run":
+            slow_host_after: float = 300.0) -> Run:
         """Ship SCRIPT's directory (or WORKDIR) and start SCRIPT on every host; returns
         once all have started. `resume=` an earlier run (or its id) continues from its
         checkpoints. Follow it with `wait()` or `logs(follow=True)`.
@@ -251,7 +252,7 @@ class Slice:
         self.deleted = True
         status.done("deleted")
 
-    def __enter__(self) -> "Slice":
+    def __enter__(self) -> Slice:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -296,7 +297,7 @@ class Run:
 
     def __init__(self, cloud: Cloud, run_id: str, num_hosts: int, *, slice_name: str,
                  job: Job | None = None, lines: deque | None = None,
-                 supervisor: "Background[Supervised] | None" = None):
+                 supervisor: Background[Supervised] | None = None):
         self.cloud, self.run_id, self.num_hosts, self.slice_name = cloud, run_id, num_hosts, slice_name
         self._job = job
         # A run podctl watches in the background (recover=, max_hours=): its attempts.
@@ -312,7 +313,7 @@ class Run:
 
     @classmethod
     def _supervised(cls, cloud: Cloud, slice_name: str, options: Any, how: Supervision,
-                    sink: Any, notices: list[str], lines: deque) -> "Run":
+                    sink: Any, notices: list[str], lines: deque) -> Run:
         """Start OPTIONS on SLICE_NAME under podctl's watch (budget, recoveries), in the
         background on podctl's loop; return once its first attempt has started."""
         started: list[Any] = []
@@ -427,7 +428,7 @@ class Run:
         goodput, tokens, MFU), as `podctl cost RUN_ID` shows it; PRICE: USD per chip-hour."""
         return self.cloud._run(run_cost(self.cloud.session, self.run_id, price=price))
 
-    def checkpoints(self) -> "CheckpointList":
+    def checkpoints(self) -> CheckpointList:
         """The run's checkpoint steps in GCS (podctl.jobs.checkpoints.Checkpoint)."""
         _, _, found = self.cloud._run(steps.run_checkpoints(self.cloud.session, self.run_id))
         return CheckpointList(found)

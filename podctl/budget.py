@@ -27,7 +27,8 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 from podctl import cost
 from podctl.cloud import terminate

@@ -18,7 +18,8 @@ import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from podctl import cost
 from podctl.errors import InvalidSliceError, InvalidValueError

@@ -25,7 +25,8 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from podctl.errors import ConfigError, InvalidValueError
 from podctl.topology import generations, parse_slice

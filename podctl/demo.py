@@ -14,7 +14,8 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.errors import JobError
 from podctl.errors import InvalidValueError

@@ -28,7 +28,8 @@ import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Literal
+from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Iterable
 
 from podctl import budget
 from podctl.cloud import terminate

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.errors import NotFoundError, PodctlError
 

@@ -43,7 +43,7 @@ class PreflightError(PodctlError):
 class DoesNotFitError(PodctlError):
     """The compiled step needs more HBM per chip than the slice has."""
 
-    def __init__(self, message: str, result: "PreflightResult"):
+    def __init__(self, message: str, result: PreflightResult):
         super().__init__(message)
         self.result = result
 

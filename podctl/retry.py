@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tenacity import (
     AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,

@@ -15,7 +15,7 @@ import contextlib
 import signal
 import threading
 from types import FrameType
-from typing import Iterator
+from collections.abc import Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _ROUTED = (signal.SIGTERM, signal.SIGHUP)

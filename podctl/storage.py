@@ -26,7 +26,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 
 from podctl.errors import ConfigError, PodctlError, StorageError
@@ -85,7 +86,7 @@ class Storage:
     @classmethod
     def connect(cls, bucket: str, endpoint: str | None = None, *, project: str | None = None,
                 retry: RetryPolicy = RetryPolicy(), chunk_size: int = CHUNK_SIZE,
-                timeout: float = CALL_TIMEOUT) -> "Storage":
+                timeout: float = CALL_TIMEOUT) -> Storage:
         """Real GCS with Application Default Credentials, or the emulator at ENDPOINT."""
         from google.auth import exceptions as auth_exc
         from google.cloud import storage

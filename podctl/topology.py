@@ -74,7 +74,7 @@ class Generation:
         shapes = self.documented if documented_only else self.topologies
         return sorted(self.size_of(parse_topology(t)) for t in shapes)
 
-    def slice_type(self, topology: str) -> "SliceType":
+    def slice_type(self, topology: str) -> SliceType:
         """A slice of this generation by its shape (as acceleratorConfig gives it)."""
         chips = parse_topology(topology)
         shape = self.shape_for_chips(chips)

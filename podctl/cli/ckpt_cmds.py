@@ -77,7 +77,7 @@ class _Bar:
         self._task: Any = None
         self._quarter = -1
 
-    def __enter__(self) -> "_Bar":
+    def __enter__(self) -> _Bar:
         if self.tty:
             from rich.progress import (BarColumn, DownloadColumn, Progress, TransferSpeedColumn)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import click
 
@@ -110,7 +111,7 @@ class ProgressReporter:
         self._status: Any = None
         self.tty = sys.stderr.isatty()
 
-    def __enter__(self) -> "ProgressReporter":
+    def __enter__(self) -> ProgressReporter:
         if self.tty:
             self._status = _console(stderr=True).status(f"{self.what} ...")
             self._status.__enter__()

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 import requests
 from google.cloud import tpu_v2

@@ -45,7 +45,7 @@ class Operation:
     response: dict | None = None  # with its "@type"
 
     @classmethod
-    def from_json(cls, data: Any) -> "Operation":
+    def from_json(cls, data: Any) -> Operation:
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             raise gexc.GoogleAPICallError(f"the Cloud TPU API answered with no operation: {data!r:.200}")
         error = data.get("error")

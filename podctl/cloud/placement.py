@@ -45,7 +45,7 @@ class Placement:
     tags: tuple[str, ...] = ()
     internal_ips: bool = False
 
-    def checked(self, *, project: str, zone: str, queued: bool, spot: bool) -> "Placement":
+    def checked(self, *, project: str, zone: str, queued: bool, spot: bool) -> Placement:
         """Refuse what Cloud TPU would refuse (or podctl cannot ask for), in one line
         each; expand short names (a reservation in this project, scope aliases)."""
         if self.reservation is not None and self.reserved:

@@ -41,7 +41,7 @@ class SliceSpec:
     @classmethod
     def build(cls, slice_name: str, *, num_slices: int = 1, queued: bool = False,
               tier: Tier = "on-demand", valid_for_seconds: int | None = None,
-              runtime_version: str | None = None) -> "SliceSpec":
+              runtime_version: str | None = None) -> SliceSpec:
         """Validate a request; multislice is only offered through queued resources."""
         multi = parse_multislice(slice_name, num_slices)
         if tier not in TIERS:

@@ -82,7 +82,7 @@ class AddressPlan:
             n = self._next
             self._next = (self._next + 1) & 0xFFFFFF
             a, b, c = n >> 16, (n >> 8) & 0xFF, n & 0xFF
-            if 16 <= a and 0 < c < 255:
+            if a >= 16 and 0 < c < 255:
                 return f"127.{a}.{b}.{c}"
             if a < 16:
                 self._next = 16 << 16 | 1

@@ -23,7 +23,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from podctl.errors import FakeCloudError
 from podctl.fake.admin_client import FakeAdmin

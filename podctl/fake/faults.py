@@ -14,7 +14,8 @@ from __future__ import annotations
 import signal
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from podctl.fake.apierror import ApiError, invalid, precondition
 from podctl.fake.fault_args import Arg
@@ -30,7 +31,7 @@ class Fault:
     name: str  # CLI subcommand and admin route; FakeAdmin's method with "_" for "-"
     summary: str  # one line: the CLI's help and the admin API's listing
     args: tuple[Arg, ...]
-    act: Callable[["FakeCloud", dict], dict]  # checked arguments -> the JSON answer
+    act: Callable[[FakeCloud, dict], dict]  # checked arguments -> the JSON answer
     said: Callable[[dict, dict], str]  # (arguments, answer) -> what the CLI prints
 
     @property

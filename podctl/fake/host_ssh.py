@@ -17,7 +17,8 @@ import ctypes
 import os
 import shutil
 import signal
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import asyncssh
 
@@ -105,7 +106,7 @@ class SshServer(asyncssh.SSHServer):
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
         return (username, key.public_data) in self.node.authorized()
 
-    def session_requested(self) -> "Session | bool":
+    def session_requested(self) -> Session | bool:
         if self.host is None or not self.host.alive or self.conn is None:
             return False
         return Session(self.host, self.conn.get_extra_info("username") or "")

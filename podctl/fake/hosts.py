@@ -42,7 +42,8 @@ import socket
 import threading
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import asyncssh
 

@@ -22,7 +22,8 @@ import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from aiohttp import web
 
@@ -179,7 +180,7 @@ class FakeCloud:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
-    async def __aenter__(self) -> "FakeCloud":
+    async def __aenter__(self) -> FakeCloud:
         await self.start()
         return self
 

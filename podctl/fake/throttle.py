@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 PERIOD = 0.002  # seconds of one stop/run cycle
 MIN_RUN = 0.0002  # the shortest run phase (a sleep shorter than this is not kept)

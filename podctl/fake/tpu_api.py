@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.fake import filters, queued, wire
 from podctl.fake.apierror import ApiError, invalid, page

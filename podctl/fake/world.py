@@ -24,7 +24,8 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError
@@ -454,7 +455,7 @@ class World:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "World":
+    def from_dict(cls, data: dict[str, Any]) -> World:
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in data.items() if k in known}  # e.g. an older world's next_ip
         data["timings"] = Timings(**data.get("timings", {}))

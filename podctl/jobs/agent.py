@@ -68,7 +68,7 @@ STOP_GRACE_SECONDS = 600.0  # a script that ignores a stop this long gets SIGKIL
 MAX_LINE_BYTES = 1 << 20  # a "line" this long without "\n" is shipped as it is
 
 
-def safe_extract(tar_path: "Path | str", dest: "Path | str", *,
+def safe_extract(tar_path: Path | str, dest: Path | str, *,
                  error: type[Exception] = ValueError) -> int:
     """Unpack a bundle into DEST, refusing anything that could land or point outside it.
 

@@ -33,7 +33,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 ENV_PREFIX = "podctl/envs/"
 _VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's own rule for requirements files
@@ -51,7 +51,7 @@ class EnvError(Exception):
     """The environment could not be made; the message names host, package and pip's tail."""
 
 
-def expand(requirements: str, environ: "dict[str, str] | os._Environ[str]") -> str:
+def expand(requirements: str, environ: dict[str, str] | os._Environ[str]) -> str:
     return _VAR.sub(lambda m: environ.get(m.group(1), ""), requirements)
 
 

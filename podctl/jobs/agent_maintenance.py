@@ -21,7 +21,7 @@ import json
 import threading
 import time
 import urllib.error
-from typing import Callable
+from collections.abc import Callable
 
 LEAD_SECONDS = 300.0
 POLL_SECONDS = 2.0
@@ -82,7 +82,7 @@ class Watcher:
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="maintenance-watch", daemon=True)
 
-    def start(self) -> "Watcher":
+    def start(self) -> Watcher:
         self.thread.start()
         return self
 

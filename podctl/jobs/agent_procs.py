@@ -20,7 +20,7 @@ def become_subreaper() -> None:
             pass
 
 
-def _processes() -> "dict[int, tuple[int, int, str]] | None":
+def _processes() -> dict[int, tuple[int, int, str]] | None:
     """pid -> (ppid, session, state) of every process, from /proc; None without /proc."""
     try:
         names = os.listdir("/proc")
@@ -40,7 +40,7 @@ def _processes() -> "dict[int, tuple[int, int, str]] | None":
     return table
 
 
-def leftovers(session: int) -> "list[int]":
+def leftovers(session: int) -> list[int]:
     """The live processes the script started: those in its session, and every
     descendant of this agent wherever it moved (orphans come back to the agent)."""
     table = _processes()

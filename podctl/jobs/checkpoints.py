@@ -17,7 +17,8 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.errors import InvalidValueError, JobError
 from podctl.storage import Storage

@@ -17,7 +17,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError

@@ -28,7 +28,7 @@ class HostLine(str):
 
     process: int | None
 
-    def __new__(cls, text: str, process: int | None = None) -> "HostLine":
+    def __new__(cls, text: str, process: int | None = None) -> HostLine:
         line = super().__new__(cls, text)
         line.process = process
         return line

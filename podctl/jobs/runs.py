@@ -91,7 +91,7 @@ class RunRecord:
                 f"({self.num_hosts} hosts), {when}, {self.script or self.kind}>")
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RunRecord":
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 

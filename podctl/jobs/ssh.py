@@ -16,7 +16,8 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
@@ -93,7 +94,7 @@ def pins_path(config_dir: Path, project: str, zone: str, name: str, created: flo
     return config_dir / "known_hosts" / f"{project}_{zone}_{name}_{int(created)}.json"
 
 
-def pins_for(config_dir: Path, info: SliceInfo) -> "HostPins":
+def pins_for(config_dir: Path, info: SliceInfo) -> HostPins:
     """The host keys first seen on this very slice (its project, zone, name and birth):
     every command, the queue's tick included, pins a slice's hosts here."""
     return HostPins(pins_path(config_dir, info.project, info.zone, info.name, info.created))
@@ -157,7 +158,7 @@ class Fleet:
                 except asyncssh.PermissionDenied as e:
                     raise JobError(f"{target.name} ({target.address}:{target.port}) refused "
                                    "podctl's SSH key; was the slice made by `podctl up`?") from e
-                except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+                except (TimeoutError, OSError, asyncssh.Error) as e:
                     raise JobError(f"cannot reach {target.name} ({target.address}:{target.port}) "
                                    f"over SSH: {e or e.__class__.__name__}") from e
 
@@ -186,7 +187,7 @@ class Fleet:
                 await conn.wait_closed()
         self.connections.clear()
 
-    async def __aenter__(self) -> "Fleet":
+    async def __aenter__(self) -> Fleet:
         await self.open()
         return self
 

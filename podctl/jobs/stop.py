@@ -14,7 +14,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from podctl.cloud.types import SliceInfo
 from podctl.jobs import launch, run_files

@@ -7,7 +7,8 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.errors import InvalidValueError
 from podctl.queue.store import Entry, Store

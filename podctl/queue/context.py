@@ -11,7 +11,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.settings import Settings
 from podctl.steps.session import Session
@@ -47,13 +48,13 @@ class TickContext:
             os.kill(os.getpid(), signal.SIGKILL)
 
     @classmethod
-    def connect(cls, settings: Settings, log: Any) -> "TickContext":
+    def connect(cls, settings: Settings, log: Any) -> TickContext:
         """The tick's context over a steps.Session: the same clients, key and pins as
         every other command (entries name their own project, zone and bucket)."""
         return cls.over(Session.open(settings), log, kill_at=os.environ.get(KILL_ENV) or None)
 
     @classmethod
-    def over(cls, session: Session, log: Any, **options: Any) -> "TickContext":
+    def over(cls, session: Session, log: Any, **options: Any) -> TickContext:
         key = session.ssh_key()
         return cls(api=session.api, storage_for=session.storage_for,
                    config_dir=session.settings.config_dir, ssh_keys=key.metadata_entry,

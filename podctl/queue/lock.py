@@ -42,13 +42,13 @@ class QueueLock:
             os.close(self.fd)
             self.fd = None
 
-    def hold(self, wait: float, what: str) -> "QueueLock":
+    def hold(self, wait: float, what: str) -> QueueLock:
         if not self.acquire(wait):
             raise QueueBusyError(f"a `podctl queue tick` holds {self.path} (more than {wait:g} s); "
                                  f"try {what} again in a moment.")
         return self
 
-    def __enter__(self) -> "QueueLock":
+    def __enter__(self) -> QueueLock:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -17,7 +17,7 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from podctl.errors import CloudError, JobError, StorageError
 from podctl.queue.lock import QueueLock
@@ -132,7 +132,6 @@ async def _cancel(ctx: TickContext, store: Store, e: Entry) -> Entry:
 def cancel(ctx: TickContext, state_dir: Path, entry_id: int) -> Entry:
     """Cancel an entry: stop its run if it has one, delete its slice. Waits for a tick
     that holds the lock (ticks are short) so that the two never race."""
-    with QueueLock(state_dir).hold(CANCEL_LOCK_WAIT, "`podctl queue cancel`"):
-        with Store(db_path(state_dir)) as store:
-            e = store.get(entry_id)
-            return run_sync(_cancel(ctx, store, e))
+    with QueueLock(state_dir).hold(CANCEL_LOCK_WAIT, "`podctl queue cancel`"), Store(db_path(state_dir)) as store:
+        e = store.get(entry_id)
+        return run_sync(_cancel(ctx, store, e))

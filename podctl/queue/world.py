@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
 from podctl.cloud.describe import list_slices
 from podctl.cloud.types import SliceInfo

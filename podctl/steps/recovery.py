@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from podctl import maintenance, tombstones
 from podctl.cloud import describe, placement, terminate

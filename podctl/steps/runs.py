@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError

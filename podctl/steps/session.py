@@ -34,7 +34,7 @@ class Session:
         self._key: SshKey | None = None
 
     @classmethod
-    def open(cls, settings: Settings) -> "Session":
+    def open(cls, settings: Settings) -> Session:
         """Connect now (the fake backend starts its daemon here), so a bad setting or a
         cloud that does not answer is said before anything else is done."""
         return cls(settings, connect(settings))

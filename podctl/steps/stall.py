@@ -23,7 +23,8 @@ import json
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Awaitable, Callable
 
 from podctl.errors import UsageError
 from podctl.jobs import launch, run_files, runs

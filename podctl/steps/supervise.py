@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from podctl.budget import watch_budget
 from podctl.cloud.types import SliceInfo
