@@ -253,8 +253,7 @@ def compile_for(slice_type: str, script: Path, args: list[str], *, num_slices: i
         try:
             proc = subprocess.run([sys.executable, "-m", "podctl._preflight_worker", str(request),
                                    str(out)], env=_child_env(), cwd=str(script.resolve().parent),
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, timeout=timeout)
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             raise PreflightError(f"the compile for {target.slice_type} did not finish in "
                                  f"{timeout:.0f} s; try a smaller slice first.") from e

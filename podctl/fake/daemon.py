@@ -112,7 +112,7 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
             _terminate(int(current["pid"]))
         _info_path(state_dir).unlink(missing_ok=True)
         scale = time_scale or float(os.environ.get("PODCTL_FAKE_TIME_SCALE", DEFAULT_TIME_SCALE))
-        log = open(state_dir / "daemon.log", "ab")
+        log = open(state_dir / "daemon.log", "ab")  # noqa: SIM115 (the daemon's, closed below)
         os.chmod(state_dir / "daemon.log", 0o600)
         process = subprocess.Popen(
             [sys.executable, "-m", "podctl.fake.daemon", "--state-dir", str(state_dir),

@@ -199,7 +199,8 @@ class Session(asyncssh.SSHServerSession):
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, cwd=self.host.home, env=env, start_new_session=True,
-                preexec_fn=uts_preexec(self.host.hostname, str(self.host.node.directory / "etc-hosts")) if os.geteuid() == 0 else None)
+                preexec_fn=(uts_preexec(self.host.hostname, str(self.host.node.directory / "etc-hosts"))
+                            if os.geteuid() == 0 else None))
         except OSError as e:
             message = f"fake host: cannot run bash: {e}\n".encode()  # `e` ends with the block
             self._finish(lambda: (chan.write_stderr(message), chan.exit(127)))

@@ -129,7 +129,8 @@ class Host:
 
     @property
     def metadata_host(self) -> str:
-        return "%s:%d" % self.meta_where
+        host, port = self.meta_where
+        return f"{host}:{port}"
 
     @property
     def home(self) -> Path:

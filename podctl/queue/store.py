@@ -211,7 +211,7 @@ class Store:
 
     @staticmethod
     def _row(row: sqlite3.Row) -> Entry:
-        data = {k: row[k] for k in row.keys()}
+        data = {k: row[k] for k in row.keys()}  # noqa: SIM118 (a Row iterates its values)
         for key in _JSON_FIELDS:
             data[key] = None if data[key] is None else json.loads(data[key])
         return Entry(**data)

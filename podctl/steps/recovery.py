@@ -404,7 +404,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
         if plan is not None and await maintenance.wait_out(  # waited out: resume in place
-                lambda: describe.describe(session.api, session.settings.parent, info.name), plan,
+                lambda name=info.name: describe.describe(session.api, session.settings.parent, name), plan,
                 notice):
             info = await slices.ready_slice(session, info.name)
         elif suspect is not None:

@@ -84,7 +84,8 @@ class SlowHost:
                 f"peers ({self.ratio:.1f}x); every host waits for it (step {_ms(self.step_s)})")
 
     def to_json(self) -> dict:
-        return {"host": self.host, "process": self.process, "host_s": round(self.host_s, 5), "peers_s": round(self.peers_s, 5),
+        return {"host": self.host, "process": self.process, "host_s": round(self.host_s, 5),
+                "peers_s": round(self.peers_s, 5),
                 "ratio": round(self.ratio, 2) if self.peers_s > 0 else None,
                 "step_s": round(self.step_s, 5)}
 
