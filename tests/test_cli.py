@@ -133,6 +133,31 @@ def test_help_is_fast_to_import():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_every_command_is_in_the_table_and_the_overview():
+    """Commands load lazily from one table: each row loads its command, each command module's
+    commands have a row, and the group's overview (`podctl --help`) mentions every one."""
+    import importlib
+
+    from podctl.cli.main import COMMAND_MODULES, cli, load_command
+
+    for name in COMMAND_MODULES:
+        assert load_command(name).name == name
+        assert f"podctl {name}" in (cli.help or ""), name
+    for module in set(COMMAND_MODULES.values()):
+        for command in importlib.import_module(f"podctl.cli.{module}").COMMANDS:
+            assert COMMAND_MODULES.get(command.name) == module, command.name
+
+
+def test_help_reads_no_toml_and_imports_no_command_module():
+    code = ("import sys; sys.argv=['podctl','--help']\n"
+            "from podctl.cli.main import cli\n"
+            "try:\n    cli()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m in ('tomllib', 'podctl.topology') "
+            "or m.endswith(('_cmds', '_cmd'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.host_env
 def test_lifecycle_example_runs(tmp_path):
     """examples/lifecycle.sh, the CLI's lifecycle, runs and leaves nothing behind."""

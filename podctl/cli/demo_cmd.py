@@ -32,3 +32,4 @@ def demo(steps: int, more_steps: int, checkpoint_every: int, as_json: bool) -> N
             demo_mod.render(summary)
 
     guarded(action)
+COMMANDS = (demo,)

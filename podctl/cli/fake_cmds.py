@@ -87,3 +87,5 @@ def status(as_json: bool) -> None:
 
 
 fake.add_command(inject)  # podctl fake inject ...: faults, by hand
+
+COMMANDS = (fake,)

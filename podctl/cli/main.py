@@ -1,20 +1,53 @@
 """The `podctl` command. Only click is imported at start so that `podctl --help`
-stays fast; every command imports the library it needs when it runs."""
+stays fast: a command's module is imported when that command is asked for (COMMAND_MODULES),
+and every command imports the library it needs when it runs."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
 import click
 
-from podctl.cli import (ckpt_cmds, cost_cmds, demo_cmd, fake_cmds, gc_cmd, goodput_cmds, job_cmds,
-                        plot_cmds, preflight_cmds, profile_cmds, queue_cmds, slice_cmds)
 from podctl.cli.common import Context
+
+# Where each command lives: the one table of podctl's commands, in the order --help lists them.
+# A module's COMMANDS tuple holds its commands; adding a command means a row here.
+COMMAND_MODULES: dict[str, str] = {
+    "up": "slice_cmds", "ls": "slice_cmds", "status": "slice_cmds", "down": "slice_cmds",
+    "run": "job_cmds", "logs": "job_cmds", "runs": "job_cmds", "stop": "job_cmds", "exec": "job_cmds",
+    "ckpt": "ckpt_cmds", "plan": "cost_cmds", "cost": "cost_cmds", "budget": "cost_cmds",
+    "gc": "gc_cmd", "goodput": "goodput_cmds", "plot": "plot_cmds", "profile": "profile_cmds",
+    "preflight": "preflight_cmds", "queue": "queue_cmds", "fake": "fake_cmds", "demo": "demo_cmd",
+}
+
+
+def load_command(name: str) -> click.Command:
+    """Import the module that defines command NAME and return the command, with `--backend`."""
+    module = importlib.import_module(f"podctl.cli.{COMMAND_MODULES[name]}")
+    command = next(c for c in module.COMMANDS if c.name == name)
+    if not getattr(command, "_podctl_backend_option", False):
+        _backend_option(command)
+        command._podctl_backend_option = True  # type: ignore[attr-defined]
+    return command
 
 
 class PodctlGroup(click.Group):
-    """click's own usage errors as podctl's: one `podctl: error:` line, exit 2."""
+    """click's own usage errors as podctl's: one `podctl: error:` line, exit 2; and commands
+    loaded only when asked for (the group's docstring carries the overview of them all)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return load_command(cmd_name) if cmd_name in COMMAND_MODULES else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The names only: their short helps would import every command's module; the
+        # docstring's table above says what each does, and `podctl CMD --help` the rest.
+        with formatter.section("Commands"):
+            formatter.write_text(", ".join(COMMAND_MODULES))
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
@@ -88,13 +121,6 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     """
     ctx.obj = Context(backend)
 
-
-for _command in (*slice_cmds.COMMANDS, *job_cmds.COMMANDS, *ckpt_cmds.COMMANDS,
-                 *cost_cmds.COMMANDS, *gc_cmd.COMMANDS, *goodput_cmds.COMMANDS, *plot_cmds.COMMANDS,
-                 *profile_cmds.COMMANDS, *preflight_cmds.COMMANDS, *queue_cmds.COMMANDS, fake_cmds.fake,
-                 demo_cmd.demo):
-    _backend_option(_command)
-    cli.add_command(_command)
 
 
 def main() -> None:
