@@ -87,9 +87,9 @@ class Cloud:
         self.settings = settings
         self._started_fake = False
         if settings.backend == "fake":
-            from podctl.fake import daemon
+            from podctl.cloud.connect import fake_running
 
-            self._started_fake = not daemon.status(settings.fake_dir).get("running")
+            self._started_fake = not fake_running(settings)
         self._loop = LoopThread()
         self.session = steps.Session.open(settings)
         self._created: list[Slice] = []
@@ -151,9 +151,9 @@ class Cloud:
             self._loop.close()
             self.session.close()
             if self._started_fake:
-                from podctl.fake import daemon
+                from podctl.cloud.connect import stop_fake
 
-                daemon.stop(self.settings.fake_dir)
+                stop_fake(self.settings)
 
     def __enter__(self) -> Cloud:
         return self

@@ -8,8 +8,10 @@ three never disagree about whether a slice is lost or an exit was the machine's.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from podctl.cloud.types import SliceInfo
+if TYPE_CHECKING:  # a type only: cloud/ asks here (up's reuse), so no import back at run time
+    from podctl.cloud.types import SliceInfo
 
 # Slice (node or queued resource) states in which its hosts are gone or going: a run
 # on it cannot go on. (HIDDEN/HIDING: a multislice queued resource's nodes taken away.)

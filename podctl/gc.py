@@ -33,13 +33,13 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from podctl import budget
 from podctl.cloud import terminate
+from podctl.cloud.names import QUEUE_LABEL
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.errors import NotFoundError, PodctlError
 from podctl.cloud.describe import list_slices
 from podctl.jobs import runs
 from podctl.jobs.run_files import close_record, list_runs
-from podctl.queue.names import QUEUE_LABEL
 
 Action = Literal["delete", "keep", "leave"]
 Keep = Callable[[SliceInfo], Awaitable["str | None"]]  # why INFO must stay, or None

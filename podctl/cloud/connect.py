@@ -31,6 +31,20 @@ def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
     return TpuApi(client, endpoint=endpoint, retry=retry, override=override)
 
 
+# The backend switch: the one place below the CLI that knows the fake cloud (a daemon
+# on loopback that the fake backend starts on first use). Callers above ask here.
+def fake_running(settings: Settings) -> bool:
+    from podctl.fake import daemon
+
+    return bool(daemon.status(settings.fake_dir).get("running"))
+
+
+def stop_fake(settings: Settings) -> None:
+    from podctl.fake import daemon
+
+    daemon.stop(settings.fake_dir)
+
+
 def fake_endpoint(settings: Settings) -> str:
     from podctl.fake import daemon
 

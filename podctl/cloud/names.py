@@ -15,6 +15,9 @@ _NODE_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 63
 # Set by `up` to a value unique to the call, so that it can tell its own slice from another's.
 REQUEST_LABEL = "podctl-request"
+# A queued run's slice: its queue's token and entry id (queue/names.py; gc reads them too).
+QUEUE_LABEL = "podctl-queue"
+ENTRY_LABEL = "podctl-queue-entry"
 
 
 def validate_name(name: str, num_slices: int = 1) -> str:
