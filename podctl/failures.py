@@ -87,8 +87,9 @@ def infrastructure_reason(exit_code: int | None, state: str | None = None,
         return f"exit code {exit_code} (killed from outside the script)"
     if exit_code in CRASH_SIGNALS:
         return f"crashed ({CRASH_SIGNALS[exit_code]})"
-    if error and CHIP_ERROR.search(error):
-        return f"a runtime error naming the hardware ({CHIP_ERROR.search(error).group(0)[:80]})"
+    named = CHIP_ERROR.search(error) if error else None
+    if named is not None:
+        return f"a runtime error naming the hardware ({named.group(0)[:80]})"
     return None
 
 

@@ -89,7 +89,7 @@ class Storage:
                 timeout: float = CALL_TIMEOUT) -> Storage:
         """Real GCS with Application Default Credentials, or the emulator at ENDPOINT."""
         from google.auth import exceptions as auth_exc
-        from google.cloud import storage
+        from google.cloud import storage  # type: ignore[attr-defined]
 
         if endpoint is None:
             # Google's GCS, or where gcloud's override moves it (ADC credentials either way).

@@ -79,7 +79,7 @@ def slice_from_node(node: tpu_v2.Node) -> SliceInfo:
 
 def queued_node_ids(qr: tpu_v2.QueuedResource) -> list[str]:
     """The node ids a queued resource asks for, in slice order."""
-    ids = []
+    ids: list[str] = []
     for spec in qr.tpu.node_spec:
         multi = spec.multislice_params
         if multi.node_count:

@@ -92,7 +92,7 @@ def send(client: tpu_v2.TpuClient, method: str, path: str, *, params: dict | Non
          body: dict | None = None, timeout: float | None = None) -> Operation:
     """One HTTP call to /v2/PATH that answers with an operation (blocking)."""
     transport = client.transport
-    session = transport._session  # the generated transport's AuthorizedSession
+    session = transport._session  # type: ignore[attr-defined]  # the generated transport's AuthorizedSession
     host = transport._host  # "https://tpu.googleapis.com" or an override, scheme included
     headers = {"Content-Type": "application/json"} if body is not None else {}
     response = session.request(

@@ -34,8 +34,8 @@ _QUOTA_TEXT = re.compile(r"Quota limit '([^']+)' has been exceeded\. Limit: (\d+
 _PROJECT_IN = re.compile(r"projects/([^/\s']+)")
 
 
-def _message(e: gexc.GoogleAPICallError) -> str:
-    return _URL_PREFIX.sub("", e.message or str(e)).strip()
+def _message(e: BaseException) -> str:
+    return _URL_PREFIX.sub("", getattr(e, "message", None) or str(e)).strip()
 
 
 def _is_quota(e: gexc.GoogleAPICallError) -> bool:

@@ -92,6 +92,8 @@ class HostFaults:
         helper = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "podctl.fake.throttle", str(factor),
             stdin=asyncio.subprocess.PIPE, start_new_session=True)
+        feed = helper.stdin
+        assert feed is not None  # asked for above (PIPE)
         pids: set[int] = set()
         try:
             while (token := self._token(node, worker)) is not None:
@@ -101,12 +103,12 @@ class HostFaults:
                 if found != pids:
                     pids = found
                     with contextlib.suppress(ConnectionError):  # it ended: seen above next time
-                        helper.stdin.write((" ".join(map(str, sorted(pids))) + "\n").encode())
-                        await helper.stdin.drain()
+                        feed.write((" ".join(map(str, sorted(pids))) + "\n").encode())
+                        await feed.drain()
                 await asyncio.sleep(SLOW_RESCAN)
         finally:
             with contextlib.suppress(Exception):
-                helper.stdin.close()  # the helper ends at the end of its input
+                feed.close()  # the helper ends at the end of its input
                 await asyncio.wait_for(helper.wait(), 2)
             with contextlib.suppress(ProcessLookupError):
                 helper.kill()

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     factor = float(argv[0])
     run = max(MIN_RUN, PERIOD / factor)
     stop = run * (factor - 1)
-    state = {"pids": frozenset()}
+    state: dict[str, frozenset[int]] = {"pids": frozenset()}
     done = threading.Event()
 
     def read() -> None:

@@ -44,6 +44,12 @@ def _list(kind: str, items_and_token: tuple[list, str]) -> dict:
     return out
 
 
+def _then_empty(action: Callable[[str], None], name: str) -> dict:
+    """Do ACTION on NAME and answer Google's empty message ({}), as delete and cancel do."""
+    action(name)
+    return {}
+
+
 def _full(g: dict, collection: str) -> str:
     return f"{g['parent']}/{collection}/{g['id']}"
 
@@ -147,9 +153,9 @@ ROUTES: list[Route] = [
     _route("GET", r"{P}/operations/{ID}", "operations.get",
            lambda w, g, q, b: w.get_operation(_full(g, "operations"))),
     _route("DELETE", r"{P}/operations/{ID}", "operations.delete",
-           lambda w, g, q, b: (w.delete_operation(_full(g, "operations")), {})[1]),
+           lambda w, g, q, b: _then_empty(w.delete_operation, _full(g, "operations"))),
     _route("POST", r"{P}/operations/{ID}:cancel", "operations.cancel",
-           lambda w, g, q, b: (w.cancel_operation(_full(g, "operations")), {})[1]),
+           lambda w, g, q, b: _then_empty(w.cancel_operation, _full(g, "operations"))),
 ]
 
 

@@ -16,7 +16,7 @@ def configure(stream: TextIO | None = None, tty: bool | None = None) -> Any:
 
     stream = stream or sys.stdout
     tty = stream.isatty() if tty is None else tty
-    shared = [
+    shared: list[Any] = [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
