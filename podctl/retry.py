@@ -10,7 +10,7 @@ from typing import Any
 from collections.abc import Callable
 
 from tenacity import (
-    AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
+    AsyncRetrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, stop_after_delay,
     wait_exponential_jitter,
 )
 
@@ -25,12 +25,15 @@ class RetryPolicy:
     deadline: float = 120.0
     jitter: float = 1.0  # up to this many seconds added to each wait
 
-    def retrying(self, transient: type[BaseException],
+    def retrying(self, transient: type[BaseException] | Callable[[BaseException], bool],
                  sleep: Callable[[float], Any] = asyncio.sleep) -> AsyncRetrying:
+        """TRANSIENT: the error type that can pass, or a predicate saying which errors can."""
+        retry = (retry_if_exception_type(transient) if isinstance(transient, type)
+                 else retry_if_exception(transient))
         return AsyncRetrying(
             stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
             wait=wait_exponential_jitter(multiplier=self.initial, max=self.maximum, jitter=self.jitter),
-            retry=retry_if_exception_type(transient),
+            retry=retry,
             sleep=sleep,
             reraise=True,
         )

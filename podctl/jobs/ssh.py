@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 from collections.abc import Awaitable, Callable, Iterable
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import HostKeyError, JobError
+from podctl.retry import RetryPolicy
 
 T = TypeVar("T")
 DEFAULT_CONCURRENCY = 256
@@ -126,16 +126,20 @@ class Fleet:
     async def _connect_one(self, target: Target) -> Any:
         import asyncssh
 
-        async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.attempts), reraise=True,
-                wait=wait_exponential_jitter(multiplier=0.3, max=5.0),
-                retry=retry_if_exception(_retryable)):
+        # the one retry policy (retry.py), paced for a handshake: a host's sshd may be
+        # starting; the deadline is every attempt timing out
+        policy = RetryPolicy(attempts=self.attempts, initial=0.3, maximum=5.0,
+                             deadline=self.attempts * (self.connect_timeout + 5.0))
+        async for attempt in policy.retrying(_retryable):
             with attempt:
                 conn = await asyncio.wait_for(asyncssh.connect(
                     target.address, target.port, username=SSH_USER, client_keys=[self._key],
                     known_hosts=None, agent_path=None, config=None, preferred_auth="publickey",
                     keepalive_interval=30), self.connect_timeout)
         host_key = conn.get_server_host_key()
+        if host_key is None:  # asyncssh gives None only when no host key was exchanged
+            conn.close()
+            raise HostKeyError(f"{target.address} offered no host key; podctl pins every host's key")
         try:
             self.pins.check(target, host_key.export_public_key().decode().strip())
         except HostKeyError:
