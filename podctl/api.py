@@ -25,6 +25,7 @@ from typing import Any
 from collections.abc import Iterable, Sequence
 
 from podctl import steps
+from podctl.vocabulary import DEFAULT_WAIT
 from podctl._display import StatusLine
 from podctl._sync import Background, LoopThread
 from podctl.steps.slow_hosts import SlowHostPolicy
@@ -100,7 +101,7 @@ class Cloud:
         return self._loop.run(coro, poll=status.render if status is not None else None)
 
     def up(self, slice_type: str, *, name: str | None = None, spot: bool = False,
-           queued: bool = False, timeout: str = "30m", **options: Any) -> Slice:
+           queued: bool = False, timeout: str = DEFAULT_WAIT, **options: Any) -> Slice:
         """Create (or reuse) a slice and wait until it is ready, e.g. `cloud.up("v5p-16")`.
         Used as `with cloud.up(...) as slice:`, the slice is deleted when the block ends."""
         request = steps.up_request(self.settings, steps.SliceOptions(

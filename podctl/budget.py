@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from collections.abc import Awaitable, Callable
 
 from podctl import cost
+from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud import terminate
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy, wait_deleted
@@ -284,7 +285,7 @@ async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,
     up to GRACE_SECONDS; mark its record stopped. ACCESS: podctl.jobs.stop.HostAccess.
     Returns the run ids."""
     named = [r for r in await list_runs(storage)
-             if r.slice_name == info.name and r.state in ("starting", "running")]
+             if r.slice_name == info.name and r.state in LIVE_RUN_STATES]
     going = [r for r in named if runs.on_slice(r, info.name, info.created)]
     for record in named:  # left `running` by an earlier slice of this name: close, not wait
         if record not in going:

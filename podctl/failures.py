@@ -8,6 +8,7 @@ three never disagree about whether a slice is lost or an exit was the machine's.
 from __future__ import annotations
 
 import re
+from podctl.vocabulary import EXIT_HOST_LOST, EXIT_KILLED, EXIT_TERMINATED
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a type only: cloud/ asks here (up's reuse), so no import back at run time
@@ -21,10 +22,9 @@ DEAD_STATES = frozenset({"PREEMPTED", "SUSPENDING", "SUSPENDED", "TERMINATED", "
 # and keeps it until someone deletes the slice). "GONE": the slice no longer exists.
 DELETED_STATES = frozenset({"DELETING", "GONE"})
 
-EXIT_HOST_LOST = 255  # a host that stopped beating, or ssh's own failure
 # Exit codes that mean the machine, not the script: SIGTERM podctl did not send (a
 # preemption or maintenance notice), SIGKILL (the VM going away), a host lost.
-INFRA_EXIT_CODES = frozenset({143, 137, EXIT_HOST_LOST})
+INFRA_EXIT_CODES = frozenset({EXIT_TERMINATED, EXIT_KILLED, EXIT_HOST_LOST})
 # A process killed by one of these crashed in native code: on a TPU VM most often the
 # runtime meeting bad hardware (a chip, its HBM, the host); 128 + the signal's number.
 CRASH_SIGNALS = {132: "SIGILL", 134: "SIGABRT", 135: "SIGBUS", 139: "SIGSEGV"}

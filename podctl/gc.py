@@ -32,6 +32,8 @@ from typing import Any, Literal
 from collections.abc import Awaitable, Callable, Iterable
 
 from podctl import budget
+from podctl.vocabulary import HOST_LOST_SECONDS
+from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud import terminate
 from podctl.cloud.names import QUEUE_LABEL
 from podctl.cloud.types import SliceInfo
@@ -47,7 +49,6 @@ Notice = Callable[[str], None]
 
 DEAD_NODE_STATES = {"PREEMPTED", "TERMINATED"}
 WAITING_STATES = {"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"}
-HOST_LOST_SECONDS = 90.0  # as podctl/jobs/logs.py: no heartbeat this long, the host is gone
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def run_keeper(storage: Any, *, now: float | None = None) -> Keep:
     async def keep(info: SliceInfo) -> str | None:
         nonlocal going
         if going is None:
-            going = [r for r in await list_runs(storage) if r.state in ("starting", "running")]
+            going = [r for r in await list_runs(storage) if r.state in LIVE_RUN_STATES]
         for record in going:
             if not runs.on_slice(record, info.name, info.created):
                 continue
@@ -224,7 +225,7 @@ async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
     deleted = list(deleted)
     closed = []
     for record in await list_runs(storage):
-        if record.state not in ("starting", "running"):
+        if record.state not in LIVE_RUN_STATES:
             continue
         for info in deleted:
             if runs.on_slice(record, info.name, info.created):

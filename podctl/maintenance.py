@@ -21,6 +21,7 @@ import time
 from typing import Any
 from collections.abc import Callable
 
+from podctl.vocabulary import SERVING_STATES
 from podctl.errors import NotFoundError, PodctlError
 
 # A window longer than this: recreating the slice (minutes) beats waiting (approximate:
@@ -90,7 +91,7 @@ async def wait_out(describe_slice: Callable[[], Any], plan: dict, notice: Callab
             info = await describe_slice()
         except NotFoundError:
             return False
-        if info.state not in ("READY", "ACTIVE"):
+        if info.state not in SERVING_STATES:
             return False
         seen_maintenance |= info.health == MAINTENANCE_HEALTH
         over = now() >= end or (seen_maintenance and start is not None and now() >= start)

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 from podctl.errors import ConfigError, PodctlError, UsageError
 from podctl.topology import parse_multislice
 
 GIB = 2**30
 DEFAULT_MFU = 0.45  # as `podctl plan` assumes, and says so
-DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_TIMEOUT_S = PREFLIGHT_TIMEOUT_SECONDS
 INSTALL_HINT = "pip install -e '.[jax,tpu]' (libtpu from PyPI; README.md, 'On a fresh machine')"
 
 

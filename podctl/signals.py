@@ -17,6 +17,7 @@ import threading
 from types import FrameType
 from collections.abc import Iterator
 
+from podctl.vocabulary import EXIT_INTERRUPTED
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _ROUTED = (signal.SIGTERM, signal.SIGHUP)
 received: list[int] = []  # the stop signals this process got, in order (for its exit code)
@@ -115,7 +116,7 @@ def ignore_further_stops() -> None:
             signal.signal(sig, signal.SIG_IGN)
 
 
-def exit_code(default: int = 130) -> int:
+def exit_code(default: int = EXIT_INTERRUPTED) -> int:
     """128 + the signal that stopped the process (130 for Ctrl-C, 143 for SIGTERM)."""
     return 128 + received[0] if received else default
 

@@ -6,9 +6,9 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
+from podctl.vocabulary import EXIT_INTERRUPTED
 import click
 
-EXIT_INTERRUPTED = 130
 
 
 class Context:

@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
+from podctl.vocabulary import EXIT_HOST_LOST, EXIT_INTERRUPTED
 from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
-EXIT_INTERRUPTED = 130
 
 
 def bucket_option(fn: Any) -> Any:
@@ -253,7 +253,7 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
                 why = ("stopped by podctl" if failed.stopped
                        else failed.error or f"exit code {failed.exit_code}")
                 hint = (f"; is slice {record.slice_name} still there? (`podctl status "
-                        f"{record.slice_name}`)" if failed.exit_code == 255 else "")
+                        f"{record.slice_name}`)" if failed.exit_code == EXIT_HOST_LOST else "")
                 _notice(f"run {run_id} ended: {host_name(failed.host, failed.process)} failed ({why}){hint}")
             sys.exit(code)
 

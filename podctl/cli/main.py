@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from podctl.vocabulary import EXIT_INTERRUPTED
 from podctl.cli.common import Context
 
 # Where each command lives: the one table of podctl's commands, in the order --help lists them.
@@ -61,7 +62,7 @@ class PodctlGroup(click.Group):
             _error(e.format_message(), e.exit_code)
         except click.Abort:
             click.echo("podctl: interrupted", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
         sys.exit(code if isinstance(code, int) else 0)
 
 

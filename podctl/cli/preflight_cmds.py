@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context
 
@@ -93,7 +94,7 @@ def compile_checked(slice_type: str, script: Path, args: list[str], *, num_slice
               help="Multislice: K slices over the data-center network.")
 @click.option("--mfu", type=float, default=None,
               help="MFU for the predicted step time (default 0.45, assumed).")
-@click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float,
+@click.option("--timeout", "timeout_s", default=PREFLIGHT_TIMEOUT_SECONDS, show_default=True, type=float,
               metavar="SECONDS", help="Give up on a compile after this long.")
 @json_option
 @pass_context

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import click
 
+from podctl.vocabulary import DEFAULT_WAIT
 from podctl.cli.common import Context, guarded, runtime_help, slice_help
 
 pass_context = click.make_pass_decorator(Context)
@@ -46,7 +47,7 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @click.option("--runtime-version", default=None,
               help=f"TPU VM runtime (default: the generation's: {runtime_help()}).")
 @click.option("--no-wait", is_flag=True, help="Return once the slice is asked for.")
-@click.option("--timeout", default="30m", show_default=True, metavar="DURATION",
+@click.option("--timeout", default=DEFAULT_WAIT, show_default=True, metavar="DURATION",
               help="Give up waiting (and delete what this `up` created) after this long.")
 @click.option("--max-cost", type=float, default=None, metavar="USD",
               help="Budget: delete the slice once it has cost this much (see below).")
@@ -198,7 +199,7 @@ def status(ctx: Context, name: str, project: str | None, zone: str | None, as_js
 @where_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-wait", is_flag=True, help="Return once the deletion has started.")
-@click.option("--timeout", default="30m", show_default=True, metavar="DURATION",
+@click.option("--timeout", default=DEFAULT_WAIT, show_default=True, metavar="DURATION",
               help="Give up waiting for the deletion after this long.")
 @json_option
 @pass_context

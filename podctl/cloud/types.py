@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from podctl.vocabulary import SERVING_STATES
 from podctl.errors import InvalidValueError
 from podctl.topology import MultiSlice, SliceType, parse_multislice, parse_topology
 
@@ -127,7 +128,7 @@ class SliceInfo:
 
     @property
     def ready(self) -> bool:
-        return (self.state in {"READY", "ACTIVE"} and len(self.nodes) == self.num_slices
+        return (self.state in SERVING_STATES and len(self.nodes) == self.num_slices
                 and all(n.state == "READY" for n in self.nodes))
 
     @property

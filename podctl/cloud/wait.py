@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, retry_if_result
 from tenacity import wait_exponential_jitter
 
+from podctl.vocabulary import DEFAULT_WAIT_SECONDS
 from podctl.cloud import describe
 from podctl.cloud.api import TpuApi
 from podctl.cloud.convert import slice_from_node
@@ -38,7 +39,7 @@ class WaitPolicy:
     initial: float = 1.0
     maximum: float = 30.0
     jitter: float = 1.0
-    timeout: float = 1800.0
+    timeout: float = DEFAULT_WAIT_SECONDS
 
 
 @dataclass(frozen=True)

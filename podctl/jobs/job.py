@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError
 from podctl.jobs import bundle, launch, runs
@@ -272,7 +273,7 @@ async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins
                 await asyncio.gather(pump(process.stdout), pump(process.stderr))
                 await process.wait(check=False)
                 status = process.exit_status
-                return status if status is not None and status >= 0 else 255
+                return status if status is not None and status >= 0 else EXIT_HOST_LOST
 
         codes = await fleet.each(one)
     return {t.index: code for t, code in zip(chosen, codes)}

@@ -20,6 +20,7 @@ from podctl.cloud.types import SliceInfo
 from podctl.errors import JobError
 from podctl.jobs import runs
 from podctl.jobs.ssh import Fleet, Target
+from podctl.vocabulary import HEARTBEAT_SECONDS
 
 JAX_COORDINATOR_PORT = 8482
 MEGASCALE_PORT = 8080
@@ -129,7 +130,8 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
         "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,
         "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,
         "agent_sha": agent_sha, "agent_object": agent_object(agent_sha),
-        "flush_seconds": spec.flush_seconds, "requirements": spec.requirements,
+        "flush_seconds": spec.flush_seconds, "heartbeat_seconds": HEARTBEAT_SECONDS,
+        "requirements": spec.requirements,
     }
 
 

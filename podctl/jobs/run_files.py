@@ -18,16 +18,15 @@ import json
 import time
 from typing import Any
 
+from podctl.vocabulary import EXIT_HOST_LOST
+from podctl.vocabulary import HOST_LOST_SECONDS
+from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.errors import InvalidValueError, JobError
-from podctl.failures import EXIT_HOST_LOST
 from podctl.jobs import runs
 from podctl.jobs.runs import HostStatus, RunRecord
 from podctl.storage import Storage, StorageNotFound
 
 MAX_LISTED = 100
-# No heartbeat for this long (the agent beats every 10 s) and no status: the host is
-# lost. One value for every reader: a follower, `logs --follow` and the queue's tick.
-HOST_LOST_SECONDS = 90.0
 
 
 # ---- the record ----------------------------------------------------------------------
@@ -69,7 +68,7 @@ async def close_record(storage: Storage, run_id: str, state: str, *, exit_code: 
     though a follower wrote the exit it caused first) -> the record as written, or None
     when nothing was written."""
     record = await read_record(storage, run_id)
-    if record is None or (record.state not in ("starting", "running") and not even_if_ended):
+    if record is None or (record.state not in LIVE_RUN_STATES and not even_if_ended):
         return None
     record.state = state  # type: ignore[assignment]
     if not keep_exit_code:
@@ -87,7 +86,7 @@ def attempt_ids(record: RunRecord) -> list[str]:
 
 async def _settle(storage: Storage, record: RunRecord) -> RunRecord:
     """A record last written while the run was going: finish it from the hosts' status."""
-    if record.state not in ("starting", "running"):
+    if record.state not in LIVE_RUN_STATES:
         return record
     statuses = await read_statuses(storage, record.run_id)
     if len(statuses) >= record.num_hosts:

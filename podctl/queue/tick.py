@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterator
 
+from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.errors import CloudError, JobError, StorageError
 from podctl.queue.lock import QueueLock
 from podctl.queue.machine import Machine, needs_cleanup
@@ -125,7 +126,7 @@ async def _cancel(ctx: TickContext, store: Store, e: Entry) -> Entry:
         await machine.cleanup(e)
         return e
     await machine.finish(e, info, "cancelled", "cancelled by `podctl queue cancel`",
-                         stop=e.state in ("starting", "running"))
+                         stop=e.state in LIVE_RUN_STATES)
     return e
 
 

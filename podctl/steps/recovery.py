@@ -24,6 +24,7 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from podctl import maintenance, tombstones
+from podctl.vocabulary import SERVING_STATES
 from podctl.cloud import describe, placement, terminate
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.up import UpRequest
@@ -281,7 +282,7 @@ async def _fit_to_rerun(session: Session, name: str, notice: Notice) -> bool:
         info = await describe.describe(session.api, session.settings.parent, name)
     except NotFoundError:
         return False
-    if (dead_state(info) or info.state) not in ("READY", "ACTIVE"):
+    if (dead_state(info) or info.state) not in SERVING_STATES:
         return False
     why = unfit(info)
     if why:

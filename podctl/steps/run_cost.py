@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from podctl import cost
+from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.describe import find
 from podctl.jobs.metrics import read_metrics
 from podctl.jobs.run_files import load_record, read_statuses
@@ -52,7 +53,7 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
     storage = session.storage
     record = await load_record(storage, run_id)
     ended = record.ended
-    if ended is None and record.state not in ("starting", "running"):  # settled from statuses
+    if ended is None and record.state not in LIVE_RUN_STATES:  # settled from statuses
         statuses = await read_statuses(storage, run_id)
         ended = max((s.ended for s in statuses.values()), default=None)
     # The slice, if it is still there, says its tier; a slice made after the run is another.

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError
 from podctl.jobs import checkpoints
@@ -147,7 +148,7 @@ async def stop_run(session: Session, run_id: str, *, wait: bool = True,
     script on every host, as Ctrl-C does (the template saves a checkpoint first), then,
     with WAIT, until every host has ended; its record then says `stopped`."""
     record = await load_record(session.storage, run_id)
-    if record.state not in ("starting", "running"):
+    if record.state not in LIVE_RUN_STATES:
         return StopResult(run_id, record.state, stopped=False)
     try:
         info = await describe_slice(session, record.slice_name)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from podctl import tombstones
+from podctl.vocabulary import DEFAULT_WAIT
+from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud import describe, names, terminate
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
@@ -39,7 +41,7 @@ class SliceOptions:
     valid_for: str | None = None
     runtime_version: str | None = None
     wait: bool = True
-    timeout: str = "30m"
+    timeout: str = DEFAULT_WAIT
     labels: dict[str, str] = field(default_factory=dict)
     placement: Placement | None = None  # reservation, network, service account, tags
 
@@ -79,7 +81,7 @@ async def ready_slice(session: Session, name: str) -> SliceInfo:
     return info
 
 
-async def down(session: Session, name: str, *, wait: bool = True, timeout: str = "30m",
+async def down(session: Session, name: str, *, wait: bool = True, timeout: str = DEFAULT_WAIT,
                progress: Progress | None = None) -> SliceInfo:
     """Delete the slice NAME (the queued resource that owns it, if any); wait until gone."""
     parent = session.settings.parent
@@ -108,7 +110,7 @@ async def close_runs_of_deleted(settings: Settings, storage: Storage, info: Slic
     closed = []
     try:
         for record in await list_runs(storage):
-            if record.state in ("starting", "running") and on_slice(record, info.name, info.created):
+            if record.state in LIVE_RUN_STATES and on_slice(record, info.name, info.created):
                 await close_record(storage, record.run_id, "lost", keep_exit_code=True,
                                    reason="slice deleted")
                 closed.append(record.run_id)

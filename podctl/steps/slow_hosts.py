@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from collections.abc import Awaitable, Callable
 
+from podctl.vocabulary import HEARTBEAT_SECONDS
 from podctl.errors import UsageError
 from podctl.jobs import launch, run_files
 from podctl.jobs.job import Job
@@ -39,7 +40,7 @@ ACTIONS = ("report", "recover")
 FACTOR = 2.0  # a host's own part of a step this many times its peers' median
 MIN_EXCESS = 0.002  # and at least this many seconds more (less is noise)
 MIN_WINDOW = 20  # steps a host's mean must be over before it is judged
-CHECK_SECONDS = 10.0  # an agent beats every 10 s
+CHECK_SECONDS = HEARTBEAT_SECONDS  # no news comes faster than an agent's heartbeat
 AFTER_SECONDS = 300.0  # slow for this long before `recover` acts
 
 

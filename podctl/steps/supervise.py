@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 from collections.abc import Awaitable, Callable
 
+from podctl.vocabulary import HEARTBEAT_SECONDS
 from podctl.budget import watch_budget
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.job import Job, RunResult
@@ -33,7 +34,7 @@ class Supervision:
     max_hours: float | None = None  # stop the run (checkpoint first) and delete the slice after
     stall: StallPolicy = field(default_factory=StallPolicy)  # no step for too long: report, then wait/stop/recover
     slow: SlowHostPolicy = field(default_factory=SlowHostPolicy)  # a host slower than its peers
-    slow_check_seconds: float = 10.0  # how often every host's pace is read (agents beat every 10 s)
+    slow_check_seconds: float = HEARTBEAT_SECONDS  # how often every host's pace is read
 
     def __post_init__(self) -> None:
         if self.stall.action == "recover" and not self.recover:
