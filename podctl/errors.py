@@ -24,6 +24,10 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   │   └── SliceDeletedError    deleted (DELETING, or gone) by someone, not preempted
     │   └── WaitTimeoutError         the slice was not ready by the deadline
     ├── StorageError                 GCS said no (bucket missing, permission, unreachable)
+    │   ├── StorageNotFound          no such object (the bucket exists)
+    │   └── StorageUnavailable       GCS unreachable or failing for a moment, after retries
+    ├── PreflightError               `podctl preflight` could not compile the step
+    ├── DoesNotFitError              the compiled step needs more HBM per chip than the slice has
     ├── BundleError                  the working directory cannot be packed (or unpacked)
     ├── JobError                     a run could not start, or its hosts could not be reached
     │   └── HostKeyError             a host's SSH key changed since podctl pinned it
@@ -33,9 +37,19 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   └── NoSuchEntryError         no queue entry with that id
     ├── BudgetExceededError          a budget was reached: the run stopped, the slice deleted
     └── FakeCloudError               the local fake cloud could not start or be reached
+
+Outside the tree, on purpose: the host agent (jobs/agent*.py) runs standalone on the hosts
+(standard library, its own zip) with EnvError and GcsError of its own, which end in the
+host's status, never as exceptions in the client; and the fake's ApiError is the fake
+cloud's wire answer (fake/apierror.py).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a type only: the floor imports nothing of podctl's at run time
+    from podctl.preflight import PreflightResult
 
 
 class PodctlError(Exception):
@@ -110,6 +124,26 @@ class WaitTimeoutError(CloudError):
 
 class StorageError(PodctlError):
     pass
+
+
+class StorageNotFound(StorageError):
+    """The object is not in the bucket (the bucket itself exists)."""
+
+
+class StorageUnavailable(StorageError):
+    """GCS could not be reached or failed for a moment; retried, then raised."""
+
+
+class PreflightError(PodctlError):
+    """The preflight could not compile the step (the script's error, or libtpu missing)."""
+
+
+class DoesNotFitError(PodctlError):
+    """The compiled step needs more HBM per chip than the slice has."""
+
+    def __init__(self, message: str, result: PreflightResult):
+        super().__init__(message)
+        self.result = result
 
 
 class BundleError(PodctlError):

@@ -28,25 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
-from podctl.errors import ConfigError, PodctlError, UsageError
+from podctl.errors import ConfigError, DoesNotFitError, PreflightError, UsageError
 from podctl.topology import parse_multislice
 
 GIB = 2**30
 DEFAULT_MFU = 0.45  # as `podctl plan` assumes, and says so
 DEFAULT_TIMEOUT_S = PREFLIGHT_TIMEOUT_SECONDS
 INSTALL_HINT = "pip install -e '.[jax,tpu]' (libtpu from PyPI; README.md, 'On a fresh machine')"
-
-
-class PreflightError(PodctlError):
-    """The preflight could not compile the step (the script's error, or libtpu missing)."""
-
-
-class DoesNotFitError(PodctlError):
-    """The compiled step needs more HBM per chip than the slice has."""
-
-    def __init__(self, message: str, result: PreflightResult):
-        super().__init__(message)
-        self.result = result
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from collections.abc import Callable
 
 
-from podctl.errors import ConfigError, PodctlError, StorageError
+from podctl.errors import ConfigError, PodctlError, StorageError, StorageNotFound, StorageUnavailable
 from podctl.retry import RetryPolicy
 from podctl.settings import FAKE_BUCKET
 from podctl.settings import endpoint_override
@@ -42,14 +42,6 @@ PAGE_SIZE = 1000  # GCS's own maximum objects per list page
 _PASSING = (408, 429, 500, 502, 503, 504)  # HTTP statuses GCS asks clients to retry
 _NO_CREDENTIALS = ("no Google Cloud credentials for GCS: run `gcloud auth application-default "
                    "login` or set GOOGLE_APPLICATION_CREDENTIALS")
-
-
-class StorageNotFound(StorageError):
-    """The object is not in the bucket (the bucket itself exists)."""
-
-
-class StorageUnavailable(StorageError):
-    """GCS could not be reached or failed for a moment; retried, then raised."""
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,16 @@ def test_the_agent_beats_as_the_client_expects_even_without_being_told(tmp_path)
     the heartbeat in its config, and the agent's own fallback is the same value."""
     shipper = LogShipper({"run_id": "r", "host": 0, "flush_seconds": 3600}, None, tmp_path)
     assert shipper.heartbeat_seconds == vocabulary.HEARTBEAT_SECONDS
+
+
+def test_every_error_class_is_in_the_one_tree():
+    """podctl's exceptions live in errors.py; the agent (standalone on the hosts) and the
+    fake's wire errors are the two exceptions its docstring names."""
+    outside = []
+    for path in _sources():
+        if path.name.startswith("agent") or path.name == "errors.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"class \w+\((\w+Error|Exception|PodctlError|StorageError)\)", line):
+                outside.append(f"{path.relative_to(PODCTL)}:{number}: {line}")
+    assert not outside, "define errors in podctl/errors.py:\n" + "\n".join(outside)
