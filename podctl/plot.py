@@ -21,6 +21,7 @@ from typing import Any
 from podctl.errors import ConfigError, InvalidValueError
 from podctl.jobs.metrics import read_records
 from podctl.jobs.run_files import load_record
+from podctl.storage import Storage
 
 FORMATS = (".png", ".html")
 PANELS = (("loss", "loss"), ("step_time_s", "step time (s)"), ("tokens_per_s", "tokens/s"),
@@ -80,7 +81,7 @@ def series_from_records(run_id: str, attempts: list[tuple[str, list[dict[str, An
     return series
 
 
-async def load_series(storage: Any, run_id: str) -> RunSeries:
+async def load_series(storage: Storage, run_id: str) -> RunSeries:
     """RUN_ID's attempts (one, unless it was recovered) and their metric records."""
     record = await load_record(storage, run_id)
     listed = [a for a in record.extra.get("attempts", []) if isinstance(a, dict) and a.get("run_id")]
@@ -135,7 +136,8 @@ def figure(series: list[RunSeries], *, buckets: dict[str, dict[str, float]] | No
     """A matplotlib Figure: four panels over steps for every run in SERIES, and under
     them one goodput bar per run that BUCKETS ({run id: {bucket: seconds}}) has."""
     mpl = _matplotlib()
-    bars = [s.run_id for s in series if buckets and buckets.get(s.run_id)]
+    buckets = buckets or {}
+    bars = [s.run_id for s in series if buckets.get(s.run_id)]
     heights = [3.0, 3.0] + [1.6] * len(bars)
     fig = mpl.figure.Figure(figsize=(12, sum(heights) + 1.0), layout="constrained")
     grid = fig.add_gridspec(len(heights), 2, height_ratios=heights)
@@ -209,7 +211,7 @@ def _escape(text: str) -> str:
     return html.escape(text)
 
 
-async def plot_runs(storage: Any, run_ids: list[str], output: Path | None = None, *,
+async def plot_runs(storage: Storage, run_ids: list[str], output: Path | None = None, *,
                     buckets: dict[str, dict[str, float]] | None = None) -> tuple[Any, list[RunSeries]]:
     """Read RUN_IDS' metrics from GCS and draw them -> (Figure, series); saved to
     OUTPUT when given. A run that logged no step is an error that says so."""

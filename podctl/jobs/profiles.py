@@ -26,6 +26,7 @@ from typing import Any
 from podctl.errors import InvalidValueError, JobError
 from podctl.jobs import run_files, runs
 from podctl.jobs.run_files import load_record
+from podctl.storage import Storage
 
 MAX_STEPS = 1000  # a trace of many steps is large; a few show a step's shape
 ENDED = ("succeeded", "failed", "stopped", "lost")
@@ -72,7 +73,7 @@ def check_steps(steps: int) -> int:
     return steps
 
 
-async def request_profile(storage: Any, run_id: str, steps: int,
+async def request_profile(storage: Storage, run_id: str, steps: int,
                           hosts: set[int] | None) -> ProfileRequest:
     """Write RUN_ID's profile request (one at a time: a new one replaces the last)."""
     check_steps(steps)
@@ -95,7 +96,7 @@ async def request_profile(storage: Any, run_id: str, steps: int,
     return request
 
 
-async def read_acks(storage: Any, request: ProfileRequest) -> dict[int, dict[str, Any]]:
+async def read_acks(storage: Storage, request: ProfileRequest) -> dict[int, dict[str, Any]]:
     prefix = f"{runs.run_prefix(request.run_id)}/control/acks/{request.id}/"
     for obj in await storage.list(prefix):
         host = run_files.host_of(obj.name)
@@ -104,7 +105,7 @@ async def read_acks(storage: Any, request: ProfileRequest) -> dict[int, dict[str
     return request.acks
 
 
-async def wait_for_profile(storage: Any, request: ProfileRequest, timeout: float,
+async def wait_for_profile(storage: Storage, request: ProfileRequest, timeout: float,
                            poll_seconds: float = 2.0) -> ProfileRequest:
     """Until every chosen host has answered, the run has ended, or TIMEOUT passed."""
     deadline = time.monotonic() + timeout
@@ -127,7 +128,7 @@ def _safe_relative(name: str, prefix: str) -> PurePosixPath:
     return rel
 
 
-async def pull_profiles(storage: Any, run_id: str, dest: Path) -> list[Path]:
+async def pull_profiles(storage: Storage, run_id: str, dest: Path) -> list[Path]:
     """Every trace of RUN_ID (all its attempts) into DEST, as a TensorBoard log
     directory: DEST/plugins/profile/ID/host-NNNN.xplane.pb."""
     record = await load_record(storage, run_id)

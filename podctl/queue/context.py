@@ -17,6 +17,7 @@ from collections.abc import Callable
 from podctl.settings import Settings
 from podctl.steps.session import Session
 from podctl.cloud.api import TpuApi
+from podctl.storage import Storage
 
 KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (see tick.py)
 
@@ -24,7 +25,7 @@ KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (
 @dataclass
 class TickContext:
     api: TpuApi
-    storage_for: Callable[[str], Any]  # bucket -> podctl.storage.Storage
+    storage_for: Callable[[str], Storage]  # a bucket's GCS
     config_dir: Path
     ssh_keys: str  # the `ssh-keys` metadata every queued slice gets
     private_key: Path
@@ -33,9 +34,9 @@ class TickContext:
     log: Any
     now: Callable[[], float] = time.time
     kill_at: str | None = None
-    _storages: dict[str, Any] = field(default_factory=dict)
+    _storages: dict[str, Storage] = field(default_factory=dict)
 
-    def storage(self, bucket: str) -> Any:
+    def storage(self, bucket: str) -> Storage:
         if bucket not in self._storages:
             self._storages[bucket] = self.storage_for(bucket)
         return self._storages[bucket]
