@@ -155,6 +155,7 @@ class Job:
         self.run_id = request.run_id or runs.new_run_id(info.name)
         self.fleet = Fleet(self.targets, private_key, pins)
         self.record: RunRecord | None = None
+        self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
 
     async def _write_record(self) -> None:
         assert self.record is not None

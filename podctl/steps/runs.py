@@ -89,7 +89,6 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
               notice=notice)
-    job.timings = {}  # seconds per phase, for the demo's summary and benchmarks
     return job
 
 
