@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from podctl.settings import Settings
 
 from podctl.cli.common import guarded
 from podctl.cli.fake_inject import inject
@@ -12,7 +16,7 @@ from podctl.cli.fake_inject import inject
 EXIT_NOT_RUNNING = 3
 
 
-def _settings() -> object:
+def _settings() -> Settings:
     from podctl import settings
 
     return settings.resolve(backend="fake")

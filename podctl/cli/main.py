@@ -30,7 +30,7 @@ def load_command(name: str) -> click.Command:
     command = next(c for c in module.COMMANDS if c.name == name)
     if not getattr(command, "_podctl_backend_option", False):
         _backend_option(command)
-        command._podctl_backend_option = True  # type: ignore[attr-defined]
+        command._podctl_backend_option = True
     return command
 
 
@@ -52,9 +52,9 @@ class PodctlGroup(click.Group):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.UsageError as e:
             where = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
             _error(e.format_message().rstrip(".") + where, 2)

@@ -116,7 +116,7 @@ class Machine:
         if e.state == "provisioning":
             await self.provisioning(e, info)
         elif info is None or lost_reason(info):
-            await self.lost(e, info, lost_reason(info) if info else f"{e.slice_name} disappeared")
+            await self.lost(e, info, (lost_reason(info) if info else None) or f"{e.slice_name} disappeared")
         elif e.state == "starting":
             await self.start(e, info)
         elif e.state == "running":

@@ -227,7 +227,8 @@ class Store:
         cursor = self.conn.execute(
             f"INSERT INTO entries ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
             list(values.values()))
-        entry.id = int(cursor.lastrowid)
+        assert cursor.lastrowid is not None  # an INSERT sets it
+        entry.id = cursor.lastrowid
         return entry
 
     def get(self, entry_id: int) -> Entry:

@@ -59,11 +59,13 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
     # The slice, if it is still there, says its tier; a slice made after the run is another.
     info = await find(session.api, f"projects/{record.project}/locations/{record.zone}",
                       record.slice_name)
-    same = info is not None and info.created <= record.created
-    spot = bool(same and info.tier == "spot")
+    if info is not None and info.created > record.created:
+        info = None
+    same = info is not None
+    spot = info is not None and info.tier == "spot"
     # Records from before generations.toml are v5p's, the only generation podctl ran then.
-    accelerator_type = info.accelerator_type if same else record.extra.get("accelerator_type", "v5p-8")
-    chips = info.chips if same else record.num_hosts * parse_slice(accelerator_type).chips_per_host
+    accelerator_type = info.accelerator_type if info is not None else record.extra.get("accelerator_type", "v5p-8")
+    chips = info.chips if info is not None else record.num_hosts * parse_slice(accelerator_type).chips_per_host
     chip_price = cost.chip_hour_price(record.zone, spot=spot, override=price,
                                       generation=cost.generation_of(accelerator_type))
     metrics = await read_metrics(storage, run_id)

@@ -17,7 +17,7 @@ from podctl.cloud import describe, names, terminate
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
 from podctl.cloud.sshkey import ensure_ssh_key
-from podctl.cloud.types import SliceInfo, SliceSpec
+from podctl.cloud.types import SliceInfo, SliceSpec, Tier
 from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
@@ -51,7 +51,7 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
     refused before anything is started or connected."""
     if options.spot and options.guaranteed:
         raise InvalidValueError("--spot and --guaranteed are two tiers: choose one.")
-    tier = "spot" if options.spot else "guaranteed" if options.guaranteed else "on-demand"
+    tier: Tier = "spot" if options.spot else "guaranteed" if options.guaranteed else "on-demand"
     placement = options.placement or Placement()
     queued = options.queued or placement.reservation is not None  # a named reservation is queued
     placement = placement.checked(project=settings.project, zone=settings.zone,
