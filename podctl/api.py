@@ -17,7 +17,6 @@ The steps are `podctl.steps`' (one Session, the same steps the CLI takes).
 from __future__ import annotations
 
 import html
-import json
 import threading
 from collections import deque
 from pathlib import Path
@@ -47,10 +46,10 @@ from podctl.signals import route_stop_signals
 from podctl.steps.replay import replay
 from podctl.steps.run_cost import run_cost
 from podctl.jobs.job import Job
+from podctl.jobs import metric_line
 
 __all__ = ["connect", "Cloud", "Slice", "Run"]
 
-METRIC_KINDS = {"config", "step", "checkpoint", "done", "preempted"}
 KEPT_LINES = 200
 
 
@@ -60,17 +59,6 @@ def connect(backend: str | None = None, *, project: str | None = None, zone: str
     started in the background if it is not running). Settings not given come from the
     environment, podctl.toml and gcloud's config, as for the CLI."""
     return Cloud(settings_mod.resolve(backend=backend, project=project, zone=zone, bucket=bucket))
-
-
-def _metric(line: str) -> dict[str, Any] | None:
-    """A template metric line ({"kind": "step", ...}) or None."""
-    if not line.startswith("{"):
-        return None
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and data.get("kind") in METRIC_KINDS else None
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -330,13 +318,12 @@ class Run:
         if host == 0 and self._echo is not None:
             with self._lock:
                 self._echo.append(line)
-        metric = _metric(line) if host == 0 else None
+        metric = metric_line.parse(line) if host == 0 else None
         if metric is None:
             return
         self.metrics.append(metric)
         if self._status is not None and metric["kind"] == "step":
-            self._status.update(f"step {metric['step']}, loss {metric['loss']:.4f}, "
-                                f"{metric.get('tokens_per_s', 0):,.0f} tokens/s")
+            self._status.update(metric_line.step_summary(metric))
 
     def wait(self, *, check: bool = False, echo: Any = None) -> int:
         """Block until every host has ended, showing one status line; -> the exit code
@@ -467,7 +454,7 @@ class Run:
         state = "running" if self.exit_code is None else (
             "succeeded" if self.exit_code == 0 else f"failed (exit {self.exit_code})")
         last = next((m for m in reversed(self.metrics) if m["kind"] == "step"), None)
-        where = f", step {last['step']} loss {last['loss']:.4f}" if last else ""
+        where = f", {metric_line.step_summary(last)}" if last else ""
         return f"<podctl.Run {self.run_id} on {self.slice_name}: {state}{where}>"
 
 

@@ -10,7 +10,6 @@ when a step fails or the user presses Ctrl-C.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from collections.abc import Callable
 
 from podctl.errors import JobError
+from podctl.jobs import metric_line
 from podctl.errors import InvalidValueError
 
 SLICE_TYPE = "v5p-16"
@@ -64,23 +64,25 @@ def _steps(metrics: list[dict]) -> list[dict]:
 def _printer(say: Callable[[str], None]) -> Callable[[str], None]:
     """Host 0's lines for a person: metric JSON as short lines, the rest as they are."""
     def echo(line: str) -> None:
-        try:
-            m = json.loads(line) if line.startswith("{") else None
-        except ValueError:
-            m = None
-        if not isinstance(m, dict) or "kind" not in m:
+        m = metric_line.parse(line)
+        if m is None:
             if not any(noise in line for noise in _NOISE):
                 say(f"  | {line}")
         elif m["kind"] == "step" and (m["step"] % 5 == 0 or m.get("compile")):
-            say(f"  | step {m['step']:>3}  loss {m['loss']:.4f}  {m['step_time_s'] * 1000:7.1f} ms  "
-                f"{m['tokens_per_s']:>9,.0f} tokens/s" + ("  (compile)" if m.get("compile") else ""))
-        elif m["kind"] == "config":
+            say(f"  | step {m['step']:>3}"
+                + (f"  loss {m['loss']:.4f}" if "loss" in m else "")
+                + (f"  {m['step_time_s'] * 1000:7.1f} ms" if "step_time_s" in m else "")
+                + (f"  {m['tokens_per_s']:>9,.0f} tokens/s" if "tokens_per_s" in m else "")
+                + ("  (compile)" if m.get("compile") else ""))
+        elif m["kind"] == "config" and {"params", "devices", "platform", "processes"} <= set(m):
             say(f"  | {m['params']:,} parameters on {m['devices']} {m['platform']} devices in "
-                f"{m['processes']} processes, mesh {m['mesh']}, starting at step {m['start_step']}")
+                f"{m['processes']} processes, mesh {m.get('mesh')}, starting at step "
+                f"{m.get('start_step', 0)}")
         elif m["kind"] in ("checkpoint", "preempted"):
             say(f"  | {m['kind']} at step {m['step']}")
         elif m["kind"] == "done":
-            say(f"  | done at step {m['step']}, loss {m['loss']:.4f}")
+            say(f"  | done at step {m.get('step')}"
+                + (f", loss {m['loss']:.4f}" if "loss" in m else ""))
 
     return echo
 

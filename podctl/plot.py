@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,10 @@ def series_from_records(run_id: str, attempts: list[tuple[str, list[dict[str, An
         for r in records:
             if r["kind"] == "config":
                 seg.platform = r.get("platform")
-                seg.start_step = int(r.get("start_step") or 0)
-            elif r["kind"] == "step" and isinstance(r.get("step"), (int, float)):
+                seg.start_step = r.get("start_step", 0)
+            elif r["kind"] == "step":  # metric_line's records: "step" is an int
                 seg.steps.append(r)
-            elif r["kind"] == "checkpoint" and isinstance(r.get("step"), int):
+            elif r["kind"] == "checkpoint":
                 seg.checkpoints.append(r["step"])
         series.segments.append(seg)
     return series
@@ -152,7 +153,8 @@ def figure(series: list[RunSeries], *, buckets: dict[str, dict[str, float]] | No
             timed = [r for r in seg.steps if not r.get("compile")]  # the compile step skews the scale
             for ax, (key, _) in zip(axes, PANELS):
                 rows = seg.steps if key == "loss" else timed
-                points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+                points = [(r["step"], r[key]) for r in rows
+                          if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
                 if points:
                     xs, ys = zip(*points)
                     ax.plot(xs, ys, color=colour, label=label.strip() or None, linewidth=1.2,

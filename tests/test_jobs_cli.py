@@ -246,3 +246,18 @@ def test_lines_are_labelled_by_jax_process_index_once_the_script_names_it(podctl
     # the replay after the run labels them the same
     assert podctl("logs", result["run_id"], "--host", "all").stdout.splitlines() == expected[0] + expected[1]
     assert podctl("logs", result["run_id"]).stdout.splitlines() == expected[0]
+
+
+def test_a_5000_deep_json_line_is_shown_as_text_and_the_run_and_its_reports_succeed(podctl):
+    proc = podctl("run", "cli16", str(SCRIPTS / "hostile_lines.py"), check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "RecursionError" not in proc.stdout + proc.stderr
+    deep = next(line for line in proc.stdout.splitlines() if '"x": [[[' in line)
+    assert deep.startswith("[host 0000] ") and deep.count("[") == 5001  # the line, whole, as text
+    assert '[host 0000] {"kind": "config", "start_step": Infinity, "batch": 1e999}' in proc.stdout
+    run_id = next(l.split()[2] for l in proc.stderr.splitlines() if l.startswith("podctl: run "))
+    cost = podctl.json("cost", run_id)
+    assert cost["steps"] == 2 and cost["final_step"] == 2
+    assert podctl.json("goodput", run_id)["attempts"] == 1
+    done = podctl("plot", run_id, "-o", "hostile.png")
+    assert done.stdout.startswith("wrote hostile.png") and (podctl.tmp / "hostile.png").stat().st_size

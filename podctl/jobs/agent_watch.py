@@ -15,7 +15,6 @@ with agent.py and run by a bare host's python3).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -23,18 +22,30 @@ import subprocess
 import time
 from pathlib import Path
 
+try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import metric_line
+except ImportError:  # imported by podctl itself
+    from podctl.jobs import metric_line  # type: ignore[no-redef]
+
 PROGRESS_FILE = "progress.json"
 STACKS_FILE = "stacks.txt"
 STACKS_WAIT_SECONDS = 5.0  # for the script's faulthandler to write its stacks
 PY_SPY_SECONDS = 20.0
 
 
-def read_progress(run_dir: Path) -> dict | None:
-    """{"step": N, "t": ...} as the script last wrote it, or None."""
+def _progress(run_dir: Path) -> object:
+    """The progress file's JSON, or None. The script writes it: it is read as any JSON a
+    script wrote (bounded in size and depth), so no content can break the heartbeats."""
     try:
-        data = json.loads((run_dir / PROGRESS_FILE).read_text())
+        with open(run_dir / PROGRESS_FILE, encoding="utf-8", errors="replace") as f:
+            return metric_line.loads_bounded(f.read(metric_line.MAX_CHARS + 1))
     except (OSError, ValueError):
         return None
+
+
+def read_progress(run_dir: Path) -> dict | None:
+    """{"step": N, "t": ...} as the script last wrote it, or None."""
+    data = _progress(run_dir)
     return data if isinstance(data, dict) and isinstance(data.get("step"), int) else None
 
 
@@ -67,10 +78,7 @@ class ProcessIndex:
 
 def read_process(run_dir: Path) -> int | None:
     """The "process" (a JAX process index: an int >= 0) the script last wrote, or None."""
-    try:
-        data = json.loads((run_dir / PROGRESS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    data = _progress(run_dir)
     index = data.get("process") if isinstance(data, dict) else None
     return index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else None
 

@@ -27,7 +27,7 @@ MEGASCALE_PORT = 8080
 AGENT_FILE = Path(__file__).with_name("agent.py")
 
 AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py", "agent_control.py", "agent_logs.py",
-                 "agent_maintenance.py", "agent_procs.py", "agent_watch.py")
+                 "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "metric_line.py")
 _AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
 
 # Run on the host as `python3 -c BOOT RUN_DIR` by the system interpreter of a fresh

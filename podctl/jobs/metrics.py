@@ -1,20 +1,16 @@
 """What a run measured: the JSON lines the training template prints on host 0.
 
-The template (templates/train_pjit.py) writes one JSON object per line on process 0:
-`{"kind": "config", ...}`, `{"kind": "step", "step", "loss", "step_time_s",
-"tokens_per_s", "mfu", ["compile": true]}`, `{"kind": "checkpoint"}`, `{"kind":
-"done"}`, `{"kind": "preempted"}`. Host 0's log chunks in GCS carry them among the
-script's other output; everything that is not such an object is skipped.
+Host 0's log chunks in GCS carry them among the script's other output; metric_line.py
+reads them (its docstring lists the records) and everything else is skipped.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podctl.jobs import run_files
+from podctl.jobs import metric_line, run_files
 from podctl.storage import Storage
 
 
@@ -38,56 +34,42 @@ class RunMetrics:
 
 
 def parse_records(lines: list[str]) -> list[dict[str, Any]]:
-    records = []
-    for line in lines:
-        text = line.strip()
-        if not text.startswith("{"):
-            continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("kind"), str):
-            records.append(record)
-    return records
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """The metric records among LINES (metric_line.parse: fields of checked types)."""
+    return metric_line.parse_all(lines)
 
 
 def summarize(records: list[dict[str, Any]]) -> RunMetrics:
     metrics = RunMetrics()
     mfus: list[float] = []
     tokens_per_step: float | None = None
-    for r in records:
+    for r in records:  # metric_line's records: each known field is of its type, or absent
         kind = r["kind"]
         if kind == "config":
             metrics.platform = r.get("platform")
             metrics.params = r.get("params")
-            metrics.start_step = int(r.get("start_step") or 0)
+            metrics.start_step = r.get("start_step", 0)
             metrics.configured = True
-            if _number(r.get("batch")) and _number(r.get("seq_len")):
+            if r.get("batch") and r.get("seq_len"):
                 tokens_per_step = float(r["batch"]) * float(r["seq_len"])
         elif kind == "step":
             metrics.steps += 1
-            seconds = _number(r.get("step_time_s")) or 0.0
-            rate = _number(r.get("tokens_per_s"))
+            seconds = r.get("step_time_s") or 0.0
+            rate = r.get("tokens_per_s")
             # A step's tokens: batch x seq_len when the config said so, else rate x time.
             metrics.tokens += tokens_per_step if tokens_per_step else (rate or 0.0) * seconds
             if not r.get("compile"):  # the first step mostly compiles: not training time
                 metrics.productive_seconds += seconds
-                mfu = _number(r.get("mfu"))
+                mfu = r.get("mfu")
                 if mfu is not None:
                     mfus.append(mfu)
             metrics.final_step = r.get("step", metrics.final_step)
-            metrics.final_loss = _number(r.get("loss"))
+            metrics.final_loss = r.get("loss")
         elif kind == "checkpoint":
-            metrics.checkpoints.append(r.get("step"))
+            metrics.checkpoints.append(r["step"])
         elif kind in ("done", "preempted"):
             metrics.ended = kind
             metrics.final_step = r.get("step", metrics.final_step)
-            if kind == "done" and _number(r.get("loss")) is not None:
+            if kind == "done" and r.get("loss") is not None:
                 metrics.final_loss = float(r["loss"])
     if mfus and metrics.platform != "cpu":
         metrics.median_mfu = statistics.median(mfus)

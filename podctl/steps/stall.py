@@ -27,7 +27,7 @@ from typing import TypeVar
 from collections.abc import Awaitable, Callable
 
 from podctl.errors import UsageError
-from podctl.jobs import launch, run_files, runs
+from podctl.jobs import launch, metric_line, run_files, runs
 from podctl.jobs.job import Job
 from podctl.jobs.labels import host_name
 from podctl.storage import Storage, StorageError
@@ -74,17 +74,12 @@ class StallWatch:
     stalls: list[dict] = field(default_factory=list)
 
     def saw(self, host: int, line: str) -> None:
-        if host != 0 or not line.startswith("{"):
+        record = metric_line.parse(line) if host == 0 else None
+        if record is None or record["kind"] != "step":
             return
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(record, dict) or record.get("kind") != "step":
-            return
-        self.last_step, self.last_step_at, self.reported = record.get("step"), self.clock(), False
-        if not record.get("compile") and isinstance(record.get("step_time_s"), (int, float)):
-            self.step_seconds = (self.step_seconds + [float(record["step_time_s"])])[-1000:]
+        self.last_step, self.last_step_at, self.reported = record["step"], self.clock(), False
+        if not record.get("compile") and "step_time_s" in record:
+            self.step_seconds = (self.step_seconds + [record["step_time_s"]])[-1000:]
 
     def stalled(self) -> float | None:
         """Seconds since the last step, when that is past the threshold (and not yet

@@ -9,7 +9,6 @@ Phases: up, bundle (upload), launch, training, checkpoint (a save under way), do
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from podctl import steps
 from podctl.cloud.wait import wait_deleted
 from podctl.errors import SliceLostError, StockoutError
+from podctl.jobs import metric_line
 from podctl.steps import RunOptions
 from podctl.steps.recovery import RecoveryPolicy, run_recovering
 from tests.chaos.conftest import Kit, Record, run
@@ -46,14 +46,6 @@ async def _down(kit: Kit, name: str) -> None:
         pass
 
 
-def _metric(line: str) -> dict | None:
-    try:
-        data = json.loads(line) if line.startswith("{") else None
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and "kind" in data else None
-
-
 def when_line(record: Record, test, action) -> None:
     """Call ACTION once, the first time a line passes TEST (as the follower reads it)."""
     def hook(host: int, line: str) -> None:
@@ -65,12 +57,12 @@ def when_line(record: Record, test, action) -> None:
 
 
 def at_step(step: int):
-    return lambda host, line: host == 0 and (m := _metric(line)) is not None and \
+    return lambda host, line: host == 0 and (m := metric_line.parse(line)) is not None and \
         m["kind"] == "step" and m["step"] >= step
 
 
 def at_checkpoint(step: int):
-    return lambda host, line: host == 0 and (m := _metric(line)) is not None and \
+    return lambda host, line: host == 0 and (m := metric_line.parse(line)) is not None and \
         m["kind"] == "checkpoint" and m["step"] >= step
 
 
