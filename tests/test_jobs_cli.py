@@ -255,9 +255,39 @@ def test_a_5000_deep_json_line_is_shown_as_text_and_the_run_and_its_reports_succ
     deep = next(line for line in proc.stdout.splitlines() if '"x": [[[' in line)
     assert deep.startswith("[host 0000] ") and deep.count("[") == 5001  # the line, whole, as text
     assert '[host 0000] {"kind": "config", "start_step": Infinity, "batch": 1e999}' in proc.stdout
-    run_id = next(l.split()[2] for l in proc.stderr.splitlines() if l.startswith("podctl: run "))
+    run_id = next(line.split()[2] for line in proc.stderr.splitlines() if line.startswith("podctl: run "))
     cost = podctl.json("cost", run_id)
     assert cost["steps"] == 2 and cost["final_step"] == 2
     assert podctl.json("goodput", run_id)["attempts"] == 1
     done = podctl("plot", run_id, "-o", "hostile.png")
     assert done.stdout.startswith("wrote hostile.png") and (podctl.tmp / "hostile.png").stat().st_size
+
+
+def test_a_gcs_outage_as_the_run_ends_loses_no_line(podctl):
+    # 90 s: longer than the agent's former last flush (12 tries, about 63 s) and status upload
+    go = podctl.tmp / "go"
+    client = subprocess.Popen(
+        [sys.executable, "-m", "podctl", "run", "cli16", "--env", f"GO_FILE={go}",
+         str(SCRIPTS / "lines_at_the_end.py"), "9"],
+        env=podctl.env, cwd=podctl.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline() == "[host 0000] waiting\n"
+        podctl("fake", "inject", "gcs-outage", "90")
+        go.touch()  # the script prints its 9 lines and exits while GCS answers 503
+        out, err = client.communicate(timeout=400)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 0, err
+    assert out.splitlines() == [f"[host 0000] line {i}" for i in range(9)]
+    assert "GCS cannot be reached" in err and "caught up" in err
+
+
+def test_a_10_mb_line_comes_back_as_one_line(podctl):
+    size = 10 * 1000 * 1000
+    proc = podctl("run", "cli16", str(SCRIPTS / "long_line.py"), str(size))
+    lines = proc.stdout.split("\n")
+    assert len(lines) == 3 and lines[1:] == ["[host 0000] after", ""]
+    expected = "".join("0123456789"[i % 10] * 1000 for i in range(size // 1000))
+    assert lines[0] == "[host 0000] " + expected

@@ -65,7 +65,10 @@ EXIT_AGENT_FAILED = 124
 DRAIN_SECONDS = 2.0  # after the script exits: read what it left in the pipe, at most this long
 LEFTOVER_GRACE_SECONDS = 3.0  # what the script left running: SIGTERM, this long, SIGKILL
 STOP_GRACE_SECONDS = 600.0  # a script that ignores a stop this long gets SIGKILL
-MAX_LINE_BYTES = 1 << 20  # a "line" this long without "\n" is shipped as it is
+# A line longer than this without "\n" is shipped in pieces of this size, each a line:
+# enough for any line a script means (a 10 MB JSON blob stays one line), and a bound on
+# what a script that never prints "\n" makes the agent hold.
+MAX_LINE_BYTES = 16 << 20
 
 
 def safe_extract(tar_path: Path | str, dest: Path | str, *,
@@ -335,7 +338,8 @@ class Agent:
         assert child.stdout is not None
         fd = child.stdout.fileno()
         os.set_blocking(fd, False)
-        pending = b""
+        partial: list[bytes] = []  # the line being read, in the pieces it came in
+        partial_size = 0  # (joined once, at its "\n": a long line is not copied per read)
         exited_at: float | None = None
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
@@ -350,12 +354,20 @@ class Agent:
                         break  # end of file: no process holds the pipe any more
                 if data:
                     self.learn_process()  # before these lines: the index the script wrote first
-                    *lines, pending = (pending + data).split(b"\n")
+                    *lines, rest = data.split(b"\n")
+                    if lines:
+                        lines[0] = b"".join([*partial, lines[0]])
+                        partial, partial_size = [], 0
                     for line in lines:
                         self.logs.line(_text(line))
-                    if len(pending) > MAX_LINE_BYTES:
-                        self.logs.line(_text(pending))
-                        pending = b""
+                    if rest:
+                        partial.append(rest)
+                        partial_size += len(rest)
+                    if partial_size >= MAX_LINE_BYTES:
+                        joined = b"".join(partial)
+                        self.logs.line(_text(joined[:MAX_LINE_BYTES]))
+                        partial = [joined[MAX_LINE_BYTES:]] if len(joined) > MAX_LINE_BYTES else []
+                        partial_size = len(joined) - MAX_LINE_BYTES
                 now = time.monotonic()
                 if exited_at is None:
                     if child.poll() is not None:
@@ -367,8 +379,8 @@ class Agent:
                         self.stop_deadline = float("inf")
                 elif not data or now - exited_at > DRAIN_SECONDS:
                     break
-        if pending:
-            self.logs.line(_text(pending))
+        if partial:
+            self.logs.line(_text(b"".join(partial)))
 
     def end_leftovers(self, session: int) -> None:
         """SIGTERM to every process the script left running, SIGKILL to what is left
@@ -440,10 +452,13 @@ class Agent:
                   "phases": self.logs.phases, "process_index": self.logs.process_index,
                   # a failure's last lines: podctl reads a runtime error naming the chip here
                   "tail": self.logs.tail[-TAIL_IN_STATUS:] if code else []}
-        self.logs.close()
-        self.logs._upload(f"{self.logs.prefix}/status/{self.logs.tag}.json", json.dumps(status),
-                          "application/json")
-        (self.run_dir / "status.json").write_text(json.dumps(status))
+        # Every line in GCS first: readers take the status as the end of this host's lines.
+        if not self.logs.close():
+            status["unshipped_lines"] = self.logs.unshipped
+        data = json.dumps(status)
+        self.logs.persist(lambda: self.logs._upload(
+            f"{self.logs.prefix}/status/{self.logs.tag}.json", data, "application/json", attempts=3))
+        (self.run_dir / "status.json").write_text(data)
 
     def main(self) -> int:
         become_subreaper()

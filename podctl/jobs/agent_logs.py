@@ -11,10 +11,17 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 TAIL_LINES = 20
 TAIL_IN_STATUS = 20  # a failure's last lines in its status: podctl reads a chip error there
+TAIL_CHARS = 4096  # each tail line is cut to this: the status stays small whatever was printed
+# At the run's end the agent ships every line left (and then its status) through a GCS
+# outage of up to this long, retrying with backoff and beating meanwhile; only after it
+# does it give up, the lines staying in the host's local log.
+SHIP_PATIENCE_SECONDS = 6 * 3600.0
+SHIP_RETRY_MAX_SECONDS = 8.0
 
 
 def host_tag(index: int) -> str:
@@ -36,6 +43,7 @@ class LogShipper:
         self.bucket = bucket
         self.flush_seconds = float(cfg.get("flush_seconds", 2.0))
         self.heartbeat_seconds = float(cfg.get("heartbeat_seconds", 10.0))
+        self.patience = float(cfg.get("ship_patience_seconds", SHIP_PATIENCE_SECONDS))
         self.local = open(run_dir / "output.log", "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (the shipper's life)
         self.pending: list[str] = []
         self.lines = 0
@@ -68,10 +76,11 @@ class LogShipper:
     def line(self, text: str) -> None:
         text = text.rstrip("\n")
         with self.lock:
-            self.local.write(text + "\n")
+            if not self.local.closed:  # a line after the end (a late process mark): GCS only
+                self.local.write(text + "\n")
             self.pending.append(text + "\n")
             self.lines += 1
-            self.tail = (self.tail + [text])[-TAIL_LINES:]
+            self.tail = (self.tail + [text[:TAIL_CHARS]])[-TAIL_LINES:]
 
     def _upload(self, name: str, data: str, content_type: str = "text/plain",
                 attempts: int = 6) -> bool:
@@ -86,39 +95,68 @@ class LogShipper:
                 time.sleep(min(8.0, 0.5 * 2 ** attempt))
         return False
 
-    def flush(self, attempts: int = 6) -> None:
-        """Ship what is pending as the next chunk. A chunk number is used only once its
-        upload succeeded; on failure the lines go back to the front of the queue and
-        travel with the next flush, so the reader never meets a gap (which would hide
-        every later line of this host) and no line is lost."""
+    def flush(self, attempts: int = 6) -> bool:
+        """Ship what is pending as the next chunk -> whether nothing is left pending. A
+        chunk number is used only once its upload succeeded; on failure the lines go back
+        to the front of the queue and travel with the next flush, so the reader never
+        meets a gap (which would hide every later line of this host) and no line is lost."""
         with self.flushing:
             with self.lock:
                 data, self.pending = "".join(self.pending), []
                 self.local.flush()
             if not data:
-                return
+                return True
             if self._upload(f"{self.prefix}/logs/{self.tag}/{self.chunk + 1:06d}.log", data,
                             attempts=attempts):
                 self.chunk += 1
-            else:
-                with self.lock:
-                    self.pending.insert(0, data)
+                return True
+            with self.lock:
+                self.pending.insert(0, data)
+            return False
 
-    def heartbeat(self, force: bool = False) -> None:
+    @property
+    def unshipped(self) -> int:
+        """How many lines are not in GCS yet."""
+        with self.lock:
+            return sum(chunk.count("\n") for chunk in self.pending)
+
+    def heartbeat(self, force: bool = False, attempts: int = 6) -> None:
         now = time.time()
         if force or now - self._last_heartbeat >= self.heartbeat_seconds:
             self._last_heartbeat = now
             beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid(),
                     "phases": self.phases, **self.watch(), "process_index": self.process_index}
-            self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json")
+            self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json",
+                         attempts=attempts)
+
+    def persist(self, attempt: Callable[[], bool]) -> bool:
+        """ATTEMPT (one try at an upload -> whether it is done) until it is done, through
+        an outage of up to `patience` seconds: backing off, and beating between tries so
+        that readers know this host is alive once GCS answers -> whether it was done."""
+        deadline = time.monotonic() + self.patience
+        wait = 0.5
+        while not attempt():
+            if time.monotonic() > deadline:
+                return False
+            self.heartbeat(attempts=1)
+            time.sleep(wait)
+            wait = min(SHIP_RETRY_MAX_SECONDS, wait * 2)
+        return True
 
     def _loop(self) -> None:
         while not self._stop.wait(self.flush_seconds):
             self.flush()
             self.heartbeat()
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Ship every line left (through an outage: `persist`), then close the local log
+        -> whether every line reached GCS. The run's end (its status) is written after
+        this, so a reader that sees the status has every line there is."""
         self._stop.set()
         self._thread.join(timeout=60)
-        self.flush(attempts=12)  # the last chance for these lines to reach GCS
+        shipped = self.persist(lambda: self.flush(attempts=3))
+        if not shipped:
+            sys.stderr.write(f"podctl agent: {self.unshipped} line(s) never reached GCS in "
+                             f"{self.patience:.0f} s; they are in {self.local.name}\n")
         self.local.close()
+        return shipped
