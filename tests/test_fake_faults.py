@@ -312,6 +312,7 @@ def test_inject_through_the_daemon(podctl):
     (["cut-ssh", "inj", "-1"], "WORKER must be a whole number"),
     (["drop-host", "inj", "x"], "WORKER must be a whole number"),
     (["gcs-outage", "-3"], "0 or more seconds"),
+    (["gcs-outage", "1e308"], "at most 30 days"),
     (["preempt", "inj", "--grace", "soon"], "--grace must be 0 or more seconds"),
     (["preempt", "inj", "--after", "-5"], "0 or more seconds"),
     (["fail-calls", "2", "--code", "500"], "--code must be one of"),
@@ -337,3 +338,12 @@ def test_one_table_drives_the_admin_api_its_client_and_the_cli(fake):
     for fault in faults.FAULTS:
         assert callable(getattr(FakeAdmin, fault.method))
         assert [p.name for p in inject.commands[fault.name].params] == [a.name for a in fault.args]
+
+
+@pytest.mark.parametrize("value", ["1e308", 1e308, "2592001", "31d", "721h"])
+def test_a_fault_duration_past_30_days_is_refused(value):
+    from podctl.fake.fault_args import seconds
+
+    with pytest.raises(ValueError, match="at most 30 days"):
+        seconds(value, "SECONDS")
+    assert seconds("30d", "SECONDS") == 30 * 86400.0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_COUNT = 10**9  # more calls, chips or workers than any test or slice has
+MAX_SECONDS = 30 * 86400.0  # a month: longer than any outage, window or delay a test wants
 REQUIRED = object()  # an Arg's default when it has none
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _UNITS = (86400, 3600, 60, 1)
@@ -66,8 +67,10 @@ def _whole(text: Any, label: str, most: int = MAX_COUNT) -> int:
 
 
 def seconds(value: Any, label: str) -> float:
-    """A number of seconds ("2.5", 2.5) or a duration ("90s", "10m", "1h30m"), >= 0."""
-    bad = ValueError(f"{label} must be 0 or more seconds (e.g. 2.5, 90s, 10m), not {value!r}.")
+    """A number of seconds ("2.5", 2.5) or a duration ("90s", "10m", "1h30m"), from 0 to
+    MAX_SECONDS (a larger one, 1e308, overflows the clocks it is added to)."""
+    bad = ValueError(f"{label} must be 0 or more seconds, at most 30 days (e.g. 2.5, 90s, 10m), "
+                     f"not {value!r}.")
     if isinstance(value, bool):
         raise bad
     try:
@@ -77,7 +80,7 @@ def seconds(value: Any, label: str) -> float:
         if not str(value).strip() or not match or not any(match.groups()):
             raise bad from None
         number = float(sum(int(n) * u for n, u in zip(match.groups(), _UNITS) if n))
-    if not math.isfinite(number) or number < 0:
+    if not math.isfinite(number) or not 0 <= number <= MAX_SECONDS:
         raise bad
     return number
 
