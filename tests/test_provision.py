@@ -353,3 +353,39 @@ def test_deleting_a_node_of_a_queued_resource_deletes_the_resource(api, fake):
     assert run(terminate.owning_slice(api, PARENT, node)).name == "own"
     run(terminate.terminate(api, PARENT, "own-0", policy=FAST))
     assert fake.admin.is_empty()
+
+
+def test_default_names_are_unique_per_user_and_stable():
+    from podctl.cloud import names
+
+    spec = SliceSpec.build("v5p-8")
+    users = ["john-doe", "John.Doe", "john_doe", "ünï", "üni", "n", "123", "u123", "你好", "a" * 80]
+    made = [names.default_name(spec, u) for u in users]
+    assert len(set(made)) == len(users), made  # no two users share a slice by default
+    assert [names.validate_name(n) for n in made] == made and all(len(n) <= 50 for n in made)
+    assert made[0] == "john-doe-v5p-8"  # a name that fits stays as it was
+    assert made == [names.default_name(spec, u) for u in users]  # stable: `up` twice reuses
+    owners = [names.owner(u) for u in users]
+    assert len(set(owners)) == len(users), owners
+
+
+def test_up_does_not_reuse_a_default_named_slice_of_another_owner(api, fake):
+    mine = UpRequest(parent=PARENT, name="john-doe-v5p-8", spec=SliceSpec.build("v5p-8"),
+                     ssh_keys=KEY, owner="john-doe", policy=FAST, named_for_owner=True)
+    first = run(up(api, mine))
+    theirs = UpRequest(parent=PARENT, name="john-doe-v5p-8", spec=SliceSpec.build("v5p-8"),
+                       ssh_keys=KEY, owner="someone-else", policy=FAST, named_for_owner=True)
+    with pytest.raises(SpecMismatchError, match="belongs to 'john-doe'.*choose a --name"):
+        run(up(api, theirs))
+    assert not run(up(api, mine)).created  # its owner still reuses it
+    assert first.created
+    run(down(api, "john-doe-v5p-8"))
+
+
+def test_up_refuses_to_reuse_an_unhealthy_slice(api, fake):
+    run(up(api, request("sick", "v5p-8")))
+    fake.admin.inject("unhealthy", name="sick", health="UNHEALTHY_TENSORFLOW", symptom="HBM_OUT_OF_MEMORY",
+                      worker=0)
+    with pytest.raises(SliceLostError, match="unfit to run on .*UNHEALTHY_TENSORFLOW.*podctl down sick"):
+        run(up(api, request("sick", "v5p-8")))
+    run(down(api, "sick"))

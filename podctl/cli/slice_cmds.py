@@ -133,6 +133,8 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             return
         verb = "created" if result.created else "reused"
         state = "ready" if result.info.ready else result.info.state
+        if result.info.health not in (None, "HEALTHY"):  # maintenance under way, say
+            state += f", health {result.info.health}"
         click.echo(f"{verb} {result.info.name}: {state}")
         slice_detail(result.info)
 

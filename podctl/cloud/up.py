@@ -16,10 +16,10 @@ from podctl import topology
 from podctl.cloud import create as create_step
 from podctl.cloud import describe, terminate
 from podctl.cloud.api import TpuApi
-from podctl.cloud.names import REQUEST_LABEL, podctl_labels, validate_name
+from podctl.cloud.names import OWNER_LABEL, REQUEST_LABEL, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo, SliceSpec
-from podctl.failures import slice_lost_reason
+from podctl.failures import slice_lost_reason, unfit
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
 from podctl.errors import (
     AlreadyExistsError, CloudError, InvalidValueError, NotFoundError, PodctlError, SliceLostError,
@@ -40,6 +40,9 @@ class UpRequest:
     policy: WaitPolicy = WaitPolicy()
     labels: dict[str, str] = field(default_factory=dict)  # e.g. budgets; podctl's own win
     placement: Placement = Placement()  # reservation, network, service account, tags
+    # The name is the default one, made from the owner's identity: a slice of that name
+    # labelled with another owner is not this user's to reuse.
+    named_for_owner: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,15 @@ async def check_zone(api: TpuApi, parent: str, slice_type: topology.SliceType) -
                                 f"{gen.name} zones include {', '.join(gen.zones[:2])}.") from e
 
 
-def _check_reusable(info: SliceInfo, spec: SliceSpec) -> None:
+def _check_reusable(info: SliceInfo, request: UpRequest) -> None:
     if not info.managed:
         raise SpecMismatchError(f"a slice named {info.name!r} exists but was not created by podctl; "
                                 "choose another --name.")
-    diffs = info.matches(spec)
+    theirs = info.labels.get(OWNER_LABEL)
+    if request.named_for_owner and theirs != request.owner:
+        raise SpecMismatchError(f"slice {info.name!r} belongs to {repr(theirs) if theirs else 'another user'} "
+                                f"(its {OWNER_LABEL} label), not to {request.owner!r}; choose a --name.")
+    diffs = info.matches(request.spec)
     if diffs:
         raise SpecMismatchError(
             f"slice {info.name!r} exists with another spec ({'; '.join(diffs)}); choose another "
@@ -76,14 +83,19 @@ def _check_reusable(info: SliceInfo, spec: SliceSpec) -> None:
     if slice_lost_reason(info):
         raise SliceLostError(f"slice {info.name!r} is {info.state}; "
                              f"`podctl down {info.name}`, then `podctl up` again.")
+    sick = unfit(info)
+    if sick:
+        raise SliceLostError(f"slice {info.name!r} is {info.state} but unfit to run on ({sick}); "
+                             f"`podctl down {info.name}`, then `podctl up` again.")
 
 
 async def _reuse(api: TpuApi, request: UpRequest, info: SliceInfo, clock: Clock,
                  progress: Progress | None) -> UpResult:
-    _check_reusable(info, request.spec)
+    _check_reusable(info, request)
     if request.wait and not info.ready:
         info = await wait_ready(api, request.parent, request.name, kind=info.kind,
                                 policy=request.policy, clock=clock, progress=progress)
+        _check_reusable(info, request)  # ready now, and still fit to run on
     return UpResult(info, created=False)
 
 

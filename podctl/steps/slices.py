@@ -65,7 +65,8 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
     return UpRequest(parent=settings.parent, name=name, spec=spec,
                      ssh_keys=ensure_ssh_key(settings.config_dir).metadata_entry, owner=names.owner(),
                      wait=options.wait, policy=WaitPolicy(timeout=wait_seconds),
-                     labels=dict(options.labels), placement=placement)
+                     labels=dict(options.labels), placement=placement,
+                     named_for_owner=options.name is None)
 
 
 async def up(session: Session, request: UpRequest, progress: Progress | None = None) -> UpResult:
