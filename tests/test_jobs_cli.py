@@ -209,6 +209,15 @@ def test_on_a_terminal_a_scripts_escape_sequences_are_shown_not_obeyed():
         "[host 0001] fake\\x0d[host 0000] forged\\x85\\u2028"]
 
 
+def test_text_podctl_shows_cannot_reorder_or_break_a_line():
+    from podctl.cli.text import shown
+
+    assert shown("a\u202eb\u2066c\u200fd\ufeffe\u2028f\x85g\nh\ti") == \
+        "a\\u202eb\\u2066c\\u200fd\\ufeffe\\u2028f\\x85g\\x0ah\\x09i"
+    assert shown("tab\tkept", tabs=True) == "tab\tkept"
+    assert shown("emoji \U0001f468\u200d\U0001f469 and ünï") == "emoji \U0001f468\u200d\U0001f469 and ünï"
+
+
 def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):
     run_id = podctl("run", "cli16", "--detach", "--env", "FAIL_HOST=0", "--env", "FAIL_CODE=255",
                     "--keep-going", str(SCRIPTS / "exit_on_host.py")).stdout.strip()

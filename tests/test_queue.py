@@ -70,6 +70,21 @@ def test_add_ls_show_keep_env_values_to_themselves(q):
     assert q.entries()[0]["state"] == "cancelled"
 
 
+def test_queue_ls_and_show_print_a_names_escapes_newlines_and_bidi_overrides_as_escapes(q):
+    name = "evil\x1b[2J\x1b]0;owned\x07\nforged row\u202eexe.txt"
+    added = json.loads(q("queue", "add", "--slice", "v5p-8", "--name", name, "--json",
+                         str(SCRIPTS / "show_env.py")).stdout)
+    assert added["name"] == name  # kept as given; JSON escapes it itself
+    listed = q("queue", "ls").stdout
+    assert len(listed.splitlines()) == 2  # the header and one row: no forged row
+    assert "evil\\x1b[2J\\x1b" in listed.splitlines()[1]
+    shown = q("queue", "show", str(added["id"])).stdout
+    assert "\\x0aforged row\\u202eexe.txt" in shown
+    for out in (listed, shown):
+        assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    q("queue", "cancel", str(added["id"]))
+
+
 @pytest.mark.parametrize("args, code, words", [
     (["add", "--slice", "v5p-7", str(SCRIPTS / "show_env.py")], 2, ["v5p-8"]),
     (["add", "--slice", "v5p-8", "--spot", "--queued", str(SCRIPTS / "show_env.py")], 2, ["choose one"]),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,23 +11,13 @@ import click
 from podctl.vocabulary import EXIT_HOST_LOST, EXIT_INTERRUPTED
 from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
+from podctl.cli.text import shown
 
 
 
 def bucket_option(fn: Any) -> Any:
     return click.option("--bucket", default=None, help="GCS bucket for bundles, logs and "
                         "checkpoints (default: $PODCTL_BUCKET, podctl.toml; the fake has its own).")(fn)
-
-
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def visible(line: str) -> str:
-    """LINE with its control characters shown as escapes (ESC as \\x1b): a script's
-    output must not move the cursor, retitle or clear the user's terminal, or forge
-    a line that seems to come from another host or from podctl. Tabs stay."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", line)
 
 
 def _line_printer(stream: Any) -> Any:
@@ -40,7 +29,7 @@ def _line_printer(stream: Any) -> Any:
     terminal = bool(getattr(stream, "isatty", lambda: False)())
 
     def sink(host: int, line: str) -> None:  # `[host 0003 p5]`: with its JAX process index
-        stream.write(f"[{label(host, process_of(line))}] {visible(line) if terminal else line}\n")
+        stream.write(f"[{label(host, process_of(line))}] {shown(line, tabs=True) if terminal else line}\n")
         stream.flush()
 
     return sink
@@ -296,8 +285,8 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
                          f"{r.extra.get('steps_lost', 0)} steps lost" if recoveries else "")
             share = r.extra.get("goodput")
             recovered += f"  goodput {share:.0%}" if isinstance(share, (int, float)) else ""
-            click.echo(f"{r.run_id:48s} {r.state:10s} exit {code:>3s}  {r.slice_name} "
-                       f"({r.num_hosts} hosts)  {when} UTC  {r.script or ''}{recovered}")
+            click.echo(f"{r.run_id:48s} {r.state:10s} exit {code:>3s}  {shown(r.slice_name)} "
+                       f"({r.num_hosts} hosts)  {when} UTC  {shown(r.script or '')}{recovered}")
 
     guarded(action)
 

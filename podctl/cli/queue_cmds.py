@@ -10,6 +10,7 @@ import click
 
 from podctl.cli.common import Context, ScriptCommand, guarded, slice_help
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
+from podctl.cli.text import shown
 
 TICK_HELP = """One reconcile pass over the queue (for cron): each entry takes its next step.
 
@@ -124,7 +125,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         if as_json:
             emit_json(entry.to_json())
         else:
-            click.echo(f"queued {entry.id} ({entry.name}: {entry.accelerator_type} {entry.tier}, "
+            click.echo(f"queued {entry.id} ({shown(entry.name)}: {entry.accelerator_type} {entry.tier}, "
                        f"bundle {digest[:12]})")
 
     guarded(action)
@@ -134,8 +135,8 @@ def _row(e: Any) -> str:
     code = "-" if e.exit_code is None else str(e.exit_code)
     slice_state = ((e.current() or {}).get("slice_state") or "") if e.state == "provisioning" else ""
     state = e.state + (f" ({slice_state})" if slice_state else "")
-    return (f"{e.id:>5}  {e.name[:24]:24s} {e.accelerator_type:10s} {e.tier:9s} {e.priority:>4}  "
-            f"{state:36s} {e.attempt}/{e.max_attempts}  exit {code:>3s}  {e.run_id or ''}")
+    return (f"{e.id:>5}  {shown(e.name)[:24]:24s} {e.accelerator_type:10s} {e.tier:9s} {e.priority:>4}  "
+            f"{shown(state):36s} {e.attempt}/{e.max_attempts}  exit {code:>3s}  {e.run_id or ''}")
 
 
 @queue.command(name="ls")
@@ -188,11 +189,11 @@ def show(entry_id: int, as_json: bool) -> None:
                 value = (f"fits {value.get('slice')}: "
                          f"{value['hbm']['needed_bytes'] / 2**30:.2f} GiB of HBM per chip, "
                          f"{value['flops']['per_step'] or 0:.3e} FLOPs per step")
-            click.echo(f"{key:16s} {value if value is not None and value != [] else '-'}")
+            click.echo(f"{key:16s} {shown(str(value)) if value is not None and value != [] else '-'}")
         for a in attempts:
-            click.echo(f"attempt {a['attempt']}: slice {a['slice']}, run {a.get('run_id') or '-'}, "
-                       f"{a.get('outcome') or 'in progress'}"
-                       + (f" ({a['error']})" if a.get("error") else ""))
+            click.echo(shown(f"attempt {a['attempt']}: slice {a['slice']}, run {a.get('run_id') or '-'}, "
+                             f"{a.get('outcome') or 'in progress'}"
+                             + (f" ({a['error']})" if a.get("error") else "")))
 
     guarded(action)
 
