@@ -300,3 +300,16 @@ def test_a_10_mb_line_comes_back_as_one_line(podctl):
     assert len(lines) == 3 and lines[1:] == ["[host 0000] after", ""]
     expected = "".join("0123456789"[i % 10] * 1000 for i in range(size // 1000))
     assert lines[0] == "[host 0000] " + expected
+
+
+def test_logs_follow_after_down_ends_at_once_saying_the_slice_was_deleted(podctl):
+    run_id = podctl("run", "cli16", "--detach", str(SCRIPTS / "ticker.py"), "100000", "0.5").stdout.strip()
+    deadline = time.time() + 60
+    while "[host 0000] tick 2 of" not in podctl("logs", run_id).stdout:
+        assert time.time() < deadline, "the run never ticked"
+        time.sleep(0.5)
+    podctl("down", "cli16", "--yes")
+    proc = podctl("logs", run_id, "--follow", check=False)
+    assert proc.returncode == 255 and "[host 0000] tick 1 of 100000" in proc.stdout
+    # the record's word ends it, not 90 s of silence from the hosts
+    assert "failed (slice deleted)" in proc.stderr and "stopped sending heartbeats" not in proc.stderr

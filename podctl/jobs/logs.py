@@ -149,6 +149,11 @@ class LogReader:
         if now - self._last_beat_check > 10:
             await self.read_heartbeats()
             self._last_beat_check = now
-            for host in self.lost_hosts(now):
-                self.progress.statuses[host] = run_files.lost_status(host, now)
+            # A record closed as lost (`podctl down` deleted the slice under the run): its
+            # hosts will write nothing more; waiting out their heartbeats would only stall.
+            gone = await run_files.gone_reason(self.storage, self.run_id)
+            lost = ([h for h in range(self.num_hosts) if h not in self.progress.statuses]
+                    if gone is not None else self.lost_hosts(now))
+            for host in lost:  # the next poll reports them, reads the last lines, and ends
+                self.progress.statuses[host] = run_files.lost_status(host, now, gone or run_files.SILENT)
         return None

@@ -152,9 +152,20 @@ def silent_hosts(num_hosts: int, statuses: dict[int, HostStatus], heartbeats: di
             and now - max(heartbeats.get(h, since), since) > HOST_LOST_SECONDS]
 
 
-def lost_status(host: int, now: float) -> HostStatus:
-    return HostStatus(host=host, exit_code=EXIT_HOST_LOST, ended=now,
-                      error="the host stopped sending heartbeats")
+SILENT = "the host stopped sending heartbeats"
+
+
+def lost_status(host: int, now: float, why: str = SILENT) -> HostStatus:
+    return HostStatus(host=host, exit_code=EXIT_HOST_LOST, ended=now, error=why)
+
+
+async def gone_reason(storage: Storage, run_id: str) -> str | None:
+    """Why RUN_ID's hosts are gone when its record says so (`lost`: its slice was
+    deleted, say), else None: a reader then waits for no heartbeat to end it."""
+    record = await read_record(storage, run_id)
+    if record is None or record.state != "lost":
+        return None
+    return str(record.extra.get("reason") or "the run's record says its hosts are lost")
 
 
 async def list_chunks(storage: Storage, run_id: str, host: int | None = None) -> dict[int, list[tuple[int, str]]]:
