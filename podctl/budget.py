@@ -178,8 +178,9 @@ async def watch_budget(follow: Awaitable[T], *, api: TpuApi, parent: str, job: J
     started = clock()
     budget = slice_budget(info)
     limits = {}
+    skew = api.server_now() - time.time()  # the deadline is on the service's clock
     if budget and budget.deadline is not None:
-        limits["slice"] = budget.deadline
+        limits["slice"] = budget.deadline - skew
     if max_hours is not None:
         limits["run"] = started + max_hours * 3600
     task = asyncio.ensure_future(follow)
@@ -199,8 +200,8 @@ async def watch_budget(follow: Awaitable[T], *, api: TpuApi, parent: str, job: J
         return task.result()
     now = clock()
     if which == "slice":
-        why = overdue(info, max(now, deadline)) or f"deadline passed after " \
-              f"{(now - info.created) / 3600:.1f} h"
+        why = overdue(info, max(now, deadline) + skew) or f"deadline passed after " \
+              f"{(now + skew - info.created) / 3600:.1f} h"
     else:
         price = cost.chip_hour_price(info.zone, spot=info.tier == "spot",
                                      generation=cost.generation_of(info.accelerator_type))
@@ -251,9 +252,9 @@ async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: b
     (podctl.gc.Keep) says a run still owns one."""
     from podctl import gc  # gc builds on this module (overdue): imported here, one way
 
-    now = time.time() if now is None else now
     reaped = []
     slices = await list_slices(api, parent)
+    now = api.server_now() if now is None else now  # deadlines are on the service's clock
     for info in slices:
         reason = overdue(info, now)
         if reason is None or info.state == "DELETING":

@@ -4,8 +4,8 @@ the project's quota; list, never touch, such leftovers that podctl did not make.
 A leftover is, in one zone:
 
 - a queued resource that is FAILED (its validity window closed before capacity came,
-  or the request was bad) or SUSPENDED (its nodes were preempted), or still waiting
-  past its validUntil: Cloud TPU keeps each until it is deleted, and quota with it
+  as Cloud TPU decides on its own clock, or the request was bad) or SUSPENDED (its nodes
+  were preempted): Cloud TPU keeps each until it is deleted, and quota with it
   (https://cloud.google.com/tpu/docs/queued-resources: "The request remains in the
   queue until it is explicitly deleted");
 - a node (or a queued resource's node) that is PREEMPTED or TERMINATED: it keeps its
@@ -48,7 +48,6 @@ Keep = Callable[[SliceInfo], Awaitable["str | None"]]  # why INFO must stay, or 
 Notice = Callable[[str], None]
 
 DEAD_NODE_STATES = {"PREEMPTED", "TERMINATED"}
-WAITING_STATES = {"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"}
 
 
 @dataclass(frozen=True)
@@ -69,13 +68,10 @@ class Leftover:
                 "chips": self.info.chips, "labels": dict(self.info.labels)}
 
 
-def _when(epoch: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
-
-
 def dead_reason(info: SliceInfo, now: float) -> str | None:
     """Why INFO can run nothing any more yet still holds quota; None if it can (or is
-    already being deleted)."""
+    already being deleted). A queued resource past its validUntil is the service's to
+    call expired (it turns FAILED): this client's clock may be hours off."""
     if info.state == "DELETING":
         return None
     if info.kind == "queued-resource":
@@ -83,8 +79,6 @@ def dead_reason(info: SliceInfo, now: float) -> str | None:
             return "FAILED" + (f" ({info.error})" if info.error else "")
         if info.state == "SUSPENDED":
             return "SUSPENDED (its nodes were preempted)"
-        if info.state in WAITING_STATES and info.valid_until is not None and now >= info.valid_until:
-            return f"expired: still waiting after its validUntil ({_when(info.valid_until)})"
     states = {info.state} if info.kind == "node" else {n.state for n in info.nodes}
     dead = sorted(states & DEAD_NODE_STATES)
     if dead:
@@ -155,8 +149,11 @@ async def collect(api: Any, parent: str, *, now: float | None = None, dry_run: b
                   select: Callable[[SliceInfo], bool] | None = None, keep: Keep | None = None,
                   wait: bool = True, policy: WaitPolicy = WaitPolicy(),
                   notice: Notice = lambda text: None) -> list[Leftover]:
-    """List PARENT's slices once, find the leftovers, delete podctl's that nothing owns."""
-    found = await survey(await list_slices(api, parent), now=now, select=select, keep=keep)
+    """List PARENT's slices once, find the leftovers, delete podctl's that nothing owns.
+    NOW (default: the service's clock, `TpuApi.server_now`) judges budgets' deadlines."""
+    slices = await list_slices(api, parent)
+    now = api.server_now() if now is None else now
+    found = await survey(slices, now=now, select=select, keep=keep)
     return await reap(api, parent, found, dry_run=dry_run, wait=wait, policy=policy, notice=notice)
 
 
@@ -191,12 +188,13 @@ def queue_keeper(token: str, entries: Iterable[Any]) -> Keep:
     return keep
 
 
-def run_keeper(storage: Any, *, now: float | None = None) -> Keep:
+def run_keeper(storage: Any, *, now: float | None = None,
+               clock: Callable[[], float] = time.time) -> Keep:
     """Slices a run is going on. On a slice whose hosts are up, a run recorded as
     going counts; on a dead one, only while its hosts beat (a preempted host saving its
     checkpoint in its notice period, a `--recover` about to take the slice over). The
-    runs are listed once, at the first slice asked about."""
-    now = time.time() if now is None else now
+    runs are listed once, at the first slice asked about. Heartbeats carry GCS's times:
+    CLOCK (the service's, `TpuApi.server_now`, where the caller has one) is read then."""
     going: list[Any] | None = None
 
     async def last_beat(run_id: str) -> float | None:
@@ -204,9 +202,10 @@ def run_keeper(storage: Any, *, now: float | None = None) -> Keep:
         return max(beats) if beats else None
 
     async def keep(info: SliceInfo) -> str | None:
-        nonlocal going
+        nonlocal going, now
         if going is None:
             going = [r for r in await list_runs(storage) if r.state in LIVE_RUN_STATES]
+        now = clock() if now is None else now
         for record in going:
             if not runs.on_slice(record, info.name, info.created):
                 continue

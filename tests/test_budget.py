@@ -18,7 +18,7 @@ from podctl.cloud.up import UpRequest, up
 from podctl.errors import BudgetExceededError, InvalidValueError
 from podctl.jobs.run_files import load_record
 from podctl.jobs.metrics import read_metrics
-from tests.conftest import FAST, PARENT, ZONE
+from tests.conftest import FAST, PARENT, TIME_SCALE, ZONE
 from tests.conftest import assert_one_line_error
 from tests.test_jobs import make_job
 
@@ -154,3 +154,36 @@ def test_run_max_hours_and_budget_check_stop_runs_through_the_cli(podctl):
     record = [r for r in podctl.json(*fake, "runs") if r["run_id"] == run_id][0]
     assert record["state"] == "stopped" and record["extra"]["stopped_by"] == "budget"
     assert podctl.json(*fake, "ls") == []
+
+
+def _skew_daemon(podctl, hours: float) -> float:
+    """Set the fake daemon's clock HOURS ahead of this machine's (a client that slow)
+    -> the offset in seconds."""
+    from podctl.fake.admin_client import FakeAdmin
+
+    podctl("fake", "start")
+    admin = FakeAdmin(podctl.json("fake", "status", "--json")["admin"])
+    scale = admin.set_timings()["time_scale"]
+    admin.advance(hours * 3600 * scale)  # simulated seconds: the fake's clock moves by 1/scale
+    return hours * 3600
+
+
+def test_a_slow_clients_max_hours_deadline_is_on_the_services_clock(podctl):
+    ahead = _skew_daemon(podctl, 2)
+    up_json = podctl.json("--backend", "fake", "up", "--slice", "v5p-8", "--name", "skewed",
+                          "--zone", "us-east5-a", "--max-hours", "1")
+    deadline = int(up_json["labels"]["podctl-deadline"])
+    # an hour from now on the service's clock (the client's own would make it an hour ago there)
+    assert deadline - (time.time() + ahead) == pytest.approx(3600, abs=60)
+    proc = podctl("--backend", "fake", "budget", "check", "--zone", "us-east5-a")
+    assert "skewed" not in proc.stdout
+    podctl("--backend", "fake", "down", "skewed", "--yes", "--zone", "us-east5-a")
+
+
+def test_budget_check_judges_a_deadline_on_the_services_clock(api, fake, isolated):
+    key = ensure_ssh_key(isolated / "config")
+    _budgeted_slice(api, "past", 1.0, key)  # an hour from now on this machine's clock ...
+    fake.admin.advance(2 * 3600 * TIME_SCALE)  # ... is an hour ago on the service's, 2 h ahead
+    reaped = asyncio.run(budget.reap(api, PARENT, policy=FAST))  # no `now`: the service's
+    assert [(r.info.name, r.deleted) for r in reaped] == [("past", True)]
+    assert api.server_now() - time.time() == pytest.approx(2 * 3600, abs=5)

@@ -223,3 +223,15 @@ def test_gc_from_the_cli(podctl):
     assert_one_line_error(podctl("gc", "--bogus", check=False), 2, "--bogus")
     assert_one_line_error(podctl("gc", "--zone", "nowhere-1z", check=False), 2, "nowhere-1z")
     podctl("down", "queued-one", "--yes")
+
+
+def test_gc_leaves_a_waiting_queued_resource_to_the_services_word_on_its_expiry(api, fake, isolated):
+    fake.admin.capacity(0)
+    _create(api, "waiting", queued=True, valid_for=3600)
+    _wait_state(api, "waiting", "WAITING_FOR_RESOURCES")
+    fast_client = time.time() + 7 * 3600  # a client clock 7 h fast: past its validUntil
+    assert gc.dead_reason(asyncio.run(describe(api, PARENT, "waiting")), fast_client) is None
+    assert asyncio.run(gc.collect(api, PARENT, now=fast_client, policy=FAST)) == []
+    assert asyncio.run(describe(api, PARENT, "waiting")).state == "WAITING_FOR_RESOURCES"
+    fake.admin.capacity(None)
+    _remove_the_rest(api, fake)

@@ -394,7 +394,8 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
                                                  grace_seconds=grace_seconds)
 
         from podctl.gc import run_keeper
-        keep = run_keeper(session.storage) if session.settings.bucket else None  # podctl/gc.py
+        keep = (run_keeper(session.storage, clock=session.api.server_now)  # podctl/gc.py
+                if session.settings.bucket else None)
         reaped = run_sync(budget_lib.reap(session.api, session.settings.parent, dry_run=dry_run,
                                           stop_runs=stop_runs, notice=_notice, keep=keep))
         if as_json:

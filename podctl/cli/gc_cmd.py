@@ -53,8 +53,6 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
     a queue entry owns; slices podctl did not create are listed, never touched."""
 
     def action() -> None:
-        import time
-
         from podctl import gc as gc_lib
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
@@ -67,12 +65,13 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
         storage = _storage(settings) if settings.bucket else None
 
         async def no_bucket(info: Any) -> str | None:
-            if gc_lib.dead_reason(info, time.time()) is None:
+            if gc_lib.dead_reason(info, api.server_now()) is None:
                 return "no bucket (--bucket, PODCTL_BUCKET) to see whether a run goes on it"
             return None
 
         async def go() -> list[Any]:
-            runs_keep = gc_lib.run_keeper(storage) if storage is not None else no_bucket
+            runs_keep = (gc_lib.run_keeper(storage, clock=api.server_now) if storage is not None
+                         else no_bucket)
             found = await gc_lib.collect(api, settings.parent, dry_run=dry_run,
                                          keep=gc_lib.all_of(queue_keep, runs_keep))
             if storage is not None and not dry_run:

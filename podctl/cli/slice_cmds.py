@@ -105,13 +105,17 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             wait=not no_wait, timeout=timeout, placement=placement))
         from podctl.budget import describe_labels, with_budget
 
+        session = steps.Session.open(settings)
+        # A deadline is on the service's clock, as `budget check` reads it: this machine's
+        # may be hours off.
+        now = (run_sync(session.api.server_clock(settings.parent))
+               if max_cost is not None or max_hours is not None else None)
         request = with_budget(request, settings.zone, max_cost=max_cost, max_hours=max_hours,
-                              price=price)
+                              price=price, now=now)
         if not request.spec.slice_type.in_google_table:
             click.echo(f"podctl: note: {request.spec.slice_type.name} ({request.spec.slice_type.topology}) "
                        f"is not in Google's table of {request.spec.slice_type.generation.name} sizes; "
                        "Cloud TPU may refuse it.", err=True)
-        session = steps.Session.open(settings)
         with ProgressReporter(f"{request.name} ({request.spec.describe()})") as progress:
             result = run_sync(steps.up(session, request, progress=progress))
         if (max_cost is not None or max_hours is not None) and not result.created:
@@ -119,7 +123,7 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             from podctl.budget import existing_budget_labels, set_on_existing
 
             labels = existing_budget_labels(result.info, max_cost=max_cost, max_hours=max_hours,
-                                            price=price)
+                                            price=price, now=session.api.server_now())
             info = run_sync(set_on_existing(session.api, settings.parent, result.info, labels))
             result = dataclasses.replace(result, info=info)
             click.echo(f"podctl: budget {describe_labels(labels)} set on {info.name}, which already "

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
+import time
 from collections import Counter
 from typing import Any, TypeVar
 from collections.abc import Callable
@@ -29,6 +31,20 @@ T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request
 
 
+def clock_offset(date_header: str | None, local: float) -> float | None:
+    """The seconds to add to LOCAL (this machine's time.time()) for the time an HTTP
+    Date header says (RFC 7231, to the second), or None without a readable one. Within
+    a second of agreement the offset is taken as 0: the header cannot tell better."""
+    if not date_header:
+        return None
+    try:
+        said = email.utils.parsedate_to_datetime(date_header).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    offset = said - local
+    return 0.0 if abs(offset) < 1.5 else offset
+
+
 class TpuApi:
     def __init__(self, client: tpu_v2.TpuClient, *, endpoint: str, retry: RetryPolicy = RetryPolicy(),
                  sleep: Callable[[float], Any] = asyncio.sleep, override: str | None = None):
@@ -40,6 +56,32 @@ class TpuApi:
         self.retry = retry
         self._sleep = sleep
         self.calls: Counter[str] = Counter()  # by method, each HTTP request once
+        # The service's clock, from the Date header of its answers: budgets and expiry are
+        # judged on it, since a client's clock can be hours off (`server_now`).
+        self._clock_offset: float | None = None
+        session = getattr(client.transport, "_session", None)
+        if session is not None and hasattr(session, "hooks"):
+            session.hooks.setdefault("response", []).append(self._saw_date)
+
+    def _saw_date(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        """A requests response hook: the offset of the service's clock from ours."""
+        offset = clock_offset(response.headers.get("Date"), time.time())
+        if offset is not None:
+            self._clock_offset = offset
+
+    async def server_clock(self, parent: str) -> float:
+        """`server_now`, after one light call (a page of one node in PARENT) when the
+        service has not answered this client yet."""
+        if self._clock_offset is None:
+            await self._call("nodes.list", f"listing nodes in {parent}", self.client.list_nodes,
+                             request=tpu_v2.ListNodesRequest(parent=parent, page_size=1), retry=None)
+        return self.server_now()
+
+    def server_now(self) -> float:
+        """Now on the service's clock (to the second), as of its last answer; this machine's
+        clock until it has answered once. Every time podctl compares with a slice's
+        createTime, a budget's deadline or a validUntil is read on this clock."""
+        return time.time() + (self._clock_offset or 0.0)
 
     def close(self) -> None:
         """Close the HTTP sessions: the API's and the one its operations client made."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
 import logging
 import os
@@ -143,8 +144,16 @@ class FakeCloud:
             await self.stop()
             raise
 
+    @web.middleware
+    async def _dated(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every answer's Date is the fake's own clock (advanced as tests say), as Google's
+        answers carry Google's: what a client reads the service's time from."""
+        response = await handler(request)
+        response.headers["Date"] = email.utils.formatdate(self.world.now(), usegmt=True)
+        return response
+
     async def _serve(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._dated])
         app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
         app.router.add_route("*", "/v2alpha1/{tail:.*}", self._handle_v2alpha1)
         admin_api.add_routes(app, self)
