@@ -25,7 +25,7 @@ from pathlib import Path
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import metric_line
 except ImportError:  # imported by podctl itself
-    from podctl.jobs import metric_line  # type: ignore[no-redef]
+    from podctl.jobs import metric_line
 
 PROGRESS_FILE = "progress.json"
 STACKS_FILE = "stacks.txt"
