@@ -138,7 +138,8 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
     FLOPs per step (FLOPs/step x D / tokens per step) instead of 6·N·D."""
     from podctl import cost
     from podctl import preflight as lib
-    from podctl.cli.cost_cmds import _plan_zone, _short_source
+    from podctl.cli.plan_cmd import plan_zone as _plan_zone
+    from podctl.cli.plan_render import short_source as _short_source
     from podctl.cli.render import emit_json
     from podctl.errors import InvalidValueError
 
