@@ -33,16 +33,22 @@ def _slice_json(info: Any, c: Any) -> dict[str, Any]:
 
 
 def _run_cost(ctx: Context, run_id: str, price: float | None, project: str | None,
-              zone: str | None, bucket: str | None) -> dict[str, Any]:
+              zone: str | None, bucket: str | None, inputs: Any) -> dict[str, Any]:
+    """RUN_ID's bill, and the project's parts (as `plan` gives them) from what it measured."""
     from podctl._sync import run_sync
+    from podctl.planner.bill import measured_bill
     from podctl.steps import Session
-    from podctl.steps.run_cost import run_cost
+    from podctl.steps.run_cost import checkpoint_bytes, run_cost
 
     session = Session.open(ctx.settings(project, zone, bucket))
     try:
-        return run_sync(run_cost(session, run_id, price=price)).to_json()
+        bill = run_sync(run_cost(session, run_id, price=price))
+        saved = run_sync(checkpoint_bytes(session, run_id))
     finally:
         session.close()
+    project_bill = measured_bill(bill, saved, inputs)
+    return {**bill.to_json(), "checkpoint_bytes": saved,
+            "project": project_bill.to_json() if project_bill else None}
 
 
 def _print_run(r: dict[str, Any]) -> None:
@@ -60,6 +66,10 @@ def _print_run(r: dict[str, Any]) -> None:
         ("tokens", f"{r['tokens']:,.0f} ({fmt_usd(r['usd_per_million_tokens'])} per million)"),
         ("MFU", "-" if r["median_mfu"] is None else f"{r['median_mfu']:.3f} (median)"),
     ]
+    if r["project"]:
+        rows.append(("project", f"{fmt_usd(r['project']['total_usd'])} in all:"))
+        rows += [(f"  {name.replace('_', ' ')}", f"{fmt_usd(p['usd'])}  ({p['working']})")
+                 for name, p in r["project"]["parts"].items()]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
@@ -68,15 +78,25 @@ def _print_run(r: dict[str, Any]) -> None:
 @click.command(name="cost")
 @click.argument("target", required=False, metavar="[NAME|RUN_ID]")
 @price_option
+@click.option("--people", default=0.0, show_default=True, type=float,
+              help="RUN_ID: people paid while it ran.")
+@click.option("--rate", default=0.0, show_default=True, type=float, metavar="USD_PER_HOUR",
+              help="RUN_ID: what one person costs per hour.")
+@click.option("--dataset-tb", default=0.0, show_default=True, type=float,
+              help="RUN_ID: the dataset it read, in TB.")
+@click.option("--egress-usd-per-gb", default=0.0, show_default=True, type=float,
+              help="RUN_ID: what moving the dataset to the slice cost per GB.")
 @where_options
 @bucket_option
 @json_option
 @pass_context
-def cost_cmd(ctx: Context, target: str | None, price: float | None, project: str | None,
+def cost_cmd(ctx: Context, target: str | None, price: float | None, people: float, rate: float,
+             dataset_tb: float, egress_usd_per_gb: float, project: str | None,
              zone: str | None, bucket: str | None, as_json: bool) -> None:
     """What a slice has cost so far (chips x age x price), or a run: its billed slice
-    time, goodput (training time / billed time) and cost per million tokens trained.
-    Without NAME: every podctl slice in the zone."""
+    time, goodput (training time / billed time), cost per million tokens trained, and the
+    project's parts as `plan` gives them (compute, staff, checkpoint storage, data
+    transfer) from what it measured. Without NAME: every podctl slice in the zone."""
 
     def action() -> None:
         from podctl import cost
@@ -88,7 +108,12 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, project: str
 
         cost.check_price(price)
         if target and valid_run_id(target):
-            report = _run_cost(ctx, target, price, project, zone, bucket)
+            from podctl.planner.bill import BillInputs
+
+            inputs = BillInputs(people=people, usd_per_person_hour=rate, dataset_tb=dataset_tb,
+                                egress_usd_per_gb=egress_usd_per_gb,
+                                egress_why="--egress-usd-per-gb").check()
+            report = _run_cost(ctx, target, price, project, zone, bucket, inputs)
             if as_json:
                 emit_json(report)
             else:
@@ -117,8 +142,9 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, project: str
         known = [r["cost_usd"] for r in report if r["cost_usd"] is not None]
         if len(report) > 1:
             click.echo(f"{'total':30s} {cost.fmt_usd(sum(known)) if known else '?':>60s}")
-        if len(known) < len(report):
-            _notice(cost.unknown_price_message(settings.zone))
+        for generation in dict.fromkeys(cost.generation_of(r["accelerator_type"]) for r in report
+                                        if r["cost_usd"] is None):
+            _notice(cost.unknown_price_message(settings.zone, generation))
 
     guarded(action)
 

@@ -212,6 +212,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
         from podctl.cli.preflight_cmds import plan_from_preflight
         from podctl.errors import InvalidValueError
 
+        assert from_preflight is not None
         if params_text or compare or mfu_from or frontier:
             raise InvalidValueError("--from-preflight has the FLOPs per step: drop --params, "
                                     "--compare, --frontier and --mfu-from.")

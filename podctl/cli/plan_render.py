@@ -116,7 +116,7 @@ def print_table(plan: Any) -> None:
 
 def print_frontier(front: Any, output: Any) -> None:
     click.echo("frontier: days against dollars for every size that fits, each system in its "
-               "cheapest region (MFU taken as constant with size)")
+               "cheapest region (published MFU, 2% less per doubling of chips beyond the run)")
     head = ["SYSTEM", "CHIPS", "MFU", "DAYS", "TOTAL", "REGION"]
     table = [[p.system.name, str(p.system.chips), f"{p.mfu.value:g}", f"{p.days:,.1f}",
               fmt_usd(p.total_usd), p.price.region if p.price else "-"] for p in front.pareto]

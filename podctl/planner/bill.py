@@ -17,6 +17,7 @@ and moves its dataset to the chips. Each part is worked out in the open:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -145,3 +146,17 @@ def bill(*, run_compute_usd: float, run_hours: float, params: float, inputs: Bil
                  f"({i.egress_why})"),
     )
     return Bill(parts, i)
+
+
+def measured_bill(run: Any, checkpoint_bytes: float, inputs: BillInputs) -> Bill | None:
+    """The same parts for a run that happened (a steps.run_cost.RunBill): its billed time
+    (badput included: its goodput was measured), the checkpoints it left, INPUTS' people
+    and data. None when the run's price is unknown."""
+    if run.cost_usd is None:
+        return None
+    measured = dataclasses.replace(
+        inputs, runs=1, checkpoints_kept=1,
+        goodput=run.goodput if run.goodput else 1.0,
+        goodput_source=f"measured by run {run.run_id}" if run.goodput else "not measured")
+    return bill(run_compute_usd=run.cost_usd, run_hours=run.billed_seconds / 3600, params=0.0,
+                inputs=measured, checkpoint_bytes=checkpoint_bytes, goodput_applied=True)

@@ -73,8 +73,9 @@ class SystemPlan:
         return None if total is None else total / (self.tokens / 1e6)
 
     def numbers(self) -> list[float]:
+        project = self.bill.total_usd if self.bill else None
         return [x for x in (self.flops, self.hours, self.usd_per_hour, self.total_usd,
-                            self.spot_total_usd, self.bill and self.bill.total_usd) if x is not None]
+                            self.spot_total_usd, project) if x is not None]
 
     def to_json(self) -> dict[str, Any]:
         s = self.system
@@ -120,7 +121,8 @@ def _price(system: System, tier: str, region: str | None, override: float | None
     """SYSTEM's price per chip-hour at TIER, and what to do when there is none."""
     where = region or "cheapest"
     if override is not None:
-        return cost.Price(cost.check_price(override), tier, where, "--price", None), None
+        cost.check_price(override)
+        return cost.Price(float(override), tier, where, "--price", None), None
     if system.kind == "tpu":
         own = cost.chip_hour_price(region or "-", spot=False, tier=tier, generation=system.family,
                                    config=config)
@@ -169,7 +171,8 @@ def mfu_for(system: System, params: float, given: float | None = None,
         return MfuFigure(cost.check_mfu(given), "--mfu")
     if measured is not None:
         return measured
-    return published(system.family, params) or MfuFigure(cost.DEFAULT_MFU, "assumed; pass --mfu")
+    return (published(system.family, params, system.chips)
+            or MfuFigure(cost.DEFAULT_MFU, "assumed; pass --mfu"))
 
 
 def break_evens(rows: tuple[SystemPlan, ...]) -> tuple[BreakEven, ...]:

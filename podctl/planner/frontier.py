@@ -4,7 +4,7 @@ and the fastest within a budget.
 Sizes: a TPU generation's documented slices (Google's table) that hold the model (fit.py),
 then 2, 4, 8 ... of its largest slice (multislice) up to MAX_CHIPS; a GPU system's machines
 in powers of two. Each point is a plan of its own (core.plan_system): days and dollars at
-the system's MFU and cheapest price. MFU is taken as constant with size, and said so.
+the system's MFU (falling with size: mfu.py) and cheapest price.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Frontier:
         if self.deadline_days is None:
             return None
         ok = [p for p in self.points if p.days <= self.deadline_days]
-        return min(ok, key=lambda p: (p.total_usd or 0.0, p.days), default=None)
+        return min(ok, key=lambda p: (round(p.total_usd or 0.0, 2), p.system.chips), default=None)
 
     @property
     def fastest_within_budget(self) -> SystemPlan | None:
@@ -86,7 +86,8 @@ class Frontier:
                 "fastest_within_budget": brief(self.fastest_within_budget)}
 
 
-def frontier(params: float | str, tokens: float | str, systems: str | list[str] = DEFAULT_SYSTEMS,
+def frontier(params: float | str, tokens: float | str,
+             systems: str | list[str] | tuple[str, ...] = DEFAULT_SYSTEMS,
              *, deadline_days: float | None = None, budget_usd: float | None = None,
              **plan_args: Any) -> Frontier:
     """Every size of each of SYSTEMS (families: "v5p", "h100"), planned with PLAN_ARGS as

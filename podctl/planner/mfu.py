@@ -1,8 +1,10 @@
 """MFU per system and model size, from published runs, and the break-even MFU.
 
 podctl/data/mfu.toml holds one figure per system (the keys of prices.toml) and model-size
-band, each with where it comes from. `plan` prints the figure beside its source; `--mfu`
-and `--mfu-from RUN_ID` replace it.
+band, each with where it comes from and the run's size. Beyond that size MFU is taken to
+fall 2% per doubling of chips (the rule and its source are in the table's header). `plan`
+prints the figure beside its source; `--mfu` and `--mfu-from RUN_ID` replace it (and are
+not scaled).
 
 Break-even: system A costs less per token than system B while
     MFU_A >= MFU_B x (price_A / peak_A) / (price_B / peak_B)
@@ -12,11 +14,13 @@ Break-even: system A costs less per token than system B while
 from __future__ import annotations
 
 import functools
+import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+SCALING = 0.98  # MFU kept per doubling of chips beyond a published run (see data/mfu.toml)
 
 @dataclass(frozen=True)
 class MfuFigure:
@@ -38,14 +42,26 @@ def rows() -> list[dict[str, Any]]:
     return [{**r, "source": named.get(r["source"], r["source"])} for r in _table()["rows"]]
 
 
-def published(system: str, params: float) -> MfuFigure | None:
-    """The published MFU of SYSTEM's band for a model of PARAMS parameters."""
+def scaled(mfu: float, published_chips: int, chips: int) -> float:
+    """MFU at CHIPS from a run at PUBLISHED_CHIPS: SCALING per doubling beyond it, no gain below."""
+    doublings = max(0.0, math.log2(chips / published_chips)) if chips > 0 else 0.0
+    return mfu * SCALING ** doublings
+
+
+def published(system: str, params: float, chips: int | None = None) -> MfuFigure | None:
+    """The published MFU of SYSTEM's band for a model of PARAMS parameters, carried to
+    CHIPS (when given) by the scaling rule."""
     bands = sorted((r for r in rows() if r["system"] == system), key=lambda r: r["min_params"])
     chosen = [r for r in bands if r["min_params"] <= params]
     if not chosen:
         return None
     row = chosen[-1]
-    return MfuFigure(float(row["mfu"]), row["source"], row.get("note", ""))
+    value, note = float(row["mfu"]), row.get("note", "")
+    if chips is not None and chips > row["chips"]:
+        value = scaled(value, row["chips"], chips)
+        note = (f"{row['mfu']:g} at {row['chips']} chips ({note}), x {SCALING:g} per doubling "
+                f"to {chips}")
+    return MfuFigure(round(value, 4), row["source"], note)
 
 
 @dataclass(frozen=True)

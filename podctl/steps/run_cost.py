@@ -83,3 +83,10 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
         steps=metrics.steps, final_step=metrics.final_step, final_loss=metrics.final_loss,
         price=chip_price.to_json() if chip_price else None,
         price_note=None if chip_price else cost.unknown_price_message(record.zone, generation))
+
+
+async def checkpoint_bytes(session: Session, run_id: str) -> int:
+    """What RUN_ID's checkpoints under its run directory hold in GCS now, in bytes."""
+    from podctl.jobs.runs import run_prefix
+
+    return sum(o.size for o in await session.storage.list(f"{run_prefix(run_id)}/checkpoints/"))
