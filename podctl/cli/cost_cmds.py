@@ -66,13 +66,13 @@ def _print_run(r: dict[str, Any]) -> None:
         ("tokens", f"{r['tokens']:,.0f} ({fmt_usd(r['usd_per_million_tokens'])} per million)"),
         ("MFU", "-" if r["median_mfu"] is None else f"{r['median_mfu']:.3f} (median)"),
     ]
-    if r["project"]:
-        rows.append(("project", f"{fmt_usd(r['project']['total_usd'])} in all:"))
-        rows += [(f"  {name.replace('_', ' ')}", f"{fmt_usd(p['usd'])}  ({p['working']})")
-                 for name, p in r["project"]["parts"].items()]
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        click.echo(f"{key:<{width}}  {value}")
+    project = [("project", f"{fmt_usd(r['project']['total_usd'])} in all:"), *(
+        (f"  {name.replace('_', ' ')}", f"{fmt_usd(p['usd'])}  ({p['working']})")
+        for name, p in r["project"]["parts"].items())] if r["project"] else []
+    for block in (rows, project):
+        width = max((len(k) for k, _ in block), default=0)
+        for key, value in block:
+            click.echo(f"{key:<{width}}  {value}")
 
 
 @click.command(name="cost")

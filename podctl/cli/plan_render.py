@@ -64,10 +64,11 @@ def print_one(plan: Any) -> None:
             rows.append(("spot", f"{_price_line(r.spot_price, unit, plan.region)}: "
                                  f"{fmt_usd(r.spot_total_usd)}"))
         rows.append(("$/M tokens", fmt_usd(r.usd_per_million_tokens)))
-        rows += bill_lines(r.bill)
     if s.kind == "gpu":
         rows.append(("note", "podctl provisions only TPUs; this GPU system is for comparison"))
     _rows(rows)
+    if r.bill:
+        _rows(bill_lines(r.bill))
 
 
 def print_table(plan: Any) -> None:
