@@ -72,6 +72,12 @@ class Frontier:
         ok = [p for p in self.points if (p.total_usd or 0.0) <= self.budget_usd]
         return min(ok, key=lambda p: (p.days, p.total_usd or 0.0), default=None)
 
+    def _repr_png_(self) -> bytes:
+        """A notebook shows the frontier as its picture."""
+        from podctl import plot
+
+        return plot.png_bytes(draw(self))
+
     def to_json(self) -> dict[str, Any]:
         def brief(p: SystemPlan | None) -> dict[str, Any] | None:
             return None if p is None else {
