@@ -72,6 +72,12 @@ class Frontier:
         ok = [p for p in self.points if (p.total_usd or 0.0) <= self.budget_usd]
         return min(ok, key=lambda p: (p.days, p.total_usd or 0.0), default=None)
 
+    def __repr__(self) -> str:
+        pick = self.cheapest_within_deadline
+        return (f"<podctl frontier: {len(self.points)} plans, {len(self.pareto)} on the frontier"
+                + (f"; cheapest within {self.deadline_days:g} days: {pick.system.name}" if pick else "")
+                + ">")
+
     def _repr_png_(self) -> bytes:
         """A notebook shows the frontier as its picture."""
         from podctl import plot
