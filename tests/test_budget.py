@@ -91,8 +91,9 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["up", "--slice", "v5p-8", "--max-cost", "10", "--zone", "us-central1-a"],
-     ["price unknown for us-central1", "--price"]),
+    # (every zone the fake serves now has a shipped price: an unknown one is refused by
+    # budget_labels, test_labels_hold_the_budget_and_the_sooner_deadline)
+    (["up", "--slice", "v5p-8", "--max-cost", "nan", "--zone", "us-central1-a"], ["--max-cost"]),
     (["up", "--slice", "v5p-8", "--max-cost", "-1", "--zone", "us-east5-a"], ["--max-cost"]),
     (["up", "--slice", "v5p-8", "--max-hours", "soon"], ["--max-hours", "not a duration"]),
     (["run", "x", "--max-hours", "1", "--detach", "train.py"], ["drop --detach"]),
@@ -122,7 +123,8 @@ def test_the_run_loop_stops_the_run_then_deletes_the_slice(api, fake, isolated, 
     finally:
         if asyncio.run(describe.find(api, PARENT, "budget8")):
             asyncio.run(terminate.terminate(api, PARENT, "budget8", policy=FAST))
-    assert said[0].startswith("budget reached (0.0 h of --max-hours 0.000555556)")
+    # v5p has a price in us-central1 now: the money spent is said too (4 chips x $4.20 x ~2 s)
+    assert said[0].startswith("budget reached (0.0 h of --max-hours 0.000555556, $0.0")
     assert f"stopping run {job.run_id}, deleting slice budget8" in said[0]
     assert said[-1] == "deleted slice budget8"
     # SIGTERM came first: the script checkpointed and said so before the slice went
