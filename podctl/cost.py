@@ -104,7 +104,8 @@ def chip_hour_price(zone: str, *, spot: bool, generation: str, override: float |
     tier = tier or ("spot" if spot else "on-demand")
     region = region_of(zone)
     if override is not None:
-        return Price(check_price(override), tier, region, "--price", None)
+        check_price(override)
+        return Price(float(override), tier, region, "--price", None)
     config = load_price_config() if config is None else config
     if isinstance(config.get(generation), dict):
         config = config[generation]

@@ -295,3 +295,19 @@ def test_cost_of_a_run_shows_the_projects_parts_from_what_it_measured(podctl, tm
     assert report["project"]["total_usd"] == pytest.approx(33.60 + 200 + 20 + 0.001 * 169 / 730 * 0.02)
     human = podctl("--backend", "fake", "cost", run_id, "--people", "2", "--rate", "100").stdout
     assert "goodput   83.3%" in human and "  staff" in human and "$200.00" in human
+
+
+def test_plan_takes_goodput_from_a_run(podctl, tmp_path):
+    """--goodput-from RUN_ID: 3000 s of training in 3600 billed = 0.8333; the project's
+    compute is the run's chip cost / 0.8333, by hand."""
+    gcs = podctl.json("fake", "start")["gcs"]
+    storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
+    now = time.time()
+    run_id = runs.new_run_id("good16", now)
+    _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
+    plan = podctl.json("--backend", "fake", "plan", "--params", "70B", "--tokens", "1T", "--slice",
+                       "v5p-4096", "--goodput-from", run_id, "--mfu-from", run_id)
+    row = plan["estimates"][0]
+    assert row["project"]["goodput"] == pytest.approx(3000 / 3600)
+    assert run_id in row["project"]["goodput_source"] and run_id in row["mfu_source"]
+    assert row["project"]["parts"]["compute"]["usd"] == pytest.approx(row["total_usd"] / (3000 / 3600))
