@@ -126,23 +126,23 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, people: floa
         slices = ([run_sync(describe(api, settings.parent, target))] if target else
                   [s for s in run_sync(list_slices(api, settings.parent)) if s.managed])
         config = cost.load_price_config()
-        report = [_slice_json(s, cost.slice_cost(s, override=price, config=config)) for s in slices]
+        listed = [_slice_json(s, cost.slice_cost(s, override=price, config=config)) for s in slices]
         if as_json:
-            emit_json(report if not target else report[0])
+            emit_json(listed if not target else listed[0])
             return
         if not slices:
             click.echo(f"no podctl slices in {settings.zone}")
             return
         click.echo(f"{'SLICE':30s} {'CHIPS':>11s}  {'TIER':9s} {'AGE':>10s}  {'USD/HOUR':>14s}  "
                    f"{'COST':>14s}")
-        for r in report:
+        for r in listed:
             click.echo(f"{r['name']:30s} {r['chips']:>5d} chips  {r['tier']:9s} "
                        f"{r['age_seconds'] / 3600:8.2f} h  {cost.fmt_usd(r['usd_per_hour']):>12s}/h  "
                        f"{cost.fmt_usd(r['cost_usd']):>14s}")
-        known = [r["cost_usd"] for r in report if r["cost_usd"] is not None]
-        if len(report) > 1:
+        known = [r["cost_usd"] for r in listed if r["cost_usd"] is not None]
+        if len(listed) > 1:
             click.echo(f"{'total':30s} {cost.fmt_usd(sum(known)) if known else '?':>60s}")
-        for generation in dict.fromkeys(cost.generation_of(r["accelerator_type"]) for r in report
+        for generation in dict.fromkeys(cost.generation_of(r["accelerator_type"]) for r in listed
                                         if r["cost_usd"] is None):
             _notice(cost.unknown_price_message(settings.zone, generation))
 
