@@ -123,7 +123,8 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
          project: str | None, zone: str | None, bucket: str | None, as_json: bool) -> None:
     """How long a model trains and what it costs: 6·N·D FLOPs at MFU of the chips' peak,
     on a TPU slice or several systems side by side (TPU against GPU), each priced in its
-    cheapest region, with the project's whole bill.
+    cheapest region (only --zone or --region given here pins one; a default zone from the
+    environment does not), with the project's whole bill.
 
     \b
     podctl plan --params 70B --tokens 1T --slice v5p-4096
