@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["connect", "Cloud", "Slice", "Run", "Checkpoint", "PodctlError"]
+__all__ = ["connect", "Cloud", "Slice", "Run", "Checkpoint", "PodctlError", "plan", "frontier"]
 
 _WHERE = {
     "connect": "podctl.api", "Cloud": "podctl.api", "Slice": "podctl.api", "Run": "podctl.api",
     "Checkpoint": "podctl.jobs.checkpoints", "PodctlError": "podctl.errors",
+    "plan": "podctl.planner.core", "frontier": "podctl.planner.frontier",
 }
 
 

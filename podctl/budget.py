@@ -100,7 +100,7 @@ def fmt_usd(usd: float) -> str:
 
 
 def budget_labels(*, now: float, usd_per_hour: float | None, max_cost: float | None,
-                  max_hours: float | None, zone: str) -> dict[str, str]:
+                  max_hours: float | None, zone: str, generation: str) -> dict[str, str]:
     """The labels for a new slice; a --max-cost needs the slice's price."""
     check_max_cost(max_cost)
     if max_cost is None and max_hours is None:
@@ -109,7 +109,8 @@ def budget_labels(*, now: float, usd_per_hour: float | None, max_cost: float | N
     labels = {}
     if max_cost is not None:
         if usd_per_hour is None:
-            raise InvalidValueError(f"--max-cost needs a price: {cost.unknown_price_message(zone)}.")
+            raise InvalidValueError("--max-cost needs a price: "
+                                    f"{cost.unknown_price_message(zone, generation)}.")
         limits.append(max_cost / usd_per_hour)
         labels[MAX_COST_LABEL] = encode_usd(max_cost)
     labels[DEADLINE_LABEL] = str(int(now + min(limits) * 3600))
@@ -310,6 +311,7 @@ def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: s
                                       generation=spec.slice_type.generation.key)
     labels = budget_labels(
         now=time.time() if now is None else now, zone=zone, max_cost=max_cost,
+        generation=spec.slice_type.generation.key,
         usd_per_hour=chip_price and spec.multislice.chips * chip_price.usd_per_chip_hour,
         max_hours=parse_hours(max_hours, "--max-hours") if max_hours is not None else None)
     return dataclasses.replace(request, labels={**request.labels, **labels})
@@ -326,9 +328,12 @@ def existing_budget_labels(info: SliceInfo, *, max_cost: float | None, max_hours
     if max_hours is not None:
         limits.append(now + parse_hours(max_hours, "--max-hours") * 3600)
     if max_cost is not None:
-        chip_price = cost.chip_hour_price(info.zone, spot=info.tier == "spot", override=price)
+        generation = cost.generation_of(info.accelerator_type)  # not v5p's price for every slice
+        chip_price = cost.chip_hour_price(info.zone, spot=info.tier == "spot", override=price,
+                                          generation=generation)
         if chip_price is None or not info.chips:
-            raise InvalidValueError(f"--max-cost needs a price: {cost.unknown_price_message(info.zone)}.")
+            raise InvalidValueError("--max-cost needs a price: "
+                                    f"{cost.unknown_price_message(info.zone, generation)}.")
         usd_per_hour = info.chips * chip_price.usd_per_chip_hour
         limits.append(info.created + max_cost / usd_per_hour * 3600)
         labels[MAX_COST_LABEL] = encode_usd(max_cost)

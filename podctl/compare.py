@@ -1,10 +1,10 @@
-"""`podctl plan --compare`: TPU slices of any generation against GPU reference systems.
+"""The systems `podctl plan` compares: TPU slices of any generation and GPU reference systems.
 
 The question podctl started from: what does training a model cost on TPU v5p against
 the GPUs a user would rent instead? Each system gets the same working (6·N·D FLOPs,
-chips x peak x MFU, hours, dollars, $ per million tokens). GPU systems are Google
-Cloud machines (podctl/data/gpu_systems.toml, each figure with its source and date);
-podctl provisions only TPUs, and GPU rows say so.
+chips x peak x MFU, hours, dollars, $ per million tokens; podctl/planner/). GPU systems
+are Google Cloud machines (podctl/data/gpu_systems.toml, each figure with its source and
+date); podctl provisions only TPUs, and GPU rows say so.
 
 Per-system settings are written KEY=VALUE,...: `--mfu v5p=0.5,h100=0.4`, where KEY is
 a system (`v5p-4096`, `h100-512`), a generation or GPU (`v5p`, `h100`), and a plain
@@ -14,16 +14,13 @@ number applies to every system left unnamed (`--mfu 0.5`).
 from __future__ import annotations
 
 import functools
-import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from collections.abc import Mapping
 
-from podctl import cost
 from podctl.errors import InvalidSliceError, InvalidValueError
-from podctl.topology import parse_slice
+from podctl.topology import parse_multislice
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class GpuSystem:
     machine_type: str
     gpus_per_machine: int
     peak_flops_per_gpu: float
-    prices: dict[str, dict[str, Any]]  # region -> {tier: USD per machine-hour, as_of, source}
+    hbm_bytes_per_gpu: float
     sources: dict[str, str]
 
 
@@ -42,9 +39,67 @@ def gpu_systems() -> dict[str, GpuSystem]:
     text = resources.files("podctl").joinpath("data/gpu_systems.toml").read_text()
     return {key: GpuSystem(key, r["name"], r["machine_type"], r["gpus_per_machine"],
                            float(r["peak_dense_bf16_tflops_per_gpu"]) * 1e12,
-                           dict(r.get("prices", {})),
+                           float(r["hbm_gb_per_gpu"]) * 1e9,
                            {"peak": r["peak_source"], "machine": r["machine_source"]})
             for key, r in tomllib.loads(text).items()}
+
+
+@dataclass(frozen=True)
+class System:
+    """One system of a plan: a TPU slice (or several, multislice) or GPU machines."""
+
+    name: str  # as podctl prints it: "v5p-4096", "v6e-256 x 2", "h100-1024"
+    family: str  # the key of prices.toml, mfu.toml and --mfu: "v5p", "h100"
+    kind: str  # "tpu" or "gpu" (podctl provisions only TPUs; GPU rows are for comparison)
+    chips: int  # TPU chips or GPUs, every slice counted
+    num_slices: int
+    peak_flops_per_chip: float
+    hbm_bytes_per_chip: float  # HBM counted in GB (10^9 bytes) as the record gives it
+    detail: str  # "256 hosts, 8x16x16", "128 x a3-highgpu-8g"
+    slice_name: str  # one slice's accelerator type (or the GPU system's name)
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.chips * self.hbm_bytes_per_chip
+
+
+def _gpu_system(system: GpuSystem, name: str, count_text: str, num_slices: int) -> System:
+    per = system.gpus_per_machine
+    gpus = int(count_text) if count_text.isdigit() else 0
+    if count_text and (gpus <= 0 or gpus % per):
+        raise InvalidValueError(f"{name!r}: N in {system.key}-N counts GPUs, a multiple of "
+                                f"{per} ({system.machine_type} has {per}), e.g. {system.key}-{per * 64}.")
+    if num_slices != 1:
+        raise InvalidValueError(f"--num-slices is for TPU slices; {system.key}-N already counts "
+                                f"every GPU (e.g. {system.key}-{per * 128}).")
+    gpus = gpus or per
+    label = f"{system.key}-{gpus}"
+    return System(label, system.key, "gpu", gpus, 1, system.peak_flops_per_gpu,
+                  system.hbm_bytes_per_gpu, f"{gpus // per} x {system.machine_type}", label)
+
+
+def resolve(name: str, num_slices: int = 1) -> System:
+    """A system by name: `v6e-256` (with NUM_SLICES slices), `h100-512`, `h100` (one machine)."""
+    text = name.strip().lower()
+    family, dash, count = text.rpartition("-")
+    if not dash:
+        family, count = text, ""
+    if family in gpu_systems():
+        return _gpu_system(gpu_systems()[family], name, count, num_slices)
+    try:
+        multi = parse_multislice(text, num_slices)
+    except InvalidSliceError as e:
+        if "--num-slices" in str(e) or "multislice" in str(e):
+            raise
+        raise InvalidSliceError(f"{e} GPU reference systems: "
+                                f"{', '.join(f'{k}-N (N GPUs)' for k in gpu_systems())}.") from e
+    kind = multi.slice_type
+    hosts = kind.hosts * num_slices
+    label = kind.name if num_slices == 1 else f"{kind.name} x {num_slices}"
+    return System(label, kind.generation.key, "tpu", multi.chips, num_slices,
+                  kind.generation.peak_flops_per_chip, kind.generation.hbm_gib_per_chip * 1e9,
+                  f"{hosts} host{'s' if hosts > 1 else ''}, {kind.topology}"
+                  + (f", {num_slices} slices" if num_slices > 1 else ""), kind.name)
 
 
 @dataclass(frozen=True)
@@ -87,65 +142,3 @@ def parse_per_system(text: str | None, option: str, check: Any) -> PerSystem:
         else:
             named[key.strip().lower()] = check(number, f"{option} {key.strip()}=")
     return PerSystem(default, named)
-
-
-def _gpu_estimate(system: GpuSystem, name: str, count_text: str, *, params: float,
-                  tokens: float, mfu: float, zone: str | None, spot: bool,
-                  price_override: float | None) -> cost.Estimate:
-    per = system.gpus_per_machine
-    gpus = int(count_text) if count_text.isdigit() else 0
-    if count_text and (gpus <= 0 or gpus % per):
-        raise InvalidValueError(f"{name!r}: N in {system.key}-N counts GPUs, a multiple of "
-                                f"{per} ({system.machine_type} has {per}), e.g. {system.key}-{per * 64}.")
-    gpus = gpus or per
-    tier = "spot" if spot else "on-demand"
-    region = cost.region_of(zone) if zone else "-"
-    price = None
-    if price_override is not None:
-        price = cost.Price(cost.check_price(price_override), tier, region, "--price", None)
-    elif tier in system.prices.get(region, {}):
-        row = system.prices[region]
-        price = cost.Price(float(row[tier]) / per, tier, region, row["source"], row.get("as_of"))
-    label = f"{system.key}-{gpus}"
-    return cost.Estimate(label, gpus, params, tokens, mfu, price, system.peak_flops_per_gpu,
-                         kind="gpu", detail=f"{gpus // per} x {system.machine_type}")
-
-
-def estimate_system(name: str, *, params: float, tokens: float, mfu: float, zone: str | None,
-                    spot: bool, price_override: float | None,
-                    config: Mapping[str, Any] | None = None) -> cost.Estimate:
-    """One row of the comparison: a TPU slice (`v6e-256`) or a GPU system (`h100-512`)."""
-    text = name.strip().lower()
-    family, dash, count = text.rpartition("-")
-    if not dash:
-        family, count = text, ""
-    if family in gpu_systems():
-        system = gpu_systems()[family]
-        return _gpu_estimate(system, name, count, params=params, tokens=tokens,
-                             mfu=cost.check_mfu(mfu), zone=zone, spot=spot,
-                             price_override=price_override)
-    try:
-        kind = parse_slice(text)
-    except InvalidSliceError as e:
-        raise InvalidSliceError(f"{e} GPU reference systems: "
-                                f"{', '.join(f'{k}-N (N GPUs)' for k in gpu_systems())}.") from e
-    price = None
-    if zone or price_override is not None:
-        price = cost.chip_hour_price(zone or "-", spot=spot, override=price_override,
-                                     config=config, generation=kind.generation.key)
-    return cost.estimate(kind.name, params=params, tokens=tokens, mfu=mfu, price=price)
-
-
-def price_note(e: cost.Estimate, zone: str | None) -> str | None:
-    """What to do about a row whose price is unknown."""
-    if e.price is not None:
-        return None
-    key = e.slice_type.rsplit("-", 1)[0]
-    if e.kind == "gpu":
-        return (f"{e.slice_type}: price unknown for {cost.region_of(zone) if zone else 'this zone'}; "
-                f"pass --price {key}=USD_PER_GPU_HOUR")
-    return f"{e.slice_type}: {cost.unknown_price_message(zone, key)} (or --price {key}=USD)"
-
-
-def same_inputs(estimates: list[cost.Estimate]) -> bool:
-    return all(math.isclose(e.flops, estimates[0].flops) for e in estimates)

@@ -1,8 +1,8 @@
 """Prices, estimates before a run, and cost and goodput after it.
 
 Prices are US dollars per chip-hour, by TPU generation, region and tier, from the table
-shipped in podctl/data/prices.toml (each figure with its date and source). A user's
-figure wins: `--price` on the command line, else a `[prices]` table in podctl.toml:
+shipped in podctl/data/prices.toml (podctl/prices.py; each row with its date and source).
+A user's figure wins: `--price` on the command line, else a `[prices]` table in podctl.toml:
 
     [prices]
     on-demand = 4.20          # v5p, every region
@@ -12,29 +12,28 @@ figure wins: `--price` on the command line, else a `[prices]` table in podctl.to
     [prices.v6e]              # another generation: the same keys, one level down
     on-demand = 2.70
 
-A price that neither gives is unknown (None), never guessed; commands then say
+Every price is asked for with its generation: nothing here defaults to v5p's. A price
+that none of them gives is unknown (None), never guessed; commands then say
 `price unknown for REGION; pass --price or set [prices] in podctl.toml`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
+from podctl import prices
 from podctl.errors import ConfigError, InvalidValueError
+from podctl.prices import TIERS as TIERS, region_of as region_of  # prices.py owns them
 from podctl.topology import generations, parse_slice
 from podctl.settings import load_podctl_toml
 from podctl.cloud.types import SliceInfo
 
-TIERS = ("on-demand", "spot", "1y-cud", "3y-cud")
-DEFAULT_MFU = 0.45  # an assumption, said so wherever it is used
+DEFAULT_MFU = 0.45  # preflight's assumption; plan takes its MFU from podctl/mfu.py
 
 
 @dataclass(frozen=True)
@@ -50,12 +49,7 @@ class Price:
                 "region": self.region, "source": self.source, "as_of": self.as_of}
 
 
-def region_of(zone: str) -> str:
-    """us-central1-a -> us-central1"""
-    return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
-
-
-def unknown_price_message(zone: str | None, generation: str = "v5p") -> str:
+def unknown_price_message(zone: str | None, generation: str) -> str:
     where = region_of(zone) if zone else "this slice (no zone given)"
     table = "[prices]" if generation == "v5p" else f"[prices.{generation}]"
     return f"price unknown for {where}; pass --price or set {table} in podctl.toml"
@@ -66,16 +60,8 @@ def generation_of(accelerator_type: str) -> str:
     return accelerator_type.strip().lower().rsplit("-", 1)[0]
 
 
-@functools.lru_cache(maxsize=1)
-def _shipped() -> dict[str, Any]:
-    text = resources.files("podctl").joinpath("data/prices.toml").read_text()
-    return tomllib.loads(text)
-
-
-def price_table(generation: str = "v5p") -> dict[str, dict[str, Any]]:
-    """The shipped table of one generation: region -> {tier: price, as_of, source}."""
-    return {region: row for region, row in _shipped().get(generation, {}).items()
-            if isinstance(row, dict)}
+def price_from_row(row: prices.PriceRow) -> Price:
+    return Price(row.usd_per_unit_hour, row.tier, row.region, row.source, row.as_of)
 
 
 def load_price_config(cwd: Path | None = None) -> dict[str, Any]:
@@ -108,16 +94,18 @@ def check_price(value: float | None, option: str = "--price") -> float | None:
     return value
 
 
-def chip_hour_price(zone: str, *, spot: bool, override: float | None = None,
+def chip_hour_price(zone: str, *, spot: bool, generation: str, override: float | None = None,
                     config: Mapping[str, Any] | None = None,
-                    generation: str = "v5p") -> Price | None:
-    """USD per chip-hour of a GENERATION chip in ZONE: OVERRIDE, else CONFIG (podctl.toml's
-    [prices]; read from the current directory when None), else the shipped table;
-    None when none of them knows. [prices] without a generation key is v5p's."""
-    tier = "spot" if spot else "on-demand"
+                    tier: str | None = None) -> Price | None:
+    """USD per chip-hour of a GENERATION chip in ZONE (or a region) at TIER (else spot or
+    on-demand as SPOT says): OVERRIDE, else CONFIG (podctl.toml's [prices]; read from the
+    current directory when None), else the shipped table; None when none of them knows.
+    [prices] without a generation key is v5p's."""
+    tier = tier or ("spot" if spot else "on-demand")
     region = region_of(zone)
     if override is not None:
-        return Price(check_price(override), tier, region, "--price", None)
+        check_price(override)
+        return Price(float(override), tier, region, "--price", None)
     config = load_price_config() if config is None else config
     if isinstance(config.get(generation), dict):
         config = config[generation]
@@ -129,10 +117,8 @@ def chip_hour_price(zone: str, *, spot: bool, override: float | None = None,
             return Price(float(figure), tier, region, f"podctl.toml [prices.{key}]", None)
     if isinstance(config.get(tier), (int, float)):
         return Price(float(config[tier]), tier, region, "podctl.toml [prices]", None)
-    row = price_table(generation).get(region, {})
-    if tier not in row:
-        return None
-    return Price(float(row[tier]), tier, region, row["source"], row.get("as_of"))
+    row = prices.lookup(generation, region, tier)
+    return None if row is None else price_from_row(row)
 
 
 def slice_hourly_cost(accelerator_type: str, zone: str, *, spot: bool,
@@ -156,7 +142,9 @@ def parse_count(text: str, option: str) -> float:
     if not match:
         raise InvalidValueError(f"{option} {text!r}: expected a number like 70B, 1.5e12, 500M or 1T.")
     number = float(match[1]) * _SUFFIX[match[2]]
-    if not (math.isfinite(number) and number > 0):
+    if math.isinf(number):
+        raise InvalidValueError(f"{option} {text!r} is too large to compute with (above 1e308).")
+    if not number > 0:
         raise InvalidValueError(f"{option} {text!r} must be above zero.")
     return number
 

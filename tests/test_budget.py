@@ -27,15 +27,16 @@ _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
 def test_labels_hold_the_budget_and_the_sooner_deadline():
     labels = budget.budget_labels(now=1000.0, usd_per_hour=16.8, max_cost=500, max_hours=None,
-                                  zone="us-east5-a")
+                                  zone="us-east5-a", generation="v5p")
     assert labels == {"podctl-max-cost": "500_00", "podctl-deadline": str(int(1000 + 500 / 16.8 * 3600))}
     both = budget.budget_labels(now=1000.0, usd_per_hour=16.8, max_cost=500, max_hours=2,
-                                zone="us-east5-a")
+                                zone="us-east5-a", generation="v5p")
     assert both["podctl-deadline"] == "8200"  # 2 h comes before $500 (29.8 h)
     assert all(_LABEL_VALUE.match(v) for v in both.values())
     assert budget.decode_usd(budget.encode_usd(0.015)) == 0.015
     with pytest.raises(InvalidValueError, match="price unknown for us-central1"):
-        budget.budget_labels(now=0, usd_per_hour=None, max_cost=5, max_hours=None, zone=ZONE)
+        budget.budget_labels(now=0, usd_per_hour=None, max_cost=5, max_hours=None, zone=ZONE,
+                             generation="v5p")
 
 
 @pytest.mark.parametrize("text, hours", [("3.5", 3.5), ("90m", 1.5), ("6h", 6.0), ("1h30m", 1.5)])
@@ -51,7 +52,7 @@ def test_bad_hours_are_refused(text):
 
 def _budgeted_slice(api, name: str, hours: float, key) -> None:
     labels = budget.budget_labels(now=time.time(), usd_per_hour=None, max_cost=None,
-                                  max_hours=hours, zone=ZONE)
+                                  max_hours=hours, zone=ZONE, generation="v5p")
     asyncio.run(up(api, UpRequest(parent=PARENT, name=name, spec=SliceSpec.build("v5p-8"),
                                   ssh_keys=key.metadata_entry, owner="t", policy=FAST, labels=labels)))
 
@@ -90,8 +91,9 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["up", "--slice", "v5p-8", "--max-cost", "10", "--zone", "us-central1-a"],
-     ["price unknown for us-central1", "--price"]),
+    # (every zone the fake serves now has a shipped price: an unknown one is refused by
+    # budget_labels, test_labels_hold_the_budget_and_the_sooner_deadline)
+    (["up", "--slice", "v5p-8", "--max-cost", "nan", "--zone", "us-central1-a"], ["--max-cost"]),
     (["up", "--slice", "v5p-8", "--max-cost", "-1", "--zone", "us-east5-a"], ["--max-cost"]),
     (["up", "--slice", "v5p-8", "--max-hours", "soon"], ["--max-hours", "not a duration"]),
     (["run", "x", "--max-hours", "1", "--detach", "train.py"], ["drop --detach"]),
@@ -121,7 +123,8 @@ def test_the_run_loop_stops_the_run_then_deletes_the_slice(api, fake, isolated, 
     finally:
         if asyncio.run(describe.find(api, PARENT, "budget8")):
             asyncio.run(terminate.terminate(api, PARENT, "budget8", policy=FAST))
-    assert said[0].startswith("budget reached (0.0 h of --max-hours 0.000555556)")
+    # v5p has a price in us-central1 now: the money spent is said too (4 chips x $4.20 x ~2 s)
+    assert said[0].startswith("budget reached (0.0 h of --max-hours 0.000555556, $0.0")
     assert f"stopping run {job.run_id}, deleting slice budget8" in said[0]
     assert said[-1] == "deleted slice budget8"
     # SIGTERM came first: the script checkpointed and said so before the slice went
@@ -187,3 +190,22 @@ def test_budget_check_judges_a_deadline_on_the_services_clock(api, fake, isolate
     reaped = asyncio.run(budget.reap(api, PARENT, policy=FAST))  # no `now`: the service's
     assert [(r.info.name, r.deleted) for r in reaped] == [("past", True)]
     assert api.server_now() - time.time() == pytest.approx(2 * 3600, abs=5)
+
+
+@pytest.mark.parametrize("accelerator_type, topology, zone, usd_per_chip_hour", [
+    ("v5p-8", "2x2x1", "us-east5-a", 4.20), ("v6e-8", "2x4", "us-east5-a", 2.70),
+    ("v5litepod-8", "2x4", "us-south1-a", 1.416), ("v4-8", "2x2x1", "us-central2-b", 3.22),
+])
+def test_a_budget_on_an_existing_slice_uses_its_own_generations_price(accelerator_type, topology,
+                                                                       zone, usd_per_chip_hour):
+    """existing_budget_labels priced every slice at v5p's rate (chip_hour_price's old default
+    generation): a $100 budget on a v5e slice ended 3x too soon. By hand: 4 or 8 chips x the
+    generation's on-demand price in that region; the deadline is created + $100 / that."""
+    from podctl.cloud.types import SliceInfo
+
+    info = SliceInfo(name="s", project="p", zone=zone, kind="node", state="READY",
+                     accelerator_type=accelerator_type, topology=topology, num_slices=1,
+                     tier="on-demand", created=1000.0, labels={})
+    labels = budget.existing_budget_labels(info, max_cost=100, max_hours=None, now=2000.0)
+    per_hour = info.chips * usd_per_chip_hour
+    assert int(labels["podctl-deadline"]) == int(1000.0 + 100 / per_hour * 3600)

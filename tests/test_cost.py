@@ -23,30 +23,32 @@ from tests.conftest import assert_one_line_error
 
 
 def test_shipped_table_has_dated_sourced_v5p_figures():
-    on_demand = cost.chip_hour_price("us-east5-a", spot=False, config={})
-    spot = cost.chip_hour_price("us-east5-a", spot=True, config={})
+    on_demand = cost.chip_hour_price("us-east5-a", spot=False, config={}, generation="v5p")
+    spot = cost.chip_hour_price("us-east5-a", spot=True, config={}, generation="v5p")
     assert (on_demand.usd_per_chip_hour, on_demand.tier, on_demand.region) == (4.20, "on-demand", "us-east5")
-    assert spot.usd_per_chip_hour == 2.10
-    assert "cloud.google.com/tpu/pricing" in on_demand.source and on_demand.as_of == "2024-12-23"
-    assert set(cost.price_table()["us-east5"]) >= {"on-demand", "spot", "1y-cud", "3y-cud"}
+    assert spot.usd_per_chip_hour == pytest.approx(1.68)  # SkyPilot: v5p-12288 $10,321.92/h / 6144 chips
+    assert "skypilot-catalog" in on_demand.source and on_demand.as_of == "2026-12-04"
+    cud = cost.chip_hour_price("us-east5-a", spot=False, config={}, generation="v5p", tier="1y-cud")
+    assert cud.usd_per_chip_hour == 2.94 and "cloud.google.com/tpu/pricing" in cud.source
 
 
 def test_an_unknown_region_is_none_and_says_what_to_do():
-    assert cost.chip_hour_price("us-central1-a", spot=False, config={}) is None
-    assert cost.slice_hourly_cost("v5p-8", "us-central1-a", spot=False) is None
-    assert cost.unknown_price_message("us-central1-a") == (
-        "price unknown for us-central1; pass --price or set [prices] in podctl.toml")
+    assert cost.chip_hour_price("europe-west1-b", spot=False, config={}, generation="v6e") is None
+    assert cost.slice_hourly_cost("v6e-8", "europe-west1-b", spot=False) is None
+    assert cost.unknown_price_message("europe-west1-b", "v5p") == (
+        "price unknown for europe-west1; pass --price or set [prices] in podctl.toml")
 
 
 def test_overrides_win_in_order():
     config = {"on-demand": 5.0, "us-central1": {"on-demand": 6.0}, "us-central1-b": {"spot": 1.0}}
-    assert cost.chip_hour_price("us-central1-a", spot=False, override=3.0, config=config).source == "--price"
-    assert cost.chip_hour_price("us-central1-a", spot=False, config=config).usd_per_chip_hour == 6.0
-    assert cost.chip_hour_price("us-central1-b", spot=True, config=config).usd_per_chip_hour == 1.0
-    assert cost.chip_hour_price("us-east5-a", spot=False, config=config).usd_per_chip_hour == 5.0
-    assert cost.chip_hour_price("us-east5-a", spot=True, config=config).usd_per_chip_hour == 2.10
+    v5p = {"generation": "v5p", "config": config}
+    assert cost.chip_hour_price("us-central1-a", spot=False, override=3.0, **v5p).source == "--price"
+    assert cost.chip_hour_price("us-central1-a", spot=False, **v5p).usd_per_chip_hour == 6.0
+    assert cost.chip_hour_price("us-central1-b", spot=True, **v5p).usd_per_chip_hour == 1.0
+    assert cost.chip_hour_price("us-east5-a", spot=False, **v5p).usd_per_chip_hour == 5.0
+    assert cost.chip_hour_price("us-east5-a", spot=True, **v5p).usd_per_chip_hour == pytest.approx(1.68)
     with pytest.raises(InvalidValueError, match="above 0"):
-        cost.chip_hour_price("us-east5-a", spot=False, override=-1.0)
+        cost.chip_hour_price("us-east5-a", spot=False, override=-1.0, generation="v5p")
 
 
 def test_prices_from_podctl_toml(tmp_path, monkeypatch):
@@ -54,7 +56,8 @@ def test_prices_from_podctl_toml(tmp_path, monkeypatch):
     (tmp_path / "podctl.toml").write_text('zone = "us-central1-a"\n[prices]\nspot = 1.5\n'
                                          '[prices.us-central1]\non-demand = 4.0\n')
     assert cost.slice_hourly_cost("v5p-8", "us-central1-a", spot=False) == 16.0
-    assert cost.chip_hour_price("us-central1-a", spot=True).source == "podctl.toml [prices]"
+    assert cost.chip_hour_price("us-central1-a", spot=True, generation="v5p").source == \
+        "podctl.toml [prices]"
     (tmp_path / "podctl.toml").write_text("[prices]\non-demand = \"cheap\"\n")
     with pytest.raises(ConfigError, match="USD per chip-hour"):
         cost.load_price_config()
@@ -83,7 +86,7 @@ def test_bad_counts_are_refused(text):
 
 
 def test_70b_on_1t_tokens_on_v5p_4096_at_half_mfu_is_about_248_hours():
-    price = cost.chip_hour_price("us-east5-a", spot=False, config={})
+    price = cost.chip_hour_price("us-east5-a", spot=False, config={}, generation="v5p")
     e = cost.estimate("v5p-4096", params=70e9, tokens=1e12, mfu=0.5, price=price)
     # by hand: 6 * 70e9 * 1e12 = 4.2e23 FLOPs; 2048 chips * 459e12 * 0.5 = 4.70016e17 FLOP/s
     assert e.flops == pytest.approx(4.2e23)
@@ -185,17 +188,20 @@ def test_plan_prints_its_working(podctl):
                              "--json").stdout)
     assert [e["chips"] for e in data["estimates"]] == [512, 2048, 4096]
     assert data["estimates"][1]["price"]["tier"] == "spot"
-    assert data["mfu_source"].startswith("assumed")
+    assert "maxtext" in data["mfu_source"]  # published, no longer one assumed 0.45
+    assert [e["mfu"] for e in data["estimates"]] == [  # published at 256 chips: 512, 2048, 4096
+        pytest.approx(0.63 * 0.98 ** k, abs=5e-5) for k in (1, 3, 4)]
     table = podctl("plan", "--params", "70B", "--tokens", "1T", "--compare", "v5p-1024,v5p-8192",
                    "--zone", "us-east5-a").stdout
     assert "SYSTEM" in table and "v5p-8192" in table and "$/M TOKENS" in table
 
 
-def test_plan_without_a_known_price_still_plans_and_says_so(podctl):
-    proc = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--zone",
-                  "us-central1-a")
-    assert "h (" in proc.stdout and "$" not in proc.stdout
-    assert "price unknown for us-central1; pass --price or set [prices] in podctl.toml" in proc.stderr
+def test_plan_in_a_region_without_a_price_still_plans_and_names_the_cheapest(podctl):
+    proc = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v6e-256", "--region",
+                  "europe-west1")
+    assert "h (" in proc.stdout and "$" not in proc.stdout.split("memory")[0]
+    assert ("no on-demand price for v6e in europe-west1; cheapest: us-central1 at $2.70; "
+            "pass --price v6e=USD") in proc.stderr
     priced = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--zone",
                     "us-central1-a", "--price", "4", "--json")
     assert json.loads(priced.stdout)["estimates"][0]["usd_per_hour"] == 16.0
@@ -218,16 +224,17 @@ def test_plan_refuses_nonsense_in_one_line(podctl, args, words):
     assert_one_line_error(podctl("plan", *args, check=False), 2, *words)
 
 
-def test_ls_and_cost_show_prices_on_the_fakes_default_zone_and_unknowns_elsewhere(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "priced")  # us-east5-a: priced
+def test_ls_and_cost_show_prices_on_the_fakes_default_zone_and_elsewhere(podctl):
+    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "priced")  # us-east5-a
     podctl("--backend", "fake", "up", "--slice", "v5p-16", "--name", "unpriced", "--zone", "us-central1-a")
     listed = podctl.json("--backend", "fake", "ls")
     assert listed[0]["usd_per_hour"] == pytest.approx(16.80) and listed[0]["cost_usd"] >= 0
     human = podctl("--backend", "fake", "ls").stdout
     assert "$/HOUR" in human and "COST" in human and "$16.80" in human
-    unknown = podctl("--backend", "fake", "ls", "--zone", "us-central1-a").stdout
-    assert "unpriced" in unknown and " ? " in unknown
-    assert podctl.json("--backend", "fake", "ls", "--zone", "us-central1-a")[0]["usd_per_hour"] is None
+    central = podctl("--backend", "fake", "ls", "--zone", "us-central1-a").stdout
+    assert "unpriced" in central and "$33.60" in central  # v5p is priced in us-central1 now
+    assert podctl.json("--backend", "fake", "ls", "--zone", "us-central1-a")[0]["usd_per_hour"] == \
+        pytest.approx(33.60)
     one = podctl.json("--backend", "fake", "cost", "priced")
     assert (one["chips"], one["usd_per_hour"], one["tier"]) == (4, pytest.approx(16.8), "on-demand")
     assert one["cost_usd"] == pytest.approx(16.8 * one["age_seconds"] / 3600, abs=0.01)
@@ -264,3 +271,43 @@ def test_cost_and_goodput_of_a_run_and_mfu_from_it(podctl, tmp_path):
     proc = podctl("--backend", "fake", "plan", "--params", "70B", "--tokens", "1T", "--slice",
                   "v5p-8", "--mfu-from", cpu_run, check=False)
     assert_one_line_error(proc, 2, f"run {cpu_run} measured no MFU (it ran on cpu); pass --mfu")
+
+
+def test_cost_of_a_run_shows_the_projects_parts_from_what_it_measured(podctl, tmp_path):
+    """The same parts as `plan`, from the run: by hand, 8 chips x $4.20 x 1 h billed = $33.60
+    (badput included: goodput measured, not divided again); 2 people x $100/h x 1 h = $200;
+    the checkpoint it left (1,000,000 bytes = 0.001 GB) x (1 h + 7 d) / 730 h x $0.02/GB-month
+    = $0.00000465; 2 TB x $0.01/GB = $20."""
+    gcs = podctl.json("fake", "start")["gcs"]
+    storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
+    now = time.time()
+    run_id = runs.new_run_id("billed8", now)
+    _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
+    asyncio.run(storage.upload_bytes(f"{runs.run_prefix(run_id)}/checkpoints/11/state", b"x" * 10**6))
+    report = podctl.json("--backend", "fake", "cost", run_id, "--people", "2", "--rate", "100",
+                         "--dataset-tb", "2", "--egress-usd-per-gb", "0.01")
+    parts = report["project"]["parts"]
+    assert report["checkpoint_bytes"] == 10**6
+    assert parts["compute"]["usd"] == pytest.approx(33.60)
+    assert parts["staff"]["usd"] == pytest.approx(200.0)
+    assert parts["checkpoint_storage"]["usd"] == pytest.approx(0.001 * (1 + 168) / 730 * 0.02)
+    assert parts["data_transfer"]["usd"] == pytest.approx(20.0)
+    assert report["project"]["total_usd"] == pytest.approx(33.60 + 200 + 20 + 0.001 * 169 / 730 * 0.02)
+    human = podctl("--backend", "fake", "cost", run_id, "--people", "2", "--rate", "100").stdout
+    assert "goodput   83.3%" in human and "  staff" in human and "$200.00" in human
+
+
+def test_plan_takes_goodput_from_a_run(podctl, tmp_path):
+    """--goodput-from RUN_ID: 3000 s of training in 3600 billed = 0.8333; the project's
+    compute is the run's chip cost / 0.8333, by hand."""
+    gcs = podctl.json("fake", "start")["gcs"]
+    storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
+    now = time.time()
+    run_id = runs.new_run_id("good16", now)
+    _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
+    plan = podctl.json("--backend", "fake", "plan", "--params", "70B", "--tokens", "1T", "--slice",
+                       "v5p-4096", "--goodput-from", run_id, "--mfu-from", run_id)
+    row = plan["estimates"][0]
+    assert row["project"]["goodput"] == pytest.approx(3000 / 3600)
+    assert run_id in row["project"]["goodput_source"] and run_id in row["mfu_source"]
+    assert row["project"]["parts"]["compute"]["usd"] == pytest.approx(row["total_usd"] / (3000 / 3600))

@@ -80,3 +80,30 @@ def test_readmes_python_example_says_what_the_template_does():
     started = [line.split("=")[0].strip() for line in inside if "slice_.run(" in line]
     for name in started:
         assert any(line.strip().startswith(f"{name}.wait(") for line in inside), name
+
+
+def test_tpu_vs_gpu_notebook_executes():
+    """examples/tpu_vs_gpu.ipynb answers the buyer's question with podctl.plan: no cloud, a
+    few seconds of arithmetic and one picture."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(EXAMPLES / "tpu_vs_gpu.ipynb", as_version=4)
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    client = nbclient.NotebookClient(notebook, km=km, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(EXAMPLES)}})
+    try:
+        client.execute()
+    finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    assert "v5p-4096" in text and "b200-2048" in text and "per M tokens" in text
+    assert "is cheaper per token than" in text
+    assert "smallest that fits: v5litepod-256 --num-slices 2" in text
+    assert "staff" in text and "cheapest within 30 days:" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the frontier, drawn

@@ -124,6 +124,9 @@ def test_plan_from_preflight_prices_the_compiled_flops_with_the_working_shown(de
                     "--price", "4.2")
     hours = per_step * steps / (4 * 459e12 * 0.5) / 3600
     assert data["hours"] == pytest.approx(hours) and data["total_usd"] == pytest.approx(hours * 4 * 4.2)
+    # the compiled memory figure replaces plan's rule of thumb: per chip x 4 chips
+    assert data["fit"]["needed_bytes"] == 4 * default_v5p8["hbm"]["needed_bytes"]
+    assert data["fit"]["fits"] and "compiled by podctl preflight" in proc.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert_one_line_error(cli("plan", "--from-preflight", str(bad), "--tokens", "1B", check=False),

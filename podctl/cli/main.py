@@ -18,7 +18,7 @@ from podctl.cli.common import Context
 COMMAND_MODULES: dict[str, str] = {
     "up": "slice_cmds", "ls": "slice_cmds", "status": "slice_cmds", "down": "slice_cmds",
     "run": "job_cmds", "logs": "job_cmds", "runs": "job_cmds", "stop": "job_cmds", "exec": "job_cmds",
-    "ckpt": "ckpt_cmds", "plan": "cost_cmds", "cost": "cost_cmds", "budget": "cost_cmds",
+    "ckpt": "ckpt_cmds", "plan": "plan_cmd", "cost": "cost_cmds", "budget": "cost_cmds",
     "gc": "gc_cmd", "goodput": "goodput_cmds", "plot": "plot_cmds", "profile": "profile_cmds",
     "preflight": "preflight_cmds", "queue": "queue_cmds", "fake": "fake_cmds", "demo": "demo_cmd",
 }

@@ -131,6 +131,17 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
     guarded(action)
 
 
+def _compiled_fit(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The compiled memory figure (per chip, x chips) in the shape of `plan`'s fit: it
+    replaces plan's rule of thumb (podctl/planner/fit.py) when a preflight file is given."""
+    hbm, chips = data.get("hbm") or {}, int(data.get("chips") or 0)
+    if not hbm.get("needed_bytes") or not hbm.get("per_chip_bytes") or not chips:
+        return None
+    need, have = float(hbm["needed_bytes"]) * chips, float(hbm["per_chip_bytes"]) * chips
+    return {"fits": need <= have, "needed_bytes": need, "capacity_bytes": have,
+            "rule": "compiled by podctl preflight, per chip x chips", "suggestion": None}
+
+
 def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: str | None,
                         mfu: float | None, spot: bool, price: float | None, zone: str | None,
                         as_json: bool) -> None:
@@ -138,7 +149,8 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
     FLOPs per step (FLOPs/step x D / tokens per step) instead of 6·N·D."""
     from podctl import cost
     from podctl import preflight as lib
-    from podctl.cli.cost_cmds import _plan_zone, _short_source
+    from podctl.cli.plan_cmd import plan_zone as _plan_zone
+    from podctl.cli.plan_render import short_source as _short_source
     from podctl.cli.render import emit_json
     from podctl.errors import InvalidValueError
 
@@ -174,7 +186,7 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
               "usd_per_million_tokens": total / (tokens / 1e6) if total is not None else None,
               "price": chip_price.to_json() if chip_price else None, "zone": where,
               "price_note": None if chip_price else cost.unknown_price_message(where, generation),
-              "from_preflight": str(path)}
+              "from_preflight": str(path), "fit": _compiled_fit(data)}
     if as_json:
         emit_json(report)
         return
@@ -188,6 +200,10 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
         ("chips", f"{chips} ({data['slice']}) x {peak / 1e12:g} TFLOP/s peak (bf16) = "
                   f"{chips * peak:.3e} FLOP/s"),
         ("MFU", f"{chosen:g} ({source})"),
+        *([("memory", f"{'fits' if report['fit']['fits'] else 'does NOT fit'}: "
+                      f"{report['fit']['needed_bytes'] / 1e12:,.3f} TB needed, "
+                      f"{report['fit']['capacity_bytes'] / 1e12:,.3f} TB of HBM "
+                      f"({report['fit']['rule']})")] if report["fit"] else []),
         ("time", f"{flops:.3e} / ({chips * peak:.3e} x {chosen:g}) = {hours:,.1f} h "
                  f"({hours / 24:,.1f} days)"),
     ]

@@ -106,10 +106,11 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
         if max_cost is not None:  # a budget the tick could not price is no budget: refused, as `up` does
-            from podctl.cost import slice_hourly_cost, unknown_price_message
+            from podctl.cost import generation_of, slice_hourly_cost, unknown_price_message
 
             if slice_hourly_cost(slice_type, settings.zone, spot=spot) is None:
-                why = unknown_price_message(settings.zone).replace("pass --price or ", "")
+                why = unknown_price_message(settings.zone, generation_of(slice_type)).replace(
+                    "pass --price or ", "")
                 raise InvalidValueError(f"--max-cost needs a price: {why}.")
         if preflight:  # before anything is bundled or stored
             from podctl.cli.preflight_cmds import compile_checked

@@ -18,7 +18,20 @@ MAX_HOSTS_SHOWN = 16
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
+    """DATA as strict JSON: a float that is not finite is null (JSON has no Infinity or NaN)."""
+    click.echo(json.dumps(_finite(data), indent=2, sort_keys=True, allow_nan=False))
+
+
+def _finite(data: Any) -> Any:
+    import math
+
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 def _console(stderr: bool = False) -> Any:

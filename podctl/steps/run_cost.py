@@ -66,8 +66,8 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
     # Records from before generations.toml are v5p's, the only generation podctl ran then.
     accelerator_type = info.accelerator_type if info is not None else record.extra.get("accelerator_type", "v5p-8")
     chips = info.chips if info is not None else record.num_hosts * parse_slice(accelerator_type).chips_per_host
-    chip_price = cost.chip_hour_price(record.zone, spot=spot, override=price,
-                                      generation=cost.generation_of(accelerator_type))
+    generation = cost.generation_of(accelerator_type)
+    chip_price = cost.chip_hour_price(record.zone, spot=spot, override=price, generation=generation)
     metrics = await read_metrics(storage, run_id)
     billed = max(0.0, (ended or time.time()) - record.created)
     bill = cost.RunCost(billed_seconds=billed, chips=chips, price=chip_price,
@@ -82,4 +82,11 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
         usd_per_million_tokens=bill.usd_per_million_tokens, median_mfu=metrics.median_mfu,
         steps=metrics.steps, final_step=metrics.final_step, final_loss=metrics.final_loss,
         price=chip_price.to_json() if chip_price else None,
-        price_note=None if chip_price else cost.unknown_price_message(record.zone))
+        price_note=None if chip_price else cost.unknown_price_message(record.zone, generation))
+
+
+async def checkpoint_bytes(session: Session, run_id: str) -> int:
+    """What RUN_ID's checkpoints under its run directory hold in GCS now, in bytes."""
+    from podctl.jobs.runs import run_prefix
+
+    return sum(o.size for o in await session.storage.list(f"{run_prefix(run_id)}/checkpoints/"))

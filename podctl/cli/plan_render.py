@@ -1,0 +1,141 @@
+"""How `podctl plan` prints a plan: the working for one system, a table for several, the
+project's bill, the break-even MFU and the frontier. Imported only by `plan` when it runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from podctl.cost import fmt_count, fmt_usd
+
+
+def short_source(source: str) -> str:
+    """'URL via https://github.com/OWNER/REPO/blob/... (what)' -> 'URL via OWNER/REPO'
+    (--json has it all)."""
+    first, _, via = source.partition(" via ")
+    if "github.com/" in via:
+        via = "/".join(via.split("github.com/", 1)[1].split("/")[:2])
+    elif "github.com/" in first:
+        first = "github.com/" + "/".join(first.split("github.com/", 1)[1].split("/")[:2])
+    else:
+        first = first.split(" (", 1)[0]
+    return f"{first} via {via}" if via else first
+
+
+def _price_line(p: Any, unit: str, pinned: str | None) -> str:
+    dated = f", as of {p.as_of}" if p.as_of else ""
+    where = p.region if pinned or p.source == "--price" else f"{p.region} (cheapest region)"
+    return (f"${p.usd_per_chip_hour:.2f} per {unit}-hour, {p.tier}, {where} "
+            f"({short_source(p.source)}{dated})")
+
+
+def _rows(rows: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value}")
+
+
+def bill_lines(bill: Any) -> list[tuple[str, str]]:
+    parts = [(f"  {p.name.replace('_', ' ')}", f"{fmt_usd(p.usd)}  ({p.working})") for p in bill.parts]
+    return [("project", f"{fmt_usd(bill.total_usd)} in all:"), *parts]
+
+
+def print_one(plan: Any) -> None:
+    r = plan.rows[0]
+    s = r.system
+    peak, unit = s.peak_flops_per_chip, "GPU" if s.kind == "gpu" else "chip"
+    chips = (f"{s.chips} GPUs ({s.name}: {s.detail})" if s.kind == "gpu" else f"{s.chips} ({s.name})")
+    rows = [
+        ("FLOPs", f"6 x {fmt_count(r.params)} params x {fmt_count(r.tokens)} tokens = {r.flops:.3e}"),
+        ("chips", f"{chips} x {peak / 1e12:g} TFLOP/s peak (bf16) = {s.chips * peak:.3e} FLOP/s"),
+        ("MFU", f"{r.mfu.value:g} ({r.mfu.describe()})"),
+        ("time", f"{r.flops:.3e} / ({s.chips * peak:.3e} x {r.mfu.value:g}) = "
+                 f"{r.hours:,.1f} h ({r.days:,.1f} days)"),
+        ("memory", r.fit.sentence(s.name)),
+    ]
+    if r.price:
+        rows += [
+            ("price", _price_line(r.price, unit, plan.region)),
+            ("$/hour", f"{s.chips} {unit}s x ${r.price.usd_per_chip_hour:.2f} = {fmt_usd(r.usd_per_hour)}"),
+            ("total", f"{fmt_usd(r.usd_per_hour)} x {r.hours:,.1f} h = {fmt_usd(r.total_usd)}"),
+        ]
+        if r.spot_price:
+            rows.append(("spot", f"{_price_line(r.spot_price, unit, plan.region)}: "
+                                 f"{fmt_usd(r.spot_total_usd)}"))
+        rows.append(("$/M tokens", fmt_usd(r.usd_per_million_tokens)))
+    if s.kind == "gpu":
+        rows.append(("note", "podctl provisions only TPUs; this GPU system is for comparison"))
+    _rows(rows)
+    if r.bill:
+        _rows(bill_lines(r.bill))
+
+
+def print_table(plan: Any) -> None:
+    first = plan.rows[0]
+    click.echo(f"{fmt_count(plan.params)} params, {fmt_count(plan.tokens)} tokens: 6ND = "
+               f"{first.flops:.3e} FLOPs on every system; hours = 6ND / (chips x peak x MFU) / 3600")
+    spot = not plan.tier_chosen
+    head = ["SYSTEM", "CHIPS", "PEAK/CHIP", "MFU", "CHIPS x PEAK x MFU", "HOURS", "DAYS", "REGION",
+            "$/CHIP-H", "$/HOUR", "TOTAL", *(["SPOT TOTAL"] if spot else []), "$/M TOKENS",
+            "PROJECT", "FITS", ""]
+    table = []
+    for r in plan.rows:
+        s = r.system
+        table.append([
+            s.name, str(s.chips), f"{s.peak_flops_per_chip / 1e12:g} TF", f"{r.mfu.value:g}",
+            f"{r.flops_per_second:.3e}", f"{r.hours:,.1f}", f"{r.days:,.1f}",
+            r.price.region if r.price else "-",
+            fmt_usd(r.price.usd_per_chip_hour if r.price else None), fmt_usd(r.usd_per_hour),
+            fmt_usd(r.total_usd), *([fmt_usd(r.spot_total_usd)] if spot else []),
+            fmt_usd(r.usd_per_million_tokens), fmt_usd(r.bill.total_usd if r.bill else None),
+            "yes" if r.fit.fits else "NO", "GPU: comparison only" if s.kind == "gpu" else ""])
+    widths = [max(len(row[i]) for row in [head, *table]) for i in range(len(head))]
+    left = {0, 7, len(head) - 2, len(head) - 1}
+    for row in [head, *table]:
+        click.echo("  ".join(c.ljust(w) if i in left else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+    for r in plan.rows:
+        click.echo(f"MFU {r.system.name}: {r.mfu.value:g} ({r.mfu.describe()})")
+    for r in plan.rows:
+        unit = "GPU" if r.system.kind == "gpu" else "chip"
+        if r.price:
+            click.echo(f"price {r.system.name}: {_price_line(r.price, unit, plan.region)}")
+    for r in plan.rows:
+        if not r.fit.fits:
+            click.echo(f"memory: {r.fit.sentence(r.system.name)}")
+    for b in plan.break_even:
+        click.echo(f"break-even: {b.sentence()}")
+    if plan.rows[0].bill:
+        b = plan.rows[0].bill
+        click.echo(f"PROJECT: {b.inputs.runs} run(s) at goodput {b.inputs.goodput:g} "
+                   f"({b.inputs.goodput_source}), staff, checkpoints, data; "
+                   f"`--slice SYSTEM` shows each part, --json carries them all")
+    if any(r.system.kind == "gpu" for r in plan.rows):
+        click.echo("podctl provisions only TPUs; GPU rows are Google Cloud machines, for comparison.")
+
+
+def print_frontier(front: Any, output: Any) -> None:
+    click.echo("frontier: days against dollars for every size that fits, each system in its "
+               "cheapest region (published MFU, 2% less per doubling of chips beyond the run)")
+    head = ["SYSTEM", "CHIPS", "MFU", "DAYS", "TOTAL", "REGION"]
+    table = [[p.system.name, str(p.system.chips), f"{p.mfu.value:g}", f"{p.days:,.1f}",
+              fmt_usd(p.total_usd), p.price.region if p.price else "-"] for p in front.pareto]
+    widths = [max(len(row[i]) for row in [head, *table]) for i in range(len(head))]
+    for row in [head, *table]:
+        click.echo("  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+    click.echo(f"({len(front.pareto)} plans on the frontier of {len(front.points)}; --json has "
+               "every one)")
+    if front.deadline_days is not None:
+        pick = front.cheapest_within_deadline
+        click.echo(f"cheapest within {front.deadline_days:g} days: " + (
+            f"{pick.system.name}, {pick.days:,.1f} days, {fmt_usd(pick.total_usd)}" if pick
+            else "none: no system finishes in time"))
+    if front.budget_usd is not None:
+        pick = front.fastest_within_budget
+        click.echo(f"fastest within {fmt_usd(front.budget_usd)}: " + (
+            f"{pick.system.name}, {pick.days:,.1f} days, {fmt_usd(pick.total_usd)}" if pick
+            else "none: every plan costs more"))
+    if output is not None:
+        click.echo(f"wrote {output}")
