@@ -69,3 +69,16 @@ def test_no_two_packages_import_each_other():
 
     cycles = sorted({tuple(sorted((a, b))) for a in edges for b in edges[a] if a in reachable(b)})
     assert not cycles, f"packages that import each other: {cycles}"
+
+
+def test_every_module_of_podctl_has_a_place_in_the_layers():
+    """A new top-level module or package gets a layer (pyproject.toml), or nothing checks it."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
+    placed = {name.strip() for layer in layers for name in layer.replace(":", "|").split("|")}
+    tops = {f"podctl.{p.stem}" for p in (ROOT / "podctl").glob("*.py") if p.stem not in ("__init__", "__main__")}
+    tops |= {f"podctl.{p.parent.name}" for p in (ROOT / "podctl").glob("*/__init__.py")}
+    tops -= {"podctl.fake", "podctl._display"}  # the fake: its own contracts; _display: api's own
+    assert sorted(tops - placed) == []
