@@ -97,6 +97,8 @@ def test_stall_options_bad_input(podctl):
                           "--on-stall/--stall-after need podctl to watch the run")
     assert_one_line_error(podctl("run", "x", "--stall-after", "soon", script, check=False), 2,
                           "--stall-after")
+    assert_one_line_error(podctl("run", "x", "--stall-startup", "0", script, check=False), 2,
+                          "--stall-startup")
 
 
 def test_no_first_step_within_the_allowance_after_every_script_started_is_a_stall():
