@@ -34,6 +34,7 @@ from podctl.jobs import launch, run_files, runs
 from podctl.jobs.job import Job
 from podctl.jobs.labels import host_name
 from podctl.storage import Storage, StorageError
+from podctl.vocabulary import HEARTBEAT_SECONDS
 
 T = TypeVar("T")
 ACTIONS = ("wait", "stop", "recover")
@@ -42,7 +43,7 @@ MIN_SECONDS = 300.0  # compile-free steps of a big model take seconds; a stall i
 # first compile of a big model) may take this long before it is a stall. README "A
 # stalled run" and --stall-after's help state it.
 STARTUP_SECONDS = 30 * 60.0
-BEAT_READ_SECONDS = 10.0  # how often heartbeats are read for the scripts' start (agents beat every 10 s)
+BEAT_READ_SECONDS = HEARTBEAT_SECONDS  # how often heartbeats are read for the scripts' start
 FACTOR = 10.0
 POLL_SECONDS = 2.0
 KILL_GRACE_SECONDS = 20.0
