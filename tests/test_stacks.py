@@ -21,8 +21,8 @@ f = open(os.environ["PODCTL_STACKS_FILE"], "a")
 faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
 declare = os.environ["PODCTL_STACKS_HANDLER_FILE"]
 open(declare + ".tmp", "w").write(str(os.getpid())); os.replace(declare + ".tmp", declare)
-print("up", flush=True)
 def waiting_in_a_named_function():
+    print("up", flush=True)
     time.sleep(60)
 waiting_in_a_named_function()
 """
