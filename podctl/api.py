@@ -175,7 +175,8 @@ class Slice:
             workdir: str | Path | None = None, setup: str | None = None, resume: str | Run | None = None,
             fail_fast: bool = True, recover: int = 0, retry_errors: bool = False,
             max_hours: float | None = None, on_stall: str | None = None,
-            stall_after: float | None = None, on_slow_host: str | None = None,
+            stall_after: float | None = None, stall_startup: float | None = None,
+            on_slow_host: str | None = None,
             slow_host_after: float = 300.0) -> Run:
         """Ship SCRIPT's directory (or WORKDIR) and start SCRIPT on every host; returns
         once all have started. `resume=` an earlier run (or its id) continues from its
@@ -188,11 +189,12 @@ class Slice:
         checkpoint and the slice deleted. `on_stall="wait"|"stop"|"recover"` (and
         `stall_after=` seconds): a run with no step for that long is reported, with every
         host's stacks in GCS, then waited for, ended, or relaunched (`podctl run
-        --on-stall`). A host slower than its peers is named among the run's notices;
-        `on_slow_host="recover"` (with `recover=N`) checkpoints once it stayed slow for
-        `slow_host_after` seconds and makes the slice again on other hardware. With any of
-        these podctl watches the run from this process (in the background) until it
-        ends: call `wait()`."""
+        --on-stall`); so is one with no first step `stall_startup=` seconds (default:
+        `stall_after`, else 30 minutes) after its script started on every host. A host
+        slower than its peers is named among the run's notices; `on_slow_host="recover"`
+        (with `recover=N`) checkpoints once it stayed slow for `slow_host_after` seconds
+        and makes the slice again on other hardware. With any of these podctl watches the
+        run from this process (in the background) until it ends: call `wait()`."""
         cloud = self.cloud
         kept: deque[tuple[int, str]] = deque(maxlen=KEPT_LINES)
         options = steps.RunOptions(
@@ -207,11 +209,13 @@ class Slice:
             if "run" in holder:
                 holder["run"]._saw(host, line)
 
-        if recover or retry_errors or max_hours is not None or on_stall or stall_after or on_slow_host:
+        if (recover or retry_errors or max_hours is not None or on_stall or stall_after
+                or stall_startup or on_slow_host):
             if retry_errors and not recover:
                 raise UsageError("retry_errors=True goes with recover=N.")
             how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=max_hours,
-                              stall=StallPolicy(action=on_stall or "wait", after=stall_after),
+                              stall=StallPolicy(action=on_stall or "wait", after=stall_after,
+                                                startup=stall_startup),
                               slow=SlowHostPolicy(action=on_slow_host or "report",
                                                   after=slow_host_after))
             run = Run._supervised(cloud, self.name, options, how, sink, notices, kept)

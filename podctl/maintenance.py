@@ -8,8 +8,9 @@ Here:
   - `stopped_for(storage, run_id)`: that record, if any host wrote one;
   - `wait_out(...)`: for `--recover`, wait until the window has passed and the slice is
     READY and not UNHEALTHY_MAINTENANCE again (then the run resumes in place from the
-    checkpoint it just saved: no steps lost), or None when making the slice again is
-    faster (a window longer than RECREATE_AFTER_SECONDS, or one that never ends);
+    checkpoint it just saved: no steps lost), or False when making the slice again is
+    faster (a window longer than RECREATE_AFTER_SECONDS, or one that never ends) or
+    the maintenance overran its window by OVERRUN_SECONDS (every wait has a bound);
   - `stop_message(...)`: without `--recover`, the one line that says how to resume.
 """
 
@@ -21,12 +22,17 @@ import time
 from typing import Any
 from collections.abc import Callable
 
+from podctl.durations import format_duration
 from podctl.vocabulary import SERVING_STATES
 from podctl.errors import NotFoundError, PodctlError
 
 # A window longer than this: recreating the slice (minutes) beats waiting (approximate:
 # a v5p slice takes a few minutes to create; a maintenance window is up to hours).
 RECREATE_AFTER_SECONDS = 30 * 60.0
+# A maintenance still on this long after its window's end is not waited for any more:
+# the slice is made again (a slice that stays UNHEALTHY_MAINTENANCE bills while
+# nobody trains). README "Host maintenance" states it.
+OVERRUN_SECONDS = 5 * 60.0
 MAINTENANCE_HEALTH = "UNHEALTHY_MAINTENANCE"
 POLL_SECONDS = 2.0
 
@@ -76,10 +82,12 @@ def stop_message(run_id: str, name: str, script: str, plan: dict) -> str:
 
 async def wait_out(describe_slice: Callable[[], Any], plan: dict, notice: Callable[[str], None],
                    *, poll: float = POLL_SECONDS, now: Callable[[], float] = time.time,
-                   sleep: Callable[[float], Any] = asyncio.sleep) -> bool:
+                   sleep: Callable[[float], Any] = asyncio.sleep,
+                   overrun: float = OVERRUN_SECONDS) -> bool:
     """Wait until PLAN's window has passed and the slice (DESCRIBE_SLICE() -> SliceInfo)
     is READY and out of maintenance -> True; False when recreating is the faster way
-    (the window is long or unknown, or the slice is gone or dead)."""
+    (the window is long or unknown, the slice is gone or dead, or it is still in
+    maintenance OVERRUN seconds after the window's end)."""
     start, end = plan.get("window_start"), plan.get("window_end")
     if end is None or end - now() > RECREATE_AFTER_SECONDS:
         notice(f"{describe(plan)}: making the slice again is faster than waiting")
@@ -97,4 +105,10 @@ async def wait_out(describe_slice: Callable[[], Any], plan: dict, notice: Callab
         over = now() >= end or (seen_maintenance and start is not None and now() >= start)
         if over and info.health != MAINTENANCE_HEALTH:
             return True
+        late = now() - end
+        if late > overrun:
+            notice(f"{describe(plan)} is not over {format_duration(late)} after its window's "
+                   f"end (health {info.health or 'unknown'}; podctl waits {format_duration(overrun)} "
+                   "past a window): making the slice again rather than waiting longer")
+            return False
         await sleep(poll)

@@ -177,6 +177,13 @@ class StopFlag:
         where = os.environ.get("PODCTL_STACKS_FILE")
         self._stacks = open(where, "a") if where else sys.stderr  # kept open: faulthandler writes its fd
         faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True)
+        # Say so: the agent sends SIGUSR1 only to a process that declared a handler (for
+        # any other, SIGUSR1's default action is to end it).
+        declare = os.environ.get("PODCTL_STACKS_HANDLER_FILE")
+        if declare:
+            with open(f"{declare}.tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(f"{declare}.tmp", declare)
 
     def _on_term(self, signum: int, frame: object) -> None:
         self.local = True

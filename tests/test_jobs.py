@@ -268,6 +268,43 @@ def test_a_host_terminated_mid_run_fails_the_job_fast(slice16, fake, tmp_path):
     assert "should have been stopped" not in "\n".join(lines.by_host.get(0, []))
 
 
+def test_a_failed_host_ends_the_run_fast_while_another_is_frozen(slice16, fake, tmp_path):
+    """Host 1 frozen (SIGSTOP) before its first step, host 0 fails: fail-fast ends the
+    run from host 0's own status without waiting for host 1, whose script (deaf to the
+    SIGTERM while stopped) its agent SIGKILLs after the fail-fast grace."""
+    from podctl.jobs import run_files
+    from podctl.jobs.job import FAIL_FAST_GRACE_SECONDS, FAIL_FAST_WAIT_SECONDS
+
+    info, key = slice16
+    job, lines = make_job(fake, info, key, tmp_path, "freeze_on_host.py",
+                          env={"FREEZE_HOST": "1", "FAIL_HOST": "0", "FAIL_AFTER": "8"}, hosts=None)
+
+    async def go():
+        try:
+            await job.start(await job.prepare())
+            # Before the fix the agent of the frozen host waited its 600 s stop grace.
+            return await asyncio.wait_for(job.follow(), 8 + FAIL_FAST_WAIT_SECONDS + 60)
+        finally:
+            await job.close()
+
+    result = asyncio.run(go())
+    assert result.exit_code == 3 and result.failed.host == 0 and not result.failed.stopped
+    assert "host 1 freezing" in lines.by_host.get(1, [])
+    assert "should have been stopped" not in "\n".join(lines.by_host.get(1, []))
+
+    async def host_1_ended():  # its agent killed the frozen script: nothing left running
+        deadline = time.monotonic() + FAIL_FAST_GRACE_SECONDS + 60
+        while time.monotonic() < deadline:
+            statuses = await run_files.read_statuses(job.storage, job.run_id)
+            if 1 in statuses:
+                return statuses[1]
+            await asyncio.sleep(1)
+        raise AssertionError("host 1's script was never ended")
+
+    status = asyncio.run(host_1_ended())
+    assert status.exit_code == 137 and status.stopped
+
+
 def test_a_failed_chunk_upload_leaves_no_gap(tmp_path):
     """A chunk that cannot be uploaded keeps its lines for the next flush under the
     same number: the reader, which reads chunks in unbroken order, misses nothing."""

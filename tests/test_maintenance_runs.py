@@ -94,3 +94,69 @@ def test_wait_out_waits_for_the_window_and_the_health_and_skips_long_windows():
     long = {"window_start": 1010.0, "window_end": 1010.0 + 2 * 3600}
     assert not asyncio.run(maintenance.wait_out(describe, long, said.append, now=lambda: 1000.0))
     assert "making the slice again is faster" in said[-1]
+
+
+def test_wait_out_gives_up_once_maintenance_overruns_its_window_by_the_margin():
+    """A slice still UNHEALTHY_MAINTENANCE past its window's end plus the margin is not
+    waited for any more: wait_out says why in one line and hands over to a re-create."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from podctl import maintenance
+
+    clock = [1000.0]
+    said: list[str] = []
+    calls = [0]
+
+    async def describe():
+        calls[0] += 1
+        return SimpleNamespace(state="READY", health="UNHEALTHY_MAINTENANCE")
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    plan = {"window_start": 1010.0, "window_end": 1020.0}
+    waited = asyncio.run(maintenance.wait_out(describe, plan, said.append, poll=5,
+                                              now=lambda: clock[0], sleep=sleep))
+    assert waited is False
+    assert 1020.0 + maintenance.OVERRUN_SECONDS < clock[0] <= 1020.0 + maintenance.OVERRUN_SECONDS + 5
+    assert calls[0] < 100  # polled, not hammered
+    assert len(said) == 2 and "is not over 5m" in said[-1] and "making the slice again" in said[-1]
+
+
+def test_maintenance_that_never_clears_on_the_fake_ends_the_wait_within_its_bound(fake, api):
+    """On the fake cloud (compressed time): a maintenance window passes, the node stays
+    UNHEALTHY_MAINTENANCE after it, and wait_out stops waiting after the margin."""
+    import asyncio
+    import time
+
+    from podctl import maintenance
+    from podctl.cloud import describe
+    from podctl.jobs.agent_maintenance import parse_time
+    from tests.conftest import PARENT, TIME_SCALE
+    from tests.test_fake_hosts import delete, make_node
+
+    make_node(api.client, "stuck", "v5p-8")
+    try:
+        planned = fake.admin.maintenance("stuck", after=1.0 * TIME_SCALE, window=1.0 * TIME_SCALE)
+        plan = {"window_start": parse_time(planned["maintenance"]["windowStartTime"]),
+                "window_end": parse_time(planned["maintenance"]["windowEndTime"])}
+
+        async def health() -> str:
+            return (await describe.describe(api, PARENT, "stuck")).health
+
+        while asyncio.run(health()) != "UNHEALTHY_MAINTENANCE":  # the window began
+            time.sleep(0.1)
+        while asyncio.run(health()) == "UNHEALTHY_MAINTENANCE":  # and ended, on time
+            time.sleep(0.1)
+        # ...but the node goes back into maintenance and stays there.
+        fake.admin.unhealthy("stuck", health="UNHEALTHY_MAINTENANCE")
+        said: list[str] = []
+        waited = asyncio.run(maintenance.wait_out(
+            lambda: describe.describe(api, PARENT, "stuck"), plan, said.append, poll=0.2,
+            overrun=1.0))
+        assert waited is False, said
+        assert "waiting out maintenance" in said[0]
+        assert "health UNHEALTHY_MAINTENANCE" in said[-1] and "making the slice again" in said[-1]
+    finally:
+        delete(api.client, f"{PARENT}/nodes/stuck")

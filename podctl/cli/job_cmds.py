@@ -75,6 +75,10 @@ def _notice(text: str) -> None:
               "relaunch it from its checkpoint (with --recover).")
 @click.option("--stall-after", default=None, metavar="DURATION",
               help="No step for this long is a stall (default: 10x the median step, at least 5m).")
+@click.option("--stall-startup", default=None, metavar="DURATION",
+              help="No first step this long after the script started on every host (the "
+              "environment build not counted) is a stall too (default: --stall-after if "
+              "given, else 30m).")
 @click.option("--on-slow-host", type=click.Choice(["report", "recover"]), default="report",
               show_default=True, help="A host slower than its peers step after step is named "
               "(console, run record); recover: once it stayed slow for --slow-host-after, "
@@ -94,7 +98,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
         requirements: Path | None, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
-        max_hours: str | None, on_stall: str, stall_after: str | None, on_slow_host: str,
+        max_hours: str | None, on_stall: str, stall_after: str | None,
+        stall_startup: str | None, on_slow_host: str,
         slow_host_after: str, preflight: bool,
         xla_dump: bool, project: str | None,
         zone: str | None, bucket: str | None, as_json: bool) -> None:
@@ -125,7 +130,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             from podctl.errors import UsageError
 
             raise UsageError("--retry-errors goes with --recover N.")
-        if detach and (on_stall != "wait" or stall_after):
+        if detach and (on_stall != "wait" or stall_after or stall_startup):
             from podctl.errors import UsageError
 
             raise UsageError("--on-stall/--stall-after need podctl to watch the run: drop --detach.")
@@ -134,7 +139,9 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 
             raise UsageError("--on-slow-host recover needs podctl to watch the run: drop --detach.")
         stall = StallPolicy(action=on_stall, after=parse_duration(stall_after, "--stall-after")
-                            if stall_after else None)
+                            if stall_after else None,
+                            startup=parse_duration(stall_startup, "--stall-startup")
+                            if stall_startup else None)
         slow = SlowHostPolicy(action=on_slow_host,
                               after=parse_duration(slow_host_after, "--slow-host-after"))
         how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall,

@@ -421,8 +421,10 @@ class Agent:
             "PODCTL_CHECKPOINT_DIR": cfg["checkpoint_dir"],
             "PODCTL_BUNDLE_DIR": str(tree),
             # for podctl's stall watch: the step done (each step), the stacks on SIGUSR1
+            # (sent only once the script wrote its pid to the handler file: agent_watch.py)
             "PODCTL_PROGRESS_FILE": str(self.run_dir / agent_watch.PROGRESS_FILE),
             "PODCTL_STACKS_FILE": str(self.run_dir / agent_watch.STACKS_FILE),
+            "PODCTL_STACKS_HANDLER_FILE": str(self.run_dir / agent_watch.STACKS_HANDLER_FILE),
             "JAX_COORDINATOR_ADDRESS": cfg["coordinator"],
             "TPU_WORKER_ID": str(cfg["worker_id"]),
             "TPU_WORKER_HOSTNAMES": ",".join(cfg["worker_hostnames"]),

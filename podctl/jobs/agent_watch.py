@@ -7,10 +7,15 @@ with agent.py and run by a bare host's python3).
     (jax.process_index(), which the TPU runtime assigns: not always the host's number);
   - the script's process: its state (R running, S sleeping, D in I/O, T stopped, Z)
     and the CPU seconds it has used, from /proc;
-  - stacks on request (`podctl` sends the agent SIGUSR1): the script gets SIGUSR1 (the
-    template registers faulthandler on it and writes every thread's Python stack to
-    $PODCTL_STACKS_FILE), py-spy dumps it too where installed, and what was found is
-    written to one text file for the agent to upload.
+  - stacks on request (`podctl` sends the agent SIGUSR1), taken in ways that cannot
+    kill the script: SIGUSR1 goes to the script only when it has said that it handles
+    it (SIGUSR1's default action ends a process: a script without a handler would die
+    of the evidence-taking). A script says so by writing its pid to
+    $PODCTL_STACKS_HANDLER_FILE once its handler is registered (the template registers
+    faulthandler, which writes every thread's Python stack to $PODCTL_STACKS_FILE);
+    py-spy dumps it too where installed, and /proc gives every thread's state and
+    kernel wait channel either way. What was found is written to one text file for the
+    agent to upload.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ except ImportError:  # imported by podctl itself
 
 PROGRESS_FILE = "progress.json"
 STACKS_FILE = "stacks.txt"
+STACKS_HANDLER_FILE = "stacks-handler"  # the script's pid, once it handles SIGUSR1
 STACKS_WAIT_SECONDS = 5.0  # for the script's faulthandler to write its stacks
 PY_SPY_SECONDS = 20.0
 
@@ -97,32 +103,73 @@ def process_state(pid: int | None) -> dict | None:
     return {"state": fields[0], "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2)}
 
 
+def declared_handler(pid: int, run_dir: Path) -> int | None:
+    """The pid the script (session PID) wrote to $PODCTL_STACKS_HANDLER_FILE, saying it
+    handles SIGUSR1, when that pid is still one of the script's own processes; else None."""
+    try:
+        declared = int((run_dir / STACKS_HANDLER_FILE).read_text().strip())
+        return declared if declared > 0 and os.getsid(declared) == pid else None
+    except (OSError, ValueError):  # none written, not a pid, or no such process now
+        return None
+
+
+def proc_evidence(pid: int) -> list[str]:
+    """What /proc tells of process PID without touching it: each thread's state, name
+    and kernel wait channel (where a hung or stopped thread sits)."""
+
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text(errors="replace").strip()
+        except OSError:
+            return "?"
+
+    lines = [f"-- /proc/{pid}: wchan {read(f'/proc/{pid}/wchan') or '-'}"]
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError as e:
+        return lines + [f"threads: {e}"]
+    for tid in tids[:256]:
+        stat = read(f"/proc/{pid}/task/{tid}/stat")
+        state = stat[stat.rindex(")") + 2:].split(" ", 1)[0] if ")" in stat else "?"
+        lines.append(f"thread {tid} ({read(f'/proc/{pid}/task/{tid}/comm')}): state {state}, "
+                     f"wchan {read(f'/proc/{pid}/task/{tid}/wchan') or '-'}")
+    if len(tids) > 256:
+        lines.append(f"... and {len(tids) - 256} more threads")
+    return lines
+
+
 def capture_stacks(pid: int, run_dir: Path, host_tag: str) -> str:
-    """Every thread's Python stack of the script PID, as far as it can be had: its own
-    faulthandler (SIGUSR1), py-spy where installed, and its process state either way (a
-    stopped or hung process answers no signal)."""
+    """Every thread's stack of the script PID, as far as it can be had without harming
+    it: its own faulthandler (SIGUSR1, only to a process that declared a handler),
+    py-spy where installed, and /proc either way (a stopped or hung process answers no
+    signal)."""
     stacks = run_dir / STACKS_FILE
     before = stacks.stat().st_size if stacks.exists() else 0
     parts = [f"== {host_tag}: script pid {pid}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
              f"process: {process_state(pid)}"]
-    try:
-        os.kill(pid, signal.SIGUSR1)
-    except OSError as e:
-        parts.append(f"SIGUSR1: {e}")
-    deadline = time.monotonic() + STACKS_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if stacks.exists() and stacks.stat().st_size > before:
-            time.sleep(0.2)  # the rest of the dump
-            break
-        time.sleep(0.1)
-    if stacks.exists() and stacks.stat().st_size > before:
-        with open(stacks, "rb") as f:
-            f.seek(before)
-            parts += ["-- faulthandler (the script's own dump):",
-                      f.read().decode("utf-8", errors="replace")]
+    handler = declared_handler(pid, run_dir)
+    if handler is None:
+        parts.append("-- faulthandler: not asked (the script has not declared a SIGUSR1 handler "
+                     "in $PODCTL_STACKS_HANDLER_FILE; without one SIGUSR1 would end it)")
     else:
-        parts.append(f"-- faulthandler: no answer to SIGUSR1 within {STACKS_WAIT_SECONDS:.0f} s "
-                     "(the process is stopped, hung in native code, or does not register it)")
+        try:
+            os.kill(handler, signal.SIGUSR1)
+        except OSError as e:
+            parts.append(f"SIGUSR1: {e}")
+        deadline = time.monotonic() + STACKS_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            if stacks.exists() and stacks.stat().st_size > before:
+                time.sleep(0.2)  # the rest of the dump
+                break
+            time.sleep(0.1)
+        if stacks.exists() and stacks.stat().st_size > before:
+            with open(stacks, "rb") as f:
+                f.seek(before)
+                parts += ["-- faulthandler (the script's own dump):",
+                          f.read().decode("utf-8", errors="replace")]
+        else:
+            parts.append(f"-- faulthandler: no answer to SIGUSR1 within {STACKS_WAIT_SECONDS:.0f} s "
+                         "(the process is stopped or hung in native code)")
     spy = shutil.which("py-spy")
     if spy:
         try:
@@ -131,4 +178,7 @@ def capture_stacks(pid: int, run_dir: Path, host_tag: str) -> str:
             parts += ["-- py-spy dump:", out.stdout + out.stderr]
         except (OSError, subprocess.SubprocessError) as e:
             parts.append(f"-- py-spy: {e}")
+    parts += proc_evidence(pid)
+    if handler is not None and handler != pid:
+        parts += proc_evidence(handler)
     return "\n".join(parts) + "\n"

@@ -32,6 +32,13 @@ from podctl.jobs.run_files import read_record, save_record
 from podctl.storage import Storage
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Fail-fast: once a host failed, the others' scripts get SIGTERM and, this long after,
+# SIGKILL (their multi-host job cannot go on, nor save a collective checkpoint, without
+# the failed one), and the run ends at most FAIL_FAST_WAIT_SECONDS after the failure,
+# with whatever statuses were written by then: a host frozen or hung, its agent
+# included, does not hold the run (nor its slice's bill) open.
+FAIL_FAST_GRACE_SECONDS = 30.0
+FAIL_FAST_WAIT_SECONDS = FAIL_FAST_GRACE_SECONDS + 15.0
 Notice = Callable[[str], None]
 
 
@@ -222,19 +229,33 @@ class Job:
     async def follow(self) -> RunResult:
         reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts,
                            notice=self.notice)
-        stopping = False
+        stopping: asyncio.Future | None = None
 
         async def on_status(status: HostStatus) -> None:
             nonlocal stopping
-            if status.exit_code != 0 and not status.stopped and not stopping:
+            if status.exit_code != 0 and not status.stopped and stopping is None:
                 what = status.error or f"exit code {status.exit_code}"
                 self.notice(f"{host_name(status.host, status.process)} failed ({what})")
                 if self.request.fail_fast and not reader.done:
-                    stopping = True
                     self.notice("stopping the other hosts (fail-fast)")
-                    await launch.stop_agents(self.fleet, self.run_id)
+                    # In the background: the reader goes on reading their ends meanwhile,
+                    # and a host that does not answer cannot hold it.
+                    stopping = asyncio.ensure_future(launch.stop_agents(
+                        self.fleet, self.run_id, grace_seconds=FAIL_FAST_GRACE_SECONDS))
+                    reader.end_by(FAIL_FAST_WAIT_SECONDS)
 
-        statuses = await reader.follow(poll_seconds=self.request.poll_seconds, on_status=on_status)
+        try:
+            statuses = await reader.follow(poll_seconds=self.request.poll_seconds,
+                                           on_status=on_status)
+        finally:
+            if stopping is not None:
+                await asyncio.wait({stopping}, timeout=launch.HOST_COMMAND_SECONDS)
+                stopping.cancel()
+        left = [h for h in range(len(self.targets)) if h not in statuses]
+        if left:
+            self.notice(f"ending the run without waiting longer for host{'s' if len(left) > 1 else ''} "
+                        f"{', '.join(f'{h:04d}' for h in left)} (fail-fast; its agent ends its "
+                        f"script: SIGKILL {FAIL_FAST_GRACE_SECONDS:.0f} s after the stop)")
         code, failed = runs.job_exit_code(statuses)
         assert self.record is not None
         self.record.state = "succeeded" if code == 0 else "failed"

@@ -9,6 +9,7 @@ host, not a copy of anything.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import shlex
@@ -23,6 +24,7 @@ from podctl.jobs.ssh import Fleet, Target
 from podctl.vocabulary import HEARTBEAT_SECONDS
 
 JAX_COORDINATOR_PORT = 8482
+HOST_COMMAND_SECONDS = 30.0  # a stop or a stacks request on one host: a host that does not answer is left
 MEGASCALE_PORT = 8080
 AGENT_FILE = Path(__file__).with_name("agent.py")
 
@@ -169,8 +171,8 @@ async def _on_every_host(fleet: Fleet, command: str) -> None:
 
     async def run(conn: Any, target: Target) -> None:
         try:
-            await conn.run(command, check=False)
-        except Exception:  # a host that is gone, or its connection cut
+            await asyncio.wait_for(conn.run(command, check=False), HOST_COMMAND_SECONDS)
+        except Exception:  # a host that is gone, frozen, or its connection cut
             pass
 
     await fleet.each(run)

@@ -48,6 +48,7 @@ class LogReader:
         self.progress = Progress()
         self.marks = ProcessMarks()  # each line goes out with its host's JAX process index
         self.started = time.time()  # no host is lost before HOST_LOST_SECONDS after this
+        self.deadline: float | None = None  # (monotonic) end the follow by then: `end_by`
 
     def shown(self, host: int) -> bool:
         return self.hosts is None or host in self.hosts
@@ -91,6 +92,12 @@ class LogReader:
     @property
     def done(self) -> bool:
         return len(self.progress.statuses) >= self.num_hosts
+
+    def end_by(self, seconds: float) -> None:
+        """Follow at most SECONDS more, then end with the statuses written by then (a
+        fail-fast: the hosts still going are being stopped, and need not be waited for)."""
+        deadline = time.monotonic() + seconds
+        self.deadline = deadline if self.deadline is None else min(self.deadline, deadline)
 
     async def follow(self, *, poll_seconds: float = 0.5,
                      on_status: Callable[[HostStatus], Awaitable[None]] | None = None,
@@ -142,7 +149,7 @@ class LogReader:
                 self._seen.add(host)
                 if on_status:
                     await on_status(status)
-        if self.done or not follow:
+        if self.done or not follow or (self.deadline is not None and time.monotonic() > self.deadline):
             await self.read_logs()  # statuses come after the last chunk: drain
             return statuses
         now = time.time()

@@ -2,7 +2,10 @@
 
 While podctl follows a run it reads host 0's step lines (the template prints one per
 step; see README "Goodput"). When none has come for `after` seconds (by default
-FACTOR x the median step time, at least MIN_SECONDS), it says so on the console and in
+FACTOR x the median step time, at least MIN_SECONDS), or no first step has come for
+`startup` seconds (by default `after`, else STARTUP_SECONDS: starting and the first
+compile take their own time) since every host's script started (its agent's heartbeat says "running": the
+environment build and `--setup` before it do not count), it says so on the console and in
 the run's record, names the hosts that are behind or silent (each host's agent reports
 the step its script last finished, the script's process state and its own heartbeat),
 and has every host's agent capture its script's Python stacks into
@@ -31,10 +34,16 @@ from podctl.jobs import launch, metric_line, run_files, runs
 from podctl.jobs.job import Job
 from podctl.jobs.labels import host_name
 from podctl.storage import Storage, StorageError
+from podctl.vocabulary import HEARTBEAT_SECONDS
 
 T = TypeVar("T")
 ACTIONS = ("wait", "stop", "recover")
 MIN_SECONDS = 300.0  # compile-free steps of a big model take seconds; a stall is minutes
+# Without --stall-after: the script's start to its first step (JAX's start, a restore, the
+# first compile of a big model) may take this long before it is a stall. README "A
+# stalled run" and --stall-after's help state it.
+STARTUP_SECONDS = 30 * 60.0
+BEAT_READ_SECONDS = HEARTBEAT_SECONDS  # how often heartbeats are read for the scripts' start
 FACTOR = 10.0
 POLL_SECONDS = 2.0
 KILL_GRACE_SECONDS = 20.0
@@ -47,18 +56,28 @@ class StallPolicy:
     action: str = "wait"
     after: float | None = None  # seconds without a step; None: FACTOR x median, >= MIN_SECONDS
     min_seconds: float = MIN_SECONDS
+    # seconds from the scripts' start to the first step; None: AFTER, else STARTUP_SECONDS
+    startup: float | None = None
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise UsageError(f"--on-stall {self.action!r}: use one of {', '.join(ACTIONS)}.")
         if self.after is not None and self.after <= 0:
             raise UsageError("--stall-after must be more than 0 seconds.")
+        if self.startup is not None and self.startup <= 0:
+            raise UsageError("--stall-startup must be more than 0 seconds.")
 
     def threshold(self, step_seconds: list[float]) -> float:
         if self.after is not None:
             return self.after
         median = statistics.median(step_seconds) if step_seconds else 0.0
         return max(self.min_seconds, FACTOR * median)
+
+    def first_step_threshold(self) -> float:
+        """Seconds from the scripts' start to the first step before it is a stall."""
+        if self.startup is not None:
+            return self.startup
+        return self.after if self.after is not None else STARTUP_SECONDS
 
 
 @dataclass
@@ -69,6 +88,10 @@ class StallWatch:
     clock: Callable[[], float] = time.time
     last_step: int | None = None
     last_step_at: float | None = None  # when podctl saw it
+    # When podctl saw every host's script running (its clock, not the hosts'): the
+    # first step is awaited from here; None until then (the environment being built).
+    scripts_started_at: float | None = None
+    beats_read_at: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
     reported: bool = False  # this stall was reported; a new step re-arms the watch
     stalls: list[dict] = field(default_factory=list)
@@ -81,14 +104,26 @@ class StallWatch:
         if not record.get("compile") and "step_time_s" in record:
             self.step_seconds = (self.step_seconds + [record["step_time_s"]])[-1000:]
 
+    def current_threshold(self) -> float:
+        if self.last_step_at is None:
+            return self.policy.first_step_threshold()
+        return self.policy.threshold(self.step_seconds)
+
     def stalled(self) -> float | None:
-        """Seconds since the last step, when that is past the threshold (and not yet
-        reported); None otherwise. Watching starts with the first step: compiling a
-        large model's step takes its own time."""
-        if self.last_step_at is None or self.reported:
+        """Seconds since the last step (before the first: since every host's script
+        started), when that is past its threshold (and not yet reported); None otherwise."""
+        since = self.last_step_at if self.last_step_at is not None else self.scripts_started_at
+        if since is None or self.reported:
             return None
-        quiet = self.clock() - self.last_step_at
-        return quiet if quiet > self.policy.threshold(self.step_seconds) else None
+        quiet = self.clock() - since
+        return quiet if quiet > self.current_threshold() else None
+
+    def saw_beats(self, beats: dict[int, dict], num_hosts: int) -> None:
+        """Heartbeats read: once every host's agent has started its script, the wait
+        for the first step begins."""
+        if self.scripts_started_at is None and len(beats) >= num_hosts and all(
+                "running" in (beats.get(h, {}).get("phases") or {}) for h in range(num_hosts)):
+            self.scripts_started_at = self.clock()
 
 
 def name_hosts(beats: dict[int, dict], num_hosts: int, now: float) -> list[str]:
@@ -132,8 +167,13 @@ async def report(storage: Storage, job: Job, watch: StallWatch, quiet: float,
                  notice: Callable[[str], None]) -> dict:
     """Say it, name the hosts, capture every host's stacks, note it in the record."""
     run_id, num_hosts = job.run_id, len(job.targets)
-    notice(f"run {run_id} stalled: no step for {quiet:.0f} s after step {watch.last_step} "
-           f"(threshold {watch.policy.threshold(watch.step_seconds):.0f} s)")
+    threshold = watch.current_threshold()
+    if watch.last_step_at is None:
+        notice(f"run {run_id} stalled: no first step {quiet:.0f} s after its script started "
+               f"on every host (threshold {threshold:.0f} s)")
+    else:
+        notice(f"run {run_id} stalled: no step for {quiet:.0f} s after step {watch.last_step} "
+               f"(threshold {threshold:.0f} s)")
     names = name_hosts(await read_beats(storage, run_id), num_hosts, time.time())
     for said in names:
         notice(f"run {run_id}: {said}")
@@ -185,6 +225,10 @@ async def watch_stall(follow: Awaitable[T], *, storage: Storage, job: Job, watch
     then wait, or end the run (stop, recover: the follower then returns its end)."""
 
     async def check() -> None:
+        if watch.scripts_started_at is None and time.time() - watch.beats_read_at >= BEAT_READ_SECONDS:
+            watch.beats_read_at = time.time()
+            with contextlib.suppress(StorageError):
+                watch.saw_beats(await read_beats(storage, job.run_id), len(job.targets))
         quiet = watch.stalled()
         if quiet is None:
             return

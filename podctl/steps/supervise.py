@@ -89,8 +89,10 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
         if watch is None or not watch.stalls or watch.policy.action == "wait":
             return None
         last = watch.stalls[-1]
+        where = ("before its first step" if last["after_step"] is None
+                 else f"after step {last['after_step']}")
         return EndedByPodctl(
-            f"stalled after step {last['after_step']} (no step for {last['quiet_seconds']:.0f} s)",
+            f"stalled {where} (no step for {last['quiet_seconds']:.0f} s)",
             watch.policy.action == "recover", f"--on-stall {watch.policy.action}")
 
     if how.recover:
