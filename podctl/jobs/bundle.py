@@ -265,7 +265,7 @@ def pack(workdir: Path, *, out_dir: Path, warn_bytes: int = WARN_BYTES) -> Bundl
     try:
         with os.fdopen(fd, "wb") as raw:
             writer = _HashingWriter(raw)
-            with gzip.GzipFile(filename="", mode="wb", fileobj=writer, mtime=0,  # type: ignore[arg-type]
+            with gzip.GzipFile(filename="", mode="wb", fileobj=writer, mtime=0,
                                compresslevel=6) as gz, \
                     tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
                 for entry in entries:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from functools import partial
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from collections.abc import Awaitable, Callable
@@ -405,8 +406,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
         if plan is not None and await maintenance.wait_out(  # waited out: resume in place
-                lambda name=info.name: describe.describe(session.api, session.settings.parent, name), plan,
-                notice):
+                partial(describe.describe, session.api, session.settings.parent, info.name), plan, notice):
             info = await slices.ready_slice(session, info.name)
         elif suspect is not None:
             if ours is not None and ours.bad_worker is not None:

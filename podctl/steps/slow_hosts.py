@@ -102,7 +102,8 @@ def paces(beats: dict[int, dict]) -> dict[int, HostPace]:
     for host, beat in beats.items():
         p = beat.get("progress") or {}
         host_s, step_s, window = p.get("host_s"), p.get("step_s"), p.get("window")
-        if all(isinstance(v, (int, float)) for v in (host_s, step_s, window)):
+        if (isinstance(host_s, (int, float)) and isinstance(step_s, (int, float))
+                and isinstance(window, (int, float))):
             process = p.get("process")
             out[host] = HostPace(host, float(host_s), float(step_s), int(window),
                                  process if isinstance(process, int) else None)
