@@ -8,33 +8,60 @@ import concurrent.futures
 import threading
 from typing import Any, Generic, TypeVar
 from collections.abc import Callable, Coroutine
-from podctl.signals import stop_signals_ignored
+from podctl.signals import on_stop, stop_signals_ignored, takes_ctrl_c_path
 
 T = TypeVar("T")
 CLEANUP_SECONDS = 120.0  # how long an interrupted call's cleanup (an undo) may take
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run CORO to completion and return its result (or raise its error)."""
+    """Run CORO to completion and return its result (or raise its error). A stop signal
+    (podctl.signals) cancels CORO, which cleans up (an undo, a stop on the hosts)
+    before KeyboardInterrupt reaches the caller."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    # A loop runs in this thread: run ours in a helper thread and wait for it.
-    box: dict[str, Any] = {}
+        return _run_here(coro)
+    # A loop runs in this thread (a notebook): run ours in a helper thread and wait for it.
+    helper = LoopThread()
+    try:
+        return helper.run(coro)
+    finally:
+        helper.close()
 
-    def target() -> None:
-        try:
-            box["result"] = asyncio.run(coro)
-        except BaseException as e:  # handed back to the caller below
-            box["error"] = e
 
-    thread = threading.Thread(target=target, name="podctl-sync", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+def _run_here(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run(CORO), with what asyncio does for Ctrl-C done for every stop signal
+    that takes Ctrl-C's path here, whatever SIGINT is set to (a background job's is
+    ignored, and asyncio then handles nothing): the first cancels CORO's task, a second
+    raises KeyboardInterrupt at once."""
+    task: asyncio.Task | None = None
+    stops = 0
+
+    async def main() -> T:
+        nonlocal task
+        task = asyncio.current_task()
+        return await coro
+
+    with asyncio.Runner() as runner:
+        loop = runner.get_loop()
+
+        def cancel(signum: int) -> None:
+            nonlocal stops
+            stops += 1
+            if stops == 1 and task is not None and not task.done():
+                task.cancel()
+                loop.call_soon_threadsafe(lambda: None)  # wake a select() with a long timeout
+                return
+            raise KeyboardInterrupt
+
+        with on_stop(cancel, takes=takes_ctrl_c_path):
+            try:
+                return runner.run(main())
+            except asyncio.CancelledError:
+                if stops:
+                    raise KeyboardInterrupt from None
+                raise
 
 
 class LoopThread:
@@ -55,7 +82,9 @@ class LoopThread:
             poll_seconds: float = 0.25) -> T:
         """Run CORO on the loop; while it runs, call POLL every POLL_SECONDS in the
         caller's thread (where a notebook's output goes to the cell that is running)."""
-        return self.start(coro).wait(poll=poll, poll_seconds=poll_seconds)
+        background = self.start(coro)
+        background.wait(poll=poll, poll_seconds=poll_seconds)  # no UNTIL: returns once done
+        return background.future.result()
 
     def start(self, coro: Coroutine[Any, Any, T]) -> Background[T]:
         """Start CORO on the loop and return at once; `.wait()` for its result."""
@@ -96,17 +125,30 @@ class Background(Generic[T]):
         """Block until the coroutine is done (or UNTIL() is true: then None), calling
         POLL every POLL_SECONDS in this thread. Ctrl-C cancels the coroutine and waits
         for its own cleanup before the KeyboardInterrupt goes on."""
-        try:
-            while not self.future.done():
-                if until is not None and until():
-                    return None
-                concurrent.futures.wait([self.future], timeout=poll_seconds)
-                if poll is not None:
-                    poll()
-            return self.future.result()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP routed to it (podctl.signals)
-            self.cancel()
-            raise
+        # Stop signals raise KeyboardInterrupt here, in the thread that waits, also where
+        # they would only cancel a task of a loop this thread runs (asyncio.run, a
+        # notebook's), which cannot run while this thread waits. Once: a second signal
+        # must not cut short the cleanup that the first started.
+        fired = False
+
+        def interrupt(signum: int) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                raise KeyboardInterrupt
+
+        with on_stop(interrupt, takes=takes_ctrl_c_path):
+            try:
+                while not self.future.done():
+                    if until is not None and until():
+                        return None
+                    concurrent.futures.wait([self.future], timeout=poll_seconds)
+                    if poll is not None:
+                        poll()
+            except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (podctl.signals)
+                self.cancel()
+                raise
+        return self.future.result()
 
     def cancel(self) -> None:
         """Cancel the coroutine and wait (a second signal may not cut it short) until its
@@ -115,3 +157,4 @@ class Background(Generic[T]):
             self.future.cancel()
             if self._started.is_set():
                 self._ended.wait(timeout=CLEANUP_SECONDS)
+

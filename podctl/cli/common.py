@@ -34,12 +34,19 @@ def guarded(action: Callable[[], Any]) -> Any:
         click.echo(f"podctl: error: {e}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (podctl.signals routes them here)
-        from podctl import signals
+        exit_interrupted()
 
-        signals.ignore_further_stops()
-        how = f" ({signals.name_of_stop()})" if signals.received else ""
-        click.echo(f"podctl: interrupted{how}", err=True)
-        sys.exit(signals.exit_code(EXIT_INTERRUPTED))
+
+def exit_interrupted(then: str = "") -> None:
+    """Say "interrupted" (with the stop signal that came, and THEN: what podctl did about
+    it) in one line and exit 128 + the signal's number (130 Ctrl-C, 143 SIGTERM, 129
+    SIGHUP); a further signal can no longer change that."""
+    from podctl import signals
+
+    signals.ignore_further_stops()
+    how = f" ({signals.name_of_stop()})" if signals.received else ""
+    click.echo(f"podctl: interrupted{how}{'; ' + then if then else ''}", err=True)
+    sys.exit(signals.exit_code(EXIT_INTERRUPTED))
 
 
 def slice_help() -> str:

@@ -8,11 +8,10 @@ from typing import Any
 
 import click
 
-from podctl.vocabulary import EXIT_HOST_LOST, EXIT_INTERRUPTED
-from podctl.cli.common import Context, ScriptCommand, guarded
+from podctl.vocabulary import EXIT_HOST_LOST
+from podctl.cli.common import Context, ScriptCommand, exit_interrupted, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
-
 
 
 def bucket_option(fn: Any) -> Any:
@@ -177,9 +176,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         try:
             supervised = run_sync(go())
         except KeyboardInterrupt:
-            if started:
-                _notice(f"interrupted; run {started[0].run_id} stopped on every host")
-            sys.exit(EXIT_INTERRUPTED)
+            exit_interrupted(f"run {started[0].run_id} stopped on every host" if started else "")
         job = started[0]
         if supervised is None:
             if as_json:

@@ -13,7 +13,6 @@ second guard: a create that finds its name taken adopts the slice.
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from podctl.queue.provision import parent_of
 from podctl.queue.store import TERMINAL, Entry, Store, db_path
 from podctl.queue.world import observe
 from podctl._sync import run_sync
-from podctl.signals import STOP_SIGNALS
+from podctl.signals import on_stop
 from podctl.queue.context import TickContext
 
 CANCEL_LOCK_WAIT = 60.0  # seconds `queue cancel` waits for a running tick
@@ -70,17 +69,11 @@ async def run_pass(ctx: TickContext, store: Store) -> PassResult:
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[threading.Event]:
     """SIGINT, SIGTERM, SIGHUP: finish the pass in flight (each step is short), then
-    stop, so a signal never leaves a half-written intent or an unrecorded slice."""
+    stop, so a signal never leaves a half-written intent or an unrecorded slice. One
+    the parent ignored (SIGINT in a background job, SIGHUP under nohup) stays ignored."""
     stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
+    with on_stop(lambda signum: stop.set()):
         yield stop
-        return
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def tick(ctx: TickContext, state_dir: Path) -> PassResult:
