@@ -209,3 +209,17 @@ def test_a_budget_on_an_existing_slice_uses_its_own_generations_price(accelerato
     labels = budget.existing_budget_labels(info, max_cost=100, max_hours=None, now=2000.0)
     per_hour = info.chips * usd_per_chip_hour
     assert int(labels["podctl-deadline"]) == int(1000.0 + 100 / per_hour * 3600)
+
+
+def test_a_budget_set_on_an_existing_slice_waits_for_its_label_update(api, fake, isolated):
+    """`up --max-hours` on a slice that exists: the labels' operation is polled until
+    done (its coroutine was once returned to tenacity unawaited, and never ran)."""
+    key = ensure_ssh_key(isolated / "config")
+    _budgeted_slice(api, "had", 10.0, key)
+    info = asyncio.run(describe.describe(api, PARENT, "had"))
+    labels = budget.existing_budget_labels(info, max_cost=None, max_hours="2")
+    fake.admin.reset_stats()
+    labelled = asyncio.run(budget.set_on_existing(api, PARENT, info, labels, policy=FAST))
+    assert fake.admin.stats()["by_call"].get("operations.get", 0) >= 1
+    assert labelled.labels[budget.DEADLINE_LABEL] == labels[budget.DEADLINE_LABEL]
+    asyncio.run(terminate.terminate(api, PARENT, "had", policy=FAST))

@@ -74,6 +74,7 @@ def test_up_max_hours_on_an_existing_slice_writes_the_budget_that_budget_check_e
     again = podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "had", "--max-hours", "2",
                    "--max-cost", "50", "--json")
     assert "set on had, which already existed" in again.stderr
+    assert "never awaited" not in again.stderr, again.stderr  # the labels' update was waited for
     labels = json.loads(again.stdout)["labels"]
     assert labels["podctl-max-cost"] == "50_00" and labels["podctl-deadline"].isdigit()
     listed = podctl.json("--backend", "fake", "status", "had")

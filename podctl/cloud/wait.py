@@ -78,7 +78,13 @@ async def wait_until(probe: Callable[[], Awaitable[T | None]], *, what: str,
         sleep=clock.sleep,
         retry_error_callback=give_up,
     )
-    return await retrying(probe)
+
+    async def attempt() -> T | None:
+        # Awaited here, whatever PROBE is: tenacity awaits only what it sees is a
+        # coroutine function, and would return the coroutine of a lambda unawaited.
+        return await probe()
+
+    return await retrying(attempt)
 
 
 def _lost(info: SliceInfo) -> SliceLostError | None:
