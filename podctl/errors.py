@@ -36,6 +36,7 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   ├── QueueBusyError           a tick holds the queue's lock (cancel waits for it, then gives up)
     │   └── NoSuchEntryError         no queue entry with that id
     ├── BudgetExceededError          a budget was reached: the run stopped, the slice deleted
+    ├── DiskFullError                this machine's disk (or quota) is full: ENOSPC, EDQUOT
     └── FakeCloudError               the local fake cloud could not start or be reached
 
 Outside the tree, on purpose: the host agent (jobs/agent*.py) runs standalone on the hosts
@@ -160,6 +161,23 @@ class HostKeyError(JobError):
 
 class BudgetExceededError(PodctlError):
     pass
+
+
+class DiskFullError(PodctlError):
+    pass
+
+
+def disk_full(e: BaseException) -> DiskFullError | None:
+    """E as a DiskFullError when it is the local disk (or the user's quota on it) that is
+    full, else None. Every write podctl makes on this machine can meet it, so the CLI's
+    error guard asks here rather than each write."""
+    import errno
+
+    if not isinstance(e, OSError) or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    where = f" ({e.filename})" if e.filename else ""
+    return DiskFullError(f"no space left on this machine's disk{where}; free some space, then run "
+                         "the command again.")
 
 
 class QueueError(PodctlError):

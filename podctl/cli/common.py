@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from collections.abc import Callable
 
 from podctl.vocabulary import EXIT_INTERRUPTED
 import click
 
+if TYPE_CHECKING:
+    from podctl.errors import PodctlError
 
 
 class Context:
@@ -26,18 +28,28 @@ class Context:
 
 def guarded(action: Callable[[], Any]) -> Any:
     """Run a command body: podctl's errors become one line and an exit code."""
-    from podctl.errors import PodctlError
+    from podctl.errors import PodctlError, disk_full
 
     try:
         return action()
     except PodctlError as e:
-        click.echo(f"podctl: error: {e}", err=True)
-        sys.exit(e.exit_code)
+        fail(e)
+    except OSError as e:  # a write on this machine: ENOSPC is no bug of podctl's
+        full = disk_full(e)
+        if full is None:
+            raise
+        fail(full)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (podctl.signals routes them here)
         exit_interrupted()
 
 
-def exit_interrupted(then: str = "") -> None:
+def fail(e: PodctlError) -> NoReturn:
+    """A PodctlError E as one line on stderr and its exit code."""
+    click.echo(f"podctl: error: {e}", err=True)
+    sys.exit(e.exit_code)
+
+
+def exit_interrupted(then: str = "") -> NoReturn:
     """Say "interrupted" (with the stop signal that came, and THEN: what podctl did about
     it) in one line and exit 128 + the signal's number (130 Ctrl-C, 143 SIGTERM, 129
     SIGHUP); a further signal can no longer change that."""
