@@ -10,6 +10,7 @@ forever), `run` shares one slice, `queue tick` needs none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,6 +62,22 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     stop_fake_and_check(cli)
 
 
+_STARTED: list[Started] = []
+
+
+@pytest.fixture(autouse=True)
+def _ends_what_it_started() -> Iterator[None]:
+    """A case that failed half-way leaves no podctl (or its parent) running."""
+    yield
+    while _STARTED:
+        started = _STARTED.pop()
+        if started.proc.poll() is None:
+            for pid in (started.pid, started.proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            started.proc.communicate(timeout=30)
+
+
 class Started:
     """podctl started by a parent as MODE says: the parent's process and podctl's pid."""
 
@@ -70,6 +87,8 @@ class Started:
                                      env={**daemon.cli.env, "PIDFILE": str(pidfile)}, cwd=daemon.cli.tmp,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid  # the parent's, until podctl's own is known
+        _STARTED.append(self)  # ended at the test's end if it is still running
         until(lambda: pidfile.exists() and pidfile.read_text().strip(), "podctl started")
         self.pid = int(pidfile.read_text())
         self.mode = mode
