@@ -94,12 +94,7 @@ class Cloud:
         Used as `with cloud.up(...) as slice:`, the slice is deleted when the block ends."""
         request = steps.up_request(self.settings, steps.SliceOptions(
             slice_type=slice_type, name=name, spot=spot, queued=queued, timeout=timeout, **options))
-        if self._signals is None:
-            # From here this process may own a slice: SIGTERM and SIGHUP end it as Ctrl-C
-            # does (an `up` under way undoes its creation, a `with` block's exit deletes
-            # the slice), unless the program handles them itself. Undone by close().
-
-            self._signals = route_stop_signals(only_defaults=True)
+        self._route_signals()
         status = StatusLine(f"{request.name} ({request.spec.describe()})")
         result = self._run(steps.up(self.session, request, progress=status), status)
         status.done("ready" if result.created else "ready (reused)")
@@ -107,6 +102,14 @@ class Cloud:
         if result.created:
             self._created.append(made)
         return made
+
+    def _route_signals(self) -> None:
+        """From here this process may own a slice or a run: SIGTERM and SIGHUP end it as
+        Ctrl-C does (an `up` under way undoes its creation, a run waited on stops, a
+        `with` block's exit deletes the slice), unless the program handles them itself
+        or its parent ignored them. Undone by close()."""
+        if self._signals is None:
+            self._signals = route_stop_signals(only_defaults=True)
 
     def slice(self, name: str) -> Slice:
         """An existing slice by name."""
@@ -196,6 +199,7 @@ class Slice:
         and makes the slice again on other hardware. With any of these podctl watches the
         run from this process (in the background) until it ends: call `wait()`."""
         cloud = self.cloud
+        cloud._route_signals()
         kept: deque[tuple[int, str]] = deque(maxlen=KEPT_LINES)
         options = steps.RunOptions(
             script=Path(script), args=tuple(str(a) for a in args), workdir=Path(workdir) if workdir else None,
@@ -360,9 +364,11 @@ class Run:
                     raise
                 self._job, code = None, result.exit_code
             else:
-                reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts,
-                                   lambda h, line: (self.lines.append((h, line)), self._saw(h, line)),
-                                   None)
+                def keep(host: int, line: str) -> None:
+                    self.lines.append((host, line))
+                    self._saw(host, line)
+
+                reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts, keep, None)
                 code = job_exit_code(self.cloud._loop.run(reader.follow(), poll=poll))[0]
         finally:
             poll()

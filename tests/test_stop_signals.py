@@ -264,3 +264,33 @@ def test_a_stop_signal_ends_run_and_every_process_of_it_on_the_hosts(daemon, run
 
 def test_sigterm_to_a_foreground_run_exits_143_with_the_run_stopped(daemon, run_slice):
     _run_stopped_by(daemon, run_slice, "foreground", SIGTERM)
+
+
+_NOTEBOOK_WAIT = """
+import asyncio, sys
+import podctl
+
+async def cell():  # a notebook's cell: podctl called inside a running event loop
+    with podctl.connect("fake") as cloud:
+        run = cloud.slice(sys.argv[1]).run(sys.argv[2], args=["3000", "0.1"])
+        print(run.run_id, flush=True)
+        run.wait()
+
+try:
+    asyncio.run(cell())
+    print("wait returned", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_inside_asyncio_run_during_run_wait_stops_the_run_on_every_host(daemon, run_slice):
+    started = Started(daemon, "foreground",
+                      [sys.executable, "-c", _NOTEBOOK_WAIT, run_slice, str(SCRIPTS / "ticker.py")])
+    assert started.proc.stdout is not None
+    run_id = started.proc.stdout.readline().strip()  # printed once it started on every host
+    out, err = started.stop(SIGINT)
+    assert started.proc.returncode == 3 and out.splitlines()[-1] == "interrupted", err
+    assert left_alive(run_id) == []
+    assert {r["run_id"]: r for r in daemon.cli.json("runs")}[run_id]["state"] == "stopped"
