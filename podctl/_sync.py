@@ -140,6 +140,9 @@ class Background(Generic[T]):
         with on_stop(interrupt, takes=takes_ctrl_c_path):
             try:
                 while not self.future.done():
+                    if _take_callers_cancel():
+                        self.cancel()
+                        raise asyncio.CancelledError
                     if until is not None and until():
                         return None
                     concurrent.futures.wait([self.future], timeout=poll_seconds)
@@ -158,3 +161,19 @@ class Background(Generic[T]):
             if self._started.is_set():
                 self._ended.wait(timeout=CLEANUP_SECONDS)
 
+
+def _take_callers_cancel() -> bool:
+    """True when the caller runs in a task of its own loop (asyncio.run) that was asked
+    to stop before podctl's wait began, by a Ctrl-C that asyncio turned into a cancel:
+    the task can see it only once this wait returns, so the wait ends now (after podctl's
+    own cleanup) with CancelledError, as an await would have. The request is taken (the
+    task uncancelled once), so that the cleanup the caller then runs (a `with` block's
+    `down()`) waits as it should; asyncio still raises KeyboardInterrupt at the end."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no loop runs in this thread
+        return False
+    if task is None or task.cancelling() == 0:
+        return False
+    task.uncancel()
+    return True

@@ -211,6 +211,37 @@ def test_ctrl_c_inside_asyncio_run_during_cloud_up_deletes_the_slice_up_was_maki
     _undone(daemon, "nb-up")
 
 
+_NOTEBOOK_BETWEEN = """
+import asyncio, sys, time
+import podctl
+
+async def cell():
+    with podctl.connect("fake") as cloud:
+        with cloud.up("v5p-8", name=sys.argv[1]):
+            print("up", flush=True)
+            time.sleep(5)  # the cell's own work: a Ctrl-C here is asyncio's, a cancel
+            cloud.slices()  # podctl's next call sees it
+            print("slices returned", flush=True)
+
+try:
+    asyncio.run(cell())
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_inside_asyncio_run_between_podctl_calls_ends_the_next_one_and_deletes_the_slice(
+        daemon):
+    daemon.admin.set_timings(node_create=90.0)
+    started = Started(daemon, "foreground", [sys.executable, "-c", _NOTEBOOK_BETWEEN, "nb-between"])
+    assert started.proc.stdout is not None
+    assert started.proc.stdout.readline().strip() == "up"
+    out, err = started.stop(SIGINT)
+    assert started.proc.returncode == 3 and out.splitlines() == ["interrupted"], err
+    until(daemon.admin.is_empty, "the with block deleted nb-between")
+
+
 # ---- queue tick -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode,sig", CASES)
