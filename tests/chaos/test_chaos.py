@@ -444,13 +444,14 @@ def api_for(kit: Kit) -> Any:
 # ---- up, told to stop: SIGINT, SIGTERM, SIGHUP in each phase ---------------------------
 
 _UP_CHILD = """
-import asyncio, sys
+import asyncio, os, sys
 from pathlib import Path
 from podctl import signals, steps
 from podctl.cloud.connect import api_for_endpoint
 from podctl.settings import Settings
 
 signals.route_stop_signals()  # as `podctl` itself does at start
+print(os.getpid(), flush=True)  # its parent may be a shell that started it as a job
 url, tmp = sys.argv[1], Path(sys.argv[2])
 settings = Settings(backend="fake", project="test-project", zone="us-central1-a",
                     config_dir=tmp / "config", state_dir=tmp / "state", bucket=None)
@@ -463,27 +464,35 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.parametrize("started", ["foreground", "background job"])
 @pytest.mark.parametrize("phase", ["create request", "wait"])
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", pytest.param("SIGINT", marks=pytest.mark.slow)])
-def test_up_told_to_stop_deletes_what_it_created(kit, tmp_path, sig, phase):
+def test_up_told_to_stop_deletes_what_it_created(kit, tmp_path, sig, phase, started):
+    import os
     import signal as signals_mod
     import subprocess
     import sys
     import time as _time
 
+    if started == "background job" and sig == "SIGINT":
+        pytest.skip("a shell's background job ignores SIGINT (tests/test_stop_signals.py)")
     number = getattr(signals_mod, sig)
     kit.admin.set_timings(node_create=1e6)  # CREATING until told otherwise
     kit.admin.reset_stats()
     if phase == "create request":
         kit.admin.latency(1.0)
-    child = subprocess.Popen([sys.executable, "-c", _UP_CHILD, kit.fake.tpu_api_url, str(tmp_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", _UP_CHILD, kit.fake.tpu_api_url, str(tmp_path)]
+    if started == "background job":  # a script's `up &`: SIGINT ignored from the start
+        argv = ["bash", "-c", '"$@" & wait $!', "bash", *argv]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    pid = int(child.stdout.readline())
     call = "nodes.create" if phase == "create request" else "operations.get"
     while kit.admin.stats()["by_call"].get(call, 0) < 1:
         assert child.poll() is None, child.communicate()
         _time.sleep(0.05)
-    child.send_signal(number)
-    child.send_signal(number)  # a second one must not cut the undo short
+    os.kill(pid, number)
+    os.kill(pid, number)  # a second one must not cut the undo short
     _, err = child.communicate(timeout=60)
     kit.admin.latency(0)
     assert child.returncode == 128 + number, err
@@ -491,4 +500,5 @@ def test_up_told_to_stop_deletes_what_it_created(kit, tmp_path, sig, phase):
     kit.admin.set_timings(node_create=90.0)
     run(wait_deleted(kit.session.api, kit.session.settings.parent, "chaos-sig"))
     assert kit.admin.is_empty()
-    kit.record("up", f"{sig} during the {phase}", "undoes", "undone: the slice up made deleted")
+    as_job = " (a background job)" if started == "background job" else ""
+    kit.record("up", f"{sig} during the {phase}{as_job}", "undoes", "undone: the slice up made deleted")
