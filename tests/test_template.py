@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import assert_one_line_error
 from tests.test_jobs_cli import podctl  # noqa: F401  (the fake v5p-16 "cli16" fixture)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "templates" / "train_pjit.py"
@@ -247,3 +248,36 @@ def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
     assert [m["step"] for m in of("step", lines)] == [9, 10]
     assert lines[-1] == {**lines[-1], "kind": "done", "step": 10}
     print(f"fake v5p-16: two runs in {time.time() - start:.1f} s")
+    _checkpoints_listed_pulled_and_restored(podctl, run_id, podctl.tmp / "pulled")
+
+
+def _checkpoints_listed_pulled_and_restored(podctl, run_id: str, out: Path) -> None:  # noqa: F811
+    """`podctl ckpt` on the run above: its checkpoints listed, the latest pulled, and what was
+    pulled is a checkpoint orbax restores on this machine's one device."""
+    listed = podctl.json("ckpt", "ls", run_id)
+    assert listed["directory"].endswith(f"/podctl/runs/{run_id}/checkpoints")
+    assert [c["step"] for c in listed["checkpoints"] if c["complete"]] == [4, 8]
+    assert "complete" in podctl("ckpt", "ls", run_id).stdout
+    pulled = podctl("ckpt", "pull", run_id, str(out))
+    assert "pulled step 8" in pulled.stdout
+    step_dir = out / "8"
+    assert (step_dir / "commit_success.txt").is_file()
+    code = ("import sys, jax, orbax.checkpoint as ocp\n"
+            "c = ocp.StandardCheckpointer()\n"
+            "meta = c.metadata(sys.argv[1])\n"
+            "meta = getattr(meta, 'item_metadata', meta)\n"
+            "one = jax.sharding.SingleDeviceSharding(jax.devices()[0])\n"
+            "target = jax.tree_util.tree_map(\n"
+            "    lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)\n"
+            "print(int(c.restore(sys.argv[1], target)['step']))")
+    items = [p for p in step_dir.iterdir() if p.is_dir()]
+    restored = subprocess.run([sys.executable, "-c", code, str(items[0])], capture_output=True,
+                              text=True, timeout=120)
+    assert restored.returncode == 0 and restored.stdout.strip().splitlines()[-1] == "8", restored.stderr[-2000:]
+    assert_one_line_error(podctl("ckpt", "pull", run_id, str(out), "--step", "5", check=False), 2,
+                          "no checkpoint step 5", "4, 8")
+    assert_one_line_error(podctl("ckpt", "ls", "not-a-run", check=False), 2, "not a run id")
+    assert_one_line_error(podctl("ckpt", "ls", "x-v5p-8-20260101-000000-abcd", check=False), 1, "no run")
+    (podctl.tmp / "x.py").write_text("print(1)\n")  # a script that exists: the --resume check speaks
+    assert_one_line_error(podctl("run", "cli16", "--resume", "bad", "x.py", check=False), 2,
+                          "--resume 'bad' is not a run id")
