@@ -128,7 +128,7 @@ class Cloud:
     def runs(self) -> RunList:
         """Run records, newest first (podctl.jobs.runs.RunRecord): one line each, a table
         in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
-        return RunList(self._run(list_runs(self.session.storage)))
+        return RunList(self._run(list_runs(self.session.storage, as_shown=True)))
 
     def close(self) -> None:
         """Delete the slices this connection created that still exist, stop a fake cloud
@@ -442,9 +442,11 @@ class Run:
 
     def stop(self) -> None:
         """Stop the run on every host (the script gets SIGTERM: the template saves a
-        checkpoint first)."""
+        checkpoint first). A stop is final: the run is not recovered after it, here or by
+        anyone else following it (its stop request is in GCS)."""
         if self._supervisor is not None:  # its own cancel stops the run on every host
             supervisor, self._supervisor = self._supervisor, None
+            self.cloud._run(_request_stop(self.cloud.session, self.run_id))
             supervisor.cancel()
             return
         if self._job is not None:
@@ -452,6 +454,7 @@ class Run:
 
             async def stop_and_close() -> None:
                 try:
+                    await _request_stop(self.cloud.session, job.run_id)
                     await job.stop()
                 finally:
                     await job.close()
@@ -470,7 +473,17 @@ class Run:
 
 async def _stop_elsewhere(session: steps.Session, slice_name: str, run_id: str) -> None:
     """Stop a run this object did not start (`podctl stop RUN_ID` does the same)."""
-    await steps.stop_run(session, run_id, wait=False)
+    await steps.stop_run(session, run_id, wait=False, by=STOPPED_BY)
+
+
+async def _request_stop(session: steps.Session, run_id: str) -> None:
+    """The owner's stop, in GCS: whoever else follows the run does not recover it."""
+    from podctl.jobs.run_files import request_stop
+
+    await request_stop(session.storage, [run_id], by=STOPPED_BY)
+
+
+STOPPED_BY = "Run.stop()"
 
 
 class CheckpointList(list):

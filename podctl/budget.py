@@ -17,7 +17,10 @@ A label enforces nothing by itself; a podctl process has to be watching:
 Acting is the same everywhere: the run is asked to checkpoint and stop (SIGTERM
 through `launch.stop_agents`, which the training template answers by saving a
 checkpoint), podctl waits a bounded grace period for the hosts to end, then
-deletes the slice and says so.
+deletes the slice and says so. A `budget check` that cannot reach the hosts over
+SSH (another identity: its key is not on the slice) asks through GCS instead
+(podctl/jobs/stop.py), with the same grace: deleting a running slice is always the
+owner's stop first, never a kill.
 """
 
 from __future__ import annotations
@@ -282,10 +285,12 @@ async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: b
 
 async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,
                        grace_seconds: float = GRACE_SECONDS,
-                       clock: Callable[[], float] = time.monotonic) -> list[str]:
-    """Ask every run still going on INFO to checkpoint and stop; wait for its hosts
-    up to GRACE_SECONDS; mark its record stopped. ACCESS: podctl.jobs.stop.HostAccess.
-    Returns the run ids."""
+                       clock: Callable[[], float] = time.monotonic,
+                       notice: Notice = lambda text: None) -> list[str]:
+    """Ask every run still going on INFO to checkpoint and stop, as its owner would
+    (over SSH, and through GCS for hosts SSH cannot reach: a cron of another identity);
+    wait for its hosts up to GRACE_SECONDS (plus the GCS way's delay); mark its record
+    stopped. ACCESS: podctl.jobs.stop.HostAccess. Returns the run ids."""
     named = [r for r in await list_runs(storage)
              if r.slice_name == info.name and r.state in LIVE_RUN_STATES]
     going = [r for r in named if runs.on_slice(r, info.name, info.created)]
@@ -296,7 +301,7 @@ async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,
     if not going:
         return []
     return await stop_runs(storage, info, going, access, stopped_by="budget",
-                           grace_seconds=grace_seconds, clock=clock)
+                           grace_seconds=grace_seconds, clock=clock, notice=notice)
 
 
 def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: str | None,

@@ -14,10 +14,15 @@ A leftover is, in one zone:
   and on which no run is going any more.
 
 podctl's own (the `podctl-managed=true` label) are deleted unless something still owns
-them: a run recorded as going on that very slice (on a dead slice: one whose hosts beat
-within HOST_LOST_SECONDS, so a preempted host finishing its checkpoint, or a `run
---recover` about to take the slice over, is left alone), or an entry of this machine's
-run queue (`podctl queue tick` deletes those itself). Steps over podctl/cloud's
+them: a run recorded as going on that very slice whose hosts beat within
+HOST_LOST_SECONDS (or whose record was written that recently: a run still starting),
+both on the service's clock, never this machine's (so a preempted host finishing its
+checkpoint, or a `run --recover` about to take the slice over, is left alone, and a
+run killed while it started does not hold its slice forever), or an entry of this
+machine's run queue (`podctl queue tick` deletes those itself). A run on a slice gc
+deletes is closed first as `lost`, noting that gc collected its slice and in what
+state: a `--recover` follower that slept through it reads that as the preemption it
+was, not as its owner's delete. Steps over podctl/cloud's
 list/delete/wait; `queue tick` and `budget check` call `survey` with a filter for
 their own slices.
 """
@@ -39,6 +44,7 @@ from podctl.cloud.names import QUEUE_LABEL
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.errors import NotFoundError, PodctlError
+from podctl.failures import dead_state
 from podctl.cloud.describe import list_slices
 from podctl.jobs import runs
 from podctl.jobs.run_files import close_record, list_runs
@@ -148,12 +154,17 @@ async def reap(api: Any, parent: str, leftovers: list[Leftover], *, dry_run: boo
 async def collect(api: Any, parent: str, *, now: float | None = None, dry_run: bool = False,
                   select: Callable[[SliceInfo], bool] | None = None, keep: Keep | None = None,
                   wait: bool = True, policy: WaitPolicy = WaitPolicy(),
-                  notice: Notice = lambda text: None) -> list[Leftover]:
-    """List PARENT's slices once, find the leftovers, delete podctl's that nothing owns.
-    NOW (default: the service's clock, `TpuApi.server_now`) judges budgets' deadlines."""
+                  notice: Notice = lambda text: None,
+                  before_delete: Callable[[list[SliceInfo]], Awaitable[Any]] | None = None,
+                  ) -> list[Leftover]:
+    """List PARENT's slices once, find the leftovers, delete podctl's that nothing owns
+    (BEFORE_DELETE, given the slices about to go, first: close_runs). NOW (default: the
+    service's clock, `TpuApi.server_now`) judges budgets' deadlines."""
     slices = await list_slices(api, parent)
     now = api.server_now() if now is None else now
     found = await survey(slices, now=now, select=select, keep=keep)
+    if before_delete is not None and not dry_run:
+        await before_delete([item.info for item in found if item.action == "delete"])
     return await reap(api, parent, found, dry_run=dry_run, wait=wait, policy=policy, notice=notice)
 
 
@@ -190,16 +201,18 @@ def queue_keeper(token: str, entries: Iterable[Any]) -> Keep:
 
 def run_keeper(storage: Any, *, now: float | None = None,
                clock: Callable[[], float] = time.time) -> Keep:
-    """Slices a run is going on. On a slice whose hosts are up, a run recorded as
-    going counts; on a dead one, only while its hosts beat (a preempted host saving its
-    checkpoint in its notice period, a `--recover` about to take the slice over). The
-    runs are listed once, at the first slice asked about. Heartbeats carry GCS's times:
-    CLOCK (the service's, `TpuApi.server_now`, where the caller has one) is read then."""
+    """Slices a run is going on: a run recorded as going on that very slice whose
+    hosts' agents beat within HOST_LOST_SECONDS, or whose record was written that
+    recently (still starting), both GCS's times, set against CLOCK (the service's,
+    `TpuApi.server_now`, where the caller has one; or NOW): a client clock hours off
+    cannot make a live run look dead, and a run killed while it started does not hold
+    its slice forever. The runs are listed once, at the first slice asked about."""
     going: list[Any] | None = None
 
-    async def last_beat(run_id: str) -> float | None:
+    async def last_spoke(run_id: str) -> float | None:
         beats = [obj.updated for obj in await storage.list(runs.heartbeat_prefix(run_id))]
-        return max(beats) if beats else None
+        written = [obj.updated for obj in await storage.list(f"{runs.run_prefix(run_id)}/run.json")]
+        return max(beats + written, default=None)
 
     async def keep(info: SliceInfo) -> str | None:
         nonlocal going, now
@@ -209,18 +222,22 @@ def run_keeper(storage: Any, *, now: float | None = None,
         for record in going:
             if not runs.on_slice(record, info.name, info.created):
                 continue
+            spoke = await last_spoke(record.run_id) or record.created
+            silent = now - spoke
+            if silent >= HOST_LOST_SECONDS:
+                continue  # its hosts (or its starter) went quiet: nothing runs there
             if dead_reason(info, now) is None:
                 return f"run {record.run_id} is going on it"
-            beat = await last_beat(record.run_id) or record.created
-            if now - beat < HOST_LOST_SECONDS:
-                return (f"run {record.run_id} was alive {now - beat:.0f} s ago (a checkpoint "
-                        "in its notice period, or a `--recover`): try again in a few minutes")
+            return (f"run {record.run_id} was alive {max(0.0, silent):.0f} s ago (a checkpoint in "
+                    "its notice period, or a `--recover`): try again in a few minutes")
         return None
     return keep
 
 
 async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
-    """Runs still recorded as going on slices gc deleted end as `lost`, with why."""
+    """Runs still recorded as going on slices gc deletes end as `lost`, with why and the
+    slice's state when gc collected it (`collected`: a `--recover` follower reads it, so
+    a preempted slice collected while it slept is recovered, not taken for a delete)."""
     deleted = list(deleted)
     closed = []
     for record in await list_runs(storage):
@@ -228,8 +245,10 @@ async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
             continue
         for info in deleted:
             if runs.on_slice(record, info.name, info.created):
+                state = dead_state(info) or info.state
                 await close_record(storage, record.run_id, "lost", keep_exit_code=True,
-                                   reason=f"slice {info.state}, collected by podctl gc")
+                                   reason=f"slice {state}, collected by podctl gc",
+                                   collected={"state": state, "by": "podctl gc"})
                 closed.append(record.run_id)
                 break
     return closed

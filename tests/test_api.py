@@ -154,3 +154,19 @@ def test_recover_cost_and_every_attempt_from_python(fake_dir, capsys):
         assert bill.cost_usd is not None and bill.cost_usd > 0
         assert cloud.run(run.run_id).cost().run_id == run.run_id  # read back from GCS
         slice_.down()
+
+
+def test_run_stop_marks_the_run_stopped_by_its_owner_where_every_process_sees_it(fake_dir):
+    """`Run.stop()` of a run under recover=N: stopped here, and its stop request is in
+    GCS, so that no follower anywhere relaunches it."""
+    from podctl.jobs.run_files import read_record, read_stop_request
+
+    with podctl.connect(backend="fake") as cloud:
+        slice_ = cloud.up("v5p-8", name="nb-stop")
+        run = slice_.run(SCRIPTS / "ticker.py", args=["100000", "0.2"], recover=2)
+        run.stop()
+        storage = cloud.session.storage
+        stop = cloud._run(read_stop_request(storage, run.run_id))
+        assert stop is not None and stop.by == "Run.stop()"
+        assert cloud._run(read_record(storage, run.run_id)).state == "stopped"
+        slice_.down()

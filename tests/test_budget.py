@@ -223,3 +223,34 @@ def test_a_budget_set_on_an_existing_slice_waits_for_its_label_update(api, fake,
     assert fake.admin.stats()["by_call"].get("operations.get", 0) >= 1
     assert labelled.labels[budget.DEADLINE_LABEL] == labels[budget.DEADLINE_LABEL]
     asyncio.run(terminate.terminate(api, PARENT, "had", policy=FAST))
+
+
+def test_budget_check_from_another_identity_stops_the_run_with_grace_before_deleting(podctl):
+    """A team's cron on another account: its SSH key is not on the slice, so it stops
+    the run through GCS (the agents' control channel), with the grace, then deletes."""
+    import json
+
+    script = podctl.tmp / "work" / "budget_train.py"
+    script.parent.mkdir()
+    script.write_text((Path(__file__).parent / "scripts" / "budget_train.py").read_text())
+    fake = ("--backend", "fake")
+    podctl(*fake, "up", "--slice", "v5p-8", "--name", "team8", "--max-hours", "3s")
+    run_id = podctl(*fake, "run", "team8", "--detach", str(script)).stdout.strip()
+    while '"kind": "step"' not in podctl(*fake, "logs", run_id).stdout:
+        time.sleep(0.5)  # the script is training: it has something to lose
+    deadline = int(podctl.json(*fake, "status", "team8")["labels"]["podctl-deadline"])
+    time.sleep(max(0.0, deadline + 1 - time.time()))
+    cron = {"PODCTL_CONFIG_DIR": str(podctl.tmp / "cron-config")}  # its own key, not the slice's
+    proc = podctl(*fake, "budget", "check", "--grace", "60s", "--json", env=cron)
+    reaped = json.loads(proc.stdout)
+    assert [(r["name"], r["deleted"], r["runs_stopped"]) for r in reaped] == [("team8", True, [run_id])]
+    assert "could not reach the hosts of team8 over SSH" in proc.stderr
+    assert "asked them to stop through GCS" in proc.stderr and "deleting it anyway" not in proc.stderr
+    # The script had its SIGTERM and its grace before the slice went: it checkpointed.
+    lines = podctl(*fake, "logs", run_id).stdout
+    assert '"kind": "checkpoint"' in lines and '"kind": "preempted"' in lines
+    assert "stop asked through GCS by budget" in lines
+    record = [r for r in podctl.json(*fake, "runs") if r["run_id"] == run_id][0]
+    assert record["state"] == "stopped" and record["extra"]["stopped_by"] == "budget"
+    assert record["exit_code"] is None or record["exit_code"] == 143
+    assert podctl.json(*fake, "ls") == []

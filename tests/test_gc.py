@@ -235,3 +235,55 @@ def test_gc_leaves_a_waiting_queued_resource_to_the_services_word_on_its_expiry(
     assert asyncio.run(describe(api, PARENT, "waiting")).state == "WAITING_FOR_RESOURCES"
     fake.admin.capacity(None)
     _remove_the_rest(api, fake)
+
+
+def _record_on(storage, info, state: str) -> RunRecord:
+    record = RunRecord(run_id=new_run_id(info.name), slice_name=info.name, project="test-project",
+                       zone=info.zone, num_hosts=1, kind="script", script="train.py", args=[],
+                       env_keys=[], bundle_hash=None, created=time.time(), state=state,
+                       extra={"slice_created": info.created})
+    asyncio.run(save_record(storage, record))
+    return record
+
+
+def test_a_run_killed_while_starting_does_not_keep_its_slice_from_gc(api, fake, isolated):
+    """A run SIGKILLed a second after it started: its record says `starting` forever,
+    and no host ever beats. Its slice, over budget, is kept only as long as a start
+    could still be under way."""
+    from podctl.jobs.run_files import read_record
+
+    _create(api, "killed-start", labels={budget.DEADLINE_LABEL: str(int(time.time()) - 60)})
+    _wait_state(api, "killed-start", "READY")
+    info = asyncio.run(describe(api, PARENT, "killed-start"))
+    storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
+    record = _record_on(storage, info, "starting")
+    kept = asyncio.run(gc.collect(api, PARENT, keep=gc.run_keeper(storage), policy=FAST))
+    assert [(i.action, i.deleted) for i in kept] == [("keep", False)]  # it may be starting
+    later = api.server_now() + gc.HOST_LOST_SECONDS + 1
+    done = asyncio.run(gc.collect(api, PARENT, now=later, keep=gc.run_keeper(storage, now=later),
+                                  policy=FAST, before_delete=lambda infos: gc.close_runs(storage, infos)))
+    assert [(i.action, i.deleted) for i in done] == [("delete", True)]
+    assert asyncio.run(read_record(storage, record.run_id)).state == "lost"
+
+
+def test_a_slice_gc_collected_after_a_preemption_is_recovered_not_taken_for_a_delete(api, fake, isolated):
+    """gc collects a PREEMPTED slice while its `--recover` follower sleeps (a laptop):
+    the run's record says what gc saw, so the follower recovers instead of reading the
+    slice's absence as its owner's `podctl down`."""
+    from podctl.steps.recovery import collected_state
+
+    _create(api, "slept", tier="spot")
+    _wait_state(api, "slept", "READY")
+    info = asyncio.run(describe(api, PARENT, "slept"))
+    storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
+    record = _record_on(storage, info, "running")
+    fake.admin.preempt("slept", grace=0)
+    _wait_state(api, "slept", "PREEMPTED")
+    info = asyncio.run(describe(api, PARENT, "slept"))
+    later = api.server_now() + gc.HOST_LOST_SECONDS + 1
+    done = asyncio.run(gc.collect(api, PARENT, now=later, keep=gc.run_keeper(storage, now=later),
+                                  policy=FAST, before_delete=lambda infos: gc.close_runs(storage, infos)))
+    assert [(i.action, i.deleted) for i in done] == [("delete", True)]
+    said: list[str] = []
+    assert asyncio.run(collected_state(storage, record.run_id, said.append)) == "PREEMPTED"
+    assert said == ["slice slept was PREEMPTED, and `podctl gc` collected it meanwhile"]

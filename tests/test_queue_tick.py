@@ -186,3 +186,44 @@ def test_env_values_never_reach_the_log_or_the_json(queue):
     assert "hunter2-secret" not in queue.out.getvalue()
     assert "hunter2-secret" not in repr(e) and "hunter2-secret" not in str(e.to_json())
     assert e.to_json()["env_keys"] == ["API_TOKEN"]
+
+
+def _stop_as_podctl_stop_does(queue, e) -> None:
+    """`podctl stop RUN_ID`: the stop request, SIGTERM over SSH, wait, close the record."""
+    from podctl._sync import run_sync
+    from podctl.cloud.describe import describe
+    from podctl.jobs.run_files import load_record
+    from podctl.jobs.ssh import pins_for
+    from podctl.jobs.stop import HostAccess, stop_runs
+    from tests.conftest import PARENT
+
+    info = run_sync(describe(queue.api, PARENT, e.slice_name))
+    access = HostAccess(queue.ctx.private_key, pins_for(queue.ctx.config_dir, info), queue.ctx.ssh_port)
+    run_sync(stop_runs(queue.storage, info, [run_sync(load_record(queue.storage, e.run_id))], access,
+                       stopped_by="podctl stop", grace_seconds=None))
+
+
+def test_podctl_stop_of_a_queued_run_cancels_its_entry_not_fails_it(queue, fake):
+    entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, max_attempts=3)
+    e = queue.until(lambda es: es[entry.id].state == "running", "running")[entry.id]
+    _stop_as_podctl_stop_does(queue, e)
+    e = queue.settle()[entry.id]
+    assert (e.state, e.attempt, e.exit_code) == ("cancelled", 1, 143)
+    assert e.last_error == "stopped by `podctl stop`"
+    from podctl._sync import run_sync
+    from podctl.jobs.run_files import read_record
+
+    assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
+
+
+def test_a_stopped_queued_run_is_not_retried_when_its_slice_is_then_preempted(queue, fake):
+    from podctl._sync import run_sync
+    from podctl.jobs.run_files import request_stop
+
+    entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, tier="spot", max_attempts=3)
+    e = queue.until(lambda es: es[entry.id].state == "running", "running")[entry.id]
+    run_sync(request_stop(queue.storage, [e.run_id], by="podctl stop"))
+    fake.admin.preempt(e.slice_name, grace=0)
+    e = queue.settle()[entry.id]
+    assert (e.state, e.attempt) == ("cancelled", 1) and e.last_error == "stopped by `podctl stop`"
+    assert _creates(fake) == 1

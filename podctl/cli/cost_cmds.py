@@ -191,7 +191,7 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
                 _notice(f"no bucket (--bucket, PODCTL_BUCKET): runs on {info.name} not signalled")
                 return []
             return await budget_lib.stop_runs_on(session.storage, info, session.host_access(info),
-                                                 grace_seconds=grace_seconds)
+                                                 grace_seconds=grace_seconds, notice=_notice)
 
         from podctl.gc import run_keeper
         keep = (run_keeper(session.storage, clock=session.api.server_now)  # podctl/gc.py

@@ -72,12 +72,16 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
         async def go() -> list[Any]:
             runs_keep = (gc_lib.run_keeper(storage, clock=api.server_now) if storage is not None
                          else no_bucket)
-            found = await gc_lib.collect(api, settings.parent, dry_run=dry_run,
-                                         keep=gc_lib.all_of(queue_keep, runs_keep))
-            if storage is not None and not dry_run:
-                for run_id in await gc_lib.close_runs(storage, [f.info for f in found if f.deleted]):
-                    click.echo(f"podctl: run {run_id} ended with its slice (collected)", err=True)
-            return found
+
+            async def close_runs(deleting: list[Any]) -> None:
+                # before the delete: a `--recover` follower then reads why its slice went
+                if storage is not None:
+                    for run_id in await gc_lib.close_runs(storage, deleting):
+                        click.echo(f"podctl: run {run_id} ended with its slice (collected)", err=True)
+
+            return await gc_lib.collect(api, settings.parent, dry_run=dry_run,
+                                        keep=gc_lib.all_of(queue_keep, runs_keep),
+                                        before_delete=close_runs)
 
         found = run_sync(go())
         if as_json:

@@ -270,7 +270,8 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
 
         from podctl.steps import Session
 
-        records = run_sync(list_runs(Session.open(ctx.settings(project, zone, bucket)).storage))
+        records = run_sync(list_runs(Session.open(ctx.settings(project, zone, bucket)).storage,
+                                       as_shown=True))
         if as_json:
             emit_json([r.to_json() for r in records])
             return
@@ -303,10 +304,12 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
 @pass_context
 def stop(ctx: Context, run_id: str, no_wait: bool, project: str | None, zone: str | None,
          bucket: str | None) -> None:
-    """Stop a run (a detached one, or one another terminal follows) on every host.
+    """Stop a run (a detached one, or one another terminal follows) on every host, for good.
 
     As Ctrl-C does: the script gets SIGTERM (the template saves a checkpoint first), and
-    when it exits, whatever it left running ends too. Waits until every host has ended."""
+    when it exits, whatever it left running ends too. Waits until every host has ended.
+    A stop is final: `run --recover` and the queue never relaunch a stopped run; a
+    recovered run's first id stops its live attempt."""
 
     def action() -> None:
         from podctl import steps
@@ -320,9 +323,12 @@ def stop(ctx: Context, run_id: str, no_wait: bool, project: str | None, zone: st
         if not result.stopped:
             _notice(f"run {run_id} is not running ({result.state}, or its slice is gone); "
                     "nothing to stop")
+        elif result.between:
+            _notice(f"run {result.run_id} stopped: it was between attempts, and none will be "
+                    "started (a stop is final)")
         else:
-            _notice(f"run {run_id} stopped on every host" if not no_wait
-                    else f"run {run_id}: every host was told to stop")
+            _notice(f"run {result.run_id} stopped on every host" if not no_wait
+                    else f"run {result.run_id}: every host was told to stop")
 
     guarded(action)
 

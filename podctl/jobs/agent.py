@@ -151,6 +151,7 @@ class Agent:
         self.child: subprocess.Popen | None = None
         self.stopping = False
         self.stop_deadline: float | None = None
+        self.termed: int | None = None  # the script (pid) already sent SIGTERM
         self.maintenance: dict | None = None  # the maintenance that stopped the run, if one did
         self.stacks_asked = threading.Event()
         self.process_index = agent_watch.ProcessIndex(run_dir)
@@ -205,7 +206,10 @@ class Agent:
         deadline = time.monotonic() + grace
         if self.stop_deadline is None or deadline < self.stop_deadline:
             self.stop_deadline = deadline
-        if self.child is not None and self.child.returncode is None:
+        # One SIGTERM per script: a stop that arrives twice (over SSH and through GCS,
+        # or `podctl stop` run again) must not cut short the checkpoint the first began.
+        if self.child is not None and self.child.returncode is None and self.termed != self.child.pid:
+            self.termed = self.child.pid
             try:
                 os.killpg(self.child.pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):

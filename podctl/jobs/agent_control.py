@@ -13,6 +13,13 @@ every host in it:
     podctl/runs/RUN/profiles/plugins/profile/ID/host-NNNN.xplane.pb   (and the other files)
     podctl/runs/RUN/control/acks/ID/host-NNNN.json                    the host's answer
 
+The owner's stop travels the same way: podctl/runs/RUN/control/stop.json ({"by",
+"requested", "grace_seconds"}; podctl/jobs/runs.py names it) makes the agent stop the
+script exactly as `podctl stop` over SSH does (the `stop` marker with its grace, then
+SIGTERM to the agent itself), so a stop reaches the hosts without SSH: a budget check
+run by another identity, whose key is not on the slice, still gives the script its
+grace to checkpoint.
+
 `podctl run --xla-dump` sets PODCTL_XLA_DUMP=1: the script's XLA_FLAGS gain
 --xla_dump_to=A_LOCAL_DIR, and the agent uploads that folder to
 podctl/runs/RUN/xla_dump/host-NNNN/ when the script has ended.
@@ -21,7 +28,9 @@ podctl/runs/RUN/xla_dump/host-NNNN/ when the script has ended.
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -59,6 +68,7 @@ class Control:
         self.say = say or (lambda text: None)
         self.poll_seconds = poll_seconds
         self.generation: str | None = None
+        self.stop_seen = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="podctl-control", daemon=True)
 
@@ -90,6 +100,35 @@ class Control:
     # ---- requests in --------------------------------------------------------------
 
     def poll(self) -> None:
+        self.poll_stop()
+        self.poll_profile()
+
+    def poll_stop(self) -> None:
+        """The owner's stop through GCS: as launch.stop_command does over SSH."""
+        name = f"{run_prefix(self.cfg)}/control/stop.json"
+        if self.stop_seen or not self.bucket.stat(name):
+            return
+        try:
+            request = json.loads(self.bucket.download(name))
+        except ValueError:
+            request = {}
+        grace = request.get("grace_seconds") if isinstance(request, dict) else None
+        stop = self.run_dir / "stop"
+        if stop.exists():  # the stop came over SSH first: the agent has it already
+            self.stop_seen = True
+            return
+        if isinstance(grace, (int, float)) and not isinstance(grace, bool) and math.isfinite(grace) \
+                and grace >= 0:
+            stop.write_text(f"{float(grace)}\n")
+        else:
+            stop.touch()
+        self.stop_seen = True
+        by = request.get("by") if isinstance(request, dict) else None
+        by = by[:60] if isinstance(by, str) and by.isprintable() else None  # anyone's text
+        self.say(f"[podctl] stop asked through GCS{f' by {by}' if by else ''}: stopping the script")
+        os.kill(os.getpid(), signal.SIGTERM)  # the agent's own handler: as an SSH stop
+
+    def poll_profile(self) -> None:
         name = f"{run_prefix(self.cfg)}/control/profile.json"
         meta = self.bucket.stat(name)
         version = str(meta.get("generation") or meta.get("updated")) if meta else None

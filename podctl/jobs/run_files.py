@@ -14,8 +14,11 @@ the same silence everywhere (HOST_LOST_SECONDS) and a record is closed the same 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from podctl.vocabulary import EXIT_HOST_LOST
@@ -81,7 +84,71 @@ async def close_record(storage: Storage, run_id: str, state: str, *, exit_code: 
 
 def attempt_ids(record: RunRecord) -> list[str]:
     """The run ids of a run's attempts, first to last (a run without recoveries: its own)."""
-    return [a["run_id"] for a in record.extra.get("attempts", []) if a.get("run_id")] or [record.run_id]
+    return [a["run_id"] for a in record.extra.get("attempts", [])
+            if isinstance(a, dict) and a.get("run_id")] or [record.run_id]
+
+
+async def live_attempt(storage: Storage, record: RunRecord) -> RunRecord:
+    """The record of RECORD's last attempt (RECORD itself for a run never recovered, or
+    when the attempt has no record yet)."""
+    last = attempt_ids(record)[-1]
+    if last == record.run_id:
+        return record
+    return await read_record(storage, last) or record
+
+
+async def run_of(storage: Storage, record: RunRecord) -> RunRecord:
+    """The run RECORD belongs to: a later attempt's record names its first (`parent`)."""
+    parent = record.extra.get("parent")
+    if isinstance(parent, str) and parent != record.run_id and runs.valid_run_id(parent):
+        return await read_record(storage, parent) or record
+    return record
+
+
+# ---- the owner's stop -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StopRequest:
+    """A stop that the run's owner asked for (`podctl stop`, `Run.stop()`, a budget): final.
+    The hosts' agents act on it too (the way in when SSH is not: another identity)."""
+
+    by: str
+    requested: float
+    grace_seconds: float | None = None  # the script's time to checkpoint before SIGKILL
+
+
+async def request_stop(storage: Storage, run_ids: list[str], *, by: str,
+                       grace_seconds: float | None = None) -> StopRequest:
+    """Write the stop request of each of RUN_IDS (a run, and its live attempt)."""
+    request = StopRequest(by=by, requested=time.time(), grace_seconds=grace_seconds)
+    body = json.dumps({"by": by, "requested": request.requested,
+                       "grace_seconds": grace_seconds}).encode()
+    for run_id in dict.fromkeys(run_ids):
+        await storage.upload_bytes(runs.stop_request_object(run_id), body,
+                                   content_type="application/json")
+    return request
+
+
+async def read_stop_request(storage: Storage, *run_ids: str) -> StopRequest | None:
+    """The first stop request written for any of RUN_IDS; None when none was (or it is
+    not one podctl wrote: a stop is never guessed from a broken object)."""
+    for run_id in dict.fromkeys(run_ids):
+        try:
+            data = json.loads(await storage.download_bytes(runs.stop_request_object(run_id)))
+        except StorageNotFound:
+            continue
+        except ValueError:
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("by"), str):
+            continue
+        grace = data.get("grace_seconds")
+        requested = data.get("requested")
+        return StopRequest(
+            by=data["by"][:100],
+            requested=float(requested) if isinstance(requested, (int, float)) else 0.0,
+            grace_seconds=float(grace) if isinstance(grace, (int, float)) and math.isfinite(grace)
+            and grace >= 0 else None)
+    return None
 
 
 async def _settle(storage: Storage, record: RunRecord) -> RunRecord:
@@ -96,14 +163,29 @@ async def _settle(storage: Storage, record: RunRecord) -> RunRecord:
     return record
 
 
-async def list_runs(storage: Storage) -> list[RunRecord]:
-    """The newest MAX_LISTED runs' records, newest first, settled from their statuses."""
+async def list_runs(storage: Storage, *, as_shown: bool = False) -> list[RunRecord]:
+    """The newest MAX_LISTED runs' records, newest first, settled from their statuses;
+    AS_SHOWN (`podctl runs`, `cloud.runs()`): a recovered run as its live attempt is
+    (never written back: what acts on records reads each attempt's own)."""
     entries = sorted(await storage.list(f"{runs.INDEX}/"), key=lambda o: o.name, reverse=True)
     records = []
     for entry in sorted(entries, key=lambda o: o.updated, reverse=True)[:MAX_LISTED]:
         record = RunRecord.from_json(json.loads(await storage.download_bytes(entry.name)))
         records.append(await _settle(storage, record))
+    if as_shown:
+        by_id = {r.run_id: r for r in records}
+        records = [_as_live_attempt(r, by_id) for r in records]
     return sorted(records, key=lambda r: r.created, reverse=True)
+
+
+def _as_live_attempt(record: RunRecord, by_id: dict[str, RunRecord]) -> RunRecord:
+    """A recovered run whose last attempt is going reads as going (its first attempt's
+    end is not the run's)."""
+    last = by_id.get(attempt_ids(record)[-1])
+    if last is None or last is record or last.state not in LIVE_RUN_STATES:
+        return record
+    return dataclasses.replace(record, state=last.state, exit_code=None, ended=None,
+                               failed_host=None)
 
 
 # ---- what the hosts write -----------------------------------------------------------

@@ -4,6 +4,7 @@
                                   logs/host-NNNN/NNNNNN.log  log chunks, in order
                                   heartbeat/host-NNNN.json   the agent is alive
                                   status/host-NNNN.json      exit code, at the end
+                                  control/stop.json          the owner's stop (final)
                                   checkpoints/               PODCTL_CHECKPOINT_DIR
     gs://BUCKET/podctl/index/RUN_ID.json                     one small object per run,
                                                              so `podctl runs` lists cheaply
@@ -51,6 +52,12 @@ def status_prefix(run_id: str) -> str:
 
 def heartbeat_prefix(run_id: str) -> str:
     return f"{RUNS}/{run_id}/heartbeat/"
+
+
+def stop_request_object(run_id: str) -> str:
+    """The owner's stop of RUN_ID: the hosts' agents read it (podctl/jobs/agent_control.py
+    names the same object), and recovery and the queue never relaunch a run that has one."""
+    return f"{RUNS}/{run_id}/control/stop.json"
 
 
 def checkpoint_dir(bucket: str, run_id: str) -> str:

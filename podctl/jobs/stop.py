@@ -6,6 +6,13 @@ template saves a checkpoint at the next step and exits 143), and when the script
 exits, whatever it left running ends too. Then podctl waits, up to a grace, for every
 host to write its status (a host that stops beating counts as ended: lost), and
 closes each run's record as `stopped`, saying by whom.
+
+A stop is final: before any host is signalled, the stop request is written to GCS
+(run_files.request_stop, for the run and its live attempt), so that `run --recover`,
+the queue and the stall watch see it and never relaunch the run. The hosts' agents
+read that request too (agent_control.py): whoever cannot reach the hosts over SSH
+(another identity: a team's cron with its own key) still stops the run, with the
+same grace, through GCS.
 """
 
 from __future__ import annotations
@@ -17,12 +24,16 @@ from pathlib import Path
 from collections.abc import Callable
 
 from podctl.cloud.types import SliceInfo
-from podctl.jobs import launch, run_files
+from podctl.errors import PodctlError
+from podctl.jobs import agent_control, launch, run_files
 from podctl.jobs.run_files import RunRecord
 from podctl.jobs.ssh import Fleet, HostPins
 from podctl.storage import Storage
 
 POLL_SECONDS = 1.0
+# A stop that reached the hosts only through GCS: the agents see it within their poll,
+# and their statuses take a moment more to land.
+GCS_STOP_MARGIN_SECONDS = agent_control.POLL_SECONDS + 30.0
 
 
 @dataclass(frozen=True)
@@ -34,13 +45,14 @@ class HostAccess:
     ssh_port: int | None
 
 
-async def signal_runs(info: SliceInfo, run_ids: list[str], access: HostAccess) -> None:
+async def signal_runs(info: SliceInfo, run_ids: list[str], access: HostAccess,
+                      grace_seconds: float | None = None) -> None:
     """SIGTERM each run's script on every host of INFO (a host that is gone has nothing
-    to stop)."""
+    to stop); SIGKILL after GRACE_SECONDS (None: the agent's own grace)."""
     async with Fleet(launch.targets_for(info, access.ssh_port), access.private_key,
                      access.pins) as fleet:
         for run_id in run_ids:
-            await launch.stop_agents(fleet, run_id)
+            await launch.stop_agents(fleet, run_id, grace_seconds)
 
 
 async def wait_ended(storage: Storage, run_id: str, num_hosts: int, *,
@@ -66,14 +78,26 @@ async def wait_ended(storage: Storage, run_id: str, num_hosts: int, *,
 
 async def stop_runs(storage: Storage, info: SliceInfo, records: list[RunRecord],
                     access: HostAccess, *, stopped_by: str, grace_seconds: float | None,
-                    clock: Callable[[], float] = time.monotonic) -> list[str]:
-    """Stop RECORDS' runs (a recovered run: its live attempt) on INFO's hosts, wait for
-    them up to GRACE_SECONDS, and close each record as stopped -> the run ids."""
+                    clock: Callable[[], float] = time.monotonic,
+                    notice: Callable[[str], None] = lambda text: None) -> list[str]:
+    """Stop RECORDS' runs (a recovered run: its live attempt) on INFO's hosts for good:
+    the stop request in GCS first, then SIGTERM over SSH (hosts SSH cannot reach get it
+    from GCS); wait for them up to GRACE_SECONDS (the script's time to checkpoint, None:
+    no limit), and close each record as stopped -> the run ids."""
     live = {r.run_id: run_files.attempt_ids(r)[-1] for r in records}
-    await signal_runs(info, list(live.values()), access)
+    await run_files.request_stop(storage, [i for r in records for i in (r.run_id, live[r.run_id])],
+                                 by=stopped_by, grace_seconds=grace_seconds)
+    wait = grace_seconds
+    try:
+        await signal_runs(info, list(live.values()), access, grace_seconds)
+    except (PodctlError, OSError) as e:
+        if wait is not None:
+            wait += GCS_STOP_MARGIN_SECONDS
+        notice(f"could not reach the hosts of {info.name} over SSH ({e}); asked them to stop "
+               f"through GCS (their agents read it within {agent_control.POLL_SECONDS:.0f} s)")
     for record in records:
         await wait_ended(storage, live[record.run_id], record.num_hosts,
-                         grace_seconds=grace_seconds, clock=clock)
+                         grace_seconds=wait, clock=clock)
         for run_id in {record.run_id, live[record.run_id]}:
             await run_files.close_record(storage, run_id, "stopped", keep_exit_code=True,
                                          even_if_ended=True, stopped_by=stopped_by)

@@ -87,6 +87,11 @@ async def read(storage: Storage, entry: Entry, num_hosts: int) -> RunState:
     return RunState(done=False)
 
 
+async def stop_request(storage: Storage, entry: Entry) -> run_files.StopRequest | None:
+    """The owner's stop of the entry's run (`podctl stop RUN_ID`), if one was asked."""
+    return await run_files.read_stop_request(storage, entry.run_id) if entry.run_id else None
+
+
 async def stop(ctx: TickContext, entry: Entry, info: SliceInfo | None, why: str) -> None:
     """Ask every host to stop the run and record it as stopped; best effort and without
     waiting, since the slice is deleted right after (which stops everything on it)."""

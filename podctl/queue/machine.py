@@ -116,6 +116,8 @@ class Machine:
         if e.state == "provisioning":
             await self.provisioning(e, info)
         elif info is None or lost_reason(info):
+            if e.state == "running" and await self.stopped_by_owner(e, info, None):
+                return
             await self.lost(e, info, (lost_reason(info) if info else None) or f"{e.slice_name} disappeared")
         elif e.state == "starting":
             await self.start(e, info)
@@ -210,9 +212,25 @@ class Machine:
         self.move(e, "running", None if started else "adopted a run started earlier",
                   started=self.ctx.now())
 
+    async def stopped_by_owner(self, e: Entry, info: SliceInfo | None, exit_code: int | None) -> bool:
+        """The run's owner stopped it (`podctl stop`, `Run.stop()`): the entry ends as
+        cancelled, never retried (a stop is final). Read only when the run has ended or
+        is lost, so a tick costs no more while runs go."""
+        storage = self.ctx.storage(e.bucket)
+        stop = await execution.stop_request(storage, e)
+        if stop is None:
+            return False
+        why = f"stopped by `{stop.by}`"
+        await execution.close_record(storage, e, "stopped", exit_code, why)
+        await self.finish(e, info, "cancelled", why, exit_code=exit_code)
+        return True
+
     async def watch(self, e: Entry, info: SliceInfo) -> None:
         storage = self.ctx.storage(e.bucket)
         state = await execution.read(storage, e, len(info.hosts))
+        if ((state.done and state.exit_code) or state.lost) and await self.stopped_by_owner(
+                e, info, state.exit_code):
+            return
         infra = None
         if state.done and state.exit_code and not state.failed_stopped:
             infra = infrastructure_reason(state.exit_code, dead_state(info), state.failed_error)

@@ -40,11 +40,14 @@ from podctl.failures import (
 )
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.metrics import RunMetrics, read_metrics
-from podctl.jobs.run_files import RunRecord, load_record, save_record
+from podctl.jobs.run_files import (
+    RunRecord, StopRequest, close_record, load_record, read_stop_request, request_stop, save_record,
+)
 from podctl.steps import runs as run_steps
 from podctl.steps import slices
 from podctl.steps.runs import Notice, RunOptions
 from podctl.steps.session import Session
+from podctl.storage import Storage
 
 DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to land
 
@@ -173,6 +176,18 @@ def deleted_by_owner(session: Session, info: SliceInfo, state: str | None) -> bo
     return state in DELETED_STATES
 
 
+async def collected_state(storage: Storage, run_id: str, notice: Notice) -> str | None:
+    """The dead state (PREEMPTED, ...) of the slice that `podctl gc` collected from
+    under RUN_ID, as gc noted it in the run's record; None if gc did not collect it."""
+    record = await load_record(storage, run_id)
+    collected = record.extra.get("collected")
+    state = collected.get("state") if isinstance(collected, dict) else None
+    if not isinstance(state, str) or not is_dead(state) or state in DELETED_STATES:
+        return None
+    notice(f"slice {record.slice_name} was {state}, and `podctl gc` collected it meanwhile")
+    return state
+
+
 def _deleted_message(name: str, run_id: str) -> str:
     return (f"slice {name} was deleted (by `podctl down` or another delete, not a preemption): "
             f"not making it again; to go on, `podctl up` it and `podctl run {name} SCRIPT "
@@ -273,7 +288,32 @@ async def _save_attempts(session: Session, run_id: str, attempts: list[Attempt],
     if last is not None and len(attempts) > 1:
         record.state, record.exit_code = last.state, last.exit_code
         record.failed_host, record.ended = last.failed_host, last.ended
+    if last is not None:  # the follower is done: no attempt comes after this one
+        record.extra["recovering"] = False
     await save_record(session.storage, record)
+
+
+async def _end_stopped(session: Session, run_id: str, attempts: list[Attempt], stop: StopRequest,
+                       code: int, result: RunResult | None, notice: Notice) -> RecoveredRun:
+    """The owner stopped the run: it ends here, whatever ended its attempt."""
+    attempt = attempts[-1]
+    attempt.reason = f"stopped by {stop.by}"
+    await _save_attempts(session, run_id, attempts, await load_record(session.storage, attempt.run_id))
+    for ended in dict.fromkeys((run_id, attempt.run_id)):
+        await close_record(session.storage, ended, "stopped", keep_exit_code=True,
+                           even_if_ended=True, stopped_by=stop.by)
+    notice(f"run {run_id} ended: stopped by {stop.by} (a stop is final: not recovered)")
+    return RecoveredRun(run_id, code, attempts, result, stopped=attempt.reason)
+
+
+async def _stop_if_asked(session: Session, run_id: str, job: Job) -> None:
+    """An attempt started while its run was being stopped (the stop came while the
+    slice was made again): it is stopped at once, as its run was."""
+    stop = await read_stop_request(session.storage, run_id)
+    if stop is None:
+        return
+    await request_stop(session.storage, [job.run_id], by=stop.by, grace_seconds=stop.grace_seconds)
+    await job.stop()
 
 
 async def _fit_to_rerun(session: Session, name: str, notice: Notice) -> bool:
@@ -330,6 +370,8 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
     stall watch); WHY_ENDED says why podctl itself ended an attempt (a stall), and
     whether that is to be recovered."""
     info = await slices.ready_slice(session, name)
+    if policy.recoveries:  # `podctl stop` between attempts: the run is still going
+        options = replace(options, extra={**options.extra, "recovering": True})
     job, run_id, state = await _start(session, info, options, sink, notice)
     attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
     relaunch: RunOptions | None = None
@@ -348,6 +390,8 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         result = None
         if job is not None:
             try:
+                if attempt.number > 1:
+                    await _stop_if_asked(session, run_id, job)
                 result, state = await _follow_watching(job, session, info, policy, wrap)
             except BaseException:  # Ctrl-C or a budget: stop what runs, as a plain run does
                 with contextlib.suppress(Exception):
@@ -364,6 +408,11 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             attempt.start_step = measured.start_step if measured.configured else None
             attempt.last_step = measured.final_step
         account_steps_lost(attempts)
+        stop = await read_stop_request(session.storage, run_id, attempt.run_id)
+        if stop is not None:  # the owner's stop is final: never recovered
+            return await _end_stopped(session, run_id, attempts, stop, code, result, notice)
+        if state in DELETED_STATES:
+            state = await collected_state(session.storage, attempt.run_id, notice) or state
         deleted = code != 0 and deleted_by_owner(session, info, state)
         failed = result.failed if result else None
         said = failed.explanation() if failed else None

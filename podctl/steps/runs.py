@@ -18,7 +18,7 @@ from collections.abc import Callable
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError
-from podctl.jobs import checkpoints
+from podctl.jobs import checkpoints, run_files
 from podctl.jobs.checkpoints import Checkpoint
 from podctl.jobs.job import Job, RunRequest, RunResult, check_script, parse_hosts
 from podctl.jobs.run_files import load_record
@@ -139,26 +139,42 @@ class StopResult:
     state: str  # the record's state after the stop: "stopped", or how it had ended before
     stopped: bool  # False: nothing was running (the run had ended, or its slice is gone)
     hosts: int = 0
+    between: bool = False  # a recovered run between attempts: none will be started
 
 
 async def stop_run(session: Session, run_id: str, *, wait: bool = True,
-                   notice: Notice | None = None) -> StopResult:
-    """Stop a run started elsewhere (a detached run, another terminal's): SIGTERM to its
-    script on every host, as Ctrl-C does (the template saves a checkpoint first), then,
-    with WAIT, until every host has ended; its record then says `stopped`."""
-    record = await load_record(session.storage, run_id)
-    if record.state not in LIVE_RUN_STATES:
-        return StopResult(run_id, record.state, stopped=False)
+                   notice: Notice | None = None, by: str = "podctl stop") -> StopResult:
+    """Stop a run started elsewhere (a detached run, another terminal's) for good: its
+    stop request in GCS (so `--recover`, the queue and the stall watch never relaunch
+    it), SIGTERM to its script on every host, as Ctrl-C does (the template saves a
+    checkpoint first), then, with WAIT, until every host has ended; its record then
+    says `stopped`. A recovered run is stopped by any of its ids: its live attempt."""
+    storage = session.storage
+    record = await run_files.run_of(storage, await load_record(storage, run_id))
+    live = await run_files.live_attempt(storage, record)
+    if live.state not in LIVE_RUN_STATES:
+        if not record.extra.get("recovering") or record.state == "stopped":
+            return StopResult(run_id, live.state, stopped=False)
+        # Between attempts (the follower makes the slice again): none is started now.
+        await run_files.request_stop(storage, [record.run_id], by=by)
+        await run_files.close_record(storage, record.run_id, "stopped", keep_exit_code=True,
+                                     even_if_ended=True, stopped_by=by)
+        return StopResult(record.run_id, "stopped", stopped=True, between=True)
     try:
-        info = await describe_slice(session, record.slice_name)
+        info = await describe_slice(session, live.slice_name)
     except NotFoundError:
-        return StopResult(run_id, record.state, stopped=False)
-    if not info.ready:
-        return StopResult(run_id, record.state, stopped=False)
+        info = None
+    if info is None or not info.ready:
+        if record.extra.get("recovering"):  # its follower would make the slice again: not now
+            await run_files.request_stop(storage, [record.run_id, live.run_id], by=by)
+            for ended in dict.fromkeys((record.run_id, live.run_id)):
+                await run_files.close_record(storage, ended, "stopped", keep_exit_code=True,
+                                             even_if_ended=True, stopped_by=by)
+            return StopResult(record.run_id, "stopped", stopped=True, between=True)
+        return StopResult(run_id, live.state, stopped=False)
     if notice:
-        notice(f"run {run_id}: asked every host to stop (SIGTERM: a checkpoint first)")
+        notice(f"run {record.run_id}: asked every host to stop (SIGTERM: a checkpoint first)")
     # Waiting has no limit of its own: a host that stops beating counts as ended.
-    await stop_runs(session.storage, info, [record], session.host_access(info),
-                    stopped_by="podctl stop", grace_seconds=None if wait else 0.0)
-    return StopResult(run_id, "stopped", stopped=True, hosts=len(info.hosts))
-
+    await stop_runs(storage, info, [record], session.host_access(info), stopped_by=by,
+                    grace_seconds=None if wait else 0.0, notice=notice or (lambda text: None))
+    return StopResult(record.run_id, "stopped", stopped=True, hosts=len(info.hosts))
