@@ -217,6 +217,7 @@ class FakeCloud:
         try:
             route, groups = tpu_api.match(request.method, request.match_info["tail"])
             self.calls[route.call] += 1
+            tpu_api.check_query(route, request.query)
             access.check(self.world.projects, self.project, route.call, request.match_info["tail"])
             fault = None
             if self.faults and self.faults[0][1] in (None, route.call):
