@@ -103,7 +103,7 @@ def targets_for(info: SliceInfo, ssh_port: int | None) -> list[Target]:
     """The hosts of a slice as job processes, reached by SSH at the endpoint's external
     (else internal) address and SSH_PORT (22 on TPU VMs; the settings say, see connect.job_ports); None
     only for the fake's macOS fallback, where each endpoint names its own port."""
-    targets = []
+    targets: list[Target] = []
     for host in info.hosts:
         address = host.external_ip or host.ip
         targets.append(Target(index=len(targets), slice_index=host.slice_index, worker=host.worker,
