@@ -166,15 +166,24 @@ def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podct
 def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
     # the hosts are bare: jax comes from the requirements, built once and shipped (under
     # pytest-xdist this run may be the session's first, which builds it: minutes)
+    # A v5p-16 with external IPs (podctl's default): each host's two addresses differ
+    hosts = podctl.json("status", "cli16")["nodes"][0]["hosts"]
+    assert all(h["external_ip"] and h["external_ip"] != h["ip"] for h in hosts), hosts
     jax_reqs = SCRIPTS.parents[1] / "examples" / "jax_hello" / "requirements.txt"
     proc = podctl("run", "cli16", "--hosts", "all", "--requirements", str(jax_reqs),
-                  str(SCRIPTS / "jax_auto_init.py"), timeout=900)
+                  str(SCRIPTS / "jax_auto_init.py"), hosts[0]["external_ip"], timeout=900)
     lines = proc.stdout.splitlines()
     assert "[host 0000] process 0 of 2, 8 devices" in lines
     assert "[host 0001] process 1 of 2, 8 devices" in lines
-    # ... and its coordinator listens on the host's own loopback address, not on every interface
+    # ... its coordinator listens on worker 0's internal address only, and a peer reaches
+    # it there, not at the external address (the VPC's firewall admits only SSH there)
     listen = json.loads(next(line for line in lines if line.startswith("[host 0000] LISTEN ")).split(" ", 3)[3])
-    assert listen and all(a.removeprefix("::ffff:").startswith("127.") for a in listen), listen
+    assert [a.removeprefix("::ffff:") for a in listen] == [hosts[0]["ip"]], listen
+    dial = json.loads(next(line for line in lines if line.startswith("[host 0001] DIAL ")).split(" ", 3)[3])
+    assert dial == {"internal": "connected", "external": "ETIMEDOUT"}
+    # ... and a second JAX process on a host whose chips are held fails as libtpu makes it
+    second = json.loads(next(line for line in lines if line.startswith("[host 0001] SECOND ")).split(" ", 3)[3])
+    assert second == {"exit": 1, "in use": True}
 
 
 def test_lines_are_split_only_at_newlines_and_kept_as_the_script_printed_them(podctl):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from podctl.fake import filters, queued, wire
 from podctl.fake.apierror import ApiError, invalid, page
@@ -37,7 +37,7 @@ SYSTEM_PARAMS = frozenset({
     "prettyPrint", "quotaUser", "uploadType", "upload_protocol"})
 
 
-def check_query(route: Route, query: dict) -> None:
+def check_query(route: Route, query: Mapping[str, Any]) -> None:
     """Google's front end refuses a query parameter the call does not take (400)."""
     for name in query:
         if name not in route.params and name not in SYSTEM_PARAMS:

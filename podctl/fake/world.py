@@ -96,6 +96,7 @@ class World:
     seq: int = 0
     projects: dict[str, dict] = field(default_factory=dict)  # admin switches (access.py)
     request_ids: dict[str, str] = field(default_factory=dict)  # "call/requestId" -> operation
+    networks: dict[str, list] = field(default_factory=dict)  # "project/network" -> rules (compute.py)
 
     # ---- time ---------------------------------------------------------------
 
