@@ -48,7 +48,8 @@ def test_a_rule_counts_only_for_its_target_tags_and_port_ranges(fake):
     with pytest.raises(InvalidValueError, match="--target-tags other"):
         check(fake, "lab", tags=("other",))
     assert check(fake, "lab", tags=("tpu",)) is None
-    fake.admin.add_network("wide", [{"name": "wide-all", "allowed": [{"IPProtocol": "tcp", "ports": ["20-30"]}]}], project=PROJECT)
+    ranged = {"name": "wide-all", "allowed": [{"IPProtocol": "tcp", "ports": ["20-30"]}]}
+    fake.admin.add_network("wide", [ranged], project=PROJECT)
     assert check(fake, "wide") is None
     fake.admin.add_network("off", [{**SSH_RULE, "disabled": True}], project=PROJECT)
     with pytest.raises(InvalidValueError):
