@@ -35,6 +35,9 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 
 
@@ -180,9 +183,10 @@ class _AfterJaxModules(importlib.abc.MetaPathFinder):
     """Adapts each of _ADAPT's JAX modules once it has loaded."""
 
     def __init__(self) -> None:
-        self.waiting = dict(_ADAPT)
+        self.waiting: dict[str, Callable[[ModuleType], None]] = dict(_ADAPT)
 
-    def find_spec(self, name: str, path: object, target: object = None) -> object:
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         adapt = self.waiting.pop(name, None)
         if adapt is None:
             return None
@@ -196,7 +200,7 @@ class _AfterJaxModules(importlib.abc.MetaPathFinder):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then_adapt(module: object) -> None:
+        def exec_then_adapt(module: ModuleType) -> None:
             exec_module(module)
             try:
                 adapt(module)
