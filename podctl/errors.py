@@ -159,6 +159,10 @@ class HostKeyError(JobError):
     pass
 
 
+class SliceBusyError(JobError):
+    """Another run holds the slice's chips (one TPU owner per host: jobs/owner.py)."""
+
+
 class BudgetExceededError(PodctlError):
     pass
 

@@ -34,7 +34,7 @@ _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _ENDPOINT = re.compile(r"^(https?)://([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(:[0-9]{1,5})?(/.*)?$")
 # The API path gcloud's override may carry, which the Python clients add themselves.
-_API_PATHS = {"tpu": ("/v2",), "storage": ("/storage/v1",)}
+_API_PATHS = {"tpu": ("/v2",), "storage": ("/storage/v1",), "compute": ("/compute/v1",)}
 
 
 @dataclass(frozen=True)

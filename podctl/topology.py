@@ -137,6 +137,23 @@ class SliceType:
     def chips_per_host_bounds(self) -> str:
         return _BOUNDS[self.chips_per_host]
 
+    @property
+    def process_bounds(self) -> str:
+        """libtpu's TPU_PROCESS_BOUNDS: hosts along each axis (the topology over the chips
+        on one host; a real v4-256, 4x4x8 with 2,2,1 per host, says 2,2,8)."""
+        sides = [*_sides(self.topology), 1, 1][:3]
+        per_host = [int(x) for x in self.chips_per_host_bounds.split(",")]
+        return ",".join(str(max(1, side // per)) for side, per in zip(sides, per_host))
+
+    @property
+    def wrap(self) -> str:
+        """The tpu-env's WRAP: ICI wraparound per axis, which only whole cubes of a 3D
+        torus have (a real v4-256, 4x4x8, says true,true,true; smaller shapes and 2D
+        generations false: unrecorded, podctl's reading of the TPU docs)."""
+        sides = _sides(self.topology)
+        whole = len(sides) == 3 and all(side % 4 == 0 for side in sides)
+        return ",".join(["true" if whole else "false"] * 3)
+
 
 @dataclass(frozen=True)
 class MultiSlice:

@@ -173,3 +173,77 @@ def test_rate_limit_and_quota_read_as_real(http, fake):
                     429, "RESOURCE_EXHAUSTED")
     assert error["message"] == ("Quota limit 'TPUV5PPerProjectPerRegionForTPUAPI' has been exceeded. "
                                 "Limit: 4 in region us-central1.")
+
+
+def test_what_google_refuses_the_fake_refuses(http, fake):
+    # an unknown query parameter: Google's front end's message (public error reports)
+    error = _status(http("GET", f"{PARENT}/nodes", pageSiz="5"), 400, "INVALID_ARGUMENT")
+    assert error["message"] == ('Invalid JSON payload received. Unknown name "pageSiz": Cannot bind '
+                                "query parameter. Field 'pageSiz' could not be found in request message.")
+    assert http("GET", f"{PARENT}/nodes", pageSize="5", prettyPrint="false").status_code == 200
+    # a runtime made for another generation (cloud.google.com/tpu/docs/runtimes)
+    for runtime in ("v2-alpha-tpuv6e", "v2-alpha-tpuv5-lite"):
+        error = _status(http("POST", f"{PARENT}/nodes", {**NODE, "runtimeVersion": runtime}, nodeId="rt"),
+                        400, "INVALID_ARGUMENT")
+        assert runtime in error["message"] and "v2-alpha-tpuv5" in error["message"]
+    # spot and reserved at once
+    both = {**NODE, "schedulingConfig": {"spot": True, "reserved": True}}
+    _status(http("POST", f"{PARENT}/nodes", both, nodeId="both"), 400, "INVALID_ARGUMENT")
+    # a multislice of one node (the proto: node_count "needs to be > 1")
+    spec = {"parent": PARENT, "node": NODE, "multisliceParams": {"nodeCount": 1, "nodeIdPrefix": "ms"}}
+    error = _status(http("POST", f"{PARENT}/queuedResources", {"tpu": {"nodeSpec": [spec]}},
+                         queuedResourceId="one"), 400, "INVALID_ARGUMENT")
+    assert "node_count" in error["message"]
+    assert not fake.admin.resources()["nodes"]
+
+
+def test_a_multislice_without_a_prefix_names_its_nodes_after_the_queued_resource(http, fake):
+    spec = {"parent": PARENT, "node": NODE, "multisliceParams": {"nodeCount": 2}}
+    _done(http, fake, http("POST", f"{PARENT}/queuedResources", {"tpu": {"nodeSpec": [spec]}},
+                           queuedResourceId="pair").json())
+    fake.admin.advance(1000)
+    names = sorted(n["name"].rsplit("/", 1)[1] for n in http("GET", f"{PARENT}/nodes").json()["nodes"])
+    assert names == ["pair-0", "pair-1"]
+    _done(http, fake, http("DELETE", f"{PARENT}/queuedResources/pair", force="true").json())
+
+
+def _metadata(fake, node: str, worker: int, path: str) -> str:
+    host = fake.hosts.nodes[f"{PARENT}/nodes/{node}"].hosts[worker]
+    return requests.get(f"http://{host.metadata_host}/computeMetadata/v1/{path}",
+                        headers={"Metadata-Flavor": "Google"}, timeout=30).text
+
+
+def test_tpu_env_and_recursive_metadata_read_as_on_a_tpu_vm(http, fake):
+    body = {**NODE, "acceleratorType": "v5p-16", "runtimeVersion": "v2-alpha-tpuv5",
+            "metadata": {"ssh-keys": "", "enable-oslogin": "FALSE", "my-key": "v"}}
+    spec = {"parent": PARENT, "node": body, "multisliceParams": {"nodeCount": 2, "nodeIdPrefix": "env"}}
+    _done(http, fake, http("POST", f"{PARENT}/queuedResources", {"tpu": {"nodeSpec": [spec]}},
+                           queuedResourceId="env").json())
+    fake.admin.advance(1000)
+    try:
+        env = dict(line.split(": ", 1) for line in
+                   _metadata(fake, "env-1", 1, "instance/attributes/tpu-env").splitlines())
+        env = {k: v.strip("'") for k, v in env.items()}
+        # a real v4-256's tpu-env (dumped in public) has these keys; a v5p-16 is 2x2x2, 2 hosts
+        assert {k: env[k] for k in ("ACCELERATOR_TYPE", "TOPOLOGY", "TPU_PROCESS_BOUNDS", "HOST_BOUNDS",
+                                    "TPU_CHIPS_PER_PROCESS_BOUNDS", "CHIPS_PER_HOST_BOUNDS", "WRAP",
+                                    "TPU_TOPOLOGY_WRAP", "TYPE", "WORKER_ID", "NODE_ID", "ZONE")} == {
+            "ACCELERATOR_TYPE": "v5p-16", "TOPOLOGY": "2x2x2", "TPU_PROCESS_BOUNDS": "1,1,2",
+            "HOST_BOUNDS": "1,1,2", "TPU_CHIPS_PER_PROCESS_BOUNDS": "2,2,1",
+            "CHIPS_PER_HOST_BOUNDS": "2,2,1", "WRAP": "false,false,false",
+            "TPU_TOPOLOGY_WRAP": "false,false,false", "TYPE": "V5P", "WORKER_ID": "1",
+            "NODE_ID": "env-1", "ZONE": PARENT.rsplit("/", 1)[1]}
+        first = http("GET", f"{PARENT}/nodes/env-0").json()["networkEndpoints"][0]["ipAddress"]
+        assert (env["MEGASCALE_COORDINATOR_ADDRESS"], env["MEGASCALE_NUM_SLICES"],
+                env["MEGASCALE_SLICE_ID"]) == (first, "2", "1")
+        assert "PROJECT_ID" not in env and "HOSTNAMES" not in env
+        assert env["CONSUMER_PROJECT_ID"] == PROJECT
+        tree = requests.get(f"http://{fake.hosts.nodes[f'{PARENT}/nodes/env-0'].hosts[0].metadata_host}"
+                            "/computeMetadata/v1/instance/?recursive=true",
+                            headers={"Metadata-Flavor": "Google"}, timeout=30).json()
+        # attribute keys verbatim; GCE's own keys in camelCase
+        assert {"enable-oslogin", "my-key", "agent-worker-number", "tpu-env"} <= set(tree["attributes"])
+        assert tree["maintenanceEvent"] == "NONE" and "maintenance-event" not in tree
+        assert tree["serviceAccounts"]["default"]["scopes"]
+    finally:
+        _done(http, fake, http("DELETE", f"{PARENT}/queuedResources/env", force="true").json())

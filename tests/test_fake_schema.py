@@ -25,8 +25,9 @@ from googleapiclient.errors import HttpError
 
 from tests.conftest import PARENT
 
-DOC = json.loads(open(os.path.join(os.path.dirname(googleapiclient.__file__),
-                                   "discovery_cache", "documents", "tpu.v2.json")).read())
+with open(os.path.join(os.path.dirname(googleapiclient.__file__),
+                       "discovery_cache", "documents", "tpu.v2.json")) as _doc:
+    DOC = json.loads(_doc.read())
 SCHEMAS = DOC["schemas"]
 _ANY_TYPES = {"google.cloud.tpu.v2.Node": "Node", "google.cloud.tpu.v2.QueuedResource": "QueuedResource",
               "google.protobuf.Empty": "Empty", "google.cloud.common.OperationMetadata": "OperationMetadata"}
@@ -181,3 +182,23 @@ def test_the_schema_check_refuses_what_google_would_not_send():
         check({"state": "ACCEPTED_ISH"}, SCHEMAS["Node"], "node")
     with pytest.raises(AssertionError, match="not an integer"):
         check({"networkEndpoints": [{"port": "22"}]}, SCHEMAS["Node"], "node")
+
+
+def test_each_call_takes_the_query_parameters_the_discovery_document_lists():
+    from podctl.fake.tpu_api import ROUTES, SYSTEM_PARAMS
+
+    methods: dict[str, set[str]] = {}
+
+    def walk(resources: dict, prefix: str) -> None:
+        for name, resource in resources.items():
+            for verb, method in resource.get("methods", {}).items():
+                methods[f"{prefix}{name}.{verb}"] = {
+                    k for k, v in method.get("parameters", {}).items() if v.get("location") == "query"}
+            walk(resource.get("resources", {}), f"{prefix}{name}.")
+
+    walk(DOC["resources"], "")
+    for route in ROUTES:
+        documented = methods.get(f"projects.locations.{route.call}", methods.get(f"projects.{route.call}"))
+        assert documented is not None, route.call
+        assert set(route.params) == documented, route.call
+    assert set(DOC["parameters"]) <= SYSTEM_PARAMS

@@ -73,7 +73,7 @@ def test_logs_after_the_client_was_killed_show_every_line(podctl):
     assert run_id
     proc = podctl("logs", run_id, "--follow", "--host", "all")
     for host in (0, 1):
-        lines = [l.split("] ", 1)[1] for l in proc.stdout.splitlines() if l.startswith(f"[host {host:04d}]")]
+        lines = [line.split("] ", 1)[1] for line in proc.stdout.splitlines() if line.startswith(f"[host {host:04d}]")]
         assert lines == [f"{host} {i}" for i in range(3000)]
 
 
@@ -142,7 +142,7 @@ def test_detach_returns_the_run_id_and_logs_follow_it(podctl):
     run_id = proc.stdout.strip()
     assert run_id.startswith("cli16-")
     follow = podctl("logs", run_id, "--follow", "--host", "1")
-    assert [l for l in follow.stdout.splitlines()] == [f"[host 0001] 1 {i}" for i in range(50)]
+    assert [line for line in follow.stdout.splitlines()] == [f"[host 0001] 1 {i}" for i in range(50)]
 
 
 def test_options_after_the_script_are_the_scripts_own(podctl):
@@ -166,15 +166,25 @@ def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podct
 def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
     # the hosts are bare: jax comes from the requirements, built once and shipped (under
     # pytest-xdist this run may be the session's first, which builds it: minutes)
+    # A v5p-16 with external IPs (podctl's default): each host's two addresses differ
+    hosts = podctl.json("status", "cli16")["nodes"][0]["hosts"]
+    assert all(h["external_ip"] and h["external_ip"] != h["ip"] for h in hosts), hosts
     jax_reqs = SCRIPTS.parents[1] / "examples" / "jax_hello" / "requirements.txt"
     proc = podctl("run", "cli16", "--hosts", "all", "--requirements", str(jax_reqs),
-                  str(SCRIPTS / "jax_auto_init.py"), timeout=900)
+                  str(SCRIPTS / "jax_auto_init.py"), hosts[0]["external_ip"], timeout=900)
     lines = proc.stdout.splitlines()
     assert "[host 0000] process 0 of 2, 8 devices" in lines
     assert "[host 0001] process 1 of 2, 8 devices" in lines
-    # ... and its coordinator listens on the host's own loopback address, not on every interface
-    listen = json.loads(next(l for l in lines if l.startswith("[host 0000] LISTEN ")).split(" ", 3)[3])
-    assert listen and all(a.removeprefix("::ffff:").startswith("127.") for a in listen), listen
+    # ... its coordinator listens on worker 0's internal address only, and a peer reaches
+    # it there, not at the external address (the VPC's firewall admits only SSH there)
+    listen = json.loads(next(line for line in lines if line.startswith("[host 0000] LISTEN ")).split(" ", 3)[3])
+    found = {a.removeprefix("::ffff:") for a in listen}  # the machine's: other fake slices' too
+    assert hosts[0]["ip"] in found and hosts[0]["external_ip"] not in found, listen
+    dial = json.loads(next(line for line in lines if line.startswith("[host 0001] DIAL ")).split(" ", 3)[3])
+    assert dial == {"internal": "connected", "external": "ETIMEDOUT"}
+    # ... and a second JAX process on a host whose chips are held fails as libtpu makes it
+    second = json.loads(next(line for line in lines if line.startswith("[host 0001] SECOND ")).split(" ", 3)[3])
+    assert second == {"exit": 1, "in use": True}
 
 
 def test_lines_are_split_only_at_newlines_and_kept_as_the_script_printed_them(podctl):
@@ -187,7 +197,7 @@ def test_lines_are_split_only_at_newlines_and_kept_as_the_script_printed_them(po
     expected = ["[host 0000] a\x0bb\x0cc\x1cd\x1de\x1ef\x85g\u2028h", "[host 0000] progress 1\rprogress 2",
                 "[host 0000] \x1b[2J\x1b]0;owned\x07cleared?"]
     assert lines == expected  # off a terminal: as the host printed them
-    run_id = next(l.split()[2] for l in err.splitlines() if l.startswith("podctl: run "))
+    run_id = next(line.split()[2] for line in err.splitlines() if line.startswith("podctl: run "))
     assert stdout_of("logs", run_id, "--host", "0")[0] == expected
 
 
@@ -249,7 +259,7 @@ def test_lines_are_labelled_by_jax_process_index_once_the_script_names_it(podctl
                 1: ["[host 0001] worker 1 before", "[host 0001 p0] [podctl] host-0001 is JAX process 0",
                     "[host 0001 p0] worker 1 after"]}
     for host, lines in expected.items():
-        assert [l for l in proc.stderr.splitlines() if l.startswith(f"[host {host:04d}")] == lines
+        assert [line for line in proc.stderr.splitlines() if line.startswith(f"[host {host:04d}")] == lines
     result = json.loads(proc.stdout)
     assert result["hosts"] == {"0": 0, "1": 0} and result["processes"] == {"0": 1, "1": 0}
     # the replay after the run labels them the same
@@ -313,3 +323,29 @@ def test_logs_follow_after_down_ends_at_once_saying_the_slice_was_deleted(podctl
     assert proc.returncode == 255 and "[host 0000] tick 1 of 100000" in proc.stdout
     # the record's word ends it, not 90 s of silence from the hosts
     assert "failed (slice deleted)" in proc.stderr and "stopped sending heartbeats" not in proc.stderr
+
+
+def test_a_second_run_on_a_busy_slice_is_refused_and_the_first_finishes_untouched(podctl):
+    first = podctl("run", "cli16", "--detach", str(SCRIPTS / "ticker.py"), "150", "0.2").stdout.strip()
+    deadline = time.time() + 60
+    while "tick 1 of 150" not in podctl("logs", first).stdout:  # its agent holds the hosts now
+        assert time.time() < deadline, "the first run never started"
+        time.sleep(0.5)
+    second = podctl("run", "cli16", str(SCRIPTS / "show_args.py"), check=False)
+    assert_one_line_error(second, 1, f"busy with run {first}", f"podctl stop {first}")
+    follow = podctl("logs", first, "--follow", "--host", "all")
+    assert follow.returncode == 0
+    for host in (0, 1):
+        assert [line for line in follow.stdout.splitlines() if line.startswith(f"[host {host:04d}]")] == [
+            f"[host {host:04d}] tick {i} of 150" for i in range(1, 151)]
+
+
+def test_a_run_started_while_the_last_one_stops_waits_for_it_to_let_go(podctl):
+    first = podctl("run", "cli16", "--detach", str(SCRIPTS / "linger_on_stop.py"), "3").stdout.strip()
+    deadline = time.time() + 60
+    while "tick 1" not in podctl("logs", first).stdout:
+        assert time.time() < deadline, "the first run never started"
+        time.sleep(0.5)
+    podctl("stop", first, "--no-wait")  # the script lingers 3 s, as one saving a checkpoint
+    proc = podctl("run", "cli16", "--hosts", "all", str(SCRIPTS / "others_on_host.py"), "linger_on_stop.py")
+    assert sorted(proc.stdout.splitlines()) == ["[host 0000] OTHERS 0", "[host 0001] OTHERS 0"]

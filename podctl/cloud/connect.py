@@ -13,7 +13,8 @@ from google.cloud import tpu_v2
 
 from podctl.cloud.api import RetryPolicy, TpuApi
 from podctl.cloud.translate import translate
-from podctl.settings import Settings
+from podctl.cloud.firewall import ComputeReader
+from podctl.settings import Settings, endpoint_override
 
 GOOGLE_ENDPOINT = "tpu.googleapis.com"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -64,6 +65,20 @@ def connect(settings: Settings) -> TpuApi:
         return api_for_endpoint(settings.tpu_endpoint, credentials,
                                 override="CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU or podctl.toml tpu_endpoint")
     return api_for_endpoint(GOOGLE_ENDPOINT, credentials)
+
+
+def compute_reader(settings: Settings, api: TpuApi) -> ComputeReader:
+    """The Compute Engine API, for what podctl reads of VPC networks (firewall.py): the
+    fake's on its TPU API's server (API's endpoint), Google's with ADC otherwise."""
+    if settings.backend == "fake":
+        return ComputeReader(api.endpoint)
+    import google.auth
+
+    try:
+        credentials, _ = google.auth.default(scopes=_SCOPES)
+    except Exception as e:  # DefaultCredentialsError and friends
+        raise translate(e, "loading Application Default Credentials") from e
+    return ComputeReader(endpoint_override("compute") or "https://compute.googleapis.com", credentials)
 
 
 def storage_endpoint(settings: Settings) -> str | None:

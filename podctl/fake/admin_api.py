@@ -9,6 +9,8 @@
     POST /admin/project   {project, exists?, api_enabled?, denied?}   a project's switches: known
                                             or not, Cloud TPU API enabled or not, permissions
                                             its caller lacks (e.g. ["tpu.nodes.create"])
+    POST /admin/network   {project?, network, firewalls}   a VPC network and its firewall rules
+                                            (Compute Engine's shape; compute.py)
     POST /admin/guest_attributes {name, worker, namespace, key, value}   what host WORKER of node
                                             NAME publishes (as a TPU VM's agent does); nodes.
                                             getGuestAttributes returns it
@@ -33,7 +35,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from podctl.fake import faults, wire
+from podctl.fake import compute, faults, wire
 from podctl.fake.apierror import ApiError, invalid
 from podctl.fake.world import Timings, World
 
@@ -137,6 +139,10 @@ def _reset_stats(cloud: FakeCloud, body: dict) -> dict:
     return {}
 
 
+def _network(cloud: FakeCloud, body: dict) -> dict:
+    return compute.add_network(cloud.world, body, cloud.project)
+
+
 _GET: dict[str, Action] = {
     "status": lambda cloud, body: cloud.describe(),
     "resources": lambda cloud, body: cloud.world.resources(),
@@ -145,7 +151,7 @@ _GET: dict[str, Action] = {
     "faults": lambda cloud, body: {"faults": faults.listing()},
 }
 _POST: dict[str, Action] = {
-    "quota": _quota, "project": _project, "guest_attributes": _guest_attributes,
+    "quota": _quota, "project": _project, "guest_attributes": _guest_attributes, "network": _network,
     "timings": _timings, "advance": _advance, "reset": _reset, "stats/reset": _reset_stats,
     # every fault, from the one table (its arguments checked there)
     **{f.name: (lambda f: lambda cloud, body: f.act(cloud, f.check(body)))(f) for f in faults.FAULTS},  # noqa: B023 (bound by the outer lambda)

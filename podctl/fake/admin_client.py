@@ -65,6 +65,11 @@ class FakeAdmin:
         self._call("POST", "guest_attributes", {"name": name, "worker": worker,
                                                 "namespace": namespace, "key": key, "value": value})
 
+    def add_network(self, network: str, firewalls: list[dict], project: str | None = None) -> dict:
+        """A VPC network with these firewall rules (Compute Engine's JSON shape)."""
+        return self._call("POST", "network", {"network": network, "firewalls": firewalls,
+                                              **({"project": project} if project else {})})
+
     def set_timings(self, **timings: float) -> dict:
         return self._call("POST", "timings", timings)
 

@@ -8,7 +8,8 @@ environment, as real TPU VMs reach real GCS without configuration.
 The emulator is a single-threaded `http.server`: we build it from the package's
 own request handler and storage (rather than its `Server`, which hides the port
 it bound) so that it can take an ephemeral port and a deep accept backlog, since
-a 512-host slice may open 512 connections at once.
+a 512-host slice may open 512 connections at once. gcs_strict.py adds what real GCS
+does and the emulator does not: preconditions, pages, and its error bodies.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from podctl.errors import FakeCloudError
+from podctl.fake import gcs_strict
 from podctl.fake.loopback import require_loopback
 
 DEFAULT_BUCKET = "podctl-fake"  # podctl.settings.FAKE_BUCKET; callers pass theirs in
@@ -210,18 +212,20 @@ class FakeGcs:
 
         # Its per-request INFO lines would flood the daemon's log and pytest's capture.
         logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
+        gcs_strict.quiet_refusals()
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         storage_class = _lazy_meta_storage(Storage)
         if os.environ.get(STORE_VAR):
             store = Path(os.environ[STORE_VAR])
             store.mkdir(parents=True, exist_ok=True, mode=0o700)
             storage_class = _shared_envs(storage_class, store)
+        storage_class = gcs_strict.strict_storage(storage_class)  # GCS's preconditions
         self._storage = storage_class(data_dir=str(self.data_dir.resolve()))
         self.ensure_bucket()
         try:
             self._httpd = _Server((self.host, self.port),
-                                  partial(_outage_handler(_generation_handler(RequestHandler)),
-                                          self._storage))
+                                  partial(_outage_handler(gcs_strict.strict_handler(
+                                      _generation_handler(RequestHandler))), self._storage))
             self._httpd.storage = self._storage
         except OSError as e:
             raise FakeCloudError(f"the fake GCS cannot listen on {self.host}:{self.port}: {e}") from e

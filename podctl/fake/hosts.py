@@ -108,12 +108,17 @@ class Host:
     """One VM of a node: its port, its listener, its live connections and commands."""
 
     __slots__ = ("node", "index", "sock", "port", "address", "meta_sock", "meta_where", "meta_site", "acceptor",
-                 "token", "alive", "conns", "sessions", "grace", "hostname")
+                 "token", "alive", "conns", "sessions", "grace", "hostname", "external", "ext_sock",
+                 "ext_acceptor")
 
     def __init__(self, node: NodeHosts, index: int, sock: socket.socket, meta_sock: socket.socket,
                  token: str):
         self.node, self.index, self.sock, self.token = node, index, sock, token
-        self.address, self.port = sock.getsockname()[:2]
+        self.address, self.port = sock.getsockname()[:2]  # the internal address
+        # With external IPs: a second address where SSH (and nothing else) answers
+        self.external: str | None = None
+        self.ext_sock: socket.socket | None = None
+        self.ext_acceptor: asyncssh.SSHAcceptor | None = None
         self.meta_sock, self.meta_site = meta_sock, None
         self.meta_where: tuple[str, int] = tuple(meta_sock.getsockname()[:2])  # type: ignore[assignment]
         self.hostname = hostname(node.node, index)
@@ -145,7 +150,11 @@ class Host:
                     # google-auth and podctl's agent find the metadata server by this name
                     "GCE_METADATA_HOST": self.metadata_host, "GCE_METADATA_IP": self.metadata_host,
                     # jax binds [::]:PORT by default, which two fake slices on one machine share
-                    "JAX_COORDINATOR_BIND_ADDRESS": f"{self.address}:{JAX_COORDINATOR_PORT}"})
+                    "JAX_COORDINATOR_BIND_ADDRESS": f"{self.address}:{JAX_COORDINATOR_PORT}",
+                    # the one port the firewall admits at external addresses (sitecustomize.py)
+                    "PODCTL_FAKE_SSH_PORT": str(self.port),
+                    # libtpu's /tmp/libtpu_lockfile, in this host's own /tmp (sitecustomize.py)
+                    "PODCTL_FAKE_LIBTPU_LOCKFILE": str(home / "tmp" / "libtpu_lockfile")})
         # Like Ubuntu's sshd (AcceptEnv LANG LC_*): a client may set only the locale.
         env.update({k: v for k, v in client_env.items() if k == "LANG" or k.startswith("LC_")})
         (home / "tmp").mkdir(parents=True, exist_ok=True)
@@ -158,8 +167,9 @@ class Host:
         self.grace = grace
         if grace <= 0:
             self.close_metadata()
-        if self.acceptor is not None:
-            self.acceptor.close()
+        for acceptor in (self.acceptor, self.ext_acceptor):
+            if acceptor is not None:
+                acceptor.close()
         for conn in list(self.conns):
             conn.abort()
         if grace <= 0:
@@ -204,6 +214,8 @@ class NodeHosts:
     async def _listen(self, host: Host) -> None:
         if not host.alive:
             host.sock.close()
+            if host.ext_sock is not None:
+                host.ext_sock.close()
             return
         try:
             if host.grace <= 0 and host.meta_sock.fileno() >= 0:
@@ -221,8 +233,18 @@ class NodeHosts:
             host.sock.close()
             return
         host.acceptor = acceptor
-        if not host.alive:
-            acceptor.close()  # it vanished while asyncssh was starting
+        if host.ext_sock is not None:
+            try:
+                host.ext_acceptor = await asyncssh.listen(sock=host.ext_sock, options=self.options,
+                                                          backlog=_BACKLOG)
+            except (OSError, asyncssh.Error) as e:
+                log.warning("fake host %s/%d cannot serve SSH at its external address: %s",
+                            self.name, host.index, e)
+                host.ext_sock.close()
+        if not host.alive:  # it vanished while asyncssh was starting
+            for each in (host.acceptor, host.ext_acceptor):
+                if each is not None:
+                    each.close()
 
 
 class HostManager:
@@ -333,6 +355,7 @@ class HostManager:
         # In place: the create operation's response, taken in world.advance(), shares
         # these dicts, so whoever reads the operation sees the addresses too.
         endpoints = node.setdefault("networkEndpoints", [])
+        external = bool((node.get("networkConfig") or {}).get("enableExternalIps"))
         try:
             for i in range(int(node["_hosts"])):
                 if i == len(endpoints):
@@ -342,20 +365,24 @@ class HostManager:
                 nh.hosts.append(host)
                 host.home.mkdir(exist_ok=True, mode=0o700)
                 nh.by_socket[(host.address, host.port)] = host
+                if external:
+                    wanted = str((endpoints[i].get("accessConfig") or {}).get("externalIp") or "")
+                    host.external, host.ext_sock = self.plan.take_external(wanted)
+                    nh.by_socket[tuple(host.ext_sock.getsockname()[:2])] = host
         except OSError:
             for host in nh.hosts:
-                host.sock.close()
-                host.meta_sock.close()
+                for sock in (host.sock, host.meta_sock, host.ext_sock):
+                    if sock is not None:
+                        sock.close()
             raise
-        external = bool((node.get("networkConfig") or {}).get("enableExternalIps"))
         for host, endpoint in zip(nh.hosts, endpoints):
             # As on Google Cloud: port 8470 is the TPU runtime's; SSH is on the address's
             # port 22 (or the fake's one SSH port). Only the macOS fallback, all hosts on
             # 127.0.0.1, names each host's own SSH port here.
             endpoint.update({"ipAddress": host.address,
                              "port": addresses.TPU_RUNTIME_PORT if self.plan.shared else host.port})
-            if external:
-                endpoint["accessConfig"] = {"externalIp": host.address}
+            if host.external is not None:
+                endpoint["accessConfig"] = {"externalIp": host.external}
         # The node's name resolution (host_ssh.uts_preexec mounts it as /etc/hosts)
         (directory / "etc-hosts").write_text("127.0.0.1\tlocalhost\n" + "".join(
             f"{h.address}\t{h.hostname}\n" for h in nh.hosts))
@@ -374,6 +401,7 @@ class HostManager:
             "STORAGE_EMULATOR_HOST": self.gcs_url,
             "TENSORSTORE_GCS_HTTP_URL": self.gcs_url,
             "PODCTL_FAKE_HOST": "1",
+            "PODCTL_FAKE_EXTERNAL_NET": addresses.EXTERNAL_NET,  # the firewall's (sitecustomize.py)
             # JAX finds the slice itself, as on a TPU VM (see tpu_vm/sitecustomize.py)
             "PYTHONPATH": str(Path(__file__).with_name("tpu_vm")),
             # templates/requirements.txt asks for jax[${PODCTL_JAX_EXTRA}]: CPU wheels here
@@ -465,6 +493,7 @@ class HostManager:
 
     def describe(self) -> dict[str, Any]:
         return {name: {"addresses": [h.address for h in nh.hosts], "ports": [h.port for h in nh.hosts],
+                       "external_addresses": [h.external for h in nh.hosts],
                        "alive": sum(h.alive for h in nh.hosts),
                        "connections": sum(len(h.conns) for h in nh.hosts),
                        "sessions": sum(len(h.sessions) for h in nh.hosts)}

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from podctl import topology
 from podctl.fake import maintenance
 
 if TYPE_CHECKING:
@@ -67,16 +68,12 @@ def tree(host: Host) -> dict[str, Any]:
     endpoints = node.get("networkEndpoints", [])
     names = [hostname(node, i) for i in range(len(nh.hosts))]
     workers = ",".join(f"{names[i]}:{i}:{ep.get('ipAddress', '')}" for i, ep in enumerate(endpoints))
-    tpu_env = {"ACCELERATOR_TYPE": node.get("acceleratorType", ""), "NODE_ID": node_id,
-               "WORKER_ID": str(host.index), "ZONE": zone, "PROJECT_ID": project,
-               "TYPE": "V5P", "RUNTIME_VERSION": node.get("runtimeVersion", ""),
-               "HOSTNAMES": ",".join(ep.get("ipAddress", "") for ep in endpoints)}
     attributes = {str(k): str(v) for k, v in (node.get("metadata") or {}).items()}
     attributes.update({
         "agent-worker-number": str(host.index),
         "accelerator-type": str(node.get("acceleratorType", "")),
         "worker-network-endpoints": workers,
-        "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in tpu_env.items()),
+        "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in sorted(tpu_env(host, project).items())),
         "ssh-keys": str((node.get("metadata") or {}).get("ssh-keys", "")),
     })
     email = str((node.get("serviceAccount") or {}).get("email")
@@ -100,6 +97,45 @@ def tree(host: Host) -> dict[str, Any]:
             "guest-attributes": {ns: dict(keys) for ns, keys in guest.items()},
         },
     }
+
+
+def tpu_env(host: Host, project: str) -> dict[str, str]:
+    """The `tpu-env` attribute's keys, as a real TPU VM's (a v4-256's, dumped in public:
+    bounds, TOPOLOGY, WRAP, CONSUMER_PROJECT_*, no PROJECT_ID or HOSTNAMES), and for a
+    node of a multislice the MEGASCALE_* keys JAX's cloud_tpu_cluster reads. The real
+    one's agent image URLs and flags are left out."""
+    node = host.node.node
+    _, _, _, zone, _, node_id = node["name"].split("/")
+    kind = topology.parse_slice(str(node.get("acceleratorType", "")))
+    scheduling = node.get("schedulingConfig") or {}
+    env = {"ACCELERATOR_TYPE": kind.name, "ALT": "false",
+           "CHIPS_PER_HOST_BOUNDS": kind.chips_per_host_bounds,
+           "CONSUMER_PROJECT_ID": project, "CONSUMER_PROJECT_NUMBER": numeric_project(project),
+           "HOST_BOUNDS": kind.process_bounds, "NODE_ID": node_id,
+           "PREEMPTIBLE": "true" if scheduling.get("spot") or scheduling.get("preemptible") else "false",
+           "RUNTIME_VERSION": str(node.get("runtimeVersion", "")),
+           "SERVICE_NAME": "tpu.googleapis.com", "TOPOLOGY": kind.topology,
+           "TPU_CHIPS_PER_PROCESS_BOUNDS": kind.chips_per_host_bounds,
+           "TPU_PROCESS_BOUNDS": kind.process_bounds, "TPU_TOPOLOGY_ALT": "false",
+           "TPU_TOPOLOGY_WRAP": kind.wrap, "TYPE": kind.generation.api_type,
+           "UID": str(node.get("id", "")), "WORKER_ID": str(host.index), "WRAP": kind.wrap,
+           "ZONE": zone}
+    env.update(_megascale(host.node.manager.world, node))
+    return env
+
+
+def _megascale(world: Any, node: dict) -> dict[str, str]:
+    """A multislice node's MEGASCALE_* keys: its slice among its queued resource's nodes,
+    and the first slice's worker 0 (its internal address) as the coordinator."""
+    qr = (world.queued.get(str(node.get("queuedResource", ""))) if world is not None else None) or {}
+    names = list(qr.get("_node_names") or [])
+    if not node.get("multisliceNode") or node["name"] not in names:
+        return {}
+    first = world.nodes.get(names[0]) or {}
+    endpoints = first.get("networkEndpoints") or [{}]
+    return {"MEGASCALE_COORDINATOR_ADDRESS": str(endpoints[0].get("ipAddress", "")),
+            "MEGASCALE_NUM_SLICES": str(len(names)),
+            "MEGASCALE_SLICE_ID": str(names.index(node["name"]))}
 
 
 def _lookup(root: dict, parts: list[str]) -> Any:
@@ -208,14 +244,21 @@ class MetadataServer:
         return response
 
 
-def _recursive(value: dict) -> dict:
-    """`?recursive=true`: keys in camelCase, as GCE answers (scopes as a list)."""
+# Directories whose keys are the user's (attributes, guest attributes) or names (service
+# accounts by email): `?recursive=true` gives them verbatim, GCE's own keys in camelCase.
+# The number: how many levels below stay verbatim.
+_VERBATIM = {"attributes": 2, "guest-attributes": 2, "service-accounts": 1}
+
+
+def _recursive(value: dict, verbatim: int = 0) -> dict:
+    """`?recursive=true`: GCE's own keys in camelCase (maintenance-event ->
+    maintenanceEvent, scopes as a list), the user's keys as they are (see _VERBATIM)."""
     out: dict[str, Any] = {}
     for key, item in value.items():
-        camel = key.split("-")[0] + "".join(w.title() for w in key.split("-")[1:])
+        camel = key if verbatim else key.split("-")[0] + "".join(w.title() for w in key.split("-")[1:])
         if isinstance(item, dict):
-            out[camel] = _recursive(item)
-        elif key in ("scopes", "aliases"):
+            out[camel] = _recursive(item, verbatim - 1 if verbatim else _VERBATIM.get(key, 0))
+        elif key in ("scopes", "aliases") and not verbatim:
             out[camel] = item.split("\n")
         else:
             out[camel] = item

@@ -72,6 +72,9 @@ def check_node(body: dict, project: str, zone: str) -> None:
         config = _fields(body["schedulingConfig"], _SCHEDULING_FIELDS, "node.scheduling_config")
         for key, value in config.items():
             _bool(value, f"node.scheduling_config.{key}")
+        if config.get("spot") and config.get("reserved"):
+            raise invalid("A node cannot be both spot and reserved: set one of "
+                          "scheduling_config.spot and scheduling_config.reserved")
 
 
 def check_reservation(name: Any, zone: str) -> None:

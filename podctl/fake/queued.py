@@ -59,7 +59,7 @@ def _window(world: World, policy: dict) -> tuple[float, float | None]:
     return after, until
 
 
-def _planned_nodes(world: World, parent: str, body: dict) -> list[dict]:
+def _planned_nodes(world: World, parent: str, body: dict, qr_id: str) -> list[dict]:
     specs = body.get("tpu", {}).get("nodeSpec", [])
     if not specs:
         raise invalid("tpu.node_spec must hold at least one node spec")
@@ -74,9 +74,10 @@ def _planned_nodes(world: World, parent: str, body: dict) -> list[dict]:
         if multi and spec.get("nodeId"):
             raise invalid("node_spec takes node_id or multislice_params, not both")
         if multi:
-            count, prefix = int(multi.get("nodeCount", 0)), multi.get("nodeIdPrefix", "")
-            if count < 1:
-                raise invalid("multislice_params.node_count must be at least 1")
+            # without a prefix, the queued resource's id (the proto's MultisliceParams doc)
+            count, prefix = int(multi.get("nodeCount", 0)), multi.get("nodeIdPrefix") or qr_id
+            if count <= 1:  # one node is a node_id, not a multislice
+                raise invalid("multislice_params.node_count must be greater than 1")
             ids = [f"{prefix}-{i}" for i in range(count)]
         else:
             ids = [spec.get("nodeId", "")]
@@ -101,7 +102,7 @@ def create(world: World, parent: str, qr_id: str, body: dict, request_id: str = 
     again = world.replayed(name, request_id)
     if again is not None:
         return again  # the same request retried: the same operation, not a 409
-    planned = _planned_nodes(world, parent, body)  # also validates ids and accelerators
+    planned = _planned_nodes(world, parent, body, qr_id)  # also validates ids and accelerators
     if name in world.queued:
         raise ApiError(409, "ALREADY_EXISTS", f"Resource '{name}' already exists")
     for node in planned:
@@ -203,8 +204,8 @@ def place_waiting(world: World) -> bool:
 
 
 def _provision(world: World, qr: dict) -> None:
-    parent = qr["name"].rpartition("/queuedResources/")[0]
-    for spec_node in _planned_nodes(world, parent, qr):
+    parent, _, qr_id = qr["name"].rpartition("/queuedResources/")
+    for spec_node in _planned_nodes(world, parent, qr, qr_id):
         spec_node.update({"queuedResource": qr["name"], "_reserved": True})
         world.nodes[spec_node["name"]] = spec_node
     qr["state"] = {"state": "PROVISIONING", "stateInitiator": "SERVICE"}

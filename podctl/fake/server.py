@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from podctl.errors import FakeCloudError
-from podctl.fake import access, admin_api, maintenance, tpu_api, wire
+from podctl.fake import access, admin_api, compute, maintenance, tpu_api, wire
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
 from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
@@ -156,6 +156,7 @@ class FakeCloud:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._dated])
         app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
         app.router.add_route("*", "/v2alpha1/{tail:.*}", self._handle_v2alpha1)
+        app.router.add_route("*", "/compute/v1/{tail:.*}", self._handle_compute)
         admin_api.add_routes(app, self)
         # An idle keep-alive connection (a client still open, e.g. a notebook's) must not
         # hold the fake's stop for aiohttp's default 60 s: a request takes milliseconds.
@@ -209,6 +210,9 @@ class FakeCloud:
             except Exception:  # noqa: BLE001 - a ticker that dies would freeze the world
                 log.exception("the fake cloud's ticker failed; it goes on")
 
+    async def _handle_compute(self, request: web.Request) -> web.StreamResponse:
+        return compute.answer(self.world, request.method, request.match_info["tail"], request.query)
+
     async def _handle_v2alpha1(self, request: web.Request) -> web.StreamResponse:
         return await _v2alpha1(self, request)
 
@@ -217,6 +221,7 @@ class FakeCloud:
         try:
             route, groups = tpu_api.match(request.method, request.match_info["tail"])
             self.calls[route.call] += 1
+            tpu_api.check_query(route, request.query)
             access.check(self.world.projects, self.project, route.call, request.match_info["tail"])
             fault = None
             if self.faults and self.faults[0][1] in (None, route.call):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from podctl.fake import filters, queued, wire
 from podctl.fake.apierror import ApiError, invalid, page
@@ -27,6 +27,22 @@ class Route:
     call: str  # e.g. "nodes.get": what the stats count
     handler: Handler
     mutates: bool
+    params: frozenset[str]  # the query parameters the call takes (tpu.v2.json)
+
+
+# Google's system parameters, taken by every call (tpu.v2.json's top-level `parameters`;
+# `$alt` and `$.xgafv` as google-cloud-tpu's REST transport spells them).
+SYSTEM_PARAMS = frozenset({
+    "$.xgafv", "$alt", "access_token", "alt", "callback", "fields", "key", "oauth_token",
+    "prettyPrint", "quotaUser", "uploadType", "upload_protocol"})
+
+
+def check_query(route: Route, query: Mapping[str, Any]) -> None:
+    """Google's front end refuses a query parameter the call does not take (400)."""
+    for name in query:
+        if name not in route.params and name not in SYSTEM_PARAMS:
+            raise invalid(f'Invalid JSON payload received. Unknown name "{name}": Cannot bind query '
+                          f"parameter. Field '{name}' could not be found in request message.")
 
 
 def _int(query: dict, key: str) -> int:
@@ -111,45 +127,53 @@ def _service_identity(w: World, g: dict, q: dict, b: dict) -> dict:
     return {"identity": {"email": f"service-{project}@cloud-tpu.iam.gserviceaccount.com"}}
 
 
-def _route(method: str, path: str, call: str, handler: Handler) -> Route:
+_LIST = ("pageSize", "pageToken")
+
+
+def _route(method: str, path: str, call: str, handler: Handler, params: tuple[str, ...] = ()) -> Route:
     pattern = re.compile("^" + path.replace("{P}", _P).replace("{ID}", r"(?P<id>[^/:]+)") + "$")
-    return Route(method, pattern, call, handler, mutates=method != "GET")
+    return Route(method, pattern, call, handler, mutates=method != "GET", params=frozenset(params))
 
 
 ROUTES: list[Route] = [
-    _route("GET", r"projects/(?P<project>[^/:]+)/locations", "locations.list", _locations),
+    _route("GET", r"projects/(?P<project>[^/:]+)/locations", "locations.list", _locations,
+           ("extraLocationTypes", "filter", *_LIST)),
     _route("GET", r"{P}", "locations.get", _location),
     _route("POST", r"{P}:generateServiceIdentity", "generateServiceIdentity", _service_identity),
-    _route("GET", r"{P}/nodes", "nodes.list", _list_nodes),
-    _route("POST", r"{P}/nodes", "nodes.create", _create_node),
+    _route("GET", r"{P}/nodes", "nodes.list", _list_nodes, _LIST),
+    _route("POST", r"{P}/nodes", "nodes.create", _create_node, ("nodeId",)),
     _route("GET", r"{P}/nodes/{ID}", "nodes.get", lambda w, g, q, b: w.get_node(_full(g, "nodes"))),
     _route("DELETE", r"{P}/nodes/{ID}", "nodes.delete",
            lambda w, g, q, b: w.delete_node(_full(g, "nodes"))),
-    _route("PATCH", r"{P}/nodes/{ID}", "nodes.patch", _update_node),
+    _route("PATCH", r"{P}/nodes/{ID}", "nodes.patch", _update_node, ("updateMask",)),
     _route("POST", r"{P}/nodes/{ID}:start", "nodes.start",
            lambda w, g, q, b: w.start_node(_full(g, "nodes"))),
     _route("POST", r"{P}/nodes/{ID}:stop", "nodes.stop",
            lambda w, g, q, b: w.stop_node(_full(g, "nodes"))),
     _route("POST", r"{P}/nodes/{ID}:getGuestAttributes", "nodes.getGuestAttributes", _guest_attributes),
-    _route("GET", r"{P}/queuedResources", "queuedResources.list", _list_qrs),
+    _route("GET", r"{P}/queuedResources", "queuedResources.list", _list_qrs, _LIST),
     _route("POST", r"{P}/queuedResources", "queuedResources.create",
            lambda w, g, q, b: queued.create(w, g["parent"], q.get("queuedResourceId", ""), b,
-                                            q.get("requestId", ""))),
+                                            q.get("requestId", "")),
+           ("queuedResourceId", "requestId")),
     _route("GET", r"{P}/queuedResources/{ID}", "queuedResources.get",
            lambda w, g, q, b: queued.get(w, _full(g, "queuedResources"))),
-    _route("DELETE", r"{P}/queuedResources/{ID}", "queuedResources.delete", _delete_qr),
+    _route("DELETE", r"{P}/queuedResources/{ID}", "queuedResources.delete", _delete_qr, ("force", "requestId")),
     _route("POST", r"{P}/queuedResources/{ID}:reset", "queuedResources.reset",
            lambda w, g, q, b: queued.reset(w, _full(g, "queuedResources"))),
     _route("GET", r"{P}/acceleratorTypes", "acceleratorTypes.list",
-           _paged("acceleratorTypes", World.accelerator_types, {"name", "type", "acceleratorConfigs"})),
+           _paged("acceleratorTypes", World.accelerator_types, {"name", "type", "acceleratorConfigs"}),
+           ("filter", "orderBy", *_LIST)),
     _route("GET", r"{P}/acceleratorTypes/{ID}", "acceleratorTypes.get",
            lambda w, g, q, b: w.accelerator_type(_full(g, "acceleratorTypes"))),
     _route("GET", r"{P}/runtimeVersions", "runtimeVersions.list",
-           _paged("runtimeVersions", World.runtime_versions, {"name", "version"})),
+           _paged("runtimeVersions", World.runtime_versions, {"name", "version"}),
+           ("filter", "orderBy", *_LIST)),
     _route("GET", r"{P}/runtimeVersions/{ID}", "runtimeVersions.get",
            lambda w, g, q, b: w.runtime_version(_full(g, "runtimeVersions"))),
     _route("GET", r"{P}/operations", "operations.list",
-           _paged("operations", World.list_operations)),
+           _paged("operations", World.list_operations),
+           ("filter", "returnPartialSuccess", *_LIST)),
     _route("GET", r"{P}/operations/{ID}", "operations.get",
            lambda w, g, q, b: w.get_operation(_full(g, "operations"))),
     _route("DELETE", r"{P}/operations/{ID}", "operations.delete",

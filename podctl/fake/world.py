@@ -38,6 +38,11 @@ POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
 RUNTIME_VERSIONS = tuple(dict.fromkeys(
     ["tpu-ubuntu2204-base", "tpu-vm-cos-stable", "v2-alpha-tpuv5", "v2-alpha-tpuv5-lite"]
     + [g.default_runtime_version for g in topology.generations().values()]))
+# Runtimes made for one generation: each generation's `v2-alpha-*` default
+# (cloud.google.com/tpu/docs/runtimes names one per generation). The base images
+# (tpu-ubuntu2204-base, tpu-vm-cos-stable) are taken for any generation: the fake's guess.
+MADE_FOR = {g.default_runtime_version: g for g in topology.generations().values()
+            if g.default_runtime_version.startswith("v2-alpha-")}
 _ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 # The Node fields a create may set (cloud_tpu.proto); OUTPUT_ONLY ones are ignored, as
 # Google's front end ignores them, and any other name is refused as unknown.
@@ -91,6 +96,7 @@ class World:
     seq: int = 0
     projects: dict[str, dict] = field(default_factory=dict)  # admin switches (access.py)
     request_ids: dict[str, str] = field(default_factory=dict)  # "call/requestId" -> operation
+    networks: dict[str, list] = field(default_factory=dict)  # "project/network" -> rules (compute.py)
 
     # ---- time ---------------------------------------------------------------
 
@@ -252,7 +258,10 @@ class World:
         runtime = body.get("runtimeVersion", "")
         if runtime not in RUNTIME_VERSIONS:
             raise invalid(f"Runtime version {runtime!r} is not available; see runtimeVersions")
-        project, zone = self.check_parent(parent)
+        made_for = MADE_FOR.get(runtime)
+        if made_for is not None and made_for is not slice_type.generation:
+            raise invalid(f"Runtime version {runtime!r} is for {made_for.name}, not accelerator type "
+                          f"{slice_type.name}; use {slice_type.generation.default_runtime_version!r}")
         if zone not in slice_type.generation.zones:
             raise invalid(f"Accelerator type {slice_type.name} is not available in zone {zone}")
         labels.check(body.get("labels", {}))

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError
-from podctl.jobs import bundle, launch, runs
+from podctl.jobs import bundle, launch, owner, runs
 from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
@@ -163,6 +163,7 @@ class Job:
         self.fleet = Fleet(self.targets, private_key, pins)
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
+        self.starting = False  # agents may be running: a stop must reach them
 
     async def _write_record(self) -> None:
         assert self.record is not None
@@ -174,11 +175,17 @@ class Job:
         await save_record(self.storage, self.record)
 
     async def prepare(self) -> launch.JobSpec:
+        """Check that the slice is free (owner.py: one TPU owner per host; a relaunch waits
+        for the old run to let go), then bundle, upload and record the run."""
         request = self.request
+        if not request.bundle_hash:
+            root, script = script_in_workdir(request.script, request.workdir)  # bad input first
+        if not self.fleet.connections:
+            await self.fleet.open()
+        await owner.wait_for_the_chips(self.fleet, self.run_id, request.info.name)
         if request.bundle_hash:
             script, bundle_hash = request.script.as_posix(), request.bundle_hash
         else:
-            root, script = script_in_workdir(request.script, request.workdir)
             with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
                 packed = bundle.pack(root, out_dir=Path(tmp))
                 for warning in packed.warnings:
@@ -220,7 +227,9 @@ class Job:
             checkpoint_dir=request.checkpoint_dir, requirements=requirements)
 
     async def start(self, spec: launch.JobSpec) -> None:
-        await self.fleet.open()
+        if not self.fleet.connections:
+            await self.fleet.open()
+        self.starting = True
         await launch.start_agents(self.fleet, spec, self.agent_sha, once=self.request.run_id is not None)
         assert self.record is not None
         self.record.state = "running"
@@ -266,7 +275,7 @@ class Job:
 
     async def stop(self) -> None:
         """Ctrl-C: stop the run on every host, and say so in its record."""
-        if self.fleet.connections:
+        if self.fleet.connections and self.starting:
             await launch.stop_agents(self.fleet, self.run_id)
         if self.record is not None:
             self.record.state, self.record.ended = "stopped", time.time()

@@ -100,14 +100,15 @@ def agent_object(sha: str) -> str:
 
 
 def targets_for(info: SliceInfo, ssh_port: int | None) -> list[Target]:
-    """The hosts of a slice as job processes, at the endpoint's external (else internal)
-    address and SSH_PORT (22 on TPU VMs; the settings say, see connect.job_ports); None
+    """The hosts of a slice as job processes, reached by SSH at the endpoint's external
+    (else internal) address and SSH_PORT (22 on TPU VMs; the settings say, see connect.job_ports); None
     only for the fake's macOS fallback, where each endpoint names its own port."""
-    targets = []
+    targets: list[Target] = []
     for host in info.hosts:
         address = host.external_ip or host.ip
         targets.append(Target(index=len(targets), slice_index=host.slice_index, worker=host.worker,
-                              address=address, port=ssh_port if ssh_port is not None else host.port))
+                              address=address, port=ssh_port if ssh_port is not None else host.port,
+                              internal=host.ip))
     if not targets:
         raise JobError(f"slice {info.name} has no hosts; is it READY? (`podctl status {info.name}`)")
     return targets
@@ -119,14 +120,15 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
     slices = len({t.slice_index for t in targets})
     slice_env = {}
     if slices > 1:
-        slice_env = {"MEGASCALE_COORDINATOR_ADDRESS": f"{first.address}:{MEGASCALE_PORT}",
+        slice_env = {"MEGASCALE_COORDINATOR_ADDRESS": f"{first.peer_address}:{MEGASCALE_PORT}",
                      "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(target.slice_index),
                      "MEGASCALE_PORT": str(MEGASCALE_PORT)}
     return {
         "run_id": spec.run_id, "bucket": spec.bucket, "project": spec.project,
         "host": target.index, "process_id": target.index, "num_processes": len(targets),
-        "worker_id": target.worker, "worker_hostnames": [t.address for t in same_slice],
-        "coordinator": f"{first.address}:{spec.coordinator_port}",
+        # between hosts, internal addresses: the firewall drops the rest (targets_for)
+        "worker_id": target.worker, "worker_hostnames": [t.peer_address for t in same_slice],
+        "coordinator": f"{first.peer_address}:{spec.coordinator_port}",
         "checkpoint_dir": spec.checkpoint_dir or runs.checkpoint_dir(spec.bucket, spec.run_id),
         "script": spec.script, "args": list(spec.args), "command": list(spec.command),
         "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,

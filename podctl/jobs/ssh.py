@@ -36,8 +36,15 @@ class Target:
     index: int  # the job's process id: slices in order, workers in order
     slice_index: int
     worker: int
-    address: str
+    address: str  # where podctl reaches it by SSH: the external address when it has one
     port: int
+    internal: str = ""  # its internal address: where the other hosts reach it ("": address)
+
+    @property
+    def peer_address(self) -> str:
+        """Where the slice's other hosts reach this one: its internal address, since the
+        VPC's firewall admits only SSH at an external one (fake/README.md)."""
+        return self.internal or self.address
 
     @property
     def name(self) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from podctl import tombstones
 from podctl.vocabulary import DEFAULT_WAIT
 from podctl.vocabulary import LIVE_RUN_STATES
-from podctl.cloud import describe, names, terminate
+from podctl.cloud import describe, firewall, names, terminate
+from podctl.cloud.connect import compute_reader
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
 from podctl.cloud.sshkey import ensure_ssh_key
@@ -70,7 +71,19 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
 
 
 async def up(session: Session, request: UpRequest, progress: Progress | None = None) -> UpResult:
-    """Create (or reuse) the slice and wait until it is ready -> UpResult."""
+    """Create (or reuse) the slice and wait until it is ready -> UpResult. On a network
+    of the user's, first check that it admits SSH (cloud/firewall.py)."""
+    placement = request.placement
+    if placement.network or placement.subnetwork:
+        reader = compute_reader(session.settings, session.api)
+        try:
+            note = await firewall.check_ssh(
+                reader, project=session.settings.project, region=session.settings.zone.rsplit("-", 1)[0],
+                network=placement.network, subnetwork=placement.subnetwork, tags=placement.tags)
+        finally:
+            reader.close()
+        if note and progress:
+            progress(f"note: {note}; podctl reaches the hosts by SSH (tcp:22)")
     return await cloud_up.up(session.api, request, progress=progress)
 
 

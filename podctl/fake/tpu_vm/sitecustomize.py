@@ -12,6 +12,19 @@ and JAX_COORDINATOR_ADDRESS, as on a real slice). Scripts run unchanged on both.
 And, a fake host being this machine: the coordinator JAX starts on process 0 binds
 the host's own (loopback) address, not every interface, unless the script chose.
 
+Two rules of a real TPU VM are kept here too:
+- The default VPC's firewall: from a host, another host's (or its own) external address
+  answers on SSH only, and no host can bind an external address (Google NATs it; the
+  VM's interface has only its internal one: EADDRNOTAVAIL). Python's socket.connect() to an external address on another
+  port fails as a dropped SYN does, with ETIMEDOUT (at once, not after the kernel's
+  retries). A C library's connect (gRPC in JAX's coordinator client) is not seen here;
+  it finds nothing listening at the external address instead, because what a host
+  opens binds its internal address (JAX_COORDINATOR_BIND_ADDRESS), and keeps retrying
+  until JAX's timeout, as on Google.
+- One TPU owner: libtpu takes the host's /tmp/libtpu_lockfile when JAX starts its
+  backend; a second process then fails with libtpu's message until the first exits.
+  The fake host's /tmp is its own TMPDIR (PODCTL_FAKE_LIBTPU_LOCKFILE names the file).
+
 Only the standard library; nothing happens until (and unless) JAX is imported. A JAX
 whose insides differ is left as it is (the script then passes the values itself).
 """
@@ -22,8 +35,10 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
-_TARGET = "jax._src.distributed"
 
 
 def _fake_tpu_vm_cluster() -> None:
@@ -66,6 +81,86 @@ def _fake_tpu_vm_cluster() -> None:
             return None  # one process per host, seeing all of its devices
 
 
+def _take_the_chips(module: object) -> None:
+    """Backend start takes the host's lock file (flock, held until this process and the
+    children it forks have exited), as libtpu does; a second holder fails at start."""
+    lockfile = os.environ.get("PODCTL_FAKE_LIBTPU_LOCKFILE")
+    init = getattr(module, "_init_backend", None)
+    if not lockfile or init is None:
+        return
+    held: list[int] = []
+
+    def take() -> None:
+        import fcntl
+
+        if held:
+            return
+        fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RuntimeError(f"ABORTED: The TPU is already in use by process with pid {holder}. "
+                               "Not attempting to load libtpu.so in this process.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        held.append(fd)
+
+    def init_backend(platform: str) -> object:
+        take()
+        return init(platform)
+
+    module._init_backend = init_backend  # type: ignore[attr-defined]
+
+
+def _firewall() -> None:
+    """Python's connects to an external address on any port but SSH's time out (above)."""
+    import errno
+    import ipaddress
+    import socket
+
+    try:
+        external = ipaddress.ip_network(os.environ.get("PODCTL_FAKE_EXTERNAL_NET", ""))
+        ssh_port = int(os.environ.get("PODCTL_FAKE_SSH_PORT") or 22)
+    except ValueError:
+        return
+
+    def _in(host: object) -> bool:
+        try:
+            return ipaddress.ip_address(host) in external  # type: ignore[arg-type]
+        except (ValueError, TypeError):
+            return False  # a name: resolved by the C library, not checked here
+
+    def dropped(address: object) -> bool:
+        return isinstance(address, tuple) and len(address) >= 2 and _in(address[0]) \
+            and address[1] != ssh_port
+
+    def refusal(address: tuple) -> TimeoutError:
+        return TimeoutError(errno.ETIMEDOUT, f"{os.strerror(errno.ETIMEDOUT)} ({address[0]}:{address[1]} "
+                            "is an external address; the VPC's firewall admits only SSH there)")
+
+    connect, connect_ex, bind = socket.socket.connect, socket.socket.connect_ex, socket.socket.bind
+
+    def guarded_connect(self: socket.socket, address: object) -> None:
+        if dropped(address):
+            raise refusal(address)  # type: ignore[arg-type]
+        return connect(self, address)  # type: ignore[arg-type]
+
+    def guarded_connect_ex(self: socket.socket, address: object) -> int:
+        return errno.ETIMEDOUT if dropped(address) else connect_ex(self, address)  # type: ignore[arg-type]
+
+    def guarded_bind(self: socket.socket, address: object) -> None:
+        # a VM's interface has only its internal address; Google NATs the external one
+        if isinstance(address, tuple) and address and _in(address[0]):
+            raise OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
+        return bind(self, address)  # type: ignore[arg-type]
+
+    socket.socket.bind = guarded_bind  # type: ignore[method-assign,assignment]
+    socket.socket.connect = guarded_connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign,assignment]
+
+
 def _bind_to_the_coordinators_own_address(module: object) -> None:
     state = module.State  # type: ignore[attr-defined]
     initialize = state.initialize
@@ -84,27 +179,45 @@ def _bind_to_the_coordinators_own_address(module: object) -> None:
     state.initialize = bound
 
 
-class _AfterJaxDistributed(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: object, target: object = None) -> object:
-        if name != _TARGET:
+class _AfterJaxModules(importlib.abc.MetaPathFinder):
+    """Adapts each of _ADAPT's JAX modules once it has loaded."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, Callable[[ModuleType], None]] = dict(_ADAPT)
+
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        adapt = self.waiting.pop(name, None)
+        if adapt is None:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        sys.meta_path.remove(self)  # the real spec, found without this finder
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            if self.waiting:
+                sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then_adapt(module: object) -> None:
+        def exec_then_adapt(module: ModuleType) -> None:
             exec_module(module)
             try:
-                _fake_tpu_vm_cluster()
-                _bind_to_the_coordinators_own_address(module)
+                adapt(module)
             except Exception as e:  # a JAX whose insides differ: left as it is
-                sys.stderr.write(f"podctl fake host: JAX's cluster detection not adapted ({e!r})\n")
+                sys.stderr.write(f"podctl fake host: {name} not adapted ({e!r})\n")
 
         spec.loader.exec_module = exec_then_adapt  # type: ignore[method-assign]
         return spec
 
 
+def _distributed(module: object) -> None:
+    _fake_tpu_vm_cluster()
+    _bind_to_the_coordinators_own_address(module)
+
+
+_ADAPT = {"jax._src.distributed": _distributed, "jax._src.xla_bridge": _take_the_chips}
+
 if os.environ.get("PODCTL_FAKE_HOST") == "1":
-    sys.meta_path.insert(0, _AfterJaxDistributed())
+    _firewall()
+    sys.meta_path.insert(0, _AfterJaxModules())

@@ -1,0 +1,82 @@
+"""One TPU owner per host: a run starts only where no other run holds the chips.
+
+On a TPU VM only one process can hold the chips (libtpu takes /tmp/libtpu_lockfile;
+a second one fails at JAX start). So before its agents start, a run asks every host
+which other runs' agents are alive there (`~/.podctl/runs/ID/agent.pid`, no
+`status.json` yet):
+- one that was not asked to stop is a live run: the new one is refused, naming it
+  and `podctl stop`, before anything starts anywhere;
+- one that was asked to stop (its `stop` marker) is letting go: a relaunch in place
+  waits for it to end, then starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from podctl.errors import SliceBusyError
+from podctl.jobs.agent import STOP_GRACE_SECONDS
+from podctl.jobs.ssh import Fleet, Target
+
+# How long a relaunch waits for the old run to let go: the agent's own stop grace, then
+# its SIGKILL, with slack for the leftovers' end.
+LET_GO_SECONDS = STOP_GRACE_SECONDS + 30.0
+_POLL_SECONDS = 1.0
+
+# Prints "live ID" or "stopping ID" for each other run whose agent is alive on this host.
+_OTHERS = r"""
+for p in "$HOME"/.podctl/runs/*/agent.pid; do
+  [ -f "$p" ] || continue
+  d=$(dirname "$p"); id=$(basename "$d")
+  [ "$id" = {run_id} ] && continue
+  [ -e "$d/status.json" ] && continue
+  kill -0 "$(cat "$p" 2>/dev/null)" 2>/dev/null || continue
+  if [ -e "$d/stop" ]; then echo "stopping $id"; else echo "live $id"; fi
+done
+true
+"""
+
+
+def others_command(run_id: str) -> str:
+    import shlex
+
+    return _OTHERS.replace("{run_id}", shlex.quote(run_id))
+
+
+async def _others(fleet: Fleet, run_id: str) -> dict[str, set[str]]:
+    """{"live": run ids, "stopping": run ids} over every host."""
+    command = others_command(run_id)
+
+    async def ask(conn: Any, target: Target) -> str:
+        result = await conn.run(command, check=False)
+        return str(result.stdout or "")
+
+    found: dict[str, set[str]] = {"live": set(), "stopping": set()}
+    for text in await fleet.each(ask):
+        for line in text.splitlines():
+            state, _, other = line.partition(" ")
+            if state in found and other:
+                found[state].add(other)
+    return found
+
+
+async def wait_for_the_chips(fleet: Fleet, run_id: str, slice_name: str,
+                             let_go_seconds: float = LET_GO_SECONDS) -> None:
+    """Return once no other run holds any host of FLEET; SliceBusyError if one is live, or if
+    a stopping one has not let go within LET_GO_SECONDS."""
+    deadline = time.monotonic() + let_go_seconds
+    while True:
+        found = await _others(fleet, run_id)
+        if found["live"]:
+            other = sorted(found["live"])[0]
+            raise SliceBusyError(f"slice {slice_name} is busy with run {other} (one TPU owner per host): "
+                           f"wait for it, or `podctl stop {other}` first.")
+        if not found["stopping"]:
+            return
+        if time.monotonic() > deadline:
+            other = sorted(found["stopping"])[0]
+            raise SliceBusyError(f"run {other} still holds {slice_name}'s chips {let_go_seconds:.0f} s after "
+                           f"it was asked to stop; `podctl stop {other}` again, or retry later.")
+        await asyncio.sleep(_POLL_SECONDS)
