@@ -58,6 +58,8 @@ def _notice(text: str) -> None:
 @click.option("--python", "python", default=None, type=click.Choice(["3.10", "3.11", "3.12", "3.13"]),
               help="The hosts' environment's Python (default: the image's 3.10 unless the "
               "requirements resolve to newer versions on a current CPython, which uv then installs).")
+@click.option("--relock", is_flag=True, help="Resolve the requirements anew instead of reusing the "
+              "lock an earlier run made for them.")
 @click.option("--hosts", "hosts_text", default="0", show_default=True,
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
@@ -99,7 +101,7 @@ def _notice(text: str) -> None:
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
-        requirements: Path | None, python: str | None, hosts_text: str, detach: bool,
+        requirements: Path | None, python: str | None, relock: bool, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, on_stall: str, stall_after: str | None,
         stall_startup: str | None, on_slow_host: str,
@@ -154,7 +156,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                                         **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
                                    setup=setup,
                                    hosts=hosts_text, fail_fast=not keep_going, resume=resume,
-                                   requirements=requirements, python=python)
+                                   requirements=requirements, python=python, relock=relock)
         session = steps.Session.open(ctx.settings(project, zone, bucket))
         if preflight:  # before anything is uploaded or started
             from podctl.cli.preflight_cmds import compile_checked

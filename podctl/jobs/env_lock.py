@@ -7,6 +7,9 @@ hash (with that Python) is the environment's key; the lock goes to every host in
 run's config and is kept with the run (`podctl/runs/RUN_ID/requirements.lock`), so
 every host, and a relaunch of the run, get exactly the same versions.
 
+A lock made for the same requirements is kept (STATE_DIR/locks) and used again by
+later runs; `podctl run --relock` resolves anew.
+
 Which Python: `podctl run --python X.Y`; else the TPU VM image's (3.10) when the
 requirements resolve to the same set there as on a current CPython, and that current
 CPython otherwise (uv installs it on the hosts): the requirements' own pins decide,
@@ -26,14 +29,17 @@ cannot swap it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import json
 import os
 import platform
 import re
 import secrets
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,18 +180,36 @@ def env_key(lock: str, python: str) -> str:
     return hashlib.sha256(f"python {python}\nplatform {HOST_PLATFORM}\n{lock}".encode()).hexdigest()[:32]
 
 
-def plan(path: Path, *, jax_extra: str, python: str | None = None) -> EnvPlan:
-    """Resolve PATH for the hosts; see the module docstring for which Python."""
+def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool = False,
+         cache: Path | None = None) -> EnvPlan:
+    """Resolve PATH for the hosts; see the module docstring for which Python. A lock made
+    for the same requirements before (CACHE, default STATE_DIR/locks) is used again, so
+    later runs get the same versions; RELOCK resolves anew (and replaces it)."""
     if python is not None and python not in SUPPORTED_PYTHONS:
         raise RequirementsError(f"--python {python}: podctl makes hosts' environments for Python "
                                 f"{', '.join(SUPPORTED_PYTHONS)}; give one of those.")
     requirements, constraints, index = read_requirements(path, jax_extra)
     if not requirements:
         raise RequirementsError(f"{path.name} names no package; remove it or add packages.")
+    inputs = hashlib.sha256(repr((requirements, constraints, index, python, HOST_PLATFORM,
+                                  IMAGE_PYTHON, CURRENT_PYTHON)).encode()).hexdigest()[:32]
+    kept = (cache or state_dir() / "locks") / f"{inputs}.json"
+    if not relock:
+        try:
+            stored = json.loads(kept.read_text())
+            result = EnvPlan(key=env_key(stored["lock"], stored["python"]), python=stored["python"],
+                             lock=stored["lock"], index_args=index, notes=list(stored["notes"]))
+            result.notes.append(f"locked earlier for these requirements ({kept}); "
+                                "`podctl run --relock` resolves them again")
+            return result
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     notes = []
     if python is None:
-        on_image = compile_lock(requirements, constraints, index, IMAGE_PYTHON)
-        current = compile_lock(requirements, constraints, index, CURRENT_PYTHON)
+        with ThreadPoolExecutor(2) as pool:  # the index's answers dominate: ask both at once
+            on_image, current = pool.map(lambda version: compile_lock(requirements, constraints, index,
+                                                                      version),
+                                         (IMAGE_PYTHON, CURRENT_PYTHON))
         if locked_versions(on_image) == locked_versions(current):
             python, lock = IMAGE_PYTHON, on_image
         else:
@@ -195,11 +219,16 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None) -> EnvPlan:
                          f"{CURRENT_PYTHON} (installed by uv); pin versions or pass --python to choose")
     else:
         lock = compile_lock(requirements, constraints, index, python)
-    result = EnvPlan(key=env_key(lock, python), python=python, lock=lock, index_args=index, notes=notes)
-    jax = result.version_of("jax")
-    notes.append(f"environment {result.key[:12]}: Python {python}, {len(locked_versions(lock))} "
+    jax = locked_versions(lock).get("jax")
+    key = env_key(lock, python)
+    notes.append(f"environment {key[:12]}: Python {python}, {len(locked_versions(lock))} "
                  f"packages locked{f', jax {jax}' if jax else ''}")
-    return result
+    with contextlib.suppress(OSError):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"lock": lock, "python": python, "notes": notes}))
+        os.replace(tmp, kept)
+    return EnvPlan(key=key, python=python, lock=lock, index_args=index, notes=notes)
 
 
 def _what_is_older(old: dict[str, str], new: dict[str, str]) -> str:

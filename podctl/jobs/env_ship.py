@@ -34,7 +34,7 @@ async def _bundled_requirements(storage: Storage, bundle_hash: str, tmp: Path) -
 
 
 async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, root: Path | None,
-                  bundle_hash: str | None, python: str | None, jax_extra: str,
+                  bundle_hash: str | None, python: str | None, jax_extra: str, relock: bool = False,
                   notice: Callable[[str], None]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(the hosts' `environment` config, what the run's record keeps); (None, {}) when the
     run has no requirements."""
@@ -51,7 +51,8 @@ async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, r
         if not path.is_file():
             raise InvalidValueError(f"--requirements {str(requirements)!r}: no such file; give a "
                                     "requirements file.")
-        plan = await asyncio.to_thread(env_lock.plan, path, jax_extra=jax_extra, python=python)
+        plan = await asyncio.to_thread(env_lock.plan, path, jax_extra=jax_extra, python=python,
+                                       relock=relock)
     for note in plan.notes:
         notice(note)
     await storage.upload_bytes(lock_object(run_id), plan.lock.encode(), "text/plain")

@@ -111,6 +111,7 @@ class RunRequest:
     checkpoint_dir: str | None = None  # --resume: the earlier run's; None: this run's own
     requirements: Path | None = None  # --requirements FILE; None: the workdir's requirements.txt
     python: str | None = None  # --python X.Y for the hosts' environment; None: env_lock decides
+    relock: bool = False  # --relock: resolve the requirements anew, not from an earlier lock
     host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend
     resumed_from: str | None = None
     # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
@@ -193,7 +194,7 @@ class Job:
         environment, env_summary = await env_ship.prepare(
             self.storage, run_id=self.run_id, requirements=request.requirements, root=root,
             bundle_hash=request.bundle_hash, python=request.python, jax_extra=request.host_jax_extra,
-            notice=self.notice)
+            relock=request.relock, notice=self.notice)
         source, sha = launch.agent_source()
         await self.storage.upload_bytes_if_missing(launch.agent_object(sha), source)
         self.agent_sha = sha

@@ -44,6 +44,7 @@ class RunOptions:
     setup: str | None = None
     requirements: Path | None = None  # None: the workdir's requirements.txt, if any
     python: str | None = None  # the hosts' environment's Python (--python); None: podctl decides
+    relock: bool = False  # --relock: resolve the requirements anew
     hosts: str = "0"  # whose lines to show: "all" or "0,3"
     fail_fast: bool = True
     resume: str | None = None  # a run id whose checkpoints this run continues from
@@ -82,7 +83,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
         checkpoint_dir = await resume_checkpoint_dir(session, options.resume)
     request = RunRequest(info=info, script=options.script, args=list(options.args),
                          workdir=options.workdir, env=dict(options.env), setup=options.setup,
-                         requirements=options.requirements, python=options.python,
+                         requirements=options.requirements, python=options.python, relock=options.relock,
                          host_jax_extra=jax_extra_for(session.settings.backend),
                          hosts=parse_hosts(options.hosts, len(info.hosts)),
                          fail_fast=options.fail_fast, ssh_port=ssh_port,
