@@ -30,6 +30,7 @@ cannot swap it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -135,6 +136,7 @@ def read_requirements(path: Path, jax_extra: str) -> tuple[list[str], list[str],
     return requirements, constraints, tuple(index)
 
 
+@functools.cache  # once: sysconfig's first use is not thread-safe, and plan() resolves in threads
 def uv_binary() -> str:
     """The uv that podctl depends on (a static binary in the `uv` wheel)."""
     try:
@@ -206,15 +208,19 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
             pass
     notes = []
     if python is None:
+        uv_binary()
         with ThreadPoolExecutor(2) as pool:  # the index's answers dominate: ask both at once
             on_image, current = pool.map(lambda version: compile_lock(requirements, constraints, index,
                                                                       version),
                                          (IMAGE_PYTHON, CURRENT_PYTHON))
-        if locked_versions(on_image) == locked_versions(current):
+        # the packages the requirements name decide; their dependencies may differ by Python
+        named = {_name(line) for line in requirements} - {""}
+        old, new = locked_versions(on_image), locked_versions(current)
+        if all(old.get(name) == new.get(name) for name in named):
             python, lock = IMAGE_PYTHON, on_image
         else:
             python, lock = CURRENT_PYTHON, current
-            older = _what_is_older(locked_versions(on_image), locked_versions(current))
+            older = _what_is_older({n: v for n, v in old.items() if n in named}, new)
             notes.append(f"the image's Python {IMAGE_PYTHON} would get {older}: the hosts get CPython "
                          f"{CURRENT_PYTHON} (installed by uv); pin versions or pass --python to choose")
     else:
@@ -229,6 +235,11 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
         tmp.write_text(json.dumps({"lock": lock, "python": python, "notes": notes}))
         os.replace(tmp, kept)
     return EnvPlan(key=key, python=python, lock=lock, index_args=index, notes=notes)
+
+
+def _name(requirement: str) -> str:
+    found = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+    return found.group(0).lower().replace("_", "-") if found else ""
 
 
 def _what_is_older(old: dict[str, str], new: dict[str, str]) -> str:
