@@ -56,6 +56,8 @@ TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
 # A TPU VM's login PATH (Ubuntu's default): the image's python3, nothing of podctl's.
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
 JAX_COORDINATOR_PORT = 8482
+MACHINE_NETWORK_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                        "http_proxy", "https_proxy", "no_proxy")
 _KEY_FILE = ".ssh_host_ed25519_key"
 _ID_FILE = ".node-id"
 _BACKLOG = 128
@@ -390,6 +392,9 @@ class HostManager:
             # its package cache is the fake's, shared by its hosts, as a nearby index mirror
             "UV_PYTHON_INSTALL_DIR": str(self.image.store), "UV_PYTHON_DOWNLOADS": "never",
             "UV_CACHE_DIR": str(uv_cache_dir(self.root)),
+            # how this machine reaches the package index (its proxy, its CA), which a TPU VM
+            # has of its own: a fake host is this machine
+            **{k: v for k, v in os.environ.items() if k in MACHINE_NETWORK_VARS},
         }
 
     def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:

@@ -263,9 +263,15 @@ class Agent:
             self.bucket, spec, home=self.home, host=host_tag(self.cfg["host"]),
             builder=self.cfg["host"] == 0, log=self.logs.line, unpack=safe_extract,
             failed_marker=f"{prefix}/env-failed.txt", log_object=f"{prefix}/env-build.log",
-            build_log=self.run_dir / "env-build.log")
+            build_log=self.run_dir / "env-build.log",
+            stopping=lambda: self.stopping or (self.run_dir / "stop").exists())
         try:
             self.venv = env.prepare()
+        except agent_env.EnvStopped as e:
+            self.stopping = True
+            self.logs.line(f"[podctl] {e}")
+            self.write_status(128 + signal.SIGTERM)
+            return 128 + signal.SIGTERM
         except agent_env.EnvError as e:
             for line in str(e).splitlines():
                 self.logs.line(f"[podctl] {line}")

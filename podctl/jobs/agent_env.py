@@ -49,6 +49,10 @@ class EnvError(Exception):
     """The environment could not be made; the message names the host and what to do."""
 
 
+class EnvStopped(EnvError):
+    """podctl stopped the run while its environment was being made."""
+
+
 def signature(sign_key: str, key: str, sha256: str, size: int) -> str:
     return hmac.new(bytes.fromhex(sign_key), f"{key} {sha256} {size}".encode(), hashlib.sha256).hexdigest()
 
@@ -73,7 +77,8 @@ class HostEnv:
 
     def __init__(self, bucket, spec: dict, *, home: Path, host: str, builder: bool,
                  log: Callable[[str], None], failed_marker: str, log_object: str, build_log: Path,
-                 unpack: Callable[[str, str], int]):
+                 unpack: Callable[[str, str], int], stopping: Callable[[], bool] = lambda: False):
+        self.stopping = stopping
         self.bucket, self.home, self.host, self.builder, self.log = bucket, home, host, builder, log
         self.key, self.python, self.lock = spec["key"], spec["python"], spec["lock"]
         self.index_args = list(spec.get("index_args") or [])
@@ -106,14 +111,23 @@ class HostEnv:
                     self._fetch(meta)
             except BaseException as e:
                 shutil.rmtree(self.dir, ignore_errors=True)
-                if isinstance(e, EnvError):
+                if not isinstance(e, Exception) or isinstance(e, EnvStopped):
                     raise
-                if not isinstance(e, Exception):
-                    raise
-                raise EnvError(f"{self.host}: making the environment {self.key[:12]} failed: "
-                               f"{' '.join(str(e).split())[:300]}") from e
+                failure = e if isinstance(e, EnvError) else EnvError(
+                    f"{self.host}: making the environment {self.key[:12]} failed: "
+                    f"{' '.join(str(e).split())[:300]}")
+                self._say_failed(str(failure))
+                raise failure from e
             (self.dir / ".podctl-complete").write_text(self.key)
         return self.dir
+
+    def _say_failed(self, message: str) -> None:
+        """Process 0's failure, for the hosts that wait for its environment."""
+        if self.builder:
+            try:
+                self.bucket.upload(self.failed_marker, message.encode(), "text/plain")
+            except Exception:  # the waiting hosts then see podctl's stop
+                pass
 
     # ---- what the bucket holds, checked against the client's key ----------------------
 
@@ -127,6 +141,8 @@ class HostEnv:
                 return None
             if self.bucket.stat(self.failed_marker) is not None:
                 raise EnvError(self.bucket.download(self.failed_marker).decode(errors="replace"))
+            if self.stopping():
+                raise EnvStopped(f"{self.host}: stopped while waiting for the environment")
             if not said:
                 self.log(f"{self.tag}: waiting for host 0000 to build it")
                 said = True
@@ -136,14 +152,16 @@ class HostEnv:
             time.sleep(2.0)
 
     def _refuse(self, why: str) -> EnvError:
-        """A bad archive in the bucket: deleted there (best effort), so the next run builds it."""
-        for name in (self.sidecar, self.object):
+        """A bad archive in the bucket: the builder (process 0) deletes it there (best
+        effort), so the next run builds it; the other hosts leave it to process 0, which
+        may still be reading it."""
+        for name in (self.sidecar, self.object) if self.builder else ():
             try:
                 self.bucket.delete(name)
             except Exception:  # gone already, or not ours to delete: the message still says
                 pass
         return EnvError(f"{self.host}: refused the environment archive gs://{self.bucket.name}/"
-                        f"{self.object}: {why}; it was deleted, run again to build it anew")
+                        f"{self.object}: {why}; podctl deletes it, run again to build it anew")
 
     def _checked_meta(self) -> dict:
         try:
@@ -220,7 +238,12 @@ class HostEnv:
 
             threading.Thread(target=progress, daemon=True).start()
             try:
-                code = proc.wait()
+                while (code := proc.poll()) is None:
+                    if self.stopping():
+                        proc.terminate()
+                        proc.wait()
+                        raise EnvStopped(f"{self.host}: stopped while making the environment")
+                    time.sleep(0.25)
             finally:
                 done.set()
         if code != 0:
@@ -268,14 +291,11 @@ class HostEnv:
                     "python": self.python, "packages": packages, "jax": _pinned(self.lock, "jax"),
                     "signature": signature(self.sign_key, self.key, sha, size)}
             self.bucket.upload(self.sidecar, json.dumps(meta).encode(), "application/json")
-        except BaseException as e:
-            message = str(e) if isinstance(e, EnvError) else \
-                f"{self.host}: building the environment failed: {' '.join(str(e).split())[:300]}"
-            try:
-                self.bucket.upload(self.failed_marker, message.encode(), "text/plain")
-            except Exception:  # the waiting hosts then time out or are stopped by podctl
-                pass
-            raise EnvError(message) from e
+        except Exception as e:
+            if isinstance(e, EnvError):
+                raise
+            raise EnvError(f"{self.host}: building the environment failed: "
+                           f"{' '.join(str(e).split())[:300]}") from e
         self.log(f"{self.tag}: built on {self.host} with {'uv' if uv else 'pip'} from the package "
                  f"index: {packages} packages in {time.monotonic() - started:.1f} s; uploaded "
                  f"{size / 1e6:.1f} MB to GCS")
