@@ -93,7 +93,7 @@ def _shared_envs(base: type, store: Path) -> type:
                 os.replace(tmp.with_suffix(".meta"), path.with_name(path.name + ".meta"))
                 os.replace(tmp, path)
 
-        def delete_file(self, bucket_name, file_name):  # type: ignore[no-untyped-def]
+        def delete_file(self, bucket_name: str, file_name: str) -> None:
             # a deleted environment (a refused archive) is gone for the store's clouds too
             super().delete_file(bucket_name, file_name)
             if file_name.startswith(ENV_PREFIX):
