@@ -96,3 +96,30 @@ def test_the_hosts_config_carries_a_per_environment_key_never_the_clients_secret
     sig = agent_env.signature(config["sign_key"], plan.key, "0" * 64, 10)
     assert sig != agent_env.signature(other["sign_key"], plan.key, "0" * 64, 10)
     assert "s3cret" not in plan.lock
+
+
+def test_a_queued_runs_requirements_come_from_its_bundle_and_its_lock_is_kept_with_the_run(fake, tmp_path):
+    import asyncio
+
+    from podctl.fake.gcs import DEFAULT_BUCKET
+    from podctl.jobs import bundle, env_ship
+    from podctl.storage import Storage
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "job.py").write_text("print('hi')\n")
+    (work / "requirements.txt").write_text("six==1.17.0\n")
+    storage = Storage.connect(DEFAULT_BUCKET, endpoint=fake.gcs_url)
+    packed = bundle.pack(work, out_dir=tmp_path / "out")
+    notes: list[str] = []
+
+    async def go() -> tuple:
+        await bundle.upload(storage, packed)
+        return await env_ship.prepare(storage, run_id="q-1", requirements=None, root=None,
+                                      bundle_hash=packed.hash, python="3.12", jax_extra="cpu",
+                                      notice=notes.append)
+
+    config, summary = asyncio.run(go())
+    assert config["lock"] == "six==1.17.0\n" and config["python"] == "3.12" and summary["key"] == config["key"]
+    assert asyncio.run(storage.download_bytes(env_ship.lock_object("q-1"))) == b"six==1.17.0\n"
+    assert any("Python 3.12, 1 packages locked" in note for note in notes)
