@@ -220,6 +220,29 @@ def test_text_podctl_shows_cannot_reorder_or_break_a_line():
     assert shown("emoji \U0001f468\u200d\U0001f469 and ünï") == "emoji \U0001f468\u200d\U0001f469 and ünï"
 
 
+def test_on_a_terminal_an_environment_install_shows_one_progress_line_and_a_file_gets_every_line():
+    import io
+
+    from podctl.cli.job_cmds import _line_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    lines = ["[podctl] env abc: building on host-0000 with uv",
+             "[podctl] env abc: uv pip sync: 20 s, 80 MB so far",
+             "[podctl] env abc: uv pip sync: 40 s, 190 MB so far",
+             "[podctl] env abc: built on host-0000 with uv"]
+    screen, file = Terminal(), io.StringIO()
+    for sink in (_line_printer(screen), _line_printer(file)):
+        for line in lines:
+            sink(0, line)
+    shown = screen.getvalue().split("\n")  # what stays on screen: each \r\x1b[K rewrites a line
+    assert [part.rsplit("\r\x1b[K", 1)[-1] for part in shown if part] == [
+        f"[host 0000] {lines[0]}", f"[host 0000] {lines[3]}"]
+    assert file.getvalue().splitlines() == [f"[host 0000] {line}" for line in lines]
+
+
 def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):
     run_id = podctl("run", "cli16", "--detach", "--env", "FAIL_HOST=0", "--env", "FAIL_CODE=255",
                     "--keep-going", str(SCRIPTS / "exit_on_host.py")).stdout.strip()

@@ -24,12 +24,21 @@ def _line_printer(stream: Any) -> Any:
     """One write per line, so lines of different hosts never split or interleave. On a
     terminal control characters are made visible; elsewhere (a file, a pipe) the line
     is written as the host printed it, as `podctl logs` keeps it in GCS."""
+    from podctl.jobs.agent_env import is_progress
     from podctl.jobs.labels import label, process_of
 
     terminal = bool(getattr(stream, "isatty", lambda: False)())
+    progress_shown = False
 
     def sink(host: int, line: str) -> None:  # `[host 0003 p5]`: with its JAX process index
-        stream.write(f"[{label(host, process_of(line))}] {shown(line, tabs=True) if terminal else line}\n")
+        nonlocal progress_shown
+        text = f"[{label(host, process_of(line))}] {shown(line, tabs=True) if terminal else line}"
+        if terminal and is_progress(line):  # an install's progress: one line, rewritten
+            stream.write(f"\r\x1b[K{text}")
+            progress_shown = True
+        else:
+            stream.write(f"\r\x1b[K{text}\n" if progress_shown else f"{text}\n")
+            progress_shown = False
         stream.flush()
 
     return sink

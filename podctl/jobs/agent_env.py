@@ -45,6 +45,11 @@ TAIL = 15
 PROGRESS_SECONDS = 20.0  # while an install runs, one line this often at most
 
 
+def is_progress(line: str) -> bool:
+    """A line of an install's progress (HostEnv._run): a terminal shows only the latest."""
+    return line.startswith("[podctl] env ") and line.endswith(" so far")
+
+
 class EnvError(Exception):
     """The environment could not be made; the message names the host and what to do."""
 
