@@ -260,10 +260,16 @@ def client_secret(directory: Path | None = None) -> bytes:
     except (OSError, ValueError):
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")
-    os.replace(path.with_suffix(".tmp"), path)
+    try:
+        os.link(tmp, path)  # whole, and only if no other process made one first
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
     return bytes.fromhex(path.read_text().strip())
 
 
