@@ -7,6 +7,15 @@ bytes of the packages pip took. Then, with the environment in GCS, podctl's ship
 step alone on a v5p-512 (64 hosts).
 
     python benchmarks/bench_envs.py [--requirements FILE] [--hosts8 v5p-64] [--big v5p-512]
+    python benchmarks/bench_envs.py --installers [--requirements FILE] [--pythons 3.10,3.12]
+        [--pip-timeout 600]
+
+--installers: no fake cloud, one host's build alone: uv (resolve with `uv pip compile`,
+as podctl's client does, then `uv venv` + `uv pip sync`, as host 0 does) against pip
+(`python -m venv` + `pip install -r`), each with a cold cache of its own, same run,
+for each interpreter (found as the fake's hosts find theirs: podctl/fake/image_python.py);
+default requirements templates/requirements.txt with jax[cpu]. pip gets --pip-timeout
+seconds (on 3.10 it backtracks for many minutes).
 
 The default requirements are small (numpy) so that eight hosts installing at once
 fit a 2-core machine; pass templates/requirements.txt for the template's (jax[cpu],
@@ -54,12 +63,72 @@ def index_figures(output: str) -> tuple[int, float]:
     return collected, size
 
 
+def timed(argv: list[str], env: dict, timeout: float | None = None) -> tuple[float, bool]:
+    """(seconds, finished with exit 0); a timeout is (timeout, False)."""
+    began = time.monotonic()
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return time.monotonic() - began, False
+    if done.returncode != 0:
+        print(f"  {' '.join(argv[:4])} ... exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    return time.monotonic() - began, done.returncode == 0
+
+
+def installers(requirements: Path, pythons: list[str], pip_timeout: float) -> None:
+    sys.path.insert(0, str(REPO))
+    from podctl.fake.image_python import find
+    from podctl.jobs import env_lock
+
+    uv = env_lock.uv_binary()
+    tmp = Path(tempfile.mkdtemp(prefix="podctl-bench-installers-"))
+    text = env_lock.expand(requirements.read_text(), {"PODCTL_JAX_EXTRA": "cpu"})
+    reqs = tmp / "requirements.txt"
+    reqs.write_text(text)
+    results: dict = {}
+    for minor in pythons:
+        found = find(minor)
+        if found is None:
+            print(f"Python {minor}: not on this machine, skipped")
+            continue
+        python = found[0]
+        env = {**os.environ, "UV_CACHE_DIR": str(tmp / f"uv-cache-{minor}"), "PIP_NO_CACHE_DIR": "",
+               "PIP_CACHE_DIR": str(tmp / f"pip-cache-{minor}")}
+        env.pop("VIRTUAL_ENV", None)
+        lock = tmp / f"lock-{minor}.txt"
+        resolve, ok1 = timed([uv, "pip", "compile", str(reqs), "--python-version", minor, "--python-platform",
+                              env_lock.HOST_PLATFORM, "-q", "--no-header", "--no-annotate", "-o", str(lock)], env)
+        venv, ok2 = timed([uv, "venv", "-q", "--python", python, str(tmp / f"uv-{minor}")], env)
+        install, ok3 = timed([uv, "pip", "sync", "-q", "--python", str(tmp / f"uv-{minor}" / "bin" / "python"),
+                              str(lock)], env)
+        results[f"uv, Python {minor}"] = {"resolve_s": resolve, "install_s": venv + install,
+                                          "total_s": resolve + venv + install, "ok": ok1 and ok2 and ok3}
+        pip_venv, ok4 = timed([python, "-m", "venv", str(tmp / f"pip-{minor}")], env)
+        pip_install, ok5 = timed([str(tmp / f"pip-{minor}" / "bin" / "pip"), "install", "-q", "--no-input",
+                                  "--disable-pip-version-check", "-r", str(reqs)], env, timeout=pip_timeout)
+        results[f"pip, Python {minor}"] = {"resolve_s": None, "install_s": pip_venv + pip_install,
+                                           "total_s": pip_venv + pip_install, "ok": ok4 and ok5}
+        for name in (f"uv, Python {minor}", f"pip, Python {minor}"):
+            r = results[name]
+            print(f"{name:18s} {r['total_s']:7.1f} s{'' if r['ok'] else ' (did not finish)'}"
+                  + (f"  (resolve {r['resolve_s']:.1f} s, venv + install {r['install_s']:.1f} s)"
+                     if r["resolve_s"] is not None else ""), flush=True)
+    print(json.dumps(results))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requirements", type=Path, default=None)
     parser.add_argument("--hosts8", default="v5p-64")
     parser.add_argument("--big", default="v5p-512")
+    parser.add_argument("--installers", action="store_true")
+    parser.add_argument("--pythons", default="3.10,3.12")
+    parser.add_argument("--pip-timeout", type=float, default=600.0)
     opts = parser.parse_args()
+    if opts.installers:
+        installers(opts.requirements or REPO / "templates" / "requirements.txt",
+                   opts.pythons.split(","), opts.pip_timeout)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="podctl-bench-envs-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PODCTL_", "CLOUDSDK_"))}
     env.update({"PODCTL_STATE_DIR": str(tmp / "state"), "PODCTL_CONFIG_DIR": str(tmp / "config"),

@@ -180,10 +180,13 @@ class Slice:
             max_hours: float | None = None, on_stall: str | None = None,
             stall_after: float | None = None, stall_startup: float | None = None,
             on_slow_host: str | None = None,
-            slow_host_after: float = 300.0) -> Run:
+            slow_host_after: float = 300.0, requirements: str | Path | None = None,
+            python: str | None = None) -> Run:
         """Ship SCRIPT's directory (or WORKDIR) and start SCRIPT on every host; returns
         once all have started. `resume=` an earlier run (or its id) continues from its
-        checkpoints. Follow it with `wait()` or `logs(follow=True)`.
+        checkpoints. Follow it with `wait()` or `logs(follow=True)`. The hosts' packages:
+        `requirements=` a file (default: requirements.txt in the workdir), locked here for
+        `python=` "3.10".."3.13" (default: podctl chooses, as `podctl run` does).
 
         `recover=N`: when the infrastructure ends the run (a preemption, a host lost),
         podctl makes the slice again and relaunches from the latest checkpoint, up to N
@@ -204,7 +207,8 @@ class Slice:
         options = steps.RunOptions(
             script=Path(script), args=tuple(str(a) for a in args), workdir=Path(workdir) if workdir else None,
             env=dict(env or {}), setup=setup, hosts="all", fail_fast=fail_fast,
-            resume=resume.run_id if isinstance(resume, Run) else resume)
+            resume=resume.run_id if isinstance(resume, Run) else resume,
+            requirements=Path(requirements) if requirements else None, python=python)
         notices: list[str] = []
         holder: dict[str, Any] = {}
 

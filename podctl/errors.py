@@ -9,7 +9,8 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     PodctlError                      exit 1 unless noted
     ├── UsageError                   exit 2: bad input, fix the command line
     │   ├── InvalidSliceError        a bad `v5p-N` / `v6e-N` ..., `--num-slices`
-    │   └── InvalidValueError        a bad name, zone, duration, label, ...
+    │   ├── InvalidValueError        a bad name, zone, duration, label, ...
+    │   └── RequirementsError        the run's requirements cannot be locked for the hosts
     ├── ConfigError                  exit 2: no project, no credentials, bad podctl.toml
     ├── CloudError                   the Cloud TPU API said no
     │   ├── NotFoundError            404: no such slice / zone
@@ -68,6 +69,10 @@ class InvalidSliceError(UsageError):
 
 
 class InvalidValueError(UsageError):
+    pass
+
+
+class RequirementsError(UsageError):
     pass
 
 

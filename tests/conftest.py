@@ -93,7 +93,25 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for key, value in isolated_environ(tmp_path).items():
         monkeypatch.setenv(key, value)
     (tmp_path / "home").mkdir()
+    _share_env_signing_key(tmp_path / "state")
     return tmp_path
+
+
+def _share_env_signing_key(state: Path) -> None:
+    """Every test's client signs the hosts' environments with the session's one key (as
+    one user's runs do), so the environment built once in ENV_STORE is trusted by the
+    next test's client instead of being built again (podctl/jobs/env_lock.py)."""
+    ENV_STORE.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from podctl.jobs.env_lock import client_secret
+
+    secret = client_secret(ENV_STORE)  # made once, 0600, kept with the store
+    state.mkdir(parents=True, exist_ok=True)
+    (ENV_STORE / "locks").mkdir(exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # and the locks made so far, as one user's
+        (state / "locks").symlink_to(ENV_STORE / "locks", target_is_directory=True)
+    key = state / "env-signing.key"
+    key.write_text(secret.hex() + "\n")
+    key.chmod(0o600)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -119,7 +137,7 @@ def _jax_env_stored() -> bool:
     """True once some fake cloud of this session uploaded a host environment with jax."""
     for sidecar in ENV_STORE.glob("podctl%2Fenvs%2F*.json"):
         with contextlib.suppress(OSError, ValueError):
-            if "jax" in json.loads(sidecar.read_text()).get("requirements", ""):
+            if json.loads(sidecar.read_text()).get("jax"):
                 return True
     return False
 

@@ -54,7 +54,7 @@ class Queue:
             api=api, storage_for=lambda bucket: Storage.connect(bucket, endpoint=fake.gcs_url),
             config_dir=home / "config", ssh_keys=key.metadata_entry, private_key=key.private_path,
             ssh_port=fake.hosts.ssh_port, coordinator_port=lambda: 8482, log=configure(self.out, tty=False),
-            now=self.clock)
+            now=self.clock, host_jax_extra="cpu")
 
     def store(self) -> Store:
         return Store(db_path(self.state_dir))

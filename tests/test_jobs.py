@@ -188,7 +188,8 @@ def test_exec_streams_and_returns_exit_codes(slice16, fake, tmp_path):
     codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
                                       ["python3", "-c", "import sys; print(sys.executable)"],
                                       lines, None))
-    assert codes == {0: 0, 1: 0} and lines.by_host == {0: ["/usr/bin/python3"], 1: ["/usr/bin/python3"]}
+    python3 = str(fake.hosts.image.bin_dir / "python3")  # the image's (fake/image_python.py)
+    assert codes == {0: 0, 1: 0} and lines.by_host == {0: [python3], 1: [python3]}
     codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
                                       ["bash", "-c", "exit $TPU_WORKER_ID"], Lines(), {1}))
     assert codes == {1: 1}

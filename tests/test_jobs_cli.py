@@ -78,9 +78,11 @@ def test_logs_after_the_client_was_killed_show_every_line(podctl):
 
 
 def test_exec_runs_a_plain_command_everywhere(podctl):
-    # a bare host: the system python3, no jax until a run's requirements ask for it
+    # a bare host: the image's python3 (fake/image_python.py), no jax until a run's requirements ask
     proc = podctl("exec", "cli16", "--", "python3", "-c", "import sys; print(sys.executable)")
-    assert sorted(proc.stdout.splitlines()) == ["[host 0000] /usr/bin/python3", "[host 0001] /usr/bin/python3"]
+    lines = sorted(proc.stdout.splitlines())
+    assert [line.split("] ")[0] for line in lines] == ["[host 0000", "[host 0001"]
+    assert all(line.endswith("/.image/bin/python3") for line in lines), lines
     proc = podctl("exec", "cli16", "--hosts", "1", "--", "bash", "-c", "exit 5", check=False)
     assert proc.returncode == 5 and "host 0001 exited 5" in proc.stderr
 
@@ -226,6 +228,29 @@ def test_text_podctl_shows_cannot_reorder_or_break_a_line():
         "a\\u202eb\\u2066c\\u200fd\\ufeffe\\u2028f\\x85g\\x0ah\\x09i"
     assert shown("tab\tkept", tabs=True) == "tab\tkept"
     assert shown("emoji \U0001f468\u200d\U0001f469 and ünï") == "emoji \U0001f468\u200d\U0001f469 and ünï"
+
+
+def test_on_a_terminal_an_environment_install_shows_one_progress_line_and_a_file_gets_every_line():
+    import io
+
+    from podctl.cli.job_cmds import _line_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    lines = ["[podctl] env abc: building on host-0000 with uv",
+             "[podctl] env abc: uv pip sync: 20 s, 80 MB so far",
+             "[podctl] env abc: uv pip sync: 40 s, 190 MB so far",
+             "[podctl] env abc: built on host-0000 with uv"]
+    screen, file = Terminal(), io.StringIO()
+    for sink in (_line_printer(screen), _line_printer(file)):
+        for line in lines:
+            sink(0, line)
+    shown = screen.getvalue().split("\n")  # what stays on screen: each \r\x1b[K rewrites a line
+    assert [part.rsplit("\r\x1b[K", 1)[-1] for part in shown if part] == [
+        f"[host 0000] {lines[0]}", f"[host 0000] {lines[3]}"]
+    assert file.getvalue().splitlines() == [f"[host 0000] {line}" for line in lines]
 
 
 def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):

@@ -220,6 +220,10 @@ def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
     first = podctl("run", "cli16", str(SCRIPT), *TINY, "--steps", "8", "--checkpoint-every", "4",
                    timeout=1500)
     run_id = next(l.split()[2] for l in first.stderr.splitlines() if l.startswith("podctl: run "))
+    # the image's Python 3.10 would get jax 0.6 (whose orbax crashes at the first checkpoint):
+    # the hosts get a current CPython from uv, and podctl says which Python and which jax
+    said = first.stdout + first.stderr
+    assert "the image's Python 3.10 would get jax 0.6" in said and ": Python 3.12, " in said, said
     lines = metrics(first.stdout)
     config = lines[0]
     assert (config["kind"], config["processes"], config["devices"], config["start_step"]) == (

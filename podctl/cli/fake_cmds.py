@@ -49,6 +49,8 @@ def start(time_scale: float | None, as_json: bool) -> None:
         else:
             click.echo(f"fake cloud running: Cloud TPU API {info['tpu_api']} (project "
                        f"{info['project']}, zone {info['zone']}, pid {info['pid']})")
+            if info.get("host_python"):
+                click.echo(f"hosts' python3: {info['host_python']}")
 
     guarded(action)
 
@@ -82,6 +84,8 @@ def status(as_json: bool) -> None:
         elif info["running"]:
             click.echo(f"fake cloud running: Cloud TPU API {info['tpu_api']} (project "
                        f"{info['project']}, zone {info['zone']}, pid {info['pid']})")
+            if info.get("host_python"):
+                click.echo(f"hosts' python3: {info['host_python']}")
         else:
             click.echo("fake cloud not running (`podctl fake start`)")
         if not info["running"]:

@@ -23,12 +23,21 @@ def _line_printer(stream: Any) -> Any:
     """One write per line, so lines of different hosts never split or interleave. On a
     terminal control characters are made visible; elsewhere (a file, a pipe) the line
     is written as the host printed it, as `podctl logs` keeps it in GCS."""
+    from podctl.jobs.agent_env import is_progress
     from podctl.jobs.labels import label, process_of
 
     terminal = bool(getattr(stream, "isatty", lambda: False)())
+    progress_shown = False
 
     def sink(host: int, line: str) -> None:  # `[host 0003 p5]`: with its JAX process index
-        stream.write(f"[{label(host, process_of(line))}] {shown(line, tabs=True) if terminal else line}\n")
+        nonlocal progress_shown
+        text = f"[{label(host, process_of(line))}] {shown(line, tabs=True) if terminal else line}"
+        if terminal and is_progress(line):  # an install's progress: one line, rewritten
+            stream.write(f"\r\x1b[K{text}")
+            progress_shown = True
+        else:
+            stream.write(f"\r\x1b[K{text}\n" if progress_shown else f"{text}\n")
+            progress_shown = False
         stream.flush()
 
     return sink
@@ -53,7 +62,12 @@ def _notice(text: str) -> None:
 @click.option("--setup", default=None, metavar="CMD", help="Run once per host per bundle first.")
 @click.option("--requirements", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="The hosts' Python packages (default: requirements.txt in the workdir); "
-              "built once per slice, shipped through GCS, kept for later runs.")
+              "locked here with uv, built once, shipped through GCS, kept for later runs.")
+@click.option("--python", "python", default=None, type=click.Choice(["3.10", "3.11", "3.12", "3.13"]),
+              help="The hosts' environment's Python (default: the image's 3.10 unless the "
+              "requirements resolve to newer versions on a current CPython, which uv then installs).")
+@click.option("--relock", is_flag=True, help="Resolve the requirements anew instead of reusing the "
+              "lock an earlier run made for them.")
 @click.option("--hosts", "hosts_text", default="0", show_default=True,
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
@@ -95,7 +109,7 @@ def _notice(text: str) -> None:
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
-        requirements: Path | None, hosts_text: str, detach: bool,
+        requirements: Path | None, python: str | None, relock: bool, hosts_text: str, detach: bool,
         keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, on_stall: str, stall_after: str | None,
         stall_startup: str | None, on_slow_host: str,
@@ -150,7 +164,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                                         **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
                                    setup=setup,
                                    hosts=hosts_text, fail_fast=not keep_going, resume=resume,
-                                   requirements=requirements)
+                                   requirements=requirements, python=python, relock=relock)
         session = steps.Session.open(ctx.settings(project, zone, bucket))
         if preflight:  # before anything is uploaded or started
             from podctl.cli.preflight_cmds import compile_checked

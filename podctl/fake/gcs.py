@@ -76,7 +76,8 @@ STORE_VAR = "PODCTL_FAKE_ENV_STORE"
 def _shared_envs(base: type, store: Path) -> type:
     """Objects under podctl/envs/ also live in STORE, a directory that every fake cloud
     of a test session shares (as a team shares one bucket): an upload there is copied
-    into STORE, and a read of one this emulator lacks imports it from STORE first. So
+    into STORE, a delete deletes it there, and a read of one this emulator lacks imports
+    it from STORE first. So
     the host environment is built from the package index once per test session, not
     once per fake cloud. Set by PODCTL_FAKE_ENV_STORE; off by default."""
     from urllib.parse import quote
@@ -93,6 +94,14 @@ def _shared_envs(base: type, store: Path) -> type:
                 tmp.with_suffix(".meta").write_text(json.dumps(file_obj))
                 os.replace(tmp.with_suffix(".meta"), path.with_name(path.name + ".meta"))
                 os.replace(tmp, path)
+
+        def delete_file(self, bucket_name: str, file_name: str) -> None:
+            # a deleted environment (a refused archive) is gone for the store's clouds too
+            super().delete_file(bucket_name, file_name)
+            if file_name.startswith(ENV_PREFIX):
+                path = store / quote(file_name, safe="")
+                path.unlink(missing_ok=True)
+                path.with_name(path.name + ".meta").unlink(missing_ok=True)
 
         def get_file_obj(self, bucket_name, file_name):  # type: ignore[no-untyped-def]
             try:

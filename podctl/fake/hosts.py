@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 import asyncssh
 
 from podctl import topology
-from podctl.fake import addresses
+from podctl.fake import addresses, image_python
 from podctl.fake.host_ssh import Session, SshServer, authorized_keys
 from podctl.fake.metadata import MetadataServer, hostname
 
@@ -56,10 +56,19 @@ TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
 # A TPU VM's login PATH (Ubuntu's default): the image's python3, nothing of podctl's.
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
 JAX_COORDINATOR_PORT = 8482
+MACHINE_NETWORK_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                        "http_proxy", "https_proxy", "no_proxy")
 _KEY_FILE = ".ssh_host_ed25519_key"
 _ID_FILE = ".node-id"
 _BACKLOG = 128
 log = logging.getLogger(__name__)
+
+
+def uv_cache_dir(root: Path) -> Path:
+    """The fake hosts' uv cache: beside the shared environment store when there is one
+    (every fake cloud of a test session), else the fake's own."""
+    store = os.environ.get("PODCTL_FAKE_ENV_STORE")
+    return Path(store) / "uv-cache" if store else root / ".uv-cache"
 
 
 def _devices_per_host(node: dict) -> int:
@@ -261,6 +270,7 @@ class HostManager:
         self.prefix = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.plan = addresses.AddressPlan(str(self.root.resolve()))
+        self.image = image_python.prepare(self.root)  # the hosts' python3: 3.10 where there is one
         self.metadata = MetadataServer(self)
         self.world: Any = None
 
@@ -392,7 +402,7 @@ class HostManager:
 
     def _base_env(self, node: dict, endpoints: list[dict]) -> dict[str, str]:
         return {
-            "PATH": HOST_PATH, "SHELL": "/bin/bash",
+            "PATH": f"{self.image.bin_dir}:{HOST_PATH}", "SHELL": "/bin/bash",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
             "TPU_WORKER_HOSTNAMES": ",".join(ep["ipAddress"] for ep in endpoints),
             "TPU_ACCELERATOR_TYPE": str(node.get("acceleratorType", "")),
@@ -406,6 +416,13 @@ class HostManager:
             "PYTHONPATH": str(Path(__file__).with_name("tpu_vm")),
             # templates/requirements.txt asks for jax[${PODCTL_JAX_EXTRA}]: CPU wheels here
             "PODCTL_JAX_EXTRA": "cpu",
+            # uv's Python "downloads" come from the machine's interpreters (image_python.py);
+            # its package cache is the fake's, shared by its hosts, as a nearby index mirror
+            "UV_PYTHON_INSTALL_DIR": str(self.image.store), "UV_PYTHON_DOWNLOADS": "never",
+            "UV_CACHE_DIR": str(uv_cache_dir(self.root)),
+            # how this machine reaches the package index (its proxy, its CA), which a TPU VM
+            # has of its own: a fake host is this machine
+            **{k: v for k, v in os.environ.items() if k in MACHINE_NETWORK_VARS},
         }
 
     def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:

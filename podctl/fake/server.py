@@ -115,6 +115,7 @@ class FakeCloud:
                 "project": self.project, "zone": self.zone, "pid": os.getpid(),
                 "gcs": self.gcs_url, "bucket": self.bucket,
                 "hosts_root": str(self.hosts.root) if self.hosts else None,
+                "host_python": self.hosts.image.note if self.hosts else None,
                 # SSH to a host: its endpoint's address at this port (None: the endpoint's port)
                 "ssh_port": self.hosts.ssh_port if self.hosts else None}
 

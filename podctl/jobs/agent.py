@@ -254,26 +254,32 @@ class Agent:
                     raise
         return target
 
-    def python_env(self, tree: Path) -> int:
-        """The run's environment (agent_env.py): `--requirements FILE`'s text, else the
-        bundle's requirements.txt; a failure fails the run before its script starts."""
-        requirements = self.cfg.get("requirements")
-        if requirements is None and (tree / "requirements.txt").is_file():
-            requirements = (tree / "requirements.txt").read_text()
-        if not requirements or not requirements.strip():
+    def python_env(self) -> int:
+        """The run's environment (agent_env.py), as the client locked it; a failure fails
+        the run before its script starts."""
+        spec = self.cfg.get("environment")
+        if not spec:
             return 0
         self.logs.phase = "environment"
         self.publish("environment")
+        prefix = f"podctl/runs/{self.cfg['run_id']}"
         env = agent_env.HostEnv(
-            self.bucket, requirements, home=self.home, host=host_tag(self.cfg["host"]),
+            self.bucket, spec, home=self.home, host=host_tag(self.cfg["host"]),
             builder=self.cfg["host"] == 0, log=self.logs.line, unpack=safe_extract,
-            failed_marker=f"podctl/runs/{self.cfg['run_id']}/env-failed.txt")
+            failed_marker=f"{prefix}/env-failed.txt", log_object=f"{prefix}/env-build.log",
+            build_log=self.run_dir / "env-build.log",
+            stopping=lambda: self.stopping or (self.run_dir / "stop").exists())
         try:
             self.venv = env.prepare()
+        except agent_env.EnvStopped as e:
+            self.stopping = True
+            self.logs.line(f"[podctl] {e}")
+            self.write_status(128 + signal.SIGTERM)
+            return 128 + signal.SIGTERM
         except agent_env.EnvError as e:
             for line in str(e).splitlines():
                 self.logs.line(f"[podctl] {line}")
-            self.write_status(EXIT_SETUP_FAILED, error=str(e))
+            self.write_status(EXIT_SETUP_FAILED, error=str(e).splitlines()[0])
             return EXIT_SETUP_FAILED
         return 0
 
@@ -480,7 +486,7 @@ class Agent:
         self.logs.heartbeat(force=True)
         try:
             tree = self.fetch_bundle() if self.cfg.get("bundle_hash") else self.run_dir
-            code = self.python_env(tree)
+            code = self.python_env()
             if code:
                 return code
             env = self.environment(tree)

@@ -1,101 +1,99 @@
 """The host's Python environment for a run: built once, shipped through GCS, kept.
 
-Standard library only (Python 3.10+), shipped to hosts next to agent.py. A run's
-requirements (its bundle's requirements.txt, or `podctl run --requirements FILE`)
-name an environment by a content hash: the requirements (after `${VAR}` expansion,
-as pip does it), the Python version and implementation, and the platform. On a host:
+Standard library only (Python 3.10+), shipped to hosts next to agent.py. The client
+resolved the run's requirements into a lock for one Python (env_lock.py); the run's
+config carries it: {key, python, lock, index_args, sign_key, uv}. On a host:
 
   - ~/.podctl/envs/KEY complete: used as it is (a host that has it keeps it);
-  - else gs://BUCKET/podctl/envs/KEY.tar.gz (and its KEY.json, written last): fetched,
-    checked against its sha256, unpacked into a fresh venv of the system python3;
-  - else the run's process 0 builds it: a venv (pip from the interpreter's ensurepip),
-    `pip install -r`, its site-packages packed and uploaded; every other host waits
-    for the upload (or for the builder's failure, which fails them too).
+  - else gs://BUCKET/podctl/envs/KEY.SIGNER.tar.gz (and its .json, written last, with
+    the archive's sha256 signed by SIGN_KEY): fetched only if the signature and the
+    hash hold, unpacked into a fresh venv of the environment's Python;
+  - else the run's process 0 builds it: the environment's Python (the image's python3
+    when it is that version; else found or installed by uv), a venv, `uv pip sync` of
+    the lock (pip when uv cannot run here), its site-packages packed, uploaded, signed;
+    every other host waits for the upload (or for the builder's failure).
 
-So PyPI is touched once per environment, not once per host, and not again for a
-later run with the same requirements. A failed install names the host and the
-package with the tail of pip's output. No `pip install --user` (Debian's Python
-refuses it, PEP 668): everything goes into venvs of podctl's own.
+SIGN_KEY comes only in the run's config (over SSH), derived from the client's own
+secret: a bucket writer can neither forge an archive nor its signature. An archive
+that fails the check is refused in one line, deleted from the bucket and from the
+host, and the run fails before its script starts; the next run builds it anew.
+
+The installer's whole output goes to the run's env-build.log (on the host and in
+GCS next to the run's logs); the run's log gets a few lines, and the installer's
+last lines when it fails.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import hmac
 import json
 import os
-import platform
-import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
+import threading
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 ENV_PREFIX = "podctl/envs/"
-_VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's own rule for requirements files
-_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's: `#` at a line's start or after whitespace
-_FAILED_PACKAGE = (
-    re.compile(r"No matching distribution found for ([^\s;]+)"),
-    re.compile(r"Could not find a version that satisfies the requirement ([^\s;]+)"),
-    re.compile(r"Failed (?:to build|building wheel for) ([^\s;]+)"),
-)
 WAIT_SECONDS = 2 * 3600.0
 TAIL = 15
+PROGRESS_SECONDS = 20.0  # while an install runs, one line this often at most
+
+
+def is_progress(line: str) -> bool:
+    """A line of an install's progress (HostEnv._run): a terminal shows only the latest."""
+    return line.startswith("[podctl] env ") and line.endswith(" so far")
 
 
 class EnvError(Exception):
-    """The environment could not be made; the message names host, package and pip's tail."""
+    """The environment could not be made; the message names the host and what to do."""
 
 
-def expand(requirements: str, environ: dict[str, str] | os._Environ[str]) -> str:
-    return _VAR.sub(lambda m: environ.get(m.group(1), ""), requirements)
+class EnvStopped(EnvError):
+    """podctl stopped the run while its environment was being made."""
 
 
-def requirement_lines(requirements: str) -> str:
-    """The lines pip acts on: comments (a line's own, or after whitespace) and blank
-    lines dropped, as pip drops them; so two files naming the same packages share one
-    environment whatever their comments say."""
-    kept = (_COMMENT.sub("", line).strip() for line in requirements.splitlines())
-    return "\n".join(line for line in kept if line)
+def signature(sign_key: str, key: str, sha256: str, size: int) -> str:
+    return hmac.new(bytes.fromhex(sign_key), f"{key} {sha256} {size}".encode(), hashlib.sha256).hexdigest()
 
 
-def env_key(requirements: str) -> str:
-    """What the environment depends on: the (expanded) requirements, Python, platform."""
-    ident = {"requirements": requirement_lines(requirements), "python": platform.python_version(),
-             "implementation": sys.implementation.name, "platform": sysconfig.get_platform(),
-             "libc": "-".join(platform.libc_ver())}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+def signer_of(sign_key: str) -> str:
+    """A name for the signing key (not the key): archives of different clients differ."""
+    return hashlib.sha256(bytes.fromhex(sign_key)).hexdigest()[:12]
 
 
-def site_packages(venv: Path) -> Path:
-    return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+def site_packages(venv: Path, python: str) -> Path:
+    return venv / "lib" / f"python{python}" / "site-packages"
 
 
-def failed_package(output: str) -> str:
-    for pattern in _FAILED_PACKAGE:
-        found = pattern.findall(output)
-        if found:
-            return found[-1]
-    return ""
+def _version(python: str) -> str:
+    done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 class HostEnv:
     """One host's side of one environment."""
 
-    def __init__(self, bucket, requirements: str, *, home: Path, host: str, builder: bool,
-                 log: Callable[[str], None], failed_marker: str,
-                 unpack: Callable[[str, str], int]):
+    def __init__(self, bucket, spec: dict, *, home: Path, host: str, builder: bool,
+                 log: Callable[[str], None], failed_marker: str, log_object: str, build_log: Path,
+                 unpack: Callable[[str, str], int], stopping: Callable[[], bool] = lambda: False):
+        self.stopping = stopping
         self.bucket, self.home, self.host, self.builder, self.log = bucket, home, host, builder, log
-        # PODCTL_JAX_EXTRA: "tpu" on a TPU VM; the fake cloud's CPU hosts set "cpu"
-        self.requirements = expand(requirements, {"PODCTL_JAX_EXTRA": "tpu", **os.environ})
-        self.key = env_key(self.requirements)
+        self.key, self.python, self.lock = spec["key"], spec["python"], spec["lock"]
+        self.index_args = list(spec.get("index_args") or [])
+        self.sign_key, self.uv_tool = spec["sign_key"], spec.get("uv")
         self.dir = home / "envs" / self.key
-        self.object, self.sidecar = f"{ENV_PREFIX}{self.key}.tar.gz", f"{ENV_PREFIX}{self.key}.json"
-        self.failed_marker, self.unpack = failed_marker, unpack
+        name = f"{ENV_PREFIX}{self.key}.{signer_of(self.sign_key)}"
+        self.object, self.sidecar = f"{name}.tar.gz", f"{name}.json"
+        self.failed_marker, self.log_object, self.build_log = failed_marker, log_object, build_log
+        self.unpack = unpack
+        self.tag = f"[podctl] env {self.key[:12]}"
 
     @property
     def complete(self) -> bool:
@@ -107,103 +105,254 @@ class HostEnv:
         with open(self.dir.parent / f"{self.key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two runs on one host make it once
             if self.complete:
-                self.log(f"[podctl] env {self.key[:12]}: already on this host")
+                self.log(f"{self.tag}: already on this host")
                 return self.dir
             shutil.rmtree(self.dir, ignore_errors=True)  # what a killed attempt left
-            meta = self._wait_for_upload()
-            if meta is None:
-                self._build()
-            else:
-                self._fetch(meta)
+            try:
+                meta = self._wait_for_upload()
+                if meta is None:
+                    self._build()
+                else:
+                    self._fetch(meta)
+            except BaseException as e:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                if not isinstance(e, Exception) or isinstance(e, EnvStopped):
+                    raise
+                failure = e if isinstance(e, EnvError) else EnvError(
+                    f"{self.host}: making the environment {self.key[:12]} failed: "
+                    f"{' '.join(str(e).split())[:300]}")
+                self._say_failed(str(failure))
+                raise failure from e
             (self.dir / ".podctl-complete").write_text(self.key)
         return self.dir
 
+    def _say_failed(self, message: str) -> None:
+        """Process 0's failure, for the hosts that wait for its environment."""
+        if self.builder:
+            try:
+                self.bucket.upload(self.failed_marker, message.encode(), "text/plain")
+            except Exception:  # the waiting hosts then see podctl's stop
+                pass
+
+    # ---- what the bucket holds, checked against the client's key ----------------------
+
     def _wait_for_upload(self) -> dict | None:
-        """KEY.json once the environment is in GCS; None when this host is to build it."""
+        """The signed sidecar once the environment is in GCS; None when this host builds it."""
         deadline, said = time.monotonic() + WAIT_SECONDS, False
         while True:
-            found = self.bucket.stat(self.sidecar)
-            if found is not None:
-                return json.loads(self.bucket.download(self.sidecar))
+            if self.bucket.stat(self.sidecar) is not None:
+                return self._checked_meta()
             if self.builder:
                 return None
             if self.bucket.stat(self.failed_marker) is not None:
-                raise EnvError(self.bucket.download(self.failed_marker).decode())
+                raise EnvError(self.bucket.download(self.failed_marker).decode(errors="replace"))
+            if self.stopping():
+                raise EnvStopped(f"{self.host}: stopped while waiting for the environment")
             if not said:
-                self.log(f"[podctl] env {self.key[:12]}: waiting for host 0000 to build it")
+                self.log(f"{self.tag}: waiting for host 0000 to build it")
                 said = True
             if time.monotonic() > deadline:
                 raise EnvError(f"{self.host}: the environment {self.key[:12]} did not appear in "
                                f"GCS within {WAIT_SECONDS / 3600:.0f} h")
             time.sleep(2.0)
 
-    def _venv(self, with_pip: bool) -> None:
-        argv = [sys.executable, "-m", "venv", str(self.dir)] + ([] if with_pip else ["--without-pip"])
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if done.returncode != 0:
-            raise EnvError(f"{self.host}: `python3 -m venv` failed ({done.returncode}): "
-                           f"{done.stdout.strip()[-500:]}")
+    def _refuse(self, why: str) -> EnvError:
+        """A bad archive in the bucket: the builder (process 0) deletes it there (best
+        effort), so the next run builds it; the other hosts leave it to process 0, which
+        may still be reading it."""
+        for name in (self.sidecar, self.object) if self.builder else ():
+            try:
+                self.bucket.delete(name)
+            except Exception:  # gone already, or not ours to delete: the message still says
+                pass
+        return EnvError(f"{self.host}: refused the environment archive gs://{self.bucket.name}/"
+                        f"{self.object}: {why}; podctl deletes it, run again to build it anew")
+
+    def _checked_meta(self) -> dict:
+        try:
+            meta = json.loads(self.bucket.download(self.sidecar))
+            sha, size, sig = str(meta["sha256"]), int(meta["size"]), str(meta["signature"])
+        except (ValueError, KeyError, TypeError):
+            raise self._refuse("its .json is not podctl's") from None
+        if not hmac.compare_digest(sig, signature(self.sign_key, self.key, sha, size)):
+            raise self._refuse("its signature is not this client's (changed in the bucket)")
+        return meta
+
+    # ---- tools: uv, and the environment's Python ------------------------------------
+
+    def _uv(self) -> str | None:
+        """A uv that runs here: the client's (from GCS, hash-checked), else one on PATH."""
+        tool = self.uv_tool
+        if tool:
+            path = self.home / "tools" / f"uv-{tool['sha256']}"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+                    pass
+                try:
+                    self.bucket.download_file(tool["object"], tmp.name)
+                    if _sha256(tmp.name) != tool["sha256"]:
+                        raise EnvError(f"{self.host}: gs://{self.bucket.name}/{tool['object']} is not "
+                                       "the client's uv (its hash differs); delete it and run again")
+                    os.chmod(tmp.name, 0o755)
+                    os.replace(tmp.name, path)
+                finally:
+                    Path(tmp.name).unlink(missing_ok=True)
+            if subprocess.run([str(path), "--version"], capture_output=True).returncode == 0:
+                return str(path)
+        return shutil.which("uv")
+
+    def _interpreter(self, uv: str | None) -> tuple[str, str]:
+        """(path, how) of the environment's Python on this host."""
+        if _version(sys.executable) == self.python:
+            return sys.executable, "the image's"
+        if uv is None:
+            raise EnvError(f"{self.host}: the environment needs Python {self.python} and the image "
+                           f"has {_version(sys.executable)}; uv cannot run here to install it "
+                           f"(pass `podctl run --python {_version(sys.executable)}`)")
+        found = subprocess.run([uv, "python", "find", self.python], capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip(), "found by uv"
+        self.log(f"{self.tag}: installing CPython {self.python} with uv")
+        self._run([uv, "python", "install", self.python], "uv python install")
+        found = subprocess.run([uv, "python", "find", self.python], capture_output=True, text=True)
+        if found.returncode != 0 or not found.stdout.strip():
+            raise EnvError(f"{self.host}: uv installed Python {self.python} but cannot find it")
+        return found.stdout.strip(), "installed by uv"
+
+    def _venv(self, uv: str | None, python: str) -> None:
+        if uv is not None:
+            self._run([uv, "venv", "--quiet", "--python", python, str(self.dir)], "uv venv")
+        else:
+            self._run([python, "-m", "venv", str(self.dir)], "python3 -m venv")
+
+    # ---- running an installer: its output to the build log, a line now and then ----------
+
+    def _run(self, argv: list[str], what: str) -> None:
+        started = time.monotonic()
+        with open(self.build_log, "a") as out:
+            out.write(f"$ {' '.join(argv[:3])} ...\n")
+            out.flush()
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            done = threading.Event()
+
+            def progress() -> None:
+                while not done.wait(PROGRESS_SECONDS):
+                    self.log(f"{self.tag}: {what}: {time.monotonic() - started:.0f} s, "
+                             f"{_size(self.dir) / 1e6:.0f} MB so far")
+
+            threading.Thread(target=progress, daemon=True).start()
+            try:
+                while (code := proc.poll()) is None:
+                    if self.stopping():
+                        proc.terminate()
+                        proc.wait()
+                        raise EnvStopped(f"{self.host}: stopped while making the environment")
+                    time.sleep(0.25)
+            finally:
+                done.set()
+        if code != 0:
+            lines = self.build_log.read_text(errors="replace").splitlines()
+            for line in lines[-TAIL:]:
+                self.log(f"{self.tag}: | {line}")
+            self._ship_log()
+            raise EnvError(f"{self.host}: {what} failed (exit {code}): "
+                           f"{_failed_line(lines) or 'see env-build.log'}; its whole output is "
+                           f"gs://{self.bucket.name}/{self.log_object}")
+
+    def _ship_log(self) -> None:
+        try:
+            self.bucket.upload(self.log_object, self.build_log.read_bytes(), "text/plain")
+        except Exception:  # the run's log already has its tail
+            pass
+
+    # ---- building, fetching ---------------------------------------------------------
 
     def _build(self) -> None:
         started = time.monotonic()
-        self.log(f"[podctl] env {self.key[:12]}: building on {self.host} from the package index")
         try:
-            self._venv(with_pip=True)
-            before = {p.name for p in site_packages(self.dir).glob("*.dist-info")}
-            req = self.dir / "podctl-requirements.txt"
-            req.write_text(self.requirements + "\n")
-            python = str(self.dir / "bin" / "python")
-            proc = subprocess.Popen(
-                [python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                 "--progress-bar", "off", "-r", str(req)],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-            assert proc.stdout is not None
-            lines = []
-            for line in proc.stdout:
-                lines.append(line.rstrip("\n"))
-                self.log(line)
-            code = proc.wait()
-            if code != 0:
-                package = failed_package("\n".join(lines))
-                tail = "\n".join(lines[-TAIL:])
-                raise EnvError(f"{self.host}: pip could not install "
-                               f"{package or 'the requirements'} (exit {code}); its last lines:\n{tail}")
-            installed = sorted({p.name for p in site_packages(self.dir).glob("*.dist-info")} - before)
+            uv = self._uv()
+            python, how = self._interpreter(uv)
+            self.log(f"{self.tag}: building on {self.host} with {'uv' if uv else 'pip'} from the "
+                     f"package index, for Python {self.python} ({how})")
+            self._venv(uv, python)
+            lock = self.dir / "podctl-requirements.lock"
+            lock.write_text(self.lock)
+            venv_python = str(self.dir / "bin" / "python")
+            if uv is not None:
+                self._run([uv, "pip", "sync", "--python", venv_python, *self.index_args, str(lock)],
+                          "uv pip sync")
+            else:
+                self._run([venv_python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+                           "--progress-bar", "off", "--no-deps", *self.index_args, "-r", str(lock)],
+                          "pip install")
+            self._ship_log()
+            packages = len([ln for ln in self.lock.splitlines() if "==" in ln])
             with tempfile.TemporaryDirectory(dir=self.dir.parent) as tmp:
                 archive = os.path.join(tmp, "env.tar.gz")
-                size, sha = _pack(site_packages(self.dir), archive)
+                size, sha = _pack(site_packages(self.dir, self.python), archive)
                 self.bucket.upload_file(self.object, archive)
             meta = {"key": self.key, "sha256": sha, "size": size, "built_by": self.host,
-                    "packages": installed, "python": platform.python_version(),
-                    "requirements": self.requirements}
+                    "python": self.python, "packages": packages, "jax": _pinned(self.lock, "jax"),
+                    "signature": signature(self.sign_key, self.key, sha, size)}
             self.bucket.upload(self.sidecar, json.dumps(meta).encode(), "application/json")
-        except BaseException as e:
-            message = str(e) if isinstance(e, EnvError) else f"{self.host}: building the environment failed: {e!r}"
-            try:
-                self.bucket.upload(self.failed_marker, message.encode(), "text/plain")
-            except Exception:  # the waiting hosts then time out or are stopped by podctl
-                pass
-            shutil.rmtree(self.dir, ignore_errors=True)
-            raise EnvError(message) from e
-        self.log(f"[podctl] env {self.key[:12]}: built on {self.host} from the package index: "
-                 f"{len(installed)} packages in {time.monotonic() - started:.1f} s; "
-                 f"uploaded {size / 1e6:.1f} MB to GCS")
+        except Exception as e:
+            if isinstance(e, EnvError):
+                raise
+            raise EnvError(f"{self.host}: building the environment failed: "
+                           f"{' '.join(str(e).split())[:300]}") from e
+        self.log(f"{self.tag}: built on {self.host} with {'uv' if uv else 'pip'} from the package "
+                 f"index: {packages} packages in {time.monotonic() - started:.1f} s; uploaded "
+                 f"{size / 1e6:.1f} MB to GCS")
 
     def _fetch(self, meta: dict) -> None:
         started = time.monotonic()
+        uv = self._uv() if _version(sys.executable) != self.python else None
+        python, how = self._interpreter(uv)
         with tempfile.TemporaryDirectory(dir=self.dir.parent) as tmp:
             archive = os.path.join(tmp, "env.tar.gz")
             self.bucket.download_file(self.object, archive)
-            if _sha256(archive) != meta.get("sha256"):
-                raise EnvError(f"{self.host}: the environment {self.object} in GCS does not match "
-                               "its hash; delete it there and run again to build it anew")
-            self._venv(with_pip=False)
-            target = site_packages(self.dir)
+            if _sha256(archive) != meta["sha256"]:
+                raise self._refuse("its sha256 is not the signed one (changed in the bucket)")
+            if uv is not None:
+                self._venv(uv, python)
+            else:
+                self._run([python, "-m", "venv", "--without-pip", str(self.dir)], "python3 -m venv")
+            target = site_packages(self.dir, self.python)
             shutil.rmtree(target, ignore_errors=True)
-            self.unpack(archive, str(target.parent))
-        self.log(f"[podctl] env {self.key[:12]}: fetched from GCS ({meta.get('size', 0) / 1e6:.1f} MB, "
-                 f"built by {meta.get('built_by')}) in {time.monotonic() - started:.1f} s; "
-                 "no package index")
+            try:
+                self.unpack(archive, str(target.parent))
+            except Exception as e:
+                raise self._refuse(' '.join(str(e).split())[:200]) from e
+        self.log(f"{self.tag}: fetched from GCS ({meta.get('size', 0) / 1e6:.1f} MB, built by "
+                 f"{meta.get('built_by')}, signature checked) for Python {self.python} ({how}) in "
+                 f"{time.monotonic() - started:.1f} s; no package index")
+
+
+def _pinned(lock: str, name: str) -> str | None:
+    for line in lock.splitlines():
+        if line.split("==")[0].split("[")[0].strip().lower() == name and "==" in line:
+            return line.split("==", 1)[1].split(";")[0].strip()
+    return None
+
+
+def _failed_line(lines: list[str]) -> str:
+    """The installer's own reason: its last `error:` line, else its last line."""
+    for line in reversed(lines):
+        if line.strip().lower().startswith(("error:", "  × ", "×")) or "No solution found" in line:
+            return " ".join(line.split())[:300]
+    return " ".join(lines[-1].split())[:300] if lines else ""
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _sha256(path: str) -> str:

@@ -107,6 +107,10 @@ class Bucket:
             shutil.copyfileobj(response, f, _CHUNK)
             return f.tell()
 
+    def delete(self, name: str) -> None:
+        with self._open(self._object_url(name), method="DELETE") as response:
+            response.read()
+
     def stat(self, name: str) -> dict | None:
         """The object's metadata, or None if there is none."""
         try:

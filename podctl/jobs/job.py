@@ -23,7 +23,7 @@ from collections.abc import Callable
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError
-from podctl.jobs import bundle, launch, owner, runs
+from podctl.jobs import bundle, env_ship, launch, owner, runs
 from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
@@ -110,6 +110,9 @@ class RunRequest:
     poll_seconds: float = 0.5
     checkpoint_dir: str | None = None  # --resume: the earlier run's; None: this run's own
     requirements: Path | None = None  # --requirements FILE; None: the workdir's requirements.txt
+    python: str | None = None  # --python X.Y for the hosts' environment; None: env_lock decides
+    relock: bool = False  # --relock: resolve the requirements anew, not from an earlier lock
+    host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend
     resumed_from: str | None = None
     # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
     # a no-op on the hosts, and its bundle was uploaded when it was queued; `script`
@@ -178,6 +181,7 @@ class Job:
         """Check that the slice is free (owner.py: one TPU owner per host; a relaunch waits
         for the old run to let go), then bundle, upload and record the run."""
         request = self.request
+        root: Path | None = None
         if not request.bundle_hash:
             root, script = script_in_workdir(request.script, request.workdir)  # bad input first
         if not self.fleet.connections:
@@ -186,6 +190,7 @@ class Job:
         if request.bundle_hash:
             script, bundle_hash = request.script.as_posix(), request.bundle_hash
         else:
+            assert root is not None  # set above when there is no bundle to reuse
             with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
                 packed = bundle.pack(root, out_dir=Path(tmp))
                 for warning in packed.warnings:
@@ -194,13 +199,10 @@ class Job:
             self.notice(f"bundle {packed.hash[:12]} ({packed.file_count} files, "
                         f"{packed.size_bytes / 1e6:.1f} MB){' uploaded' if uploaded else ', already in GCS'}")
             bundle_hash = packed.hash
-        requirements = None
-        if request.requirements is not None:
-            try:
-                requirements = request.requirements.expanduser().read_text()
-            except (OSError, UnicodeDecodeError) as e:
-                raise InvalidValueError(f"--requirements {str(request.requirements)!r}: cannot read "
-                                        f"it ({e.__class__.__name__}); give a requirements file.") from e
+        environment, env_summary = await env_ship.prepare(
+            self.storage, run_id=self.run_id, requirements=request.requirements, root=root,
+            bundle_hash=request.bundle_hash, python=request.python, jax_extra=request.host_jax_extra,
+            relock=request.relock, notice=self.notice)
         source, sha = launch.agent_source()
         await self.storage.upload_bytes_if_missing(launch.agent_object(sha), source)
         self.agent_sha = sha
@@ -217,6 +219,7 @@ class Job:
                    "checkpoint_dir": request.checkpoint_dir
                    or runs.checkpoint_dir(self.storage.bucket_name, self.run_id),
                    **({"resumed_from": request.resumed_from} if request.resumed_from else {}),
+                   **({"environment": env_summary} if env_summary else {}),
                    **request.record_extra})
         await self._write_record()
         return launch.JobSpec(
@@ -224,7 +227,7 @@ class Job:
             script=script, args=tuple(request.args), env=dict(request.env), setup=request.setup,
             bundle_hash=bundle_hash, bundle_object=bundle.bundle_object_name(bundle_hash),
             coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds,
-            checkpoint_dir=request.checkpoint_dir, requirements=requirements)
+            checkpoint_dir=request.checkpoint_dir, environment=environment)
 
     async def start(self, spec: launch.JobSpec) -> None:
         if not self.fleet.connections:

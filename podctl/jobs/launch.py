@@ -77,7 +77,7 @@ class JobSpec:
     coordinator_port: int = JAX_COORDINATOR_PORT
     flush_seconds: float = 2.0
     checkpoint_dir: str | None = None  # None: the run's own (runs.checkpoint_dir)
-    requirements: str | None = None  # the text of the run's requirements (agent_env.py)
+    environment: dict[str, Any] | None = None  # env_lock.EnvPlan.to_config: the lock, its key; may hold credentials
 
 
 def agent_source() -> tuple[bytes, str]:
@@ -135,7 +135,7 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
         "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,
         "agent_sha": agent_sha, "agent_object": agent_object(agent_sha),
         "flush_seconds": spec.flush_seconds, "heartbeat_seconds": HEARTBEAT_SECONDS,
-        "requirements": spec.requirements,
+        "environment": spec.environment,
     }
 
 

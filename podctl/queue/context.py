@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from podctl.jobs.env_lock import jax_extra_for
 from podctl.settings import Settings
 from podctl.steps.session import Session
 from podctl.cloud.api import TpuApi
@@ -34,6 +35,7 @@ class TickContext:
     log: Any
     now: Callable[[], float] = time.time
     kill_at: str | None = None
+    host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend the entries run on
     _storages: dict[str, Storage] = field(default_factory=dict)
 
     def storage(self, bucket: str) -> Storage:
@@ -60,4 +62,5 @@ class TickContext:
         return cls(api=session.api, storage_for=session.storage_for,
                    config_dir=session.settings.config_dir, ssh_keys=key.metadata_entry,
                    private_key=key.private_path, ssh_port=session.job_ports()[0],
-                   coordinator_port=lambda: session.job_ports()[1], log=log, **options)
+                   coordinator_port=lambda: session.job_ports()[1], log=log,
+                   host_jax_extra=jax_extra_for(session.settings.backend), **options)

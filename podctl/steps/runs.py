@@ -20,6 +20,7 @@ from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError
 from podctl.jobs import checkpoints, run_files
 from podctl.jobs.checkpoints import Checkpoint
+from podctl.jobs.env_lock import jax_extra_for
 from podctl.jobs.job import Job, RunRequest, RunResult, check_script, parse_hosts
 from podctl.jobs.run_files import load_record
 from podctl.jobs.runs import record_checkpoint_dir, valid_run_id
@@ -42,6 +43,8 @@ class RunOptions:
     env: dict[str, str] = field(default_factory=dict)
     setup: str | None = None
     requirements: Path | None = None  # None: the workdir's requirements.txt, if any
+    python: str | None = None  # the hosts' environment's Python (--python); None: podctl decides
+    relock: bool = False  # --relock: resolve the requirements anew
     hosts: str = "0"  # whose lines to show: "all" or "0,3"
     fail_fast: bool = True
     resume: str | None = None  # a run id whose checkpoints this run continues from
@@ -80,7 +83,8 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
         checkpoint_dir = await resume_checkpoint_dir(session, options.resume)
     request = RunRequest(info=info, script=options.script, args=list(options.args),
                          workdir=options.workdir, env=dict(options.env), setup=options.setup,
-                         requirements=options.requirements,
+                         requirements=options.requirements, python=options.python, relock=options.relock,
+                         host_jax_extra=jax_extra_for(session.settings.backend),
                          hosts=parse_hosts(options.hosts, len(info.hosts)),
                          fail_fast=options.fail_fast, ssh_port=ssh_port,
                          coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,

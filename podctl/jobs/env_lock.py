@@ -1,0 +1,298 @@
+"""The hosts' Python environment, decided on the client: one lock per environment.
+
+The run's requirements (`--requirements FILE`, else the workdir's requirements.txt)
+are resolved here, with uv (`uv pip compile`), for the hosts' platform (Linux
+x86_64) and the Python they will run, into a lock: every package pinned. The lock's
+hash (with that Python) is the environment's key; the lock goes to every host in the
+run's config and is kept with the run (`podctl/runs/RUN_ID/requirements.lock`), so
+every host, and a relaunch of the run, get exactly the same versions.
+
+A lock made for the same requirements is kept (STATE_DIR/locks) and used again by
+later runs; `podctl run --relock` resolves anew.
+
+Which Python: `podctl run --python X.Y`; else the TPU VM image's (3.10) when the
+requirements resolve to the same set there as on a current CPython, and that current
+CPython otherwise (uv installs it on the hosts): the requirements' own pins decide,
+and nobody is left on jax 0.6 only because the image is old.
+
+What cannot work on the hosts is refused here, in one line: a local path or an
+editable install (the hosts do not have the client's files). `-r`/`-c` lines are
+followed here and flattened into the lock. Index options (`--index-url` and the like,
+credentials included) reach the hosts only in the run's config (over SSH), never GCS.
+
+Trust: an environment archive built by a host is signed (HMAC-SHA256) with a key
+derived from this client's own secret (STATE_DIR/env-signing.key, never in GCS) and
+the environment's key; the derived key travels only in the run's config. A host
+accepts an archive only with that signature over its sha256, so a bucket writer
+cannot swap it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import hmac
+import json
+import os
+import platform
+import re
+import secrets
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from podctl.errors import RequirementsError
+from podctl.settings import state_dir
+
+IMAGE_PYTHON = "3.10"  # v5p / v6e / v4 runtime images: Ubuntu 22.04's python3
+CURRENT_PYTHON = "3.12"  # installed by uv on the hosts when the image's is too old
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+HOST_PLATFORM = "x86_64-manylinux_2_35"  # Ubuntu 22.04's glibc on x86_64 TPU VMs
+_VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's rule for requirements files
+_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's: `#` at a line's start or after whitespace
+_INCLUDE = re.compile(r"^(-r|--requirement|-c|--constraint)(?:\s+|=)(.+)$")
+_INDEX = re.compile(r"^(-i|--index-url|--extra-index-url|-f|--find-links|--trusted-host)(?:\s+|=)(.+)$")
+_EDITABLE = re.compile(r"^(-e|--editable)(\s|=)")
+_LOCAL = re.compile(r"^(\.{1,2}/|/|~|file:)|@\s*file:|^[^\s;@=<>!~]+\.(whl|tar\.gz|zip)$")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)")
+_UV_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class EnvPlan:
+    """One environment, as the hosts get it in their config (to_config)."""
+
+    key: str  # sha256 of the lock and the Python, 32 hex digits
+    python: str  # "3.12"
+    lock: str  # `uv pip compile`'s output: one `name==version` per line
+    index_args: tuple[str, ...] = ()  # --index-url URL ...: config only (may hold credentials)
+    notes: list[str] = field(default_factory=list)  # what the client says about it
+
+    def version_of(self, package: str) -> str | None:
+        return locked_versions(self.lock).get(package)
+
+    def to_config(self, client_secret: bytes, uv_tool: dict[str, str] | None) -> dict[str, Any]:
+        return {"key": self.key, "python": self.python, "lock": self.lock,
+                "index_args": list(self.index_args), "sign_key": sign_key(client_secret, self.key),
+                "uv": uv_tool}
+
+
+def jax_extra_for(backend: str) -> str:
+    """What `${PODCTL_JAX_EXTRA}` means on the hosts: TPU wheels on Google, CPU on the fake's."""
+    return "cpu" if backend == "fake" else "tpu"
+
+
+def expand(text: str, environ: dict[str, str]) -> str:
+    return _VAR.sub(lambda m: environ.get(m.group(1), ""), text)
+
+
+def _lines(path: Path, environ: dict[str, str], seen: set[Path]) -> tuple[list[str], list[str], list[str]]:
+    """PATH's requirement lines (with its -r files'), constraint lines, index options."""
+    path = path.resolve()
+    if path in seen:
+        return [], [], []
+    seen.add(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RequirementsError(f"cannot read the requirements file {path} ({e.__class__.__name__}); "
+                                "give a readable requirements file.") from e
+    requirements: list[str] = []
+    constraints: list[str] = []
+    index: list[str] = []
+    for raw in expand(text, environ).splitlines():
+        line = _COMMENT.sub("", raw).strip()
+        if not line:
+            continue
+        if found := _INCLUDE.match(line):
+            included = path.parent / found.group(2).strip()
+            if not included.is_file():
+                raise RequirementsError(f"{path.name}: `{line}` names {included}, which is not a file; "
+                                        "fix the path (it is relative to the file that names it).")
+            reqs, cons, idx = _lines(included, environ, seen)
+            (requirements if found.group(1) in ("-r", "--requirement") else constraints).extend(reqs)
+            constraints.extend(cons)
+            index.extend(idx)
+        elif found := _INDEX.match(line):
+            index.extend([found.group(1), found.group(2).strip()])
+        elif _EDITABLE.match(line) or _LOCAL.search(line):
+            raise RequirementsError(
+                f"{path.name}: `{line}` is a local path, which the hosts do not have: put the "
+                "package's code in the workdir (the bundle ships it) or publish it to an index.")
+        else:
+            requirements.append(line)
+    return requirements, constraints, index
+
+
+def read_requirements(path: Path, jax_extra: str) -> tuple[list[str], list[str], tuple[str, ...]]:
+    """The requirement lines of PATH (flattened), its constraints and its index options;
+    `${PODCTL_JAX_EXTRA}` is the hosts' ("tpu" on a TPU VM, "cpu" on the fake's)."""
+    environ = {**os.environ, "PODCTL_JAX_EXTRA": jax_extra}
+    requirements, constraints, index = _lines(path, environ, set())
+    return requirements, constraints, tuple(index)
+
+
+@functools.cache  # once: sysconfig's first use is not thread-safe, and plan() resolves in threads
+def uv_binary() -> str:
+    """The uv that podctl depends on (a static binary in the `uv` wheel)."""
+    try:
+        from uv import find_uv_bin
+    except ImportError as e:  # pragma: no cover - uv is a dependency
+        raise RequirementsError("uv is not installed with podctl: `pip install uv`.") from e
+    return find_uv_bin()
+
+
+def compile_lock(requirements: list[str], constraints: list[str], index: tuple[str, ...],
+                 python: str) -> str:
+    """`uv pip compile` for the hosts' platform and PYTHON: one `name==version` a line."""
+    with tempfile.TemporaryDirectory(prefix="podctl-lock-") as tmp:
+        req = Path(tmp) / "requirements.in"
+        req.write_text("\n".join(requirements) + "\n")
+        argv = [uv_binary(), "pip", "compile", str(req), "--python-version", python,
+                "--python-platform", HOST_PLATFORM, "--no-header", "--no-annotate", "--quiet",
+                "--no-config", *index]
+        if constraints:
+            con = Path(tmp) / "constraints.txt"
+            con.write_text("\n".join(constraints) + "\n")
+            argv += ["--constraint", str(con)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=_UV_TIMEOUT,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            raise RequirementsError(f"resolving the requirements took over {_UV_TIMEOUT:.0f} s; "
+                                    "pin the main packages and try again.") from e
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in done.stderr.strip().splitlines() if ln.strip()]
+        why = " ".join(lines[:3]) if lines else f"uv exited {done.returncode}"
+        raise RequirementsError(f"the requirements cannot be resolved for Python {python} on the "
+                                f"hosts: {why[:400]}")
+    return "\n".join(line for line in done.stdout.splitlines() if line.strip()) + "\n"
+
+
+def locked_versions(lock: str) -> dict[str, str]:
+    found = (_PIN.match(line) for line in lock.splitlines())
+    return {m.group(1).lower().replace("_", "-"): m.group(2) for m in found if m}
+
+
+def env_key(lock: str, python: str) -> str:
+    return hashlib.sha256(f"python {python}\nplatform {HOST_PLATFORM}\n{lock}".encode()).hexdigest()[:32]
+
+
+def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool = False,
+         cache: Path | None = None) -> EnvPlan:
+    """Resolve PATH for the hosts; see the module docstring for which Python. A lock made
+    for the same requirements before (CACHE, default STATE_DIR/locks) is used again, so
+    later runs get the same versions; RELOCK resolves anew (and replaces it)."""
+    if python is not None and python not in SUPPORTED_PYTHONS:
+        raise RequirementsError(f"--python {python}: podctl makes hosts' environments for Python "
+                                f"{', '.join(SUPPORTED_PYTHONS)}; give one of those.")
+    requirements, constraints, index = read_requirements(path, jax_extra)
+    if not requirements:
+        raise RequirementsError(f"{path.name} names no package; remove it or add packages.")
+    inputs = hashlib.sha256(repr((requirements, constraints, index, python, HOST_PLATFORM,
+                                  IMAGE_PYTHON, CURRENT_PYTHON)).encode()).hexdigest()[:32]
+    kept = (cache or state_dir() / "locks") / f"{inputs}.json"
+    if not relock:
+        try:
+            stored = json.loads(kept.read_text())
+            result = EnvPlan(key=env_key(stored["lock"], stored["python"]), python=stored["python"],
+                             lock=stored["lock"], index_args=index, notes=list(stored["notes"]))
+            result.notes.append(f"locked earlier for these requirements ({kept}); "
+                                "`podctl run --relock` resolves them again")
+            return result
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    notes = []
+    if python is None:
+        uv_binary()
+        with ThreadPoolExecutor(2) as pool:  # the index's answers dominate: ask both at once
+            on_image, current = pool.map(lambda version: compile_lock(requirements, constraints, index,
+                                                                      version),
+                                         (IMAGE_PYTHON, CURRENT_PYTHON))
+        # the packages the requirements name decide; their dependencies may differ by Python
+        named = {_name(line) for line in requirements} - {""}
+        old, new = locked_versions(on_image), locked_versions(current)
+        if all(old.get(name) == new.get(name) for name in named):
+            python, lock = IMAGE_PYTHON, on_image
+        else:
+            python, lock = CURRENT_PYTHON, current
+            older = _what_is_older({n: v for n, v in old.items() if n in named}, new)
+            notes.append(f"the image's Python {IMAGE_PYTHON} would get {older}: the hosts get CPython "
+                         f"{CURRENT_PYTHON} (installed by uv); pin versions or pass --python to choose")
+    else:
+        lock = compile_lock(requirements, constraints, index, python)
+    jax = locked_versions(lock).get("jax")
+    key = env_key(lock, python)
+    notes.append(f"environment {key[:12]}: Python {python}, {len(locked_versions(lock))} "
+                 f"packages locked{f', jax {jax}' if jax else ''}")
+    with contextlib.suppress(OSError):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"lock": lock, "python": python, "notes": notes}))
+        os.replace(tmp, kept)
+    return EnvPlan(key=key, python=python, lock=lock, index_args=index, notes=notes)
+
+
+def _name(requirement: str) -> str:
+    found = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+    return found.group(0).lower().replace("_", "-") if found else ""
+
+
+def _what_is_older(old: dict[str, str], new: dict[str, str]) -> str:
+    for name in ("jax", *sorted(old)):
+        if name in old and old[name] != new.get(name):
+            return f"{name} {old[name]} (not {new.get(name, 'the newest')})"
+    return "older packages"
+
+
+# ---- trust: the client's signing secret, the hosts' per-environment key -----------------
+
+def client_secret(directory: Path | None = None) -> bytes:
+    """This client's own secret (created on first use, 0600); never leaves the client
+    except as per-environment keys derived from it."""
+    path = (directory or state_dir()) / "env-signing.key"
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    try:
+        os.link(tmp, path)  # whole, and only if no other process made one first
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return bytes.fromhex(path.read_text().strip())
+
+
+def sign_key(secret: bytes, key: str) -> str:
+    """The key a host signs (and checks) environment KEY's archive with."""
+    return hmac.new(secret, f"podctl-env {key}".encode(), hashlib.sha256).hexdigest()
+
+
+def uv_tool_object(sha: str) -> str:
+    return f"podctl/tools/uv-{sha}"
+
+
+def client_uv_for_hosts() -> tuple[str, str] | None:
+    """(path, sha256) of this client's uv binary when it runs on the hosts (Linux x86_64)."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    path = uv_binary()
+    return path, file_sha256(path)
+
+
+def file_sha256(path: str | Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
