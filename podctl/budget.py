@@ -11,8 +11,9 @@ A label enforces nothing by itself; a podctl process has to be watching:
 
 - `podctl run ... [--max-hours H]` follows its run and acts at the sooner of the
   slice's deadline and its own H hours from the start;
-- `podctl budget check` (run it from cron) acts on every podctl slice in the zone
-  whose deadline has passed or whose cost so far has reached its max cost.
+- `podctl budget check` (run it from cron; podctl/steps/budget_check.py) acts on every
+  podctl slice in the zone whose deadline has passed or whose cost so far has reached
+  its max cost.
 
 Acting is the same everywhere: the run is asked to checkpoint and stop (SIGTERM
 through `launch.stop_agents`, which the training template answers by saving a
@@ -39,9 +40,8 @@ from podctl.cloud import terminate
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
-from podctl.errors import BudgetExceededError, InvalidValueError, PodctlError
+from podctl.errors import BudgetExceededError, InvalidValueError
 from podctl.cloud import describe
-from podctl.cloud.describe import list_slices
 from podctl.cloud.wait import wait_until
 from podctl.errors import CloudError
 from podctl.jobs import launch
@@ -190,7 +190,7 @@ async def watch_budget(follow: Awaitable[T], *, api: TpuApi, parent: str, job: J
     task = asyncio.ensure_future(follow)
     if not limits:
         return await task
-    which = min(limits, key=limits.get)
+    which = min(limits, key=lambda k: limits[k])
     deadline = limits[which]
     try:
         while not task.done() and clock() < deadline:
@@ -245,44 +245,6 @@ class Reaped:
                            if k in (MAX_COST_LABEL, DEADLINE_LABEL)}}
 
 
-StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
-
-
-async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: bool = False,
-               stop_runs: StopRuns | None = None, notice: Notice = lambda text: None,
-               policy: WaitPolicy = WaitPolicy(), keep: Any = None) -> list[Reaped]:
-    """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached;
-    and delete the budgeted ones that are dead (PREEMPTED, FAILED, ...) unless KEEP
-    (podctl.gc.Keep) says a run still owns one."""
-    from podctl import gc  # gc builds on this module (overdue): imported here, one way
-
-    reaped = []
-    slices = await list_slices(api, parent)
-    now = api.server_now() if now is None else now  # deadlines are on the service's clock
-    for info in slices:
-        reason = overdue(info, now)
-        if reason is None or info.state == "DELETING":
-            continue
-        if dry_run:
-            reaped.append(Reaped(info, reason, deleted=False))
-            continue
-        stopped: list[str] = []
-        if stop_runs is not None and info.ready:
-            try:
-                stopped = await stop_runs(info)
-            except PodctlError as e:  # the budget wins over a run that cannot be reached
-                notice(f"could not stop the runs on {info.name} ({e}); deleting it anyway")
-        notice(f"budget reached ({reason}): "
-               + (f"stopped run {', '.join(stopped)}, " if stopped else "")
-               + f"deleting slice {info.name}")
-        await delete_slice(api, parent, info, policy)
-        reaped.append(Reaped(info, reason, deleted=True, runs_stopped=tuple(stopped)))
-    done = {r.info.name for r in reaped}
-    return reaped + await gc.reap_budgeted(api, parent, [s for s in slices if s.name not in done],
-                                           now=now, dry_run=dry_run, keep=keep, notice=notice,
-                                           policy=policy)
-
-
 async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,
                        grace_seconds: float = GRACE_SECONDS,
                        clock: Callable[[], float] = time.monotonic,
@@ -317,7 +279,7 @@ def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: s
     labels = budget_labels(
         now=time.time() if now is None else now, zone=zone, max_cost=max_cost,
         generation=spec.slice_type.generation.key,
-        usd_per_hour=chip_price and spec.multislice.chips * chip_price.usd_per_chip_hour,
+        usd_per_hour=spec.multislice.chips * chip_price.usd_per_chip_hour if chip_price else None,
         max_hours=parse_hours(max_hours, "--max-hours") if max_hours is not None else None)
     return dataclasses.replace(request, labels={**request.labels, **labels})
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from podctl import budget, steps
+from podctl.steps import budget_check
 from podctl.cloud import describe, terminate
 from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.types import SliceSpec
@@ -62,12 +63,12 @@ def test_reap_deletes_only_what_is_past_its_deadline(api, fake, isolated):
     _budgeted_slice(api, "short", 1.0, key)
     _budgeted_slice(api, "long", 10.0, key)
     now = time.time()
-    assert asyncio.run(budget.reap(api, PARENT, now=now, policy=FAST)) == []
+    assert asyncio.run(budget_check.reap(api, PARENT, now=now, policy=FAST)) == []
     said: list[str] = []
     later = now + 2 * 3600  # the clock moves on two hours, nothing waits for it
-    dry = asyncio.run(budget.reap(api, PARENT, now=later, dry_run=True, policy=FAST))
+    dry = asyncio.run(budget_check.reap(api, PARENT, now=later, dry_run=True, policy=FAST))
     assert [(r.info.name, r.deleted) for r in dry] == [("short", False)]
-    reaped = asyncio.run(budget.reap(api, PARENT, now=later, notice=said.append, policy=FAST))
+    reaped = asyncio.run(budget_check.reap(api, PARENT, now=later, notice=said.append, policy=FAST))
     assert [(r.info.name, r.deleted) for r in reaped] == [("short", True)]
     assert "deadline passed" in said[0] and "deleting slice short" in said[0]
     assert asyncio.run(describe.find(api, PARENT, "short")) is None
@@ -187,7 +188,7 @@ def test_budget_check_judges_a_deadline_on_the_services_clock(api, fake, isolate
     key = ensure_ssh_key(isolated / "config")
     _budgeted_slice(api, "past", 1.0, key)  # an hour from now on this machine's clock ...
     fake.admin.advance(2 * 3600 * TIME_SCALE)  # ... is an hour ago on the service's, 2 h ahead
-    reaped = asyncio.run(budget.reap(api, PARENT, policy=FAST))  # no `now`: the service's
+    reaped = asyncio.run(budget_check.reap(api, PARENT, policy=FAST))  # no `now`: the service's
     assert [(r.info.name, r.deleted) for r in reaped] == [("past", True)]
     assert api.server_now() - time.time() == pytest.approx(2 * 3600, abs=5)
 

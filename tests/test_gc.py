@@ -10,6 +10,7 @@ import time
 import pytest
 
 from podctl import budget, gc
+from podctl.steps import budget_check
 from podctl.cloud import create as create_step
 from podctl.cloud.describe import describe, list_slices
 from podctl.cloud.names import podctl_labels
@@ -157,7 +158,7 @@ def test_budget_check_reaps_its_own_dead_slices_too(api, fake):
         _wait_state(api, name, "READY")
         fake.admin.preempt(name, grace=0)
         _wait_state(api, name, "PREEMPTED")
-    reaped = asyncio.run(budget.reap(api, PARENT, policy=FAST))
+    reaped = asyncio.run(budget_check.reap(api, PARENT, policy=FAST))
     assert [(r.info.name, r.reason, r.deleted) for r in reaped] == [("budgeted-spot", "PREEMPTED", True)]
     assert [i.name for i in asyncio.run(list_slices(api, PARENT))] == ["plain-spot"]  # not its own
     _remove_the_rest(api, fake)

@@ -194,10 +194,11 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
                                                  grace_seconds=grace_seconds, notice=_notice)
 
         from podctl.gc import run_keeper
+        from podctl.steps.budget_check import reap
         keep = (run_keeper(session.storage, clock=session.api.server_now)  # podctl/gc.py
                 if session.settings.bucket else None)
-        reaped = run_sync(budget_lib.reap(session.api, session.settings.parent, dry_run=dry_run,
-                                          stop_runs=stop_runs, notice=_notice, keep=keep))
+        reaped = run_sync(reap(session.api, session.settings.parent, dry_run=dry_run,
+                               stop_runs=stop_runs, notice=_notice, keep=keep))
         if as_json:
             emit_json([r.to_json() for r in reaped])
         elif not reaped:

@@ -101,7 +101,7 @@ def _timings(cloud: FakeCloud, body: dict) -> dict:
         if float(body["time_scale"]) <= 0:
             raise invalid("time_scale must be positive")
         world.time_scale = float(body.pop("time_scale"))
-    values = {k: _seconds(body, k) for k in body}
+    values = {k: _seconds(body, k) or 0.0 for k in body}  # null: 0 s, as an absent key
     world.timings = dataclasses.replace(world.timings, **values)
     return {"time_scale": world.time_scale, **dataclasses.asdict(world.timings)}
 

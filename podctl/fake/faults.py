@@ -166,7 +166,7 @@ def host_faults(cloud: FakeCloud) -> Any:
 
     if cloud.hosts is None:
         raise precondition("the fake cloud's hosts are not running")
-    if getattr(cloud, "host_faults", None) is None or cloud.host_faults.manager is not cloud.hosts:
+    if cloud.host_faults is None or cloud.host_faults.manager is not cloud.hosts:
         cloud.host_faults = HostFaults(cloud.hosts)
     return cloud.host_faults
 

@@ -23,6 +23,7 @@ import time
 from functools import partial
 from http import server
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from podctl.errors import FakeCloudError
@@ -48,13 +49,13 @@ class _Server(server.HTTPServer):
             self.storage.flush_meta()  # type: ignore[attr-defined]
 
 
-def _lazy_meta_storage(base: type) -> type:
+def _lazy_meta_storage(base: Any) -> type:
     """The emulator rewrites its whole metadata file (every object, as indented JSON)
     on each write, so each upload costs time in proportion to the objects stored; a
     run's log chunks are thousands of small objects. This storage marks the file
     dirty instead, and `flush_meta()` writes it, at most every META_SECONDS and at stop."""
 
-    class LazyMetaStorage(base):  # type: ignore[misc, valid-type]
+    class LazyMetaStorage(base):
         _meta_dirty = False
 
         def _write_config_to_file(self) -> None:
@@ -84,8 +85,8 @@ def _shared_envs(base: type, store: Path) -> type:
 
     from gcp_storage_emulator.exceptions import NotFound
 
-    class SharedEnvStorage(base):  # type: ignore[misc, valid-type]
-        def create_file(self, bucket_name, file_name, content, file_obj, file_id=None):  # type: ignore[no-untyped-def]
+    class SharedEnvStorage(base):
+        def create_file(self, bucket_name, file_name, content, file_obj, file_id=None):
             super().create_file(bucket_name, file_name, content, file_obj, file_id)
             if file_name.startswith(ENV_PREFIX):
                 path = store / quote(file_name, safe="")
@@ -103,7 +104,7 @@ def _shared_envs(base: type, store: Path) -> type:
                 path.unlink(missing_ok=True)
                 path.with_name(path.name + ".meta").unlink(missing_ok=True)
 
-        def get_file_obj(self, bucket_name, file_name):  # type: ignore[no-untyped-def]
+        def get_file_obj(self, bucket_name, file_name):
             try:
                 return super().get_file_obj(bucket_name, file_name)
             except NotFound:
@@ -125,7 +126,7 @@ def _generation_handler(base: type) -> type:
     it back on its next conditional read, which then fails as "Malformed
     StorageGeneration": OCDBT checkpoints break on their second manifest read."""
 
-    class GenerationHandler(base):  # type: ignore[misc, valid-type]
+    class GenerationHandler(base):
         _generation: tuple[str, str] | None = None
 
         def do_GET(self) -> None:
@@ -170,7 +171,7 @@ def _outage_handler(base: type) -> type:
     unavailable; google-cloud-storage, gcsfs and tensorstore all retry that. Every
     do_* method checks first, so nothing reaches the storage meanwhile."""
 
-    class OutageHandler(base):  # type: ignore[misc, valid-type]
+    class OutageHandler(base):
         def _unavailable(self) -> bool:
             if time.monotonic() >= self.server.outage_until:
                 return False
@@ -189,7 +190,7 @@ def _outage_handler(base: type) -> type:
             self.close_connection = True
             return True
 
-    def guarded(method: str):  # type: ignore[no-untyped-def]
+    def guarded(method: str):
         def handle(self: OutageHandler) -> None:
             if not self._unavailable():
                 getattr(base, method)(self)

@@ -203,7 +203,12 @@ class Session(asyncssh.SSHServerSession):
                             if os.geteuid() == 0 else None))
         except OSError as e:
             message = f"fake host: cannot run bash: {e}\n".encode()  # `e` ends with the block
-            self._finish(lambda: (chan.write_stderr(message), chan.exit(127)))
+
+            def say_and_exit() -> None:
+                chan.write_stderr(message)
+                chan.exit(127)
+
+            self._finish(say_and_exit)
             return
         self.host.sessions.add(self)
         try:

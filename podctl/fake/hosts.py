@@ -43,7 +43,7 @@ import threading
 from functools import partial
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import asyncssh
 
@@ -128,8 +128,9 @@ class Host:
         self.external: str | None = None
         self.ext_sock: socket.socket | None = None
         self.ext_acceptor: asyncssh.SSHAcceptor | None = None
-        self.meta_sock, self.meta_site = meta_sock, None
-        self.meta_where: tuple[str, int] = tuple(meta_sock.getsockname()[:2])  # type: ignore[assignment]
+        self.meta_sock = meta_sock
+        self.meta_site: Any = None  # the metadata server's aiohttp site, while it serves
+        self.meta_where: tuple[str, int] = tuple(meta_sock.getsockname()[:2])
         self.hostname = hostname(node.node, index)
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.alive = True
@@ -150,7 +151,7 @@ class Host:
     def home(self) -> Path:
         return self.node.directory / f"host-{self.index:04d}"
 
-    def environment(self, user: str, client_env: dict[str, str]) -> dict[str, str]:
+    def environment(self, user: str, client_env: Mapping[str, str]) -> dict[str, str]:
         """What a command sees: the host's identity, never the daemon's own env."""
         home = self.home
         env = dict(self.node.base_env)
@@ -320,7 +321,7 @@ class HostManager:
                 self._trash(directory)
 
     def _vanish(self, nodes: Iterable[NodeHosts], world: Any = None) -> None:
-        tokens = set()
+        tokens: set[str] = set()
         for nh in nodes:
             self.nodes.pop(nh.name, None)
             node = world.nodes.get(nh.name) if world is not None else None

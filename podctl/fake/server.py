@@ -79,10 +79,11 @@ class FakeCloud:
         self.host, self.port = host, port
         self.state_file = state_file
         self.hosts_root, self.gcs_dir, self.bucket = hosts_root, gcs_dir, bucket
+        self.host_faults: Any = None  # faults.host_faults(): made on first use
         self.hosts: HostManager | None = None
         self.gcs: FakeGcs | None = None
         self._tmp: Path | None = None
-        self.world = world or (load_world(state_file) if state_file else None) or World()
+        self.world: World = world or (load_world(state_file) if state_file else None) or World()
         self.project, self.zone = project, zone
         self.tick_seconds = tick_seconds
         # One per coming /v2/ call: "403", "429", "503" (answered instead), "drop" (the
@@ -129,14 +130,19 @@ class FakeCloud:
         self.sync_hosts()
         return changed
 
+    def _scratch(self, name: str) -> Path:
+        """A folder in this cloud's own temporary directory (made by start())."""
+        assert self._tmp is not None
+        return self._tmp / name
+
     async def start(self) -> None:
         raise_nofile_limit()
         if self.hosts_root is None or self.gcs_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="podctl-fake-"))
         try:
-            self.gcs = FakeGcs(self.gcs_dir or self._tmp / "gcs", bucket=self.bucket, host=self.host)
+            self.gcs = FakeGcs(self.gcs_dir or self._scratch("gcs"), bucket=self.bucket, host=self.host)
             self.gcs.start()
-            self.hosts = HostManager(self.hosts_root or self._tmp / "hosts", self.gcs.url)
+            self.hosts = HostManager(self.hosts_root or self._scratch("hosts"), self.gcs.url)
             self.hosts.adopt()
             self.advance()  # READY nodes of a saved world get their hosts back
             self.save()
@@ -168,7 +174,9 @@ class FakeCloud:
             await site.start()
         except OSError as e:
             raise FakeCloudError(f"the fake cloud cannot listen on {self.host}:{self.port}: {e}") from e
-        self.port = site._server.sockets[0].getsockname()[1]  # the ephemeral port chosen
+        server = site._server
+        assert isinstance(server, asyncio.Server)  # a TCPSite's, once started
+        self.port = server.sockets[0].getsockname()[1]  # the ephemeral port chosen
         self._ticker = asyncio.create_task(self._tick())
 
     async def stop(self) -> None:

@@ -52,13 +52,13 @@ try:  # on a host: the agent's zip holds its sibling modules at the top level
     from agent_logs import TAIL_IN_STATUS, LogShipper, host_tag, process_mark
     from agent_procs import _quiet, _reap, become_subreaper, leftovers
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
-    from podctl.jobs import (  # type: ignore[no-redef]
+    from podctl.jobs import (
         agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch,
     )
-    from podctl.jobs.agent_logs import (  # type: ignore[no-redef]
+    from podctl.jobs.agent_logs import (
         TAIL_IN_STATUS, LogShipper, host_tag, process_mark,
     )
-    from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers  # type: ignore[no-redef]
+    from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers
 
 EXIT_SETUP_FAILED = 125
 EXIT_AGENT_FAILED = 124

@@ -51,7 +51,7 @@ class LogShipper:
         # When each phase began (starting, environment, setup, running, done): where the
         # host's time went, for `podctl goodput`; in every heartbeat and in the status.
         self.phases: dict[str, float] = {}
-        self.watch = lambda: {}  # the script's progress and process state, for the stall watch
+        self.watch: Callable[[], dict] = lambda: {}  # the script's progress and process state, for the stall watch
         self.process_index: int | None = None  # the script's JAX process index, once it says
         self.phase = "starting"
         self.lock = threading.Lock()

@@ -1,0 +1,54 @@
+"""`podctl budget check` (run it from cron): every podctl slice in the zone whose budget
+is reached has its runs stopped, then is deleted; budgeted slices that are dead
+(PREEMPTED, FAILED, ...) are deleted unless a run still owns one.
+
+A step above both budget.py (what a budget is, when it is reached) and gc.py (which dead
+slices may go): each of those stays one-way."""
+
+from __future__ import annotations
+
+from typing import Any
+from collections.abc import Awaitable, Callable
+
+from podctl import gc
+from podctl.budget import Notice, Reaped, delete_slice, overdue
+from podctl.cloud.api import TpuApi
+from podctl.cloud.describe import list_slices
+from podctl.cloud.types import SliceInfo
+from podctl.cloud.wait import WaitPolicy
+from podctl.errors import PodctlError
+
+StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
+
+
+async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: bool = False,
+               stop_runs: StopRuns | None = None, notice: Notice = lambda text: None,
+               policy: WaitPolicy = WaitPolicy(), keep: Any = None) -> list[Reaped]:
+    """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached;
+    and delete the budgeted ones that are dead (PREEMPTED, FAILED, ...) unless KEEP
+    (podctl.gc.Keep) says a run still owns one."""
+    reaped = []
+    slices = await list_slices(api, parent)
+    now = api.server_now() if now is None else now  # deadlines are on the service's clock
+    for info in slices:
+        reason = overdue(info, now)
+        if reason is None or info.state == "DELETING":
+            continue
+        if dry_run:
+            reaped.append(Reaped(info, reason, deleted=False))
+            continue
+        stopped: list[str] = []
+        if stop_runs is not None and info.ready:
+            try:
+                stopped = await stop_runs(info)
+            except PodctlError as e:  # the budget wins over a run that cannot be reached
+                notice(f"could not stop the runs on {info.name} ({e}); deleting it anyway")
+        notice(f"budget reached ({reason}): "
+               + (f"stopped run {', '.join(stopped)}, " if stopped else "")
+               + f"deleting slice {info.name}")
+        await delete_slice(api, parent, info, policy)
+        reaped.append(Reaped(info, reason, deleted=True, runs_stopped=tuple(stopped)))
+    done = {r.info.name for r in reaped}
+    return reaped + await gc.reap_budgeted(api, parent, [s for s in slices if s.name not in done],
+                                           now=now, dry_run=dry_run, keep=keep, notice=notice,
+                                           policy=policy)
