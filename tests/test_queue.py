@@ -105,7 +105,7 @@ def test_bad_queue_input(q, args, code, words):
 
 @pytest.mark.parametrize("damage", ["corrupt", "newer"])
 def test_a_bad_database_is_refused_and_left_as_it_is(q, damage):
-    q.db.parent.mkdir(parents=True)
+    q.db.parent.mkdir(parents=True, exist_ok=True)
     if damage == "corrupt":
         q.db.write_bytes(b"this is not sqlite, just bytes\n" * 100)
         words = ["not a SQLite database", "delete its slices"]

@@ -257,14 +257,15 @@ def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
 
 def _checkpoints_listed_pulled_and_restored(podctl, run_id: str, out: Path) -> None:  # noqa: F811
     """`podctl ckpt` on the run above: its checkpoints listed, the latest pulled, and what was
-    pulled is a checkpoint orbax restores on this machine's one device."""
+    pulled is a checkpoint orbax restores on this machine's one device. The second run above
+    wrote its step 10 into this run's directory (PODCTL_CHECKPOINT_DIR)."""
     listed = podctl.json("ckpt", "ls", run_id)
     assert listed["directory"].endswith(f"/podctl/runs/{run_id}/checkpoints")
-    assert [c["step"] for c in listed["checkpoints"] if c["complete"]] == [4, 8]
+    assert [c["step"] for c in listed["checkpoints"] if c["complete"]] == [4, 8, 10]
     assert "complete" in podctl("ckpt", "ls", run_id).stdout
     pulled = podctl("ckpt", "pull", run_id, str(out))
-    assert "pulled step 8" in pulled.stdout
-    step_dir = out / "8"
+    assert "pulled step 10" in pulled.stdout
+    step_dir = out / "10"
     assert (step_dir / "commit_success.txt").is_file()
     code = ("import sys, jax, orbax.checkpoint as ocp\n"
             "c = ocp.StandardCheckpointer()\n"
@@ -277,9 +278,9 @@ def _checkpoints_listed_pulled_and_restored(podctl, run_id: str, out: Path) -> N
     items = [p for p in step_dir.iterdir() if p.is_dir()]
     restored = subprocess.run([sys.executable, "-c", code, str(items[0])], capture_output=True,
                               text=True, timeout=120)
-    assert restored.returncode == 0 and restored.stdout.strip().splitlines()[-1] == "8", restored.stderr[-2000:]
+    assert restored.returncode == 0 and restored.stdout.strip().splitlines()[-1] == "10", restored.stderr[-2000:]
     assert_one_line_error(podctl("ckpt", "pull", run_id, str(out), "--step", "5", check=False), 2,
-                          "no checkpoint step 5", "4, 8")
+                          "no checkpoint step 5", "4, 8, 10")
     assert_one_line_error(podctl("ckpt", "ls", "not-a-run", check=False), 2, "not a run id")
     assert_one_line_error(podctl("ckpt", "ls", "x-v5p-8-20260101-000000-abcd", check=False), 1, "no run")
     (podctl.tmp / "x.py").write_text("print(1)\n")  # a script that exists: the --resume check speaks

@@ -16,7 +16,8 @@ re-includes, a trailing `/` matches directories only, and nothing inside an
 excluded directory comes back) and the root's `.podctlignore` (same syntax,
 applied last, so it can both add exclusions and `!`-re-include what git ignores)
 leave out. `.git`, `__pycache__`, `*.pyc`, `.venv` and `.podctl` are always left
-out. .gitignore files above the workdir, .git/info/exclude and global excludes
+out, and so is podctl's own state directory (its keys) where a workdir holds it.
+.gitignore files above the workdir, .git/info/exclude and global excludes
 are not read: the bundle depends on the workdir alone.
 
 Symlinks whose target is inside the bundle are kept as relative symlinks (so a
@@ -27,6 +28,7 @@ not packed is refused, naming it, since it would dangle on the hosts.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
@@ -112,8 +114,19 @@ class _Rules:
         return bool(verdict)
 
 
+def _podctl_state() -> set[Path]:
+    """podctl's own state directory (SSH and signing keys, the fake's hosts): never shipped,
+    even when a workdir holds it."""
+    from podctl.settings import state_dir
+
+    with contextlib.suppress(OSError, RuntimeError):
+        return {state_dir().resolve()}
+    return set()
+
+
 def _collect(root: Path) -> tuple[list[_Entry], list[str]]:
     rules = _Rules(root)
+    never = _podctl_state()
     entries: list[_Entry] = []
     warnings: list[str] = []
 
@@ -136,6 +149,8 @@ def _collect(root: Path) -> tuple[list[_Entry], list[str]]:
             else:
                 kind = "special"
             if rules.ignored(gitignores, rel, kind == "dir"):
+                continue
+            if kind == "dir" and path.resolve() in never:
                 continue
             if kind == "special":
                 warnings.append(f"skipped {rel}: not a file, directory or symlink (a socket, FIFO "

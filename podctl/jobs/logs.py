@@ -117,6 +117,9 @@ class LogReader:
             except StorageUnavailable as e:
                 if not follow:
                     raise
+                # While GCS is away the hosts cannot beat either: their silence counts from
+                # the last failed look, so the look that ends the outage cannot call them lost.
+                self.started = time.time()
                 if outage_began is None:
                     outage_began = time.time()
                     self.notice(f"GCS cannot be reached ({str(e)[:120]}); run {self.run_id} goes on "

@@ -182,11 +182,17 @@ class Fleet:
 
     async def each(self, fn: Callable[[Any, Target], Awaitable[T]]) -> list[T]:
         """Run FN(connection, target) on every host at once; results in target order."""
+        import asyncssh
+
         limit = asyncio.Semaphore(self.concurrency)
 
         async def one(target: Target) -> T:
             async with limit:
-                return await fn(self.connections[target.index], target)
+                try:
+                    return await fn(self.connections[target.index], target)
+                except asyncssh.Error as e:  # a host gone since open() (preempted, rebooted)
+                    raise JobError(f"lost the SSH connection to {target.name} ({target.address}): "
+                                   f"{e or e.__class__.__name__}") from e
 
         return await _gather_all([one(t) for t in self.targets])
 
