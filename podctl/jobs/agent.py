@@ -15,7 +15,8 @@ with the metadata server's token), and it imports nothing from podctl. It:
      ends when the script exits (a child it left holding the pipe does not keep it
      going), and whatever the script left running is then ended too;
   5. appends every line to a local file and ships it to GCS in chunks
-     (logs/host-NNNN/NNNNNN.log, every few seconds and at exit), with heartbeats;
+     (logs/host-NNNN/NNNNNN.log, every few seconds and at exit), with heartbeats
+     (every object's name from run_layout.py, which podctl's readers share);
      once the script names its JAX process index (in its progress file) it logs the
      line "[podctl] host-NNNN is JAX process N", by which readers label the host's
      later lines, and keeps the index in its heartbeats and status;
@@ -49,15 +50,14 @@ try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_gcs
     import agent_maintenance
     import agent_watch
-    from agent_logs import TAIL_IN_STATUS, LogShipper, host_tag, process_mark
+    import run_layout
+    from agent_logs import TAIL_IN_STATUS, LogShipper, process_mark
     from agent_procs import _quiet, _reap, become_subreaper, leftovers
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
     from podctl.jobs import (
-        agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch,
+        agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch, run_layout,
     )
-    from podctl.jobs.agent_logs import (
-        TAIL_IN_STATUS, LogShipper, host_tag, process_mark,
-    )
+    from podctl.jobs.agent_logs import TAIL_IN_STATUS, LogShipper, process_mark
     from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers
 
 EXIT_SETUP_FAILED = 125
@@ -190,7 +190,7 @@ class Agent:
                 continue
             text = agent_watch.capture_stacks(child.pid, self.run_dir, self.logs.tag)
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            self.logs._upload(f"{self.logs.prefix}/stacks/{stamp}/{self.logs.tag}.txt", text)
+            self.logs._upload(run_layout.stacks_object(self.cfg["run_id"], stamp, self.cfg["host"]), text)
 
     # ---- signals ------------------------------------------------------------------
 
@@ -219,7 +219,7 @@ class Agent:
         """Maintenance is near (agent_maintenance.py): stop the script as a stop would,
         and say why in the status, for `--recover` to wait it out."""
         self.maintenance = info
-        self.logs.line(f"[podctl] maintenance on {host_tag(self.cfg['host'])} from "
+        self.logs.line(f"[podctl] maintenance on {run_layout.host_tag(self.cfg['host'])} from "
                        f"{info.get('window_start')}: checkpointing and stopping")
         self.on_term(signal.SIGTERM, None)
 
@@ -262,11 +262,12 @@ class Agent:
             return 0
         self.logs.phase = "environment"
         self.publish("environment")
-        prefix = f"podctl/runs/{self.cfg['run_id']}"
+        run_id = self.cfg["run_id"]
         env = agent_env.HostEnv(
-            self.bucket, spec, home=self.home, host=host_tag(self.cfg["host"]),
+            self.bucket, spec, home=self.home, host=run_layout.host_tag(self.cfg["host"]),
             builder=self.cfg["host"] == 0, log=self.logs.line, unpack=safe_extract,
-            failed_marker=f"{prefix}/env-failed.txt", log_object=f"{prefix}/env-build.log",
+            failed_marker=run_layout.env_failed_object(run_id),
+            log_object=run_layout.env_build_log_object(run_id),
             build_log=self.run_dir / "env-build.log",
             stopping=lambda: self.stopping or (self.run_dir / "stop").exists())
         try:
@@ -469,7 +470,8 @@ class Agent:
             status["unshipped_lines"] = self.logs.unshipped
         data = json.dumps(status)
         self.logs.persist(lambda: self.logs._upload(
-            f"{self.logs.prefix}/status/{self.logs.tag}.json", data, "application/json", attempts=3))
+            run_layout.status_object(self.cfg["run_id"], self.cfg["host"]), data, "application/json",
+            attempts=3))
         (self.run_dir / "status.json").write_text(data)
 
     def main(self) -> int:
@@ -511,7 +513,7 @@ class Agent:
                     if watcher is not None:
                         watcher.stop()
         except Exception as e:  # the agent's own failure: say so in the run's logs and status
-            self.logs.line(f"[podctl] agent failed on {host_tag(self.cfg['host'])}: {e!r}")
+            self.logs.line(f"[podctl] agent failed on {run_layout.host_tag(self.cfg['host'])}: {e!r}")
             code = EXIT_AGENT_FAILED
             self.write_status(code, error=repr(e))
             return code

@@ -19,7 +19,7 @@ from typing import Any
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import JobError
-from podctl.jobs import runs
+from podctl.jobs import run_layout
 from podctl.jobs.ssh import Fleet, Target
 from podctl.vocabulary import HEARTBEAT_SECONDS
 
@@ -28,8 +28,11 @@ HOST_COMMAND_SECONDS = 30.0  # a stop or a stacks request on one host: a host th
 MEGASCALE_PORT = 8080
 AGENT_FILE = Path(__file__).with_name("agent.py")
 
+# What the agent's zip holds: agent.py, its siblings, and the two standard-library modules
+# it shares with podctl (metric_line.py: a script's records; run_layout.py: every GCS name).
 AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py", "agent_control.py", "agent_logs.py",
-                 "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "metric_line.py")
+                 "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "metric_line.py",
+                 "run_layout.py")
 _AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
 
 # Run on the host as `python3 -c BOOT RUN_DIR` by the system interpreter of a fresh
@@ -76,7 +79,7 @@ class JobSpec:
     bundle_object: str | None = None
     coordinator_port: int = JAX_COORDINATOR_PORT
     flush_seconds: float = 2.0
-    checkpoint_dir: str | None = None  # None: the run's own (runs.checkpoint_dir)
+    checkpoint_dir: str | None = None  # None: the run's own (run_layout.checkpoint_dir)
     environment: dict[str, Any] | None = None  # env_lock.EnvPlan.to_config: the lock, its key; may hold credentials
 
 
@@ -93,10 +96,6 @@ def agent_source() -> tuple[bytes, str]:
         z.writestr(zipfile.ZipInfo("__main__.py", (1980, 1, 1, 0, 0, 0)), _AGENT_MAIN)
     data = out.getvalue()
     return data, hashlib.sha256(data).hexdigest()
-
-
-def agent_object(sha: str) -> str:
-    return f"podctl/agents/{sha}.zip"
 
 
 def targets_for(info: SliceInfo, ssh_port: int | None) -> list[Target]:
@@ -129,11 +128,11 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
         # between hosts, internal addresses: the firewall drops the rest (targets_for)
         "worker_id": target.worker, "worker_hostnames": [t.peer_address for t in same_slice],
         "coordinator": f"{first.peer_address}:{spec.coordinator_port}",
-        "checkpoint_dir": spec.checkpoint_dir or runs.checkpoint_dir(spec.bucket, spec.run_id),
+        "checkpoint_dir": spec.checkpoint_dir or run_layout.checkpoint_dir(spec.bucket, spec.run_id),
         "script": spec.script, "args": list(spec.args), "command": list(spec.command),
         "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,
         "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,
-        "agent_sha": agent_sha, "agent_object": agent_object(agent_sha),
+        "agent_sha": agent_sha, "agent_object": run_layout.agent_object(agent_sha),
         "flush_seconds": spec.flush_seconds, "heartbeat_seconds": HEARTBEAT_SECONDS,
         "environment": spec.environment,
     }
