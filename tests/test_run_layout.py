@@ -67,6 +67,18 @@ def test_every_name_is_the_one_runs_in_buckets_were_written_with():
     assert run_layout.env_archive_objects("k1", "s1") == ("podctl/envs/k1.s1.tar.gz", "podctl/envs/k1.s1.json")
 
 
+def test_the_hosts_run_directory_is_the_one_agents_already_running_use():
+    """An agent started by an earlier podctl still takes a stop by these names."""
+    assert (run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.PID_FILE, run_layout.STOP_FILE,
+            run_layout.STATUS_FILE) == (".podctl/runs", "config.json", "agent.pid", "stop", "status.json")
+    d = f'"$HOME"/.podctl/runs/{RUN}'
+    assert launch.stop_command(RUN, 5) == (
+        f'mkdir -p {d} && echo 5.0 > {d}/stop && if test -f {d}/agent.pid; then kill -TERM '
+        f'"$(cat {d}/agent.pid)" 2>/dev/null; fi; true')
+    assert launch.start_command(RUN).startswith(f"umask 077 && mkdir -p {d} && cat > {d}/config.json && ")
+    assert 'cfg = json.loads((d / "config.json").read_text())' in launch.BOOT
+
+
 # ---- chunks and hosts: round trips and order -------------------------------------------
 
 @pytest.mark.parametrize("number", [1, 2, 9, 10, 99, 999, 1000, 123456, 999999, 1000000, 1234567])

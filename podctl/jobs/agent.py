@@ -200,7 +200,7 @@ class Agent:
         self.stopping = True
         grace = float(self.cfg.get("stop_grace_seconds", STOP_GRACE_SECONDS))
         try:  # podctl's stop may name a shorter grace (a stalled run cannot checkpoint)
-            grace = min(grace, float((self.run_dir / "stop").read_text().strip()))
+            grace = min(grace, float((self.run_dir / run_layout.STOP_FILE).read_text().strip()))
         except (OSError, ValueError):
             pass
         deadline = time.monotonic() + grace
@@ -269,7 +269,7 @@ class Agent:
             failed_marker=run_layout.env_failed_object(run_id),
             log_object=run_layout.env_build_log_object(run_id),
             build_log=self.run_dir / "env-build.log",
-            stopping=lambda: self.stopping or (self.run_dir / "stop").exists())
+            stopping=lambda: self.stopping or (self.run_dir / run_layout.STOP_FILE).exists())
         try:
             self.venv = env.prepare()
         except agent_env.EnvStopped as e:
@@ -453,10 +453,10 @@ class Agent:
     def stopped_by_podctl(self) -> bool:
         """Only podctl's stop leaves the marker: a SIGTERM from anywhere else (a TPU
         VM's preemption notice, a host going away) is a failure that fails the job fast."""
-        return (self.run_dir / "stop").exists()
+        return (self.run_dir / run_layout.STOP_FILE).exists()
 
     def write_status(self, code: int, error: str | None = None) -> None:
-        if (self.run_dir / "status.json").exists():
+        if (self.run_dir / run_layout.STATUS_FILE).exists():
             return
         self.learn_process()  # a script that wrote its index and exited without a word since
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
@@ -472,7 +472,7 @@ class Agent:
         self.logs.persist(lambda: self.logs._upload(
             run_layout.status_object(self.cfg["run_id"], self.cfg["host"]), data, "application/json",
             attempts=3))
-        (self.run_dir / "status.json").write_text(data)
+        (self.run_dir / run_layout.STATUS_FILE).write_text(data)
 
     def main(self) -> int:
         become_subreaper()
@@ -481,8 +481,8 @@ class Agent:
         signal.signal(signal.SIGUSR1, self.on_stacks)
         threading.Thread(target=self._stacks_loop, name="podctl-stacks", daemon=True).start()
         # Only now can a stop find us by pid; one asked for earlier left a marker.
-        (self.run_dir / "agent.pid").write_text(str(os.getpid()))
-        if (self.run_dir / "stop").exists():
+        (self.run_dir / run_layout.PID_FILE).write_text(str(os.getpid()))
+        if (self.run_dir / run_layout.STOP_FILE).exists():
             self.stopping = True
         self.logs.start()
         self.logs.heartbeat(force=True)
@@ -495,7 +495,7 @@ class Agent:
             code = self.setup(tree, env)
             if code:
                 return code
-            if self.stopping or (self.run_dir / "stop").exists():
+            if self.stopping or (self.run_dir / run_layout.STOP_FILE).exists():
                 self.stopping = True
                 code = 128 + signal.SIGTERM
             else:
@@ -525,7 +525,7 @@ class Agent:
 
 def main(argv: list[str]) -> int:
     run_dir = Path(argv[1]).resolve()
-    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg = json.loads((run_dir / run_layout.CONFIG_FILE).read_text())
     return Agent(cfg, run_dir).main()
 
 

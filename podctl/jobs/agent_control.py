@@ -112,7 +112,7 @@ class Control:
         except ValueError:
             request = {}
         grace = request.get("grace_seconds") if isinstance(request, dict) else None
-        stop = self.run_dir / "stop"
+        stop = self.run_dir / run_layout.STOP_FILE
         if stop.exists():  # the stop came over SSH first: the agent has it already
             self.stop_seen = True
             return

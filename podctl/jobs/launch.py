@@ -38,10 +38,11 @@ _AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
 # Run on the host as `python3 -c BOOT RUN_DIR` by the system interpreter of a fresh
 # TPU VM (3.10, standard library only): fetch the agent's zip once (checked against
 # its hash) through GCS's JSON API with the metadata server's token, then run it.
+# ("CONFIG_FILE" is replaced by run_layout's name for the host's config below.)
 BOOT = """
 import hashlib, json, os, runpy, sys, urllib.parse, urllib.request
 from pathlib import Path
-d = Path(sys.argv[1]); cfg = json.loads((d / "config.json").read_text())
+d = Path(sys.argv[1]); cfg = json.loads((d / "CONFIG_FILE").read_text())
 a = Path.home() / ".podctl" / "agents" / (cfg["agent_sha"] + ".zip")
 if not a.exists():
     def get(url, headers):
@@ -60,7 +61,7 @@ if not a.exists():
     t = a.with_name(a.name + ".%d" % os.getpid()); t.write_bytes(data); os.replace(t, a)
 sys.argv = [str(a), str(d)]
 runpy.run_path(str(a), run_name="__main__")
-"""
+""".replace("CONFIG_FILE", run_layout.CONFIG_FILE)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
 def run_dir(run_id: str) -> str:
     # "$HOME" quoted: a HOME with a space (a fake host under such a state dir) would
     # otherwise split into two words ("ambiguous redirect")
-    return f"\"$HOME\"/.podctl/runs/{shlex.quote(run_id)}"
+    return f"\"$HOME\"/{run_layout.HOST_RUNS_DIR}/{shlex.quote(run_id)}"
 
 
 def start_command(run_id: str, once: bool = False) -> str:
@@ -152,7 +153,7 @@ def start_command(run_id: str, once: bool = False) -> str:
     the host starts the agent only if it makes the run's `started` marker itself
     (mkdir is atomic), so a second start of the same run id is a no-op."""
     d = run_dir(run_id)
-    start = (f"cat > {d}/config.json && cd {d} && "
+    start = (f"cat > {d}/{run_layout.CONFIG_FILE} && cd {d} && "
              f"(setsid nohup python3 -c {shlex.quote(BOOT)} \"$PWD\" > agent.out 2>&1 < /dev/null &)"
              " && echo started")
     if once:
@@ -164,7 +165,8 @@ def start_command(run_id: str, once: bool = False) -> str:
 def stacks_command(run_id: str) -> str:
     """Ask a running agent for its script's stacks (SIGUSR1; it uploads them to GCS)."""
     d = run_dir(run_id)
-    return f"if test -f {d}/agent.pid; then kill -USR1 \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true"
+    pid = f"{d}/{run_layout.PID_FILE}"
+    return f"if test -f {pid}; then kill -USR1 \"$(cat {pid})\" 2>/dev/null; fi; true"
 
 
 async def _on_every_host(fleet: Fleet, command: str) -> None:
@@ -188,9 +190,10 @@ def stop_command(run_id: str, grace_seconds: float | None = None) -> str:
     """Leave a stop marker (for an agent still starting), then signal a running one.
     GRACE_SECONDS: how long the script has to end before SIGKILL (default: the agent's)."""
     d = run_dir(run_id)
-    mark = f"echo {float(grace_seconds)} > {d}/stop" if grace_seconds is not None else f"touch {d}/stop"
+    stop, pid = f"{d}/{run_layout.STOP_FILE}", f"{d}/{run_layout.PID_FILE}"
+    mark = f"echo {float(grace_seconds)} > {stop}" if grace_seconds is not None else f"touch {stop}"
     return (f"mkdir -p {d} && {mark} && "
-            f"if test -f {d}/agent.pid; then kill -TERM \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true")
+            f"if test -f {pid}; then kill -TERM \"$(cat {pid})\" 2>/dev/null; fi; true")
 
 
 async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str, once: bool = False) -> None:

@@ -30,6 +30,10 @@ which is number order up to 999999 (later ones grow a digit); readers parse the 
 (`chunk_number`) and read in number order from FIRST_CHUNK, a gap ending the read
 (`unbroken`): the agent uses a number only once its upload succeeded.
 
+On each host the run has a directory of its own, ~/.podctl/runs/RUN_ID/ (HOST_RUNS_DIR),
+where the launcher (launch.py, over SSH) and the agent meet: CONFIG_FILE, PID_FILE,
+STOP_FILE, STATUS_FILE below.
+
 These names are what runs already in buckets were written with: they never change.
 """
 
@@ -231,6 +235,15 @@ def env_archive_objects(key: str, signer: str) -> tuple[str, str]:
     """(the archive, its signed sidecar) of the environment KEY built for SIGNER."""
     name = f"{ENVS}{key}.{signer}"
     return f"{name}.tar.gz", f"{name}.json"
+
+
+# ---- on a host: the run's own directory (not in GCS) ---------------------------------
+
+HOST_RUNS_DIR = ".podctl/runs"  # under the host user's home: ~/.podctl/runs/RUN_ID/
+CONFIG_FILE = "config.json"  # the run's config for this host, written over SSH stdin (0600)
+PID_FILE = "agent.pid"  # the agent's pid, written once it can take a stop
+STOP_FILE = "stop"  # podctl's stop marker; its text, if any: the script's grace in seconds
+STATUS_FILE = "status.json"  # the host's end, as uploaded (a run that has one has ended)
 
 
 # ---- shared by every run: by content hash --------------------------------------------
