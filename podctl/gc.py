@@ -46,7 +46,7 @@ from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.errors import NotFoundError, PodctlError
 from podctl.failures import dead_state
 from podctl.cloud.describe import list_slices
-from podctl.jobs import runs
+from podctl.jobs import run_layout, runs
 from podctl.jobs.run_files import close_record, list_runs
 
 Action = Literal["delete", "keep", "leave"]
@@ -210,8 +210,8 @@ def run_keeper(storage: Any, *, now: float | None = None,
     going: list[Any] | None = None
 
     async def last_spoke(run_id: str) -> float | None:
-        beats = [obj.updated for obj in await storage.list(runs.heartbeat_prefix(run_id))]
-        written = [obj.updated for obj in await storage.list(f"{runs.run_prefix(run_id)}/run.json")]
+        beats = [obj.updated for obj in await storage.list(run_layout.heartbeat_prefix(run_id))]
+        written = [obj.updated for obj in await storage.list(run_layout.record_object(run_id))]
         return max(beats + written, default=None)
 
     async def keep(info: SliceInfo) -> str | None:

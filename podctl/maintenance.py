@@ -40,10 +40,10 @@ POLL_SECONDS = 2.0
 async def stopped_for(storage: Any, run_id: str) -> dict | None:
     """The maintenance a host's agent stopped run RUN_ID for, or None (also when GCS
     cannot say: this only refines why a run ended, it never fails the run's ending)."""
-    from podctl.jobs import runs
+    from podctl.jobs import run_layout
 
     try:
-        found = await storage.list(runs.status_prefix(run_id))
+        found = await storage.list(run_layout.status_prefix(run_id))
     except PodctlError:
         return None
     for obj in found:

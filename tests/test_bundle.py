@@ -18,8 +18,8 @@ from typing import Iterator
 import pytest
 
 from podctl.errors import BundleError
-from podctl.jobs import bundle
-from podctl.jobs.bundle import WARN_BYTES, bundle_object_name, pack, safe_extract
+from podctl.jobs import bundle, run_layout
+from podctl.jobs.bundle import WARN_BYTES, pack, safe_extract
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import RetryPolicy, Storage
 
@@ -301,7 +301,7 @@ def test_upload_once_and_round_trip(tmp_path, emulator_url):
     again = pack(root, out_dir=tmp_path / "o2")
     assert asyncio.run(bundle.upload(storage, again)) is False
     assert storage.calls["upload"] == 1 and storage.calls["exists"] == 2
-    name = bundle_object_name(b.hash)
+    name = run_layout.bundle_object(b.hash)
     assert name == f"podctl/bundles/{b.hash}.tar.gz"
     fetched = tmp_path / "fetched.tar.gz"
     asyncio.run(storage.download_file(name, fetched))

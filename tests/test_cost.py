@@ -11,7 +11,7 @@ import pytest
 
 from podctl import cost
 from podctl.errors import ConfigError, InvalidValueError
-from podctl.jobs import runs
+from podctl.jobs import run_layout, runs
 from podctl.jobs.agent_logs import LogShipper
 from podctl.jobs.metrics import parse_records, read_metrics, summarize
 from podctl.jobs.runs import RunRecord
@@ -141,8 +141,8 @@ def _write_run(storage: Storage, tmp_path, run_id: str, *, created: float, ended
                        env_keys=[], bundle_hash=None, created=created, state="succeeded",
                        exit_code=0, ended=ended)
     data = json.dumps(record.to_json()).encode()
-    asyncio.run(storage.upload_bytes(f"{runs.run_prefix(run_id)}/run.json", data))
-    asyncio.run(storage.upload_bytes(f"{runs.INDEX}/{run_id}.json", data))
+    asyncio.run(storage.upload_bytes(run_layout.record_object(run_id), data))
+    asyncio.run(storage.upload_bytes(run_layout.index_object(run_id), data))
     shipper = LogShipper({"run_id": run_id, "host": 0, "flush_seconds": 3600},
                          _AgentBucket(storage.client.bucket(storage.bucket_name)), tmp_path)
     for i, line in enumerate(lines):
@@ -283,7 +283,7 @@ def test_cost_of_a_run_shows_the_projects_parts_from_what_it_measured(podctl, tm
     now = time.time()
     run_id = runs.new_run_id("billed8", now)
     _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
-    asyncio.run(storage.upload_bytes(f"{runs.run_prefix(run_id)}/checkpoints/11/state", b"x" * 10**6))
+    asyncio.run(storage.upload_bytes(f"{run_layout.checkpoints_prefix(run_id)}11/state", b"x" * 10**6))
     report = podctl.json("--backend", "fake", "cost", run_id, "--people", "2", "--rate", "100",
                          "--dataset-tb", "2", "--egress-usd-per-gb", "0.01")
     parts = report["project"]["parts"]

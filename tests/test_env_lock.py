@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from podctl.errors import RequirementsError
-from podctl.jobs import agent_env, env_lock
+from podctl.jobs import agent_env, env_lock, run_layout
 
 
 def reqs(tmp_path: Path, text: str, name: str = "requirements.txt") -> Path:
@@ -121,5 +121,5 @@ def test_a_queued_runs_requirements_come_from_its_bundle_and_its_lock_is_kept_wi
 
     config, summary = asyncio.run(go())
     assert config["lock"] == "six==1.17.0\n" and config["python"] == "3.12" and summary["key"] == config["key"]
-    assert asyncio.run(storage.download_bytes(env_ship.lock_object("q-1"))) == b"six==1.17.0\n"
+    assert asyncio.run(storage.download_bytes(run_layout.requirements_lock_object("q-1"))) == b"six==1.17.0\n"
     assert any("Python 3.12, 1 packages locked" in note for note in notes)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.jobs import runs
+from podctl.jobs import run_layout, runs
 from podctl.jobs.run_files import save_record
 from podctl.jobs.runs import RunRecord
 from podctl.settings import FAKE_BUCKET
@@ -42,7 +42,7 @@ def _write(storage: Storage, run_id: str, lines: list[str], **extra: object) -> 
     asyncio.run(save_record(storage, record))
     for n, at in enumerate(range(0, len(lines), 7), start=1):
         chunk = "".join(line + "\n" for line in lines[at:at + 7]).encode()
-        asyncio.run(storage.upload_bytes(f"{runs.log_prefix(run_id, 0)}{n:06d}.log", chunk))
+        asyncio.run(storage.upload_bytes(run_layout.chunk_object(run_id, 0, n), chunk))
 
 
 def _recovered(storage: Storage) -> tuple[str, str]:

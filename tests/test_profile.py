@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.jobs import runs
+from podctl.jobs import run_layout, runs
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
 from tests.conftest import assert_one_line_error
@@ -95,7 +95,7 @@ def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tm
         trace = json.loads(gzip.decompress((session / "host-0000.perfetto_trace.json.gz").read_bytes()))
         assert trace  # a Chrome/Perfetto trace: parses
         storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
-        names = [o.name for o in asyncio.run(storage.list(runs.run_prefix(run_id) + "/"))]
+        names = [o.name for o in asyncio.run(storage.list(run_layout.run_prefix(run_id) + "/"))]
         # TensorBoard scalars, from process 0
         event_files = [n for n in names if "/tensorboard/events.out.tfevents." in n]
         assert len(event_files) == 1, names

@@ -106,7 +106,8 @@ def test_preemption_is_retried_then_succeeds(queue, fake):
     assert e.attempts[0]["run_id"] != e.attempts[1]["run_id"]
     # The retry was given the first attempt's checkpoints, as --recover does.
     from podctl._sync import run_sync
-    from podctl.jobs.runs import checkpoint_dir, record_checkpoint_dir
+    from podctl.jobs.run_layout import checkpoint_dir
+    from podctl.jobs.runs import record_checkpoint_dir
     from podctl.jobs.run_files import read_record
 
     retry = run_sync(read_record(queue.storage, e.attempts[1]["run_id"]))

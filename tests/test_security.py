@@ -267,7 +267,8 @@ def test_packing_refuses_a_symlinked_directory_out_of_the_tree(tmp_path):
 def test_a_swapped_bundle_in_gcs_is_refused_by_the_agent(podctl, tmp_path):
     """The bundle object is named by its hash; a host unpacks only bytes that match it
     (here the object was replaced by a crafted tarball that climbs out)."""
-    from podctl.jobs.bundle import bundle_object_name, pack
+    from podctl.jobs.bundle import pack
+    from podctl.jobs.run_layout import bundle_object
 
     work = tmp_path / "work"
     work.mkdir()
@@ -276,7 +277,7 @@ def test_a_swapped_bundle_in_gcs_is_refused_by_the_agent(podctl, tmp_path):
     evil = _tar(tmp_path / "evil.tar.gz", [_member("train.py"), _member("../../../escaped")])
     status = json.loads(podctl("fake", "status", "--json").stdout)
     gcs = Storage.connect(FAKE_BUCKET, endpoint=status["gcs"])
-    asyncio.run(gcs.upload_bytes(bundle_object_name(digest), evil.read_bytes()))
+    asyncio.run(gcs.upload_bytes(bundle_object(digest), evil.read_bytes()))
     proc = podctl("run", "sec", str(work / "train.py"), check=False)
     assert proc.returncode != 0
     assert "does not match its hash" in proc.stdout + proc.stderr

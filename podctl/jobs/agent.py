@@ -15,7 +15,8 @@ with the metadata server's token), and it imports nothing from podctl. It:
      ends when the script exits (a child it left holding the pipe does not keep it
      going), and whatever the script left running is then ended too;
   5. appends every line to a local file and ships it to GCS in chunks
-     (logs/host-NNNN/NNNNNN.log, every few seconds and at exit), with heartbeats;
+     (logs/host-NNNN/NNNNNN.log, every few seconds and at exit), with heartbeats
+     (every object's name from run_layout.py, which podctl's readers share);
      once the script names its JAX process index (in its progress file) it logs the
      line "[podctl] host-NNNN is JAX process N", by which readers label the host's
      later lines, and keeps the index in its heartbeats and status;
@@ -49,15 +50,14 @@ try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_gcs
     import agent_maintenance
     import agent_watch
-    from agent_logs import TAIL_IN_STATUS, LogShipper, host_tag, process_mark
+    import run_layout
+    from agent_logs import TAIL_IN_STATUS, LogShipper, process_mark
     from agent_procs import _quiet, _reap, become_subreaper, leftovers
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
     from podctl.jobs import (
-        agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch,
+        agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch, run_layout,
     )
-    from podctl.jobs.agent_logs import (
-        TAIL_IN_STATUS, LogShipper, host_tag, process_mark,
-    )
+    from podctl.jobs.agent_logs import TAIL_IN_STATUS, LogShipper, process_mark
     from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers
 
 EXIT_SETUP_FAILED = 125
@@ -190,7 +190,7 @@ class Agent:
                 continue
             text = agent_watch.capture_stacks(child.pid, self.run_dir, self.logs.tag)
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            self.logs._upload(f"{self.logs.prefix}/stacks/{stamp}/{self.logs.tag}.txt", text)
+            self.logs._upload(run_layout.stacks_object(self.cfg["run_id"], stamp, self.cfg["host"]), text)
 
     # ---- signals ------------------------------------------------------------------
 
@@ -200,7 +200,7 @@ class Agent:
         self.stopping = True
         grace = float(self.cfg.get("stop_grace_seconds", STOP_GRACE_SECONDS))
         try:  # podctl's stop may name a shorter grace (a stalled run cannot checkpoint)
-            grace = min(grace, float((self.run_dir / "stop").read_text().strip()))
+            grace = min(grace, float((self.run_dir / run_layout.STOP_FILE).read_text().strip()))
         except (OSError, ValueError):
             pass
         deadline = time.monotonic() + grace
@@ -219,7 +219,7 @@ class Agent:
         """Maintenance is near (agent_maintenance.py): stop the script as a stop would,
         and say why in the status, for `--recover` to wait it out."""
         self.maintenance = info
-        self.logs.line(f"[podctl] maintenance on {host_tag(self.cfg['host'])} from "
+        self.logs.line(f"[podctl] maintenance on {run_layout.host_tag(self.cfg['host'])} from "
                        f"{info.get('window_start')}: checkpointing and stopping")
         self.on_term(signal.SIGTERM, None)
 
@@ -262,13 +262,14 @@ class Agent:
             return 0
         self.logs.phase = "environment"
         self.publish("environment")
-        prefix = f"podctl/runs/{self.cfg['run_id']}"
+        run_id = self.cfg["run_id"]
         env = agent_env.HostEnv(
-            self.bucket, spec, home=self.home, host=host_tag(self.cfg["host"]),
+            self.bucket, spec, home=self.home, host=run_layout.host_tag(self.cfg["host"]),
             builder=self.cfg["host"] == 0, log=self.logs.line, unpack=safe_extract,
-            failed_marker=f"{prefix}/env-failed.txt", log_object=f"{prefix}/env-build.log",
+            failed_marker=run_layout.env_failed_object(run_id),
+            log_object=run_layout.env_build_log_object(run_id),
             build_log=self.run_dir / "env-build.log",
-            stopping=lambda: self.stopping or (self.run_dir / "stop").exists())
+            stopping=lambda: self.stopping or (self.run_dir / run_layout.STOP_FILE).exists())
         try:
             self.venv = env.prepare()
         except agent_env.EnvStopped as e:
@@ -452,10 +453,10 @@ class Agent:
     def stopped_by_podctl(self) -> bool:
         """Only podctl's stop leaves the marker: a SIGTERM from anywhere else (a TPU
         VM's preemption notice, a host going away) is a failure that fails the job fast."""
-        return (self.run_dir / "stop").exists()
+        return (self.run_dir / run_layout.STOP_FILE).exists()
 
     def write_status(self, code: int, error: str | None = None) -> None:
-        if (self.run_dir / "status.json").exists():
+        if (self.run_dir / run_layout.STATUS_FILE).exists():
             return
         self.learn_process()  # a script that wrote its index and exited without a word since
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
@@ -469,8 +470,9 @@ class Agent:
             status["unshipped_lines"] = self.logs.unshipped
         data = json.dumps(status)
         self.logs.persist(lambda: self.logs._upload(
-            f"{self.logs.prefix}/status/{self.logs.tag}.json", data, "application/json", attempts=3))
-        (self.run_dir / "status.json").write_text(data)
+            run_layout.status_object(self.cfg["run_id"], self.cfg["host"]), data, "application/json",
+            attempts=3))
+        (self.run_dir / run_layout.STATUS_FILE).write_text(data)
 
     def main(self) -> int:
         become_subreaper()
@@ -479,8 +481,8 @@ class Agent:
         signal.signal(signal.SIGUSR1, self.on_stacks)
         threading.Thread(target=self._stacks_loop, name="podctl-stacks", daemon=True).start()
         # Only now can a stop find us by pid; one asked for earlier left a marker.
-        (self.run_dir / "agent.pid").write_text(str(os.getpid()))
-        if (self.run_dir / "stop").exists():
+        (self.run_dir / run_layout.PID_FILE).write_text(str(os.getpid()))
+        if (self.run_dir / run_layout.STOP_FILE).exists():
             self.stopping = True
         self.logs.start()
         self.logs.heartbeat(force=True)
@@ -493,7 +495,7 @@ class Agent:
             code = self.setup(tree, env)
             if code:
                 return code
-            if self.stopping or (self.run_dir / "stop").exists():
+            if self.stopping or (self.run_dir / run_layout.STOP_FILE).exists():
                 self.stopping = True
                 code = 128 + signal.SIGTERM
             else:
@@ -511,7 +513,7 @@ class Agent:
                     if watcher is not None:
                         watcher.stop()
         except Exception as e:  # the agent's own failure: say so in the run's logs and status
-            self.logs.line(f"[podctl] agent failed on {host_tag(self.cfg['host'])}: {e!r}")
+            self.logs.line(f"[podctl] agent failed on {run_layout.host_tag(self.cfg['host'])}: {e!r}")
             code = EXIT_AGENT_FAILED
             self.write_status(code, error=repr(e))
             return code
@@ -523,7 +525,7 @@ class Agent:
 
 def main(argv: list[str]) -> int:
     run_dir = Path(argv[1]).resolve()
-    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg = json.loads((run_dir / run_layout.CONFIG_FILE).read_text())
     return Agent(cfg, run_dir).main()
 
 

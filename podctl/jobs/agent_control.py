@@ -1,6 +1,7 @@
 """Requests to a running script, on the host agent's side (standard library only).
 
-Shipped to hosts with agent.py (launch.AGENT_MODULES); imports nothing from podctl.
+Shipped to hosts with agent.py (launch.AGENT_MODULES); imports nothing from podctl but
+its sibling run_layout.py, which names every object below (podctl reads them by it too).
 `podctl profile RUN` writes one object, gs://BUCKET/podctl/runs/RUN/control/profile.json
 ({"id", "steps", "hosts"}). Each host's agent reads its metadata every few seconds (one
 small GET per host, not a listing), and when a new request names its host it drops the
@@ -34,17 +35,14 @@ import signal
 import threading
 from pathlib import Path
 
+try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import run_layout
+except ImportError:  # imported by podctl itself
+    from podctl.jobs import run_layout
+
 POLL_SECONDS = 5.0  # a request waits at most this long (plus a step) to be seen
 # Files the profiler names HOSTNAME + suffix (a hostname may hold dots: match the end)
 HOST_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".memory_profile.json.gz")
-
-
-def run_prefix(cfg: dict) -> str:
-    return f"podctl/runs/{cfg['run_id']}"
-
-
-def tag(cfg: dict) -> str:
-    return f"host-{int(cfg['host']):04d}"
 
 
 def prepare_env(env: dict, cfg: dict, run_dir: Path) -> None:
@@ -53,7 +51,7 @@ def prepare_env(env: dict, cfg: dict, run_dir: Path) -> None:
     control = run_dir / "control"
     control.mkdir(exist_ok=True)
     env["PODCTL_CONTROL_DIR"] = str(control)
-    env["PODCTL_RUN_DIR"] = f"gs://{cfg['bucket']}/{run_prefix(cfg)}"
+    env["PODCTL_RUN_DIR"] = run_layout.run_url(cfg["bucket"], cfg["run_id"])
     if env.get("PODCTL_XLA_DUMP") == "1":
         flags = env.get("XLA_FLAGS", "")
         env["XLA_FLAGS"] = f"{flags} --xla_dump_to={run_dir / 'xla_dump'}".strip()
@@ -64,6 +62,7 @@ class Control:
 
     def __init__(self, cfg: dict, bucket, run_dir: Path, say=None, poll_seconds: float = POLL_SECONDS):
         self.cfg, self.bucket, self.run_dir = cfg, bucket, run_dir
+        self.run_id, self.host = cfg["run_id"], int(cfg["host"])
         self.dir = run_dir / "control"
         self.say = say or (lambda text: None)
         self.poll_seconds = poll_seconds
@@ -105,7 +104,7 @@ class Control:
 
     def poll_stop(self) -> None:
         """The owner's stop through GCS: as launch.stop_command does over SSH."""
-        name = f"{run_prefix(self.cfg)}/control/stop.json"
+        name = run_layout.stop_request_object(self.run_id)
         if self.stop_seen or not self.bucket.stat(name):
             return
         try:
@@ -113,7 +112,7 @@ class Control:
         except ValueError:
             request = {}
         grace = request.get("grace_seconds") if isinstance(request, dict) else None
-        stop = self.run_dir / "stop"
+        stop = self.run_dir / run_layout.STOP_FILE
         if stop.exists():  # the stop came over SSH first: the agent has it already
             self.stop_seen = True
             return
@@ -129,7 +128,7 @@ class Control:
         os.kill(os.getpid(), signal.SIGTERM)  # the agent's own handler: as an SSH stop
 
     def poll_profile(self) -> None:
-        name = f"{run_prefix(self.cfg)}/control/profile.json"
+        name = run_layout.profile_request_object(self.run_id)
         meta = self.bucket.stat(name)
         version = str(meta.get("generation") or meta.get("updated")) if meta else None
         if version is None or version == self.generation:
@@ -137,7 +136,7 @@ class Control:
         request = json.loads(self.bucket.download(name))
         self.generation = version
         hosts = request.get("hosts")
-        if hosts is not None and int(self.cfg["host"]) not in hosts:
+        if hosts is not None and self.host not in hosts:
             return
         ident = str(request["id"])
         if not ident.replace("-", "").isalnum():
@@ -154,18 +153,18 @@ class Control:
             ident = done.name[len("profile-"):-len(".done")]
             info = json.loads(done.read_text() or "{}")
             files = []
-            dest = f"{run_prefix(self.cfg)}/profiles/plugins/profile/{ident}"
+            dest = run_layout.profile_session_prefix(self.run_id, ident)
             for path in sorted((self.dir / f"profile-{ident}").rglob("*")):
                 if not path.is_file():
                     continue
                 # jax names files by the machine's hostname; name them by podctl host,
                 # so every host of the run lands in the one session, each its own file
                 suffix = next((s for s in HOST_SUFFIXES if path.name.endswith(s)), "." + path.name)
-                name = f"{dest}/{tag(self.cfg)}{suffix}"
+                name = run_layout.profile_trace_object(self.run_id, ident, self.host, suffix)
                 self.bucket.upload(name, path.read_bytes())
                 files.append(name)
-            ack = {"host": int(self.cfg["host"]), "files": files, **info}
-            self.bucket.upload(f"{run_prefix(self.cfg)}/control/acks/{ident}/{tag(self.cfg)}.json",
+            ack = {"host": self.host, "files": files, **info}
+            self.bucket.upload(run_layout.profile_ack_object(self.run_id, ident, self.host),
                                json.dumps(ack).encode(), "application/json")
             os.replace(done, done.with_suffix(".shipped"))
             self.say(f"[podctl] profile {ident}: {len(files)} file(s) uploaded to gs://"
@@ -176,11 +175,10 @@ class Control:
         if not root.is_dir():
             return
         count = 0
+        dest = run_layout.xla_dump_prefix(self.run_id, self.host)
         for path in sorted(root.rglob("*")):
             if path.is_file():
-                rel = path.relative_to(root).as_posix()
-                self.bucket.upload(f"{run_prefix(self.cfg)}/xla_dump/{tag(self.cfg)}/{rel}",
+                self.bucket.upload(f"{dest}{path.relative_to(root).as_posix()}",
                                    path.read_bytes(), "text/plain")
                 count += 1
-        self.say(f"[podctl] XLA dump: {count} file(s) uploaded to gs://{self.cfg['bucket']}/"
-                 f"{run_prefix(self.cfg)}/xla_dump/{tag(self.cfg)}/")
+        self.say(f"[podctl] XLA dump: {count} file(s) uploaded to gs://{self.cfg['bucket']}/{dest}")

@@ -39,7 +39,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ENV_PREFIX = "podctl/envs/"
+try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import run_layout
+except ImportError:  # imported by podctl itself
+    from podctl.jobs import run_layout
+
 WAIT_SECONDS = 2 * 3600.0
 TAIL = 15
 PROGRESS_SECONDS = 20.0  # while an install runs, one line this often at most
@@ -89,8 +93,7 @@ class HostEnv:
         self.index_args = list(spec.get("index_args") or [])
         self.sign_key, self.uv_tool = spec["sign_key"], spec.get("uv")
         self.dir = home / "envs" / self.key
-        name = f"{ENV_PREFIX}{self.key}.{signer_of(self.sign_key)}"
-        self.object, self.sidecar = f"{name}.tar.gz", f"{name}.json"
+        self.object, self.sidecar = run_layout.env_archive_objects(self.key, signer_of(self.sign_key))
         self.failed_marker, self.log_object, self.build_log = failed_marker, log_object, build_log
         self.unpack = unpack
         self.tag = f"[podctl] env {self.key[:12]}"

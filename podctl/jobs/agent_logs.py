@@ -1,8 +1,9 @@
 """The host agent's log shipper (stdlib only: shipped with agent.py, run by a bare
 host's python3): every line the script prints goes to a local file at once and to GCS
-in numbered chunks every few seconds (podctl/runs/RUN_ID/logs/host-NNNN/N.log), with a
-heartbeat (heartbeat/host-NNNN.json) that also says which phase the agent is in, when
-each phase began, and what the script is doing (agent_watch.py)."""
+in numbered chunks every few seconds (run_layout.chunk_object:
+podctl/runs/RUN_ID/logs/host-NNNN/NNNNNN.log), with a heartbeat
+(run_layout.heartbeat_object) that also says which phase the agent is in, when each
+phase began, and what the script is doing (agent_watch.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import run_layout
+except ImportError:  # imported by podctl itself
+    from podctl.jobs import run_layout
+
 TAIL_LINES = 20
 TAIL_IN_STATUS = 20  # a failure's last lines in its status: podctl reads a chip error there
 TAIL_CHARS = 4096  # each tail line is cut to this: the status stays small whatever was printed
@@ -24,22 +30,18 @@ SHIP_PATIENCE_SECONDS = 6 * 3600.0
 SHIP_RETRY_MAX_SECONDS = 8.0
 
 
-def host_tag(index: int) -> str:
-    return f"host-{index:04d}"
-
-
 def process_mark(host: int, process: int) -> str:
     """The line the agent logs once its script's JAX process index is known: readers
     (podctl/jobs/labels.py parses it) label this host's later lines by it too."""
-    return f"[podctl] {host_tag(host)} is JAX process {process}"
+    return f"[podctl] {run_layout.host_tag(host)} is JAX process {process}"
 
 
 class LogShipper:
     """Lines in, GCS chunks out: a local file for every line, an upload every few seconds."""
 
     def __init__(self, cfg: dict, bucket, run_dir: Path):
-        self.prefix = f"podctl/runs/{cfg['run_id']}"
-        self.tag = host_tag(cfg["host"])
+        self.run_id, self.host = cfg["run_id"], int(cfg["host"])
+        self.tag = run_layout.host_tag(self.host)
         self.bucket = bucket
         self.flush_seconds = float(cfg.get("flush_seconds", 2.0))
         self.heartbeat_seconds = float(cfg.get("heartbeat_seconds", 10.0))
@@ -47,7 +49,7 @@ class LogShipper:
         self.local = open(run_dir / "output.log", "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (the shipper's life)
         self.pending: list[str] = []
         self.lines = 0
-        self.chunk = 0
+        self.chunk = run_layout.FIRST_CHUNK - 1  # the last chunk shipped
         # When each phase began (starting, environment, setup, running, done): where the
         # host's time went, for `podctl goodput`; in every heartbeat and in the status.
         self.phases: dict[str, float] = {}
@@ -106,7 +108,7 @@ class LogShipper:
                 self.local.flush()
             if not data:
                 return True
-            if self._upload(f"{self.prefix}/logs/{self.tag}/{self.chunk + 1:06d}.log", data,
+            if self._upload(run_layout.chunk_object(self.run_id, self.host, self.chunk + 1), data,
                             attempts=attempts):
                 self.chunk += 1
                 return True
@@ -126,8 +128,8 @@ class LogShipper:
             self._last_heartbeat = now
             beat = {"time": now, "lines": self.lines, "phase": self.phase, "pid": os.getpid(),
                     "phases": self.phases, **self.watch(), "process_index": self.process_index}
-            self._upload(f"{self.prefix}/heartbeat/{self.tag}.json", json.dumps(beat), "application/json",
-                         attempts=attempts)
+            self._upload(run_layout.heartbeat_object(self.run_id, self.host), json.dumps(beat),
+                         "application/json", attempts=attempts)
 
     def persist(self, attempt: Callable[[], bool]) -> bool:
         """ATTEMPT (one try at an upload -> whether it is done) until it is done, through

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from podctl.jobs import agent
+from podctl.jobs import agent, run_layout
 from podctl.errors import BundleError
 from podctl.storage import Storage
 
@@ -58,13 +58,9 @@ class Bundle:
     warnings: list[str] = field(default_factory=list)
 
 
-def bundle_object_name(digest: str) -> str:
-    return f"podctl/bundles/{digest}.tar.gz"
-
-
 async def upload(storage: Storage, bundle: Bundle) -> bool:
     """Put the bundle in GCS unless it is there already; True when it was uploaded."""
-    return await storage.upload_file(bundle.path, bundle_object_name(bundle.hash), if_missing=True,
+    return await storage.upload_file(bundle.path, run_layout.bundle_object(bundle.hash), if_missing=True,
                                      content_type="application/gzip")
 
 

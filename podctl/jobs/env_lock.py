@@ -278,10 +278,6 @@ def sign_key(secret: bytes, key: str) -> str:
     return hmac.new(secret, f"podctl-env {key}".encode(), hashlib.sha256).hexdigest()
 
 
-def uv_tool_object(sha: str) -> str:
-    return f"podctl/tools/uv-{sha}"
-
-
 def client_uv_for_hosts() -> tuple[str, str] | None:
     """(path, sha256) of this client's uv binary when it runs on the hosts (Linux x86_64)."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):

@@ -10,20 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from podctl.errors import InvalidValueError
-from podctl.jobs import bundle, env_lock
+from podctl.jobs import bundle, env_lock, run_layout
 from podctl.storage import Storage
 
 REQUIREMENTS = "requirements.txt"
 
 
-def lock_object(run_id: str) -> str:
-    return f"podctl/runs/{run_id}/requirements.lock"
-
-
 async def _bundled_requirements(storage: Storage, bundle_hash: str, tmp: Path) -> Path | None:
     """A queued run's requirements.txt, from its bundle in GCS (checked against its hash)."""
     archive = tmp / "bundle.tar.gz"
-    await storage.download_file(bundle.bundle_object_name(bundle_hash), archive)
+    await storage.download_file(run_layout.bundle_object(bundle_hash), archive)
     if env_lock.file_sha256(archive) != bundle_hash:
         raise InvalidValueError(f"the bundle {bundle_hash[:12]} in GCS does not match its hash; "
                                 "queue the run again.")
@@ -55,15 +51,15 @@ async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, r
                                        relock=relock)
     for note in plan.notes:
         notice(note)
-    await storage.upload_bytes(lock_object(run_id), plan.lock.encode(), "text/plain")
+    await storage.upload_bytes(run_layout.requirements_lock_object(run_id), plan.lock.encode(), "text/plain")
     uv_tool = None
     local_uv = await asyncio.to_thread(env_lock.client_uv_for_hosts)
     if local_uv is not None:
         uv_path, sha = local_uv
-        await storage.upload_file(uv_path, env_lock.uv_tool_object(sha), if_missing=True,
+        await storage.upload_file(uv_path, run_layout.uv_tool_object(sha), if_missing=True,
                                   content_type="application/octet-stream")
-        uv_tool = {"object": env_lock.uv_tool_object(sha), "sha256": sha}
+        uv_tool = {"object": run_layout.uv_tool_object(sha), "sha256": sha}
     config = plan.to_config(env_lock.client_secret(), uv_tool)
     summary = {"key": plan.key, "python": plan.python, "jax": plan.version_of("jax"),
-               "lock": lock_object(run_id)}
+               "lock": run_layout.requirements_lock_object(run_id)}
     return config, summary

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError
-from podctl.jobs import bundle, env_ship, launch, owner, runs
+from podctl.jobs import bundle, env_ship, launch, owner, run_layout, runs
 from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
@@ -204,7 +204,7 @@ class Job:
             bundle_hash=request.bundle_hash, python=request.python, jax_extra=request.host_jax_extra,
             relock=request.relock, notice=self.notice)
         source, sha = launch.agent_source()
-        await self.storage.upload_bytes_if_missing(launch.agent_object(sha), source)
+        await self.storage.upload_bytes_if_missing(run_layout.agent_object(sha), source)
         self.agent_sha = sha
         info = request.info
         self.record = RunRecord(
@@ -217,7 +217,7 @@ class Job:
                    # is another slice, and this run's record is not its run.
                    "slice_created": info.created,
                    "checkpoint_dir": request.checkpoint_dir
-                   or runs.checkpoint_dir(self.storage.bucket_name, self.run_id),
+                   or run_layout.checkpoint_dir(self.storage.bucket_name, self.run_id),
                    **({"resumed_from": request.resumed_from} if request.resumed_from else {}),
                    **({"environment": env_summary} if env_summary else {}),
                    **request.record_extra})
@@ -225,7 +225,7 @@ class Job:
         return launch.JobSpec(
             run_id=self.run_id, bucket=self.storage.bucket_name, project=self.project,
             script=script, args=tuple(request.args), env=dict(request.env), setup=request.setup,
-            bundle_hash=bundle_hash, bundle_object=bundle.bundle_object_name(bundle_hash),
+            bundle_hash=bundle_hash, bundle_object=run_layout.bundle_object(bundle_hash),
             coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds,
             checkpoint_dir=request.checkpoint_dir, environment=environment)
 

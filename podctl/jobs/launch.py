@@ -19,7 +19,7 @@ from typing import Any
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import JobError
-from podctl.jobs import runs
+from podctl.jobs import run_layout
 from podctl.jobs.ssh import Fleet, Target
 from podctl.vocabulary import HEARTBEAT_SECONDS
 
@@ -28,17 +28,21 @@ HOST_COMMAND_SECONDS = 30.0  # a stop or a stacks request on one host: a host th
 MEGASCALE_PORT = 8080
 AGENT_FILE = Path(__file__).with_name("agent.py")
 
+# What the agent's zip holds: agent.py, its siblings, and the two standard-library modules
+# it shares with podctl (metric_line.py: a script's records; run_layout.py: every GCS name).
 AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py", "agent_control.py", "agent_logs.py",
-                 "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "metric_line.py")
+                 "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "metric_line.py",
+                 "run_layout.py")
 _AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
 
 # Run on the host as `python3 -c BOOT RUN_DIR` by the system interpreter of a fresh
 # TPU VM (3.10, standard library only): fetch the agent's zip once (checked against
 # its hash) through GCS's JSON API with the metadata server's token, then run it.
+# ("CONFIG_FILE" is replaced by run_layout's name for the host's config below.)
 BOOT = """
 import hashlib, json, os, runpy, sys, urllib.parse, urllib.request
 from pathlib import Path
-d = Path(sys.argv[1]); cfg = json.loads((d / "config.json").read_text())
+d = Path(sys.argv[1]); cfg = json.loads((d / "CONFIG_FILE").read_text())
 a = Path.home() / ".podctl" / "agents" / (cfg["agent_sha"] + ".zip")
 if not a.exists():
     def get(url, headers):
@@ -57,7 +61,7 @@ if not a.exists():
     t = a.with_name(a.name + ".%d" % os.getpid()); t.write_bytes(data); os.replace(t, a)
 sys.argv = [str(a), str(d)]
 runpy.run_path(str(a), run_name="__main__")
-"""
+""".replace("CONFIG_FILE", run_layout.CONFIG_FILE)
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class JobSpec:
     bundle_object: str | None = None
     coordinator_port: int = JAX_COORDINATOR_PORT
     flush_seconds: float = 2.0
-    checkpoint_dir: str | None = None  # None: the run's own (runs.checkpoint_dir)
+    checkpoint_dir: str | None = None  # None: the run's own (run_layout.checkpoint_dir)
     environment: dict[str, Any] | None = None  # env_lock.EnvPlan.to_config: the lock, its key; may hold credentials
 
 
@@ -93,10 +97,6 @@ def agent_source() -> tuple[bytes, str]:
         z.writestr(zipfile.ZipInfo("__main__.py", (1980, 1, 1, 0, 0, 0)), _AGENT_MAIN)
     data = out.getvalue()
     return data, hashlib.sha256(data).hexdigest()
-
-
-def agent_object(sha: str) -> str:
-    return f"podctl/agents/{sha}.zip"
 
 
 def targets_for(info: SliceInfo, ssh_port: int | None) -> list[Target]:
@@ -129,11 +129,11 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
         # between hosts, internal addresses: the firewall drops the rest (targets_for)
         "worker_id": target.worker, "worker_hostnames": [t.peer_address for t in same_slice],
         "coordinator": f"{first.peer_address}:{spec.coordinator_port}",
-        "checkpoint_dir": spec.checkpoint_dir or runs.checkpoint_dir(spec.bucket, spec.run_id),
+        "checkpoint_dir": spec.checkpoint_dir or run_layout.checkpoint_dir(spec.bucket, spec.run_id),
         "script": spec.script, "args": list(spec.args), "command": list(spec.command),
         "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,
         "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,
-        "agent_sha": agent_sha, "agent_object": agent_object(agent_sha),
+        "agent_sha": agent_sha, "agent_object": run_layout.agent_object(agent_sha),
         "flush_seconds": spec.flush_seconds, "heartbeat_seconds": HEARTBEAT_SECONDS,
         "environment": spec.environment,
     }
@@ -142,7 +142,7 @@ def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha:
 def run_dir(run_id: str) -> str:
     # "$HOME" quoted: a HOME with a space (a fake host under such a state dir) would
     # otherwise split into two words ("ambiguous redirect")
-    return f"\"$HOME\"/.podctl/runs/{shlex.quote(run_id)}"
+    return f"\"$HOME\"/{run_layout.HOST_RUNS_DIR}/{shlex.quote(run_id)}"
 
 
 def start_command(run_id: str, once: bool = False) -> str:
@@ -153,7 +153,7 @@ def start_command(run_id: str, once: bool = False) -> str:
     the host starts the agent only if it makes the run's `started` marker itself
     (mkdir is atomic), so a second start of the same run id is a no-op."""
     d = run_dir(run_id)
-    start = (f"cat > {d}/config.json && cd {d} && "
+    start = (f"cat > {d}/{run_layout.CONFIG_FILE} && cd {d} && "
              f"(setsid nohup python3 -c {shlex.quote(BOOT)} \"$PWD\" > agent.out 2>&1 < /dev/null &)"
              " && echo started")
     if once:
@@ -165,7 +165,8 @@ def start_command(run_id: str, once: bool = False) -> str:
 def stacks_command(run_id: str) -> str:
     """Ask a running agent for its script's stacks (SIGUSR1; it uploads them to GCS)."""
     d = run_dir(run_id)
-    return f"if test -f {d}/agent.pid; then kill -USR1 \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true"
+    pid = f"{d}/{run_layout.PID_FILE}"
+    return f"if test -f {pid}; then kill -USR1 \"$(cat {pid})\" 2>/dev/null; fi; true"
 
 
 async def _on_every_host(fleet: Fleet, command: str) -> None:
@@ -189,9 +190,10 @@ def stop_command(run_id: str, grace_seconds: float | None = None) -> str:
     """Leave a stop marker (for an agent still starting), then signal a running one.
     GRACE_SECONDS: how long the script has to end before SIGKILL (default: the agent's)."""
     d = run_dir(run_id)
-    mark = f"echo {float(grace_seconds)} > {d}/stop" if grace_seconds is not None else f"touch {d}/stop"
+    stop, pid = f"{d}/{run_layout.STOP_FILE}", f"{d}/{run_layout.PID_FILE}"
+    mark = f"echo {float(grace_seconds)} > {stop}" if grace_seconds is not None else f"touch {stop}"
     return (f"mkdir -p {d} && {mark} && "
-            f"if test -f {d}/agent.pid; then kill -TERM \"$(cat {d}/agent.pid)\" 2>/dev/null; fi; true")
+            f"if test -f {pid}; then kill -TERM \"$(cat {pid})\" 2>/dev/null; fi; true")
 
 
 async def start_agents(fleet: Fleet, spec: JobSpec, agent_sha: str, once: bool = False) -> None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from collections.abc import Awaitable, Callable
 
-from podctl.jobs import run_files
+from podctl.jobs import run_files, run_layout
 from podctl.jobs.labels import ProcessMarks
 from podctl.jobs.run_files import EXIT_HOST_LOST, HOST_LOST_SECONDS, split_lines
 from podctl.jobs.runs import HostStatus
@@ -59,20 +59,16 @@ class LogReader:
         by_host = {h: c for h, c in chunks_by_host.items() if self.shown(h)}
         emitted = 0
         for host in sorted(by_host):
-            expected = self.progress.next_chunk.get(host, 1)
-            chunks = sorted(c for c in by_host[host] if c[0] >= expected)
             # chunks are uploaded one after another, so they are read in unbroken order
-            for number, name in chunks:
-                if number != expected:
-                    break
+            for number, name in run_layout.unbroken(
+                    by_host[host], self.progress.next_chunk.get(host, run_layout.FIRST_CHUNK)):
                 data = await self.storage.download_bytes(name)
                 lines = split_lines(data)
                 for line in lines:
                     self.sink(host, self.marks.line(host, line))
                 emitted += len(lines)
                 self.progress.lines[host] = self.progress.lines.get(host, 0) + len(lines)
-                expected += 1
-            self.progress.next_chunk[host] = expected
+                self.progress.next_chunk[host] = number + 1
         return emitted
 
     async def read_statuses(self) -> dict[int, HostStatus]:

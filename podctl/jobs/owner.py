@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from podctl.errors import SliceBusyError
+from podctl.jobs import run_layout
 from podctl.jobs.agent import STOP_GRACE_SECONDS
 from podctl.jobs.ssh import Fleet, Target
 
@@ -25,18 +26,20 @@ from podctl.jobs.ssh import Fleet, Target
 LET_GO_SECONDS = STOP_GRACE_SECONDS + 30.0
 _POLL_SECONDS = 1.0
 
-# Prints "live ID" or "stopping ID" for each other run whose agent is alive on this host.
+# Prints "live ID" or "stopping ID" for each other run whose agent is alive on this host
+# (the host's run directories and their files: run_layout.py).
 _OTHERS = r"""
-for p in "$HOME"/.podctl/runs/*/agent.pid; do
+for p in "$HOME"/{runs}/*/{pid}; do
   [ -f "$p" ] || continue
   d=$(dirname "$p"); id=$(basename "$d")
   [ "$id" = {run_id} ] && continue
-  [ -e "$d/status.json" ] && continue
+  [ -e "$d/{status}" ] && continue
   kill -0 "$(cat "$p" 2>/dev/null)" 2>/dev/null || continue
-  if [ -e "$d/stop" ]; then echo "stopping $id"; else echo "live $id"; fi
+  if [ -e "$d/{stop}" ]; then echo "stopping $id"; else echo "live $id"; fi
 done
 true
-"""
+""".replace("{runs}", run_layout.HOST_RUNS_DIR).replace("{pid}", run_layout.PID_FILE) \
+    .replace("{status}", run_layout.STATUS_FILE).replace("{stop}", run_layout.STOP_FILE)
 
 
 def others_command(run_id: str) -> str:

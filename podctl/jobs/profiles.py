@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from podctl.errors import InvalidValueError, JobError
-from podctl.jobs import run_files, runs
+from podctl.jobs import run_files, run_layout, runs
 from podctl.jobs.run_files import load_record
 from podctl.storage import Storage
 
@@ -44,7 +44,7 @@ class ProfileRequest:
 
     @property
     def logdir(self) -> str:
-        return f"{runs.run_prefix(self.run_id)}/profiles"
+        return run_layout.profiles_logdir(self.run_id)
 
     @property
     def wanted(self) -> list[int]:
@@ -91,15 +91,14 @@ async def request_profile(storage: Storage, run_id: str, steps: int,
                              run_id=live_id, steps=steps, hosts=sorted(hosts) if hosts else None,
                              requested=time.time(), num_hosts=live.num_hosts)
     body = {"id": request.id, "steps": steps, "hosts": request.hosts, "requested": request.requested}
-    await storage.upload_bytes(f"{runs.run_prefix(live_id)}/control/profile.json",
+    await storage.upload_bytes(run_layout.profile_request_object(live_id),
                                json.dumps(body).encode(), content_type="application/json")
     return request
 
 
 async def read_acks(storage: Storage, request: ProfileRequest) -> dict[int, dict[str, Any]]:
-    prefix = f"{runs.run_prefix(request.run_id)}/control/acks/{request.id}/"
-    for obj in await storage.list(prefix):
-        host = run_files.host_of(obj.name)
+    for obj in await storage.list(run_layout.profile_acks_prefix(request.run_id, request.id)):
+        host = run_layout.host_of(obj.name)
         if host not in request.acks:
             request.acks[host] = json.loads(await storage.download_bytes(obj.name))
     return request.acks
@@ -134,7 +133,7 @@ async def pull_profiles(storage: Storage, run_id: str, dest: Path) -> list[Path]
     record = await load_record(storage, run_id)
     written: list[Path] = []
     for attempt in attempt_ids(record):
-        prefix = f"{runs.run_prefix(attempt)}/profiles/"
+        prefix = f"{run_layout.profiles_logdir(attempt)}/"
         for obj in await storage.list(prefix):
             target = dest.joinpath(*_safe_relative(obj.name, prefix).parts)
             target.parent.mkdir(parents=True, exist_ok=True)

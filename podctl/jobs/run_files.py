@@ -1,11 +1,13 @@
 """A run's files in GCS, read and written in one place (the host agent, which must
-stand alone on a bare host, writes its own side: podctl/jobs/agent*.py).
+stand alone on a bare host, writes its own side: podctl/jobs/agent*.py). Both sides
+name every object with run_layout.py (shipped in the agent's zip):
 
-    podctl/runs/RUN_ID/run.json                 the record (RunRecord), also in the index
-    podctl/runs/RUN_ID/logs/host-NNNN/N.log     numbered chunks of whole lines
-    podctl/runs/RUN_ID/status/host-NNNN.json    a host's end: exit code, when, why
-    podctl/runs/RUN_ID/heartbeat/host-NNNN.json a host's agent is alive (every 10 s)
-    podctl/index/RUN_ID.json                    the record again, for `podctl runs`
+    podctl/runs/RUN_ID/run.json                    the record (RunRecord), also in the index
+    podctl/runs/RUN_ID/logs/host-NNNN/NNNNNN.log   numbered chunks of whole lines
+    podctl/runs/RUN_ID/status/host-NNNN.json       a host's end: exit code, when, why
+    podctl/runs/RUN_ID/heartbeat/host-NNNN.json    a host's agent is alive (every 10 s)
+    podctl/runs/RUN_ID/control/stop.json           the owner's stop
+    podctl/index/RUN_ID.json                       the record again, for `podctl runs`
 
 Whoever asks — `podctl run` following, `logs`, `stop`, `cost`, the queue's tick,
 `budget check`, recovery — reads them with these functions, so a host is lost after
@@ -25,7 +27,7 @@ from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.vocabulary import HOST_LOST_SECONDS
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.errors import InvalidValueError, JobError
-from podctl.jobs import runs
+from podctl.jobs import run_layout, runs
 from podctl.jobs.runs import HostStatus, RunRecord
 from podctl.storage import Storage, StorageNotFound
 
@@ -37,16 +39,16 @@ MAX_LISTED = 100
 async def save_record(storage: Storage, record: RunRecord) -> None:
     """run.json and its index entry, the same bytes in both."""
     data = json.dumps(record.to_json()).encode()
-    await storage.upload_bytes(f"{runs.run_prefix(record.run_id)}/run.json", data,
+    await storage.upload_bytes(run_layout.record_object(record.run_id), data,
                                content_type="application/json")
-    await storage.upload_bytes(f"{runs.INDEX}/{record.run_id}.json", data,
+    await storage.upload_bytes(run_layout.index_object(record.run_id), data,
                                content_type="application/json")
 
 
 async def read_record(storage: Storage, run_id: str) -> RunRecord | None:
     """RUN_ID's record, or None when it has none (yet)."""
     try:
-        data = await storage.download_bytes(f"{runs.run_prefix(run_id)}/run.json")
+        data = await storage.download_bytes(run_layout.record_object(run_id))
     except StorageNotFound:
         return None
     return RunRecord.from_json(json.loads(data))
@@ -124,7 +126,7 @@ async def request_stop(storage: Storage, run_ids: list[str], *, by: str,
     body = json.dumps({"by": by, "requested": request.requested,
                        "grace_seconds": grace_seconds}).encode()
     for run_id in dict.fromkeys(run_ids):
-        await storage.upload_bytes(runs.stop_request_object(run_id), body,
+        await storage.upload_bytes(run_layout.stop_request_object(run_id), body,
                                    content_type="application/json")
     return request
 
@@ -134,7 +136,7 @@ async def read_stop_request(storage: Storage, *run_ids: str) -> StopRequest | No
     not one podctl wrote: a stop is never guessed from a broken object)."""
     for run_id in dict.fromkeys(run_ids):
         try:
-            data = json.loads(await storage.download_bytes(runs.stop_request_object(run_id)))
+            data = json.loads(await storage.download_bytes(run_layout.stop_request_object(run_id)))
         except StorageNotFound:
             continue
         except ValueError:
@@ -167,7 +169,7 @@ async def list_runs(storage: Storage, *, as_shown: bool = False) -> list[RunReco
     """The newest MAX_LISTED runs' records, newest first, settled from their statuses;
     AS_SHOWN (`podctl runs`, `cloud.runs()`): a recovered run as its live attempt is
     (never written back: what acts on records reads each attempt's own)."""
-    entries = sorted(await storage.list(f"{runs.INDEX}/"), key=lambda o: o.name, reverse=True)
+    entries = sorted(await storage.list(run_layout.index_prefix()), key=lambda o: o.name, reverse=True)
     records = []
     for entry in sorted(entries, key=lambda o: o.updated, reverse=True)[:MAX_LISTED]:
         record = RunRecord.from_json(json.loads(await storage.download_bytes(entry.name)))
@@ -190,23 +192,12 @@ def _as_live_attempt(record: RunRecord, by_id: dict[str, RunRecord]) -> RunRecor
 
 # ---- what the hosts write -----------------------------------------------------------
 
-def host_of(object_name: str) -> int:
-    """The host number in ".../host-NNNN.json" or ".../host-NNNN/N.log"."""
-    parts = object_name.split("/")
-    tag = parts[-1] if parts[-1].startswith("host-") else parts[-2]
-    return int(tag.split("-")[1].split(".")[0])
-
-
-def chunk_number(object_name: str) -> int:
-    return int(object_name.rsplit("/", 1)[-1].split(".", 1)[0])
-
-
 async def read_statuses(storage: Storage, run_id: str,
                         known: dict[int, HostStatus] | None = None) -> dict[int, HostStatus]:
     """Every host's status written so far (those in KNOWN are not downloaded again)."""
     statuses = dict(known or {})
-    for obj in await storage.list(runs.status_prefix(run_id)):
-        host = host_of(obj.name)
+    for obj in await storage.list(run_layout.status_prefix(run_id)):
+        host = run_layout.host_of(obj.name)
         if host not in statuses:
             data = json.loads(await storage.download_bytes(obj.name))
             statuses[host] = HostStatus(host=host, exit_code=int(data["exit_code"]),
@@ -223,7 +214,8 @@ def _index(value: object) -> int | None:
 
 async def read_heartbeats(storage: Storage, run_id: str) -> dict[int, float]:
     """host -> when its agent last beat (GCS's clock: the object's update time)."""
-    return {host_of(o.name): o.updated for o in await storage.list(runs.heartbeat_prefix(run_id))}
+    return {run_layout.host_of(o.name): o.updated
+            for o in await storage.list(run_layout.heartbeat_prefix(run_id))}
 
 
 def silent_hosts(num_hosts: int, statuses: dict[int, HostStatus], heartbeats: dict[int, float],
@@ -253,10 +245,7 @@ async def gone_reason(storage: Storage, run_id: str) -> str | None:
 async def list_chunks(storage: Storage, run_id: str, host: int | None = None) -> dict[int, list[tuple[int, str]]]:
     """host -> [(chunk number, object name)], sorted, of RUN_ID's log chunks (one host's
     prefix only when HOST is given: a 512-host run has 512 hosts' chunks)."""
-    by_host: dict[int, list[tuple[int, str]]] = {}
-    for obj in await storage.list(runs.log_prefix(run_id, host)):
-        by_host.setdefault(host_of(obj.name), []).append((chunk_number(obj.name), obj.name))
-    return {h: sorted(chunks) for h, chunks in by_host.items()}
+    return run_layout.chunks_by_host([obj.name for obj in await storage.list(run_layout.log_prefix(run_id, host))])
 
 
 def split_lines(data: bytes) -> list[str]:
@@ -273,20 +262,15 @@ async def read_host_lines(storage: Storage, run_id: str, host: int) -> list[str]
     """Every line HOST has shipped so far, in order (chunks read in unbroken number
     order, as the log reader does: a gap ends the read)."""
     lines: list[str] = []
-    expected = 1
-    for number, name in (await list_chunks(storage, run_id, host)).get(host, []):
-        if number != expected:
-            break
+    for _number, name in run_layout.unbroken((await list_chunks(storage, run_id, host)).get(host, [])):
         lines.extend(split_lines(await storage.download_bytes(name)))
-        expected += 1
     return lines
 
 
 async def read_host_phases(storage: Storage, run_id: str, host: int) -> dict[str, float]:
     """When each of HOST's agent phases began (starting, environment, setup, running,
     done): from its status once it ended, else from its last heartbeat; {} if neither."""
-    for name in (f"{runs.status_prefix(run_id)}{runs.host_tag(host)}.json",
-                 f"{runs.heartbeat_prefix(run_id)}{runs.host_tag(host)}.json"):
+    for name in (run_layout.status_object(run_id, host), run_layout.heartbeat_object(run_id, host)):
         try:
             data = json.loads(await storage.download_bytes(name))
         except StorageNotFound:

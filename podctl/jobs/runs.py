@@ -1,13 +1,7 @@
-"""What a run is and where its files live in GCS.
+"""What a run is: its id, its record (run.json, and its index entry), its hosts' ends.
 
-    gs://BUCKET/podctl/runs/RUN_ID/run.json                 what was started, where
-                                  logs/host-NNNN/NNNNNN.log  log chunks, in order
-                                  heartbeat/host-NNNN.json   the agent is alive
-                                  status/host-NNNN.json      exit code, at the end
-                                  control/stop.json          the owner's stop (final)
-                                  checkpoints/               PODCTL_CHECKPOINT_DIR
-    gs://BUCKET/podctl/index/RUN_ID.json                     one small object per run,
-                                                             so `podctl runs` lists cheaply
+Where its files live in GCS is run_layout.py's (shared with the hosts' agent);
+run_files.py reads and writes them.
 """
 
 from __future__ import annotations
@@ -18,8 +12,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-RUNS = "podctl/runs"
-INDEX = "podctl/index"
+from podctl.jobs import run_layout
+
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,80}-\d{8}-\d{6}-[0-9a-f]{4}$")
 
 RunState = Literal["starting", "running", "succeeded", "failed", "stopped", "lost"]
@@ -32,36 +26,6 @@ def new_run_id(slice_name: str, now: float | None = None) -> str:
 
 def valid_run_id(run_id: str) -> bool:
     return bool(_RUN_ID.match(run_id))
-
-
-def host_tag(index: int) -> str:
-    return f"host-{index:04d}"
-
-
-def run_prefix(run_id: str) -> str:
-    return f"{RUNS}/{run_id}"
-
-
-def log_prefix(run_id: str, host: int | None = None) -> str:
-    return f"{RUNS}/{run_id}/logs/" + (f"{host_tag(host)}/" if host is not None else "")
-
-
-def status_prefix(run_id: str) -> str:
-    return f"{RUNS}/{run_id}/status/"
-
-
-def heartbeat_prefix(run_id: str) -> str:
-    return f"{RUNS}/{run_id}/heartbeat/"
-
-
-def stop_request_object(run_id: str) -> str:
-    """The owner's stop of RUN_ID: the hosts' agents read it (podctl/jobs/agent_control.py
-    names the same object), and recovery and the queue never relaunch a run that has one."""
-    return f"{RUNS}/{run_id}/control/stop.json"
-
-
-def checkpoint_dir(bucket: str, run_id: str) -> str:
-    return f"gs://{bucket}/{RUNS}/{run_id}/checkpoints"
 
 
 @dataclass
@@ -122,7 +86,7 @@ def record_checkpoint_dir(record: RunRecord) -> str:
     given = record.extra.get("checkpoint_dir")
     if given:
         return given
-    return checkpoint_dir(record.extra.get("bucket", ""), record.run_id)
+    return run_layout.checkpoint_dir(record.extra.get("bucket", ""), record.run_id)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 from podctl.cloud.types import SliceInfo
-from podctl.jobs import run_files, runs
+from podctl.jobs import run_files, run_layout, runs
 from podctl.jobs.job import Job, RunRequest
 from podctl.jobs.run_files import HOST_LOST_SECONDS, read_record
 from podctl.jobs.ssh import HostPins, pins_for
@@ -45,7 +45,7 @@ async def start(ctx: TickContext, entry: Entry, info: SliceInfo) -> bool:
                          env=dict(entry.env), hosts=None, detach=True, ssh_port=ctx.ssh_port,
                          coordinator_port=ctx.coordinator_port(), run_id=entry.run_id,
                          bundle_hash=entry.bundle_hash, host_jax_extra=ctx.host_jax_extra,
-                         checkpoint_dir=runs.checkpoint_dir(storage.bucket_name, resumed) if resumed else None,
+                         checkpoint_dir=run_layout.checkpoint_dir(storage.bucket_name, resumed) if resumed else None,
                          resumed_from=resumed,
                          record_extra={"parent": resumed, "attempt": entry.attempt} if resumed else {})
     job = Job(storage, request, project=entry.project, zone=entry.zone,

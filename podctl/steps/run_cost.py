@@ -87,6 +87,6 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
 
 async def checkpoint_bytes(session: Session, run_id: str) -> int:
     """What RUN_ID's checkpoints under its run directory hold in GCS now, in bytes."""
-    from podctl.jobs.runs import run_prefix
+    from podctl.jobs.run_layout import checkpoints_prefix
 
-    return sum(o.size for o in await session.storage.list(f"{run_prefix(run_id)}/checkpoints/"))
+    return sum(o.size for o in await session.storage.list(checkpoints_prefix(run_id)))

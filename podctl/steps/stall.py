@@ -30,7 +30,7 @@ from typing import TypeVar
 from collections.abc import Awaitable, Callable
 
 from podctl.errors import UsageError
-from podctl.jobs import launch, metric_line, run_files, runs
+from podctl.jobs import launch, metric_line, run_files, run_layout
 from podctl.jobs.job import Job
 from podctl.jobs.labels import host_name
 from podctl.storage import Storage, StorageError
@@ -157,9 +157,9 @@ def name_hosts(beats: dict[int, dict], num_hosts: int, now: float) -> list[str]:
 
 async def read_beats(storage: Storage, run_id: str) -> dict[int, dict]:
     beats = {}
-    for obj in await storage.list(runs.heartbeat_prefix(run_id)):
+    for obj in await storage.list(run_layout.heartbeat_prefix(run_id)):
         with contextlib.suppress(StorageError, ValueError):
-            beats[run_files.host_of(obj.name)] = json.loads(await storage.download_bytes(obj.name))
+            beats[run_layout.host_of(obj.name)] = json.loads(await storage.download_bytes(obj.name))
     return beats
 
 
@@ -180,12 +180,12 @@ async def report(storage: Storage, job: Job, watch: StallWatch, quiet: float,
     began = time.time()
     with contextlib.suppress(Exception):  # a host that is gone has no stacks to give
         await launch.ask_for_stacks(job.fleet, run_id)
-    prefix = f"{runs.run_prefix(run_id)}/stacks/"
+    prefix = run_layout.stacks_prefix(run_id)
     got: set[int] = set()
     while time.time() - began < STACKS_WAIT_SECONDS and len(got) < num_hosts:
         await asyncio.sleep(POLL_SECONDS)
         with contextlib.suppress(StorageError):
-            got = {run_files.host_of(o.name) for o in await storage.list(prefix)
+            got = {run_layout.host_of(o.name) for o in await storage.list(prefix)
                    if o.updated >= began - 5}
     where = f"gs://{storage.bucket_name}/{prefix}"
     notice(f"run {run_id}: stacks of {len(got)} of {num_hosts} hosts in {where}"
