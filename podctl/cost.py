@@ -19,14 +19,16 @@ that none of them gives is unknown (None), never guessed; commands then say
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
 from podctl import prices
+from podctl.numbers import (  # numbers.py owns them; re-exported for cost's callers
+    check_mfu as check_mfu, check_price as check_price, fmt_count as fmt_count, fmt_usd as fmt_usd,
+    parse_count as parse_count,
+)
 from podctl.errors import ConfigError, InvalidValueError
 from podctl.prices import TIERS as TIERS, region_of as region_of  # prices.py owns them
 from podctl.topology import generations, parse_slice
@@ -87,13 +89,6 @@ def _check_prices(path: Path, prices: dict[str, Any], *, nested: bool) -> None:
                                   f"({', '.join(TIERS)}) with prices in USD per chip-hour above 0.")
 
 
-def check_price(value: float | None, option: str = "--price") -> float | None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise InvalidValueError(f"{option} {value}: a price is US dollars per chip-hour above 0 "
-                                "(e.g. 4.20).")
-    return value
-
-
 def chip_hour_price(zone: str, *, spot: bool, generation: str, override: float | None = None,
                     config: Mapping[str, Any] | None = None,
                     tier: str | None = None) -> Price | None:
@@ -127,32 +122,6 @@ def slice_hourly_cost(accelerator_type: str, zone: str, *, spot: bool,
     price = chip_hour_price(zone, spot=spot, override=override,
                             generation=generation_of(accelerator_type))
     return None if price is None else parse_slice(accelerator_type).chips * price.usd_per_chip_hour
-
-
-# ---- numbers as people type them ------------------------------------------------------
-
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-_NUMBER = re.compile(r"^(-?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)([kmbgt]?)$")
-
-
-def parse_count(text: str, option: str) -> float:
-    """'70B', '7b', '1T', '1.5e12', '500M', '1_000' -> a positive number."""
-    value = text.strip().lower().replace("_", "").replace(",", "")
-    match = _NUMBER.match(value)
-    if not match:
-        raise InvalidValueError(f"{option} {text!r}: expected a number like 70B, 1.5e12, 500M or 1T.")
-    number = float(match[1]) * _SUFFIX[match[2]]
-    if math.isinf(number):
-        raise InvalidValueError(f"{option} {text!r} is too large to compute with (above 1e308).")
-    if not number > 0:
-        raise InvalidValueError(f"{option} {text!r} must be above zero.")
-    return number
-
-
-def check_mfu(mfu: float, where: str = "--mfu") -> float:
-    if not (math.isfinite(mfu) and 0 < mfu <= 1):
-        raise InvalidValueError(f"{where} {mfu}: MFU is a fraction of peak in (0, 1], e.g. 0.45.")
-    return mfu
 
 
 # ---- before: an estimate --------------------------------------------------------------
@@ -270,16 +239,3 @@ def slice_cost(info: SliceInfo, *, override: float | None = None,
         return SliceCost(None, None, None)
     hourly = info.chips * price.usd_per_chip_hour
     return SliceCost(price, hourly, hourly * info.age_seconds / 3600)
-
-
-def fmt_usd(usd: float | None) -> str:
-    """$1,234.56, or ? when unknown."""
-    return "?" if usd is None else f"${usd:,.2f}"
-
-
-def fmt_count(number: float) -> str:
-    """70e9 -> '70B', 1.5e12 -> '1.5T', 500e6 -> '500M' (parse_count's inverse)."""
-    for suffix, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if number >= size:
-            return f"{number / size:.4g}{suffix}"
-    return f"{number:.4g}"

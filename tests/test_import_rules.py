@@ -37,6 +37,8 @@ def test_the_tree_keeps_the_import_rules(tmp_path):
     ("cloud/describe.py", "from podctl.steps import session", "Layers"),
     ("jobs/bundle.py", "from podctl.fake import daemon", "The fake is a world apart"),
     ("fake/world.py", "from podctl.cloud import types", "The fake imports nothing"),
+    ("cli/slice_cmds.py", "from podctl.cloud import terminate", "The CLI goes through the one door"),
+    ("cli/render.py", "from podctl.cost import fmt_usd", "The CLI goes through the one door"),
 ])
 def test_a_planted_forbidden_import_fails_the_check(tmp_path, module, planted, contract):
     tree = _copy_of_the_tree(tmp_path)
@@ -47,6 +49,7 @@ def test_a_planted_forbidden_import_fails_the_check(tmp_path, module, planted, c
     broken = [line for line in proc.stdout.splitlines() if " BROKEN" in line]  # "BROKEN (n ignored imports)"
     assert any(contract in line for line in proc.stdout.splitlines()), proc.stdout
     assert broken, proc.stdout
+    assert contract in proc.stdout.partition("Broken contracts")[2], proc.stdout  # that very one
 
 
 def test_no_two_packages_import_each_other():

@@ -117,14 +117,11 @@ def ckpt_pull(ctx: Context, run_id: str, directory: Path, step: int | None, para
     def action() -> None:
         from podctl import steps
         from podctl._sync import run_sync
-        from podctl.jobs import checkpoints
 
         session = steps.Session(ctx.settings(project, zone, bucket), api=None)
-        storage, where, found = _run_checkpoints(session, run_id)
-        chosen = checkpoints.choose(found, step, where)
-        with _Bar(f"step {chosen.step}") as bar:
-            result = run_sync(checkpoints.pull(storage, chosen, directory, parallel=parallel,
-                                               progress=bar))
+        result = run_sync(steps.pull_checkpoint(session, run_id, directory, step=step,
+                                                parallel=parallel,
+                                                pulling=lambda chosen: _Bar(f"step {chosen.step}")))
         click.echo(f"pulled step {result.step}: {result.files} files, {_size(result.size_bytes)} "
                    f"in {result.seconds:.1f}s -> {result.directory}")
 

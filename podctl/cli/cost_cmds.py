@@ -21,10 +21,9 @@ def _notice(text: str) -> None:
 
 # ---- podctl cost ----------------------------------------------------------------------
 
-def _slice_json(info: Any, c: Any) -> dict[str, Any]:
-    from podctl.budget import slice_budget
-
-    budget = slice_budget(info)
+def _slice_json(priced: Any) -> dict[str, Any]:
+    """A steps.slice_cost.PricedSlice as `podctl cost --json` gives it."""
+    info, c, budget = priced.info, priced.cost, priced.budget
     return {"name": info.name, "accelerator_type": info.accelerator_type,
             "num_slices": info.num_slices, "chips": info.chips, "tier": info.tier,
             "zone": info.zone, "state": info.state, "created": info.created,
@@ -52,7 +51,7 @@ def _run_cost(ctx: Context, run_id: str, price: float | None, project: str | Non
 
 
 def _print_run(r: dict[str, Any]) -> None:
-    from podctl.cost import fmt_usd
+    from podctl.numbers import fmt_usd
 
     goodput = "?" if r["goodput"] is None else f"{r['goodput']:.1%}"
     tier = r["tier"] + ("" if r["tier_known"] else " (assumed: the slice is gone)")
@@ -99,14 +98,13 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, people: floa
     transfer) from what it measured. Without NAME: every podctl slice in the zone."""
 
     def action() -> None:
-        from podctl import cost
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.cloud.describe import describe, list_slices
-        from podctl.steps import Session
-        from podctl.jobs.runs import valid_run_id
+        from podctl.numbers import check_price, fmt_usd
+        from podctl.steps import Session, valid_run_id
+        from podctl.steps.slice_cost import slice_costs
 
-        cost.check_price(price)
+        check_price(price)
         if target and valid_run_id(target):
             from podctl.planner.bill import BillInputs
 
@@ -121,30 +119,26 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, people: floa
                 if report["price_note"]:
                     _notice(report["price_note"])
             return
-        settings = ctx.settings(project, zone)
-        api = Session.open(settings).api
-        slices = ([run_sync(describe(api, settings.parent, target))] if target else
-                  [s for s in run_sync(list_slices(api, settings.parent)) if s.managed])
-        config = cost.load_price_config()
-        listed = [_slice_json(s, cost.slice_cost(s, override=price, config=config)) for s in slices]
+        session = Session.open(ctx.settings(project, zone))
+        priced = run_sync(slice_costs(session, name=target, managed_only=True, price=price))
+        listed = [_slice_json(p) for p in priced.slices]
         if as_json:
             emit_json(listed if not target else listed[0])
             return
-        if not slices:
-            click.echo(f"no podctl slices in {settings.zone}")
+        if not listed:
+            click.echo(f"no podctl slices in {session.settings.zone}")
             return
         click.echo(f"{'SLICE':30s} {'CHIPS':>11s}  {'TIER':9s} {'AGE':>10s}  {'USD/HOUR':>14s}  "
                    f"{'COST':>14s}")
         for r in listed:
             click.echo(f"{r['name']:30s} {r['chips']:>5d} chips  {r['tier']:9s} "
-                       f"{r['age_seconds'] / 3600:8.2f} h  {cost.fmt_usd(r['usd_per_hour']):>12s}/h  "
-                       f"{cost.fmt_usd(r['cost_usd']):>14s}")
+                       f"{r['age_seconds'] / 3600:8.2f} h  {fmt_usd(r['usd_per_hour']):>12s}/h  "
+                       f"{fmt_usd(r['cost_usd']):>14s}")
         known = [r["cost_usd"] for r in listed if r["cost_usd"] is not None]
         if len(listed) > 1:
-            click.echo(f"{'total':30s} {cost.fmt_usd(sum(known)) if known else '?':>60s}")
-        for generation in dict.fromkeys(cost.generation_of(r["accelerator_type"]) for r in listed
-                                        if r["cost_usd"] is None):
-            _notice(cost.unknown_price_message(settings.zone, generation))
+            click.echo(f"{'total':30s} {fmt_usd(sum(known)) if known else '?':>60s}")
+        for note in priced.notes:
+            _notice(note)
 
     guarded(action)
 
@@ -177,28 +171,16 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
     (its podctl-deadline label passed, or its cost so far reached podctl-max-cost)."""
 
     def action() -> None:
-        from podctl import budget as budget_lib
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
         from podctl.durations import parse_duration
         from podctl.steps import Session
+        from podctl.steps.budget_check import check_budgets
 
         grace_seconds = parse_duration(grace, "--grace")
         session = Session.open(ctx.settings(project, zone, bucket))
-
-        async def stop_runs(info: Any) -> list[str]:
-            if not session.settings.bucket:
-                _notice(f"no bucket (--bucket, PODCTL_BUCKET): runs on {info.name} not signalled")
-                return []
-            return await budget_lib.stop_runs_on(session.storage, info, session.host_access(info),
-                                                 grace_seconds=grace_seconds, notice=_notice)
-
-        from podctl.gc import run_keeper
-        from podctl.steps.budget_check import reap
-        keep = (run_keeper(session.storage, clock=session.api.server_now)  # podctl/gc.py
-                if session.settings.bucket else None)
-        reaped = run_sync(reap(session.api, session.settings.parent, dry_run=dry_run,
-                               stop_runs=stop_runs, notice=_notice, keep=keep))
+        reaped = run_sync(check_budgets(session, dry_run=dry_run, grace_seconds=grace_seconds,
+                                        notice=_notice))
         if as_json:
             emit_json([r.to_json() for r in reaped])
         elif not reaped:

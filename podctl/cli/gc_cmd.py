@@ -1,4 +1,4 @@
-"""podctl gc: delete podctl's leftovers that hold quota (podctl/gc.py)."""
+"""podctl gc: delete podctl's leftovers that hold quota (steps/collect.py, podctl/gc.py)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,15 @@ from podctl.cli.slice_cmds import json_option, pass_context, where_options
 _VERBS = {"delete": "deleted", "keep": "kept", "leave": "not podctl's"}
 
 
-def _queue_keeper(state_dir: Any) -> Any:
-    """What this machine's run queue still owns (no queue.db: nothing)."""
-    from podctl import gc
+def _queue_owners(state_dir: Any) -> Any:
+    """This machine's run queue, whose entries' slices gc leaves (no queue.db: none)."""
     from podctl.queue.store import Store, db_path
+    from podctl.steps.collect import QueueOwners
 
     if not db_path(state_dir).exists():
         return None
     with Store(db_path(state_dir)) as store:
-        return gc.queue_keeper(store.token, store.entries())
-
-
-def _storage(settings: Any) -> Any:
-    from podctl.cloud.connect import storage_endpoint
-    from podctl.storage import Storage
-
-    return Storage.connect(settings.bucket, endpoint=storage_endpoint(settings))
+        return QueueOwners(store.token, store.entries())
 
 
 def _line(item: Any, dry_run: bool) -> str:
@@ -53,37 +46,20 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
     a queue entry owns; slices podctl did not create are listed, never touched."""
 
     def action() -> None:
-        from podctl import gc as gc_lib
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.cloud.connect import connect
         from podctl.errors import CloudError
+        from podctl.steps import Session
+        from podctl.steps.collect import collect
 
-        settings = ctx.settings(project, zone, bucket)
-        api = connect(settings)
-        queue_keep = _queue_keeper(settings.state_dir)
-        storage = _storage(settings) if settings.bucket else None
+        session = Session.open(ctx.settings(project, zone, bucket))
+        settings = session.settings
+        queue = _queue_owners(settings.state_dir)
 
-        async def no_bucket(info: Any) -> str | None:
-            if gc_lib.dead_reason(info, api.server_now()) is None:
-                return "no bucket (--bucket, PODCTL_BUCKET) to see whether a run goes on it"
-            return None
+        def notice(text: str) -> None:
+            click.echo(f"podctl: {text}", err=True)
 
-        async def go() -> list[Any]:
-            runs_keep = (gc_lib.run_keeper(storage, clock=api.server_now) if storage is not None
-                         else no_bucket)
-
-            async def close_runs(deleting: list[Any]) -> None:
-                # before the delete: a `--recover` follower then reads why its slice went
-                if storage is not None:
-                    for run_id in await gc_lib.close_runs(storage, deleting):
-                        click.echo(f"podctl: run {run_id} ended with its slice (collected)", err=True)
-
-            return await gc_lib.collect(api, settings.parent, dry_run=dry_run,
-                                        keep=gc_lib.all_of(queue_keep, runs_keep),
-                                        before_delete=close_runs)
-
-        found = run_sync(go())
+        found = run_sync(collect(session, dry_run=dry_run, queue=queue, notice=notice))
         if as_json:
             emit_json([item.to_json() for item in found])
         elif not found:

@@ -35,13 +35,13 @@ def goodput(ctx: Context, run_id: str, price: float | None, project: str | None,
     The buckets add up to the run's billed slice time (`podctl cost RUN_ID`)."""
 
     def action() -> None:
-        from podctl import cost
+        from podctl import numbers
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
         from podctl.steps import Session
         from podctl.steps.goodput import run_goodput
 
-        cost.check_price(price)
+        numbers.check_price(price)
         session = Session.open(ctx.settings(project, zone, bucket))
         try:
             report = run_sync(run_goodput(session, run_id, price=price))
@@ -56,7 +56,7 @@ def goodput(ctx: Context, run_id: str, price: float | None, project: str | None,
         total = report.total_seconds or 1.0
         for b in report.buckets:
             click.echo(f"  {LABELS[b.name]:42s} {b.seconds:10.1f} s {b.seconds / total:6.1%} "
-                       f"{b.chip_hours:10.3f} chip-h  {cost.fmt_usd(b.usd):>12s}")
+                       f"{b.chip_hours:10.3f} chip-h  {numbers.fmt_usd(b.usd):>12s}")
         for attempt, slow in report.slow_hosts:
             where = "" if attempt == run_id else f" (attempt {attempt})"
             click.echo(f"  {slow.describe()}{where}")

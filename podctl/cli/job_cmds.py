@@ -23,8 +23,7 @@ def _line_printer(stream: Any) -> Any:
     """One write per line, so lines of different hosts never split or interleave. On a
     terminal control characters are made visible; elsewhere (a file, a pipe) the line
     is written as the host printed it, as `podctl logs` keeps it in GCS."""
-    from podctl.jobs.agent_env import is_progress
-    from podctl.jobs.labels import label, process_of
+    from podctl.steps.lines import is_progress, label, process_of
 
     terminal = bool(getattr(stream, "isatty", lambda: False)())
     progress_shown = False
@@ -124,14 +123,12 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
     def action() -> None:
         from podctl import maintenance, steps
         from podctl._sync import run_sync
-        from podctl.budget import run_hours
         from podctl.cli.render import emit_json
-        from podctl.jobs.job import parse_env
-        from podctl.jobs.labels import host_name
         from podctl.durations import parse_duration
+        from podctl.steps.lines import host_name
         from podctl.steps.slow_hosts import SlowHostPolicy
         from podctl.steps.stall import StallPolicy
-        from podctl.steps.supervise import Supervision, run_supervised
+        from podctl.steps.supervise import Supervision, run_hours, run_supervised
 
         hours = run_hours(max_hours, detach)  # checked before anything starts
         if (recover or retry_errors) and detach:
@@ -160,7 +157,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall,
                           slow=slow)
         options = steps.RunOptions(script=script, args=tuple(args), workdir=workdir,
-                                   env={**parse_env(list(env_pairs), env_files),
+                                   env={**steps.parse_env(list(env_pairs), env_files),
                                         **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
                                    setup=setup,
                                    hosts=hosts_text, fail_fast=not keep_going, resume=resume,
@@ -247,7 +244,7 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.steps import Session
-        from podctl.jobs.labels import host_name
+        from podctl.steps.lines import host_name
         from podctl.steps.replay import replay
 
         session = Session.open(ctx.settings(project, zone, bucket))
@@ -280,12 +277,10 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.jobs.run_files import list_runs
+        from podctl.steps import Session, list_runs
 
-        from podctl.steps import Session
-
-        records = run_sync(list_runs(Session.open(ctx.settings(project, zone, bucket)).storage,
-                                       as_shown=True))
+        records = run_sync(list_runs(Session.open(ctx.settings(project, zone, bucket)),
+                                     as_shown=True))
         if as_json:
             emit_json([r.to_json() for r in records])
             return
@@ -359,17 +354,11 @@ def exec_cmd(ctx: Context, name: str, command: tuple[str, ...], hosts_text: str,
 
     def action() -> None:
         from podctl._sync import run_sync
-        from podctl.jobs import launch
-        from podctl.jobs.job import exec_on_hosts, parse_hosts
-        from podctl.steps import Session, ready_slice
+        from podctl.steps import Session, exec_on_slice
 
         session = Session.open(ctx.settings(project, zone))
-        info = run_sync(ready_slice(session, name))
-        access = session.host_access(info)
-        targets = launch.targets_for(info, access.ssh_port)
-        hosts = parse_hosts(hosts_text, len(targets))
-        codes = run_sync(exec_on_hosts(targets, access.private_key, access.pins,
-                                       list(command), _line_printer(sys.stdout), hosts))
+        codes = run_sync(exec_on_slice(session, name, list(command), _line_printer(sys.stdout),
+                                       hosts=hosts_text))
         failed = [(h, c) for h, c in sorted(codes.items()) if c != 0]
         if failed:
             host, code = failed[0]

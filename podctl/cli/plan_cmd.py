@@ -27,14 +27,13 @@ def _run_facts(ctx: Context, run_id: str, project: str | None, zone: str | None,
                bucket: str | None) -> tuple[Any, Any]:
     """RUN_ID's measured metrics and bill (steps.run_cost), for --mfu-from / --goodput-from."""
     from podctl._sync import run_sync
-    from podctl.jobs.metrics import read_metrics
     from podctl.steps import Session
-    from podctl.steps.run_cost import run_cost
+    from podctl.steps.run_cost import run_cost, run_metrics
 
     session = Session.open(ctx.settings(project, zone, bucket))
     try:
         bill = run_sync(run_cost(session, run_id))  # a clear error for a run that is not there
-        return run_sync(read_metrics(session.storage, run_id)), bill
+        return run_sync(run_metrics(session, run_id)), bill
     finally:
         session.close()
 
@@ -55,7 +54,7 @@ def measured_mfu(metrics: Any, run_id: str) -> Any:
 
 
 def _money(text: str | None, option: str) -> float | None:
-    from podctl.cost import parse_count
+    from podctl.numbers import parse_count
 
     return None if text is None else parse_count(text.strip().lstrip("$"), option)
 
@@ -136,7 +135,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
 
     def action() -> None:
         from podctl import compare as cmp
-        from podctl import cost
+        from podctl import numbers
         from podctl.cli import plan_render as render
         from podctl.cli.render import emit_json
         from podctl.errors import InvalidValueError
@@ -160,8 +159,8 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             names = [slice_name] + [n for n in names if n != slice_name]
         if not names and not frontier:
             raise InvalidValueError("which slice? pass --slice v5p-N (or --compare v5p-A,h100-B).")
-        mfus = cmp.parse_per_system(mfu_text, "--mfu", cost.check_mfu)
-        prices = cmp.parse_per_system(price_text, "--price", cost.check_price)
+        mfus = cmp.parse_per_system(mfu_text, "--mfu", numbers.check_mfu)
+        prices = cmp.parse_per_system(price_text, "--price", numbers.check_price)
         if not frontier:
             mfus.check_names("--mfu", names)
             prices.check_names("--price", names)
@@ -209,7 +208,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             render.print_frontier(front, output)
 
     def _from_preflight() -> None:
-        from podctl import cost
+        from podctl import numbers
         from podctl.cli.preflight_cmds import plan_from_preflight
         from podctl.errors import InvalidValueError
 
@@ -218,8 +217,8 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             raise InvalidValueError("--from-preflight has the FLOPs per step: drop --params, "
                                     "--compare, --frontier and --mfu-from.")
         plan_from_preflight(ctx, from_preflight, tokens_text, slice_name,
-                            _one_number(mfu_text, "--mfu", cost.check_mfu), spot,
-                            _one_number(price_text, "--price", cost.check_price), zone, as_json)
+                            _one_number(mfu_text, "--mfu", numbers.check_mfu), spot,
+                            _one_number(price_text, "--price", numbers.check_price), zone, as_json)
 
     guarded(action)
 

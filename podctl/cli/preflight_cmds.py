@@ -22,7 +22,7 @@ def _mib_or_gib(n: float) -> str:
 
 def render(r: Any, err: bool = False) -> None:
     """The human report of one PreflightResult: each figure with its working."""
-    from podctl.cost import fmt_count
+    from podctl.numbers import fmt_count
 
     j = r.to_json()
     t, h, f, p = r.target, j["hbm"], j["flops"], j["predicted"]
@@ -68,7 +68,7 @@ def compile_checked(slice_type: str, script: Path, args: list[str], *, num_slice
     """Compile; print one line (fits) or the report (does not fit), then raise
     DoesNotFitError (exit 1) when it does not fit. Used by run/queue add --preflight."""
     from podctl import preflight
-    from podctl.cost import check_mfu
+    from podctl.numbers import check_mfu
 
     _notice(f"preflight: compiling {script.name} for {slice_type}"
             f"{'' if num_slices == 1 else f' x {num_slices}'} with libtpu ...")
@@ -115,7 +115,7 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
     def action() -> None:
         from podctl import preflight as lib
         from podctl.cli.render import emit_json
-        from podctl.cost import check_mfu
+        from podctl.numbers import check_mfu
 
         chosen = check_mfu(mfu) if mfu is not None else lib.DEFAULT_MFU
         result = lib.compile_for(slice_type, script, list(args), num_slices=num_slices,
@@ -131,75 +131,39 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
     guarded(action)
 
 
-def _compiled_fit(data: dict[str, Any]) -> dict[str, Any] | None:
-    """The compiled memory figure (per chip, x chips) in the shape of `plan`'s fit: it
-    replaces plan's rule of thumb (podctl/planner/fit.py) when a preflight file is given."""
-    hbm, chips = data.get("hbm") or {}, int(data.get("chips") or 0)
-    if not hbm.get("needed_bytes") or not hbm.get("per_chip_bytes") or not chips:
-        return None
-    need, have = float(hbm["needed_bytes"]) * chips, float(hbm["per_chip_bytes"]) * chips
-    return {"fits": need <= have, "needed_bytes": need, "capacity_bytes": have,
-            "rule": "compiled by podctl preflight, per chip x chips", "suggestion": None}
-
-
 def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: str | None,
                         mfu: float | None, spot: bool, price: float | None, zone: str | None,
                         as_json: bool) -> None:
     """`podctl plan --from-preflight FILE --tokens D`: the run priced with the compiled
-    FLOPs per step (FLOPs/step x D / tokens per step) instead of 6·N·D."""
-    from podctl import cost
+    FLOPs per step (FLOPs/step x D / tokens per step) instead of 6·N·D
+    (podctl/planner/from_preflight.py)."""
     from podctl import preflight as lib
     from podctl.cli.plan_cmd import plan_zone as _plan_zone
     from podctl.cli.plan_render import short_source as _short_source
     from podctl.cli.render import emit_json
-    from podctl.errors import InvalidValueError
+    from podctl.numbers import fmt_count, fmt_usd
+    from podctl.planner import from_preflight
 
     data = lib.load_result(path)
-    tokens = cost.parse_count(tokens_text, "--tokens")
-    if slice_name and cost.parse_slice(slice_name).name != data["slice"]:
-        raise InvalidValueError(f"{path} was compiled for {data['slice']}, not {slice_name}: "
-                                f"run `podctl preflight --slice {slice_name} ...` for that size.")
-    chosen, source = ((cost.check_mfu(mfu), "--mfu") if mfu is not None
-                      else (cost.DEFAULT_MFU, "assumed; pass --mfu"))
-    cost.check_price(price)
-    where = _plan_zone(ctx, zone)
-    generation = cost.generation_of(data["slice"])
-    chip_price = (cost.chip_hour_price(where, spot=spot, override=price, generation=generation)
-                  if where else cost.chip_hour_price("-", spot=spot, override=price,
-                                                     generation=generation) if price else None)
-    per_step, per_step_tokens = float(data["flops"]["per_step"]), int(data["tokens_per_step"])
-    chips = int(data["chips"])
-    peak = float((data.get("predicted") or {}).get("peak_flops_per_chip")
-                 or cost.parse_slice(data["slice"]).generation.peak_flops_per_chip)
-    steps = tokens / per_step_tokens
-    flops = per_step * steps
-    hours = flops / (chips * peak * chosen) / 3600
-    per_hour = chips * chip_price.usd_per_chip_hour if chip_price else None
-    total = per_hour * hours if per_hour is not None else None
-    six = data["flops"].get("six_n_tokens")
-    report = {"slice": data["slice"], "num_slices": data.get("num_slices", 1), "chips": chips,
-              "tokens": tokens, "tokens_per_step": per_step_tokens, "steps": steps,
-              "flops_per_step": per_step, "flops": flops,
-              "six_n_d": six * steps if six else None, "mfu": chosen, "mfu_source": source,
-              "peak_flops_per_chip": peak, "hours": hours, "days": hours / 24,
-              "usd_per_hour": per_hour, "total_usd": total,
-              "usd_per_million_tokens": total / (tokens / 1e6) if total is not None else None,
-              "price": chip_price.to_json() if chip_price else None, "zone": where,
-              "price_note": None if chip_price else cost.unknown_price_message(where, generation),
-              "from_preflight": str(path), "fit": _compiled_fit(data)}
+    report = from_preflight.plan_from_preflight(data, path, tokens_text, slice_name, mfu=mfu,
+                                                spot=spot, price=price,
+                                                zone=lambda: _plan_zone(ctx, zone))
     if as_json:
         emit_json(report)
         return
+    per_step, steps, flops = report["flops_per_step"], report["steps"], report["flops"]
+    chips, peak, chosen = report["chips"], report["peak_flops_per_chip"], report["mfu"]
+    hours, per_hour, p = report["hours"], report["usd_per_hour"], report["price"]
     rows = [
-        ("FLOPs/step", f"{per_step:.3e} compiled for {data['slice']} ({path}; XLA cost_analysis "
+        ("FLOPs/step", f"{per_step:.3e} compiled for {report['slice']} ({path}; XLA cost_analysis "
                        "+ loop trips)"),
-        ("steps", f"{cost.fmt_count(tokens)} tokens / {per_step_tokens:,} tokens per step = "
-                  f"{steps:,.0f}"),
+        ("steps", f"{fmt_count(report['tokens'])} tokens / {report['tokens_per_step']:,} tokens "
+                  f"per step = {steps:,.0f}"),
         ("FLOPs", f"{per_step:.3e} x {steps:,.0f} = {flops:.3e}"
-                  + (f" (6·N·D would be {six * steps:.3e})" if six else "")),
-        ("chips", f"{chips} ({data['slice']}) x {peak / 1e12:g} TFLOP/s peak (bf16) = "
+                  + (f" (6·N·D would be {report['six_n_d']:.3e})" if report["six_n_d"] else "")),
+        ("chips", f"{chips} ({report['slice']}) x {peak / 1e12:g} TFLOP/s peak (bf16) = "
                   f"{chips * peak:.3e} FLOP/s"),
-        ("MFU", f"{chosen:g} ({source})"),
+        ("MFU", f"{chosen:g} ({report['mfu_source']})"),
         *([("memory", f"{'fits' if report['fit']['fits'] else 'does NOT fit'}: "
                       f"{report['fit']['needed_bytes'] / 1e12:,.3f} TB needed, "
                       f"{report['fit']['capacity_bytes'] / 1e12:,.3f} TB of HBM "
@@ -207,17 +171,16 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
         ("time", f"{flops:.3e} / ({chips * peak:.3e} x {chosen:g}) = {hours:,.1f} h "
                  f"({hours / 24:,.1f} days)"),
     ]
-    if chip_price:
-        p = chip_price
-        rows += [("price", f"${p.usd_per_chip_hour:.2f} per chip-hour, {p.tier}, {p.region} "
-                           f"({_short_source(p.source)})"),
-                 ("$/hour", f"{chips} chips x ${p.usd_per_chip_hour:.2f} = {cost.fmt_usd(per_hour)}"),
-                 ("total", f"{cost.fmt_usd(per_hour)} x {hours:,.1f} h = {cost.fmt_usd(total)}"),
-                 ("$/M tokens", cost.fmt_usd(report["usd_per_million_tokens"]))]
+    if p:
+        rows += [("price", f"${p['usd_per_chip_hour']:.2f} per chip-hour, {p['tier']}, "
+                           f"{p['region']} ({_short_source(p['source'])})"),
+                 ("$/hour", f"{chips} chips x ${p['usd_per_chip_hour']:.2f} = {fmt_usd(per_hour)}"),
+                 ("total", f"{fmt_usd(per_hour)} x {hours:,.1f} h = {fmt_usd(report['total_usd'])}"),
+                 ("$/M tokens", fmt_usd(report["usd_per_million_tokens"]))]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
-    if not chip_price:
+    if not p:
         _notice(report["price_note"])
 
 

@@ -1,8 +1,9 @@
-"""podctl profile: a JAX profiler trace of a running run, on demand (podctl/jobs/profiles.py)."""
+"""podctl profile: a JAX profiler trace of a running run, on demand (steps/profiles.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -47,13 +48,13 @@ def profile(ctx: Context, run_id: str, steps: int, hosts_text: str, pull_dir: Pa
         from podctl.steps import Session
         from podctl.cli.render import emit_json
         from podctl.durations import parse_duration
-        from podctl.errors import InvalidValueError, JobError
-        from podctl.jobs import profiles
+        from podctl.errors import JobError
+        from podctl.steps.profiles import pull_profiles, take_profile
 
         wait_seconds = parse_duration(timeout, "--timeout")
-        storage = Session.open(ctx.settings(project, zone, bucket)).storage
+        session = Session.open(ctx.settings(project, zone, bucket))
         if pull_dir is not None:
-            written = run_sync(profiles.pull_profiles(storage, run_id, pull_dir))
+            written = run_sync(pull_profiles(session, run_id, pull_dir))
             if as_json:
                 emit_json({"run_id": run_id, "files": [str(p) for p in written]})
                 return
@@ -62,22 +63,15 @@ def profile(ctx: Context, run_id: str, steps: int, hosts_text: str, pull_dir: Pa
                                "while it runs.")
             click.echo(f"{len(written)} file(s) in {pull_dir}; " + OPEN_HINT.format(where=pull_dir))
             return
-        profiles.check_steps(steps)
-        hosts = None
-        if hosts_text != "all":
-            try:
-                hosts = {int(h) for h in hosts_text.split(",") if h.strip()}
-            except ValueError:
-                raise InvalidValueError(f"--hosts {hosts_text!r}: expected all, or host numbers "
-                                        "like 0,3.") from None
-        request = run_sync(profiles.request_profile(storage, run_id, steps, hosts))
-        where = f"gs://{storage.bucket_name}/{request.logdir}"
-        if not as_json:
-            click.echo(f"asked run {request.run_id} for a trace of {steps} steps on "
-                       f"{'every host' if hosts is None else 'hosts ' + hosts_text} "
-                       f"(profile {request.id})", err=True)
-        if not no_wait:
-            run_sync(profiles.wait_for_profile(storage, request, wait_seconds))
+
+        def asked(request: Any, where: str) -> None:
+            if not as_json:
+                click.echo(f"asked run {request.run_id} for a trace of {steps} steps on "
+                           f"{'every host' if hosts_text == 'all' else 'hosts ' + hosts_text} "
+                           f"(profile {request.id})", err=True)
+
+        request, where = run_sync(take_profile(session, run_id, steps, hosts_text, asked=asked,
+                                               wait_seconds=None if no_wait else wait_seconds))
         if as_json:
             emit_json({**request.to_json(), "logdir": where})
         else:

@@ -89,9 +89,8 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         from podctl.cli.render import emit_json
         from podctl.durations import parse_duration
         from podctl.errors import InvalidValueError
-        from podctl.jobs.job import parse_env
         from podctl.queue import add as adding
-        from podctl.steps import Session
+        from podctl.steps import Session, parse_env
 
         if spot and queued:
             raise InvalidValueError("--spot and --queued are two tiers: choose one.")
@@ -105,13 +104,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
-        if max_cost is not None:  # a budget the tick could not price is no budget: refused, as `up` does
-            from podctl.cost import generation_of, slice_hourly_cost, unknown_price_message
-
-            if slice_hourly_cost(slice_type, settings.zone, spot=spot) is None:
-                why = unknown_price_message(settings.zone, generation_of(slice_type)).replace(
-                    "pass --price or ", "")
-                raise InvalidValueError(f"--max-cost needs a price: {why}.")
+        adding.check_priced(request, settings.zone)  # a budget the tick could not price: refused
         if preflight:  # before anything is bundled or stored
             from podctl.cli.preflight_cmds import compile_checked
 

@@ -53,7 +53,7 @@ def slice_table(slices: Iterable[Any], costs: dict[str, Any] | None = None) -> N
     """COSTS: slice name -> podctl.cost.SliceCost, for the $/HOUR and COST columns."""
     from rich.table import Table, box
 
-    from podctl.cost import fmt_usd
+    from podctl.numbers import fmt_usd
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("NAME", "KIND", "STATE", "TYPE", "TOPOLOGY", "CHIPS", "HOSTS", "TIER", "AGE",
@@ -71,7 +71,8 @@ def slice_table(slices: Iterable[Any], costs: dict[str, Any] | None = None) -> N
     _console().print(table)
 
 
-def slice_detail(info: Any, maintenance: dict[str, dict] | None = None) -> None:
+def slice_detail(info: Any, maintenance: dict[str, str] | None = None) -> None:
+    """INFO, a row per field; MAINTENANCE: node -> its upcoming maintenance, in words."""
     rows = [
         ("name", info.name),
         ("kind", info.kind),
@@ -91,11 +92,9 @@ def slice_detail(info: Any, maintenance: dict[str, dict] | None = None) -> None:
     if symptoms:
         rows.insert(4, ("symptoms", "; ".join(symptoms)))
     if maintenance:
-        from podctl.cloud.maintenance_info import describe
-
         rows.insert(4, ("maintenance", "; ".join(
-            f"{node}: {describe(plan)}" if len(info.nodes) > 1 else describe(plan)
-            for node, plan in sorted(maintenance.items()))))
+            f"{node}: {said}" if len(info.nodes) > 1 else said
+            for node, said in sorted(maintenance.items()))))
     if info.error:
         rows.append(("error", info.error))
     if info.valid_until:

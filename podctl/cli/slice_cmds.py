@@ -83,19 +83,15 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
     """
 
     def action() -> None:
-        import dataclasses
-
         from podctl import steps
         from podctl._sync import run_sync
         from podctl.cli.render import ProgressReporter, emit_json, slice_detail
-
-        from podctl.cloud.placement import Placement
 
         def listed(text: str | None) -> tuple[str, ...]:
             return tuple(t.strip() for t in (text or "").split(",") if t.strip())
 
         settings = ctx.settings(project, zone)
-        placement = Placement(
+        placement = steps.Placement(
             reservation=reservation, reserved=reserved, network=network, subnetwork=subnetwork,
             service_account=service_account, scopes=listed(scopes), tags=listed(tags),
             internal_ips=internal_ips)
@@ -103,34 +99,22 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             slice_type=slice_name, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
             num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
             wait=not no_wait, timeout=timeout, placement=placement))
-        from podctl.budget import describe_labels, with_budget
-
+        budget = steps.Budget(max_cost=max_cost, max_hours=max_hours, price=price)
         session = steps.Session.open(settings)
-        # A deadline is on the service's clock, as `budget check` reads it: this machine's
-        # may be hours off.
-        now = (run_sync(session.api.server_clock(settings.parent))
-               if max_cost is not None or max_hours is not None else None)
-        request = with_budget(request, settings.zone, max_cost=max_cost, max_hours=max_hours,
-                              price=price, now=now)
+        request = run_sync(steps.budget_request(session, request, budget))
         if not request.spec.slice_type.in_google_table:
             click.echo(f"podctl: note: {request.spec.slice_type.name} ({request.spec.slice_type.topology}) "
                        f"is not in Google's table of {request.spec.slice_type.generation.name} sizes; "
                        "Cloud TPU may refuse it.", err=True)
         with ProgressReporter(f"{request.name} ({request.spec.describe()})") as progress:
             result = run_sync(steps.up(session, request, progress=progress))
-        if (max_cost is not None or max_hours is not None) and not result.created:
-            # A budget given is a budget kept: written on the slice that already existed.
-            from podctl.budget import existing_budget_labels, set_on_existing
-
-            labels = existing_budget_labels(result.info, max_cost=max_cost, max_hours=max_hours,
-                                            price=price, now=session.api.server_now())
-            info = run_sync(set_on_existing(session.api, settings.parent, result.info, labels))
-            result = dataclasses.replace(result, info=info)
-            click.echo(f"podctl: budget {describe_labels(labels)} set on {info.name}, which already "
+        result, budget_set = run_sync(steps.keep_budget(session, request, result, budget))
+        if budget_set is not None and budget_set.on_existing:
+            click.echo(f"podctl: budget {budget_set.said} set on {result.info.name}, which already "
                        "existed: enforced while `podctl run` follows a run on it or `podctl budget "
                        "check` runs", err=True)
-        elif result.created and describe_labels(request.labels):
-            click.echo(f"podctl: budget {describe_labels(request.labels)}: enforced while `podctl "
+        elif budget_set is not None:
+            click.echo(f"podctl: budget {budget_set.said}: enforced while `podctl "
                        "run` follows a run on it or `podctl budget check` runs", err=True)
         if as_json:
             emit_json({**result.info.to_json(), "created": result.created})
@@ -155,21 +139,18 @@ def ls(ctx: Context, project: str | None, zone: str | None, as_json: bool) -> No
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json, slice_table
-        from podctl.cloud.describe import list_slices
-        from podctl.cost import load_price_config, slice_cost
+        from podctl.steps.slice_cost import slice_costs
 
         session = _open(ctx, project, zone)
-        settings, api = session.settings, session.api
-        slices = run_sync(list_slices(api, settings.parent))
-        prices = load_price_config()
-        costs = {s.name: slice_cost(s, config=prices) for s in slices}
+        settings = session.settings
+        priced = run_sync(slice_costs(session)).slices
         if as_json:
-            emit_json([{**s.to_json(), "usd_per_hour": costs[s.name].usd_per_hour,
-                        "cost_usd": costs[s.name].usd_so_far} for s in slices])
-        elif not slices:
+            emit_json([{**p.info.to_json(), "usd_per_hour": p.cost.usd_per_hour,
+                        "cost_usd": p.cost.usd_so_far} for p in priced])
+        elif not priced:
             click.echo(f"no slices in {settings.zone} (project {settings.project})")
         else:
-            slice_table(slices, costs)
+            slice_table([p.info for p in priced], {p.info.name: p.cost for p in priced})
 
     guarded(action)
 
@@ -185,17 +166,13 @@ def status(ctx: Context, name: str, project: str | None, zone: str | None, as_js
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json, slice_detail
-        from podctl.cloud.describe import describe
-        from podctl.cloud.maintenance_info import upcoming
+        from podctl.steps import slice_status
 
-        session = _open(ctx, project, zone)
-        settings, api = session.settings, session.api
-        info = run_sync(describe(api, settings.parent, name))
-        maintenance = run_sync(upcoming(api, info))  # v2alpha1 only: cloud/maintenance_info.py
+        found = run_sync(slice_status(_open(ctx, project, zone), name))
         if as_json:
-            emit_json({**info.to_json(), "maintenance": maintenance})
+            emit_json({**found.info.to_json(), "maintenance": found.maintenance})
         else:
-            slice_detail(info, maintenance)
+            slice_detail(found.info, found.maintenance_said())
 
     guarded(action)
 
@@ -214,18 +191,15 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
     """Delete a slice (a queued resource with its nodes), PREEMPTED and SUSPENDED ones too."""
 
     def action() -> None:
+        from podctl import steps
         from podctl._sync import run_sync
         from podctl.cli.render import ProgressReporter, emit_json
-        from podctl.cloud import describe, terminate
-        from podctl.cloud.wait import WaitPolicy, wait_deleted
         from podctl.durations import parse_duration
         from podctl.errors import UsageError
 
-        wait_seconds = parse_duration(timeout, "--timeout")
+        parse_duration(timeout, "--timeout")  # refused before anything connects
         session = _open(ctx, project, zone)
-        settings, api = session.settings, session.api
-        info = run_sync(describe.describe(api, settings.parent, name))
-        info = run_sync(terminate.owning_slice(api, settings.parent, info))
+        info = run_sync(steps.to_delete(session, name))
         if not yes:
             if not sys.stdin.isatty():
                 raise UsageError(f"not on a terminal: add --yes to delete {name}.")
@@ -233,30 +207,12 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
             if not click.confirm(f"Delete {what}?", default=False):
                 raise UsageError("nothing deleted.")
 
-        async def delete_and_wait() -> Any:
-            from podctl import tombstones
+        def notice(text: str) -> None:
+            click.echo(f"podctl: {text}", err=True)
 
-            deleted = await terminate.delete(api, settings.parent, info)
-            # The owner deleted it: a `run --recover` following it must not make it again,
-            # and a detached run on it is over.
-            tombstones.write(settings.state_dir, info)
-            if settings.bucket:
-                from podctl.errors import PodctlError
-                from podctl.steps import close_runs_of_deleted
-
-                try:
-                    storage = session.storage
-                except PodctlError:
-                    storage = None  # the delete stands; the records stay as they were
-                for run_id in await close_runs_of_deleted(settings, storage, info) if storage else []:
-                    click.echo(f"podctl: run {run_id} ended with its slice (slice deleted)", err=True)
-            if not no_wait:
-                with ProgressReporter(f"deleting {name}") as progress:
-                    await wait_deleted(api, settings.parent, deleted.name, kind=deleted.kind,
-                                       policy=WaitPolicy(timeout=wait_seconds), progress=progress)
-            return deleted
-
-        deleted = run_sync(delete_and_wait())
+        deleted = run_sync(steps.down(session, name, wait=not no_wait, timeout=timeout, found=info,
+                                      notice=notice,
+                                      waiting=lambda _: ProgressReporter(f"deleting {name}")))
         if as_json:
             emit_json({"name": deleted.name, "kind": deleted.kind, "deleted": not no_wait,
                        "deleting": no_wait, "state_before": deleted.state})

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from podctl import cost
 from podctl.errors import InvalidValueError
 from podctl.queue.store import Entry, Store
 from podctl.jobs import bundle
@@ -44,6 +45,17 @@ def validate(request: AddRequest) -> None:
             raise InvalidValueError(f"{option} must be more than 0 (got {value:g}).")
     if request.max_attempts < 1:
         raise InvalidValueError(f"--max-attempts must be 1 or more (got {request.max_attempts}).")
+
+
+def check_priced(request: AddRequest, zone: str) -> None:
+    """A budget the tick could not price is no budget: --max-cost without a known price
+    for the slice in ZONE is refused, as `up` refuses it."""
+    if request.max_cost is None:
+        return
+    if cost.slice_hourly_cost(request.slice_type, zone, spot=request.tier == "spot") is None:
+        why = cost.unknown_price_message(zone, cost.generation_of(request.slice_type)).replace(
+            "pass --price or ", "")
+        raise InvalidValueError(f"--max-cost needs a price: {why}.")
 
 
 async def bundle_now(storage: Storage, request: AddRequest, notice: Callable[[str], None]) -> tuple[str, str]:

@@ -1,32 +1,48 @@
 """The steps layer: every operation the CLI, the Python API and the queue share, each
-with one owner. A step is a plain async function over a Session.
+with one owner. A step is a plain async function over a Session. The CLI reaches
+nothing below this door (an import-linter contract, pyproject.toml): what it shows of
+a step comes back as the step's dataclasses, and where callers differ a step takes a
+hook (a notice, a progress, the CLI's spinner or bar for a long wait).
 
-    session.py    Session: settings, the Cloud TPU API, GCS, the SSH key, host-key pins
-    slices.py     up_request / up / ready_slice / describe_slice / down
-    runs.py       RunOptions, start_run / follow_run / stop_run, run_checkpoints
-    supervise.py  run_supervised: follow a run within its budget, recover it (--recover)
-    recovery.py   run_recovering: relaunch from the latest checkpoint on a new slice
-    replay.py     replay: a run's lines from GCS, every attempt in turn (`podctl logs`)
-    run_cost.py   run_cost: what a run cost, its goodput, tokens and MFU
+    session.py       Session: settings, the Cloud TPU API, GCS, the SSH key, host-key pins
+    slices.py        up_request / budget_request / up / keep_budget, ready_slice,
+                     describe_slice / slice_status, to_delete / down
+    slice_cost.py    slice_costs: each slice's $/hour, its cost so far, its budget (ls, cost)
+    runs.py          RunOptions, start_run / follow_run / stop_run, list_runs, run_checkpoints /
+                     pull_checkpoint, exec_on_slice
+    supervise.py     run_supervised: follow a run within its budget, recover it (--recover)
+    recovery.py      run_recovering: relaunch from the latest checkpoint on a new slice
+    replay.py        replay: a run's lines from GCS, every attempt in turn (`podctl logs`)
+    run_cost.py      run_cost: what a run cost, its goodput, tokens and MFU; run_metrics
+    goodput.py       run_goodput: where a run's chip-hours went
+    profiles.py      take_profile / pull_profiles: a JAX profiler trace of a running run
+    budget_check.py  check_budgets: `podctl budget check`
+    collect.py       collect: `podctl gc`
+    lines.py         a host's line as callers print it (its label, progress or not)
 
 Below the steps: cloud/ (the Cloud TPU API), jobs/ (hosts, agents, a run's files in
-GCS), storage.py, budget.py, cost.py, failures.py (what counts as the infrastructure's
-fault). Above them: cli/, api.py, queue/ (which keeps its own state machine and store
-but opens its clients through a Session too).
+GCS), storage.py, budget.py, cost.py, gc.py, failures.py (what counts as the
+infrastructure's fault). Above them: cli/, api.py, queue/ (which keeps its own state
+machine and store but opens its clients through a Session too).
 """
 
+from podctl.cloud.placement import Placement
 from podctl.steps.runs import (
-    LineSink, Notice, RunOptions, StopResult, follow_run, launch_job, new_job, resume_checkpoint_dir,
-    run_checkpoints, start_run, stop_run,
+    LineSink, Notice, RunOptions, StopResult, exec_on_slice, follow_run, launch_job, list_runs,
+    new_job, parse_env, pull_checkpoint, resume_checkpoint_dir, run_checkpoints, start_run,
+    stop_run, valid_run_id,
 )
 from podctl.steps.session import Session
 from podctl.steps.slices import (
-    SliceOptions, close_runs_of_deleted, describe_slice, down, ready_slice, up, up_request,
+    Budget, BudgetSet, SliceOptions, SliceStatus, budget_request, close_runs_of_deleted,
+    describe_slice, down, keep_budget, ready_slice, slice_status, to_delete, up, up_request,
 )
 
 __all__ = [
-    "LineSink", "Notice", "RunOptions", "Session", "SliceOptions", "StopResult",
-    "close_runs_of_deleted", "describe_slice", "down", "follow_run", "launch_job", "new_job",
-    "ready_slice", "resume_checkpoint_dir", "run_checkpoints", "start_run", "stop_run", "up",
-    "up_request",
+    "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "Session",
+    "SliceOptions", "SliceStatus", "StopResult", "budget_request", "close_runs_of_deleted",
+    "describe_slice", "down", "exec_on_slice", "follow_run", "keep_budget", "launch_job",
+    "list_runs", "new_job", "parse_env", "pull_checkpoint", "ready_slice",
+    "resume_checkpoint_dir", "run_checkpoints", "slice_status", "start_run", "stop_run",
+    "to_delete", "up", "up_request", "valid_run_id",
 ]

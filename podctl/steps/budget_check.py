@@ -11,12 +11,13 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from podctl import gc
-from podctl.budget import Notice, Reaped, delete_slice, overdue
+from podctl.budget import GRACE_SECONDS, Notice, Reaped, delete_slice, overdue, stop_runs_on
 from podctl.cloud.api import TpuApi
 from podctl.cloud.describe import list_slices
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy
 from podctl.errors import PodctlError
+from podctl.steps.session import Session
 
 StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
 
@@ -52,3 +53,22 @@ async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: b
     return reaped + await gc.reap_budgeted(api, parent, [s for s in slices if s.name not in done],
                                            now=now, dry_run=dry_run, keep=keep, notice=notice,
                                            policy=policy)
+
+
+async def check_budgets(session: Session, *, dry_run: bool = False,
+                        grace_seconds: float = GRACE_SECONDS,
+                        notice: Notice = lambda text: None) -> list[Reaped]:
+    """`podctl budget check` in the session's zone: `reap`, the runs on a slice asked to
+    checkpoint and stop (GRACE_SECONDS to do it) through the session's bucket, and a
+    run still going there keeping a dead budgeted slice (no bucket: no run is known)."""
+    async def stop_runs(info: SliceInfo) -> list[str]:
+        if not session.settings.bucket:
+            notice(f"no bucket (--bucket, PODCTL_BUCKET): runs on {info.name} not signalled")
+            return []
+        return await stop_runs_on(session.storage, info, session.host_access(info),
+                                  grace_seconds=grace_seconds, notice=notice)
+
+    keep = (gc.run_keeper(session.storage, clock=session.api.server_now)
+            if session.settings.bucket else None)
+    return await reap(session.api, session.settings.parent, dry_run=dry_run, stop_runs=stop_runs,
+                      notice=notice, keep=keep)

@@ -11,7 +11,7 @@ from typing import Any
 from podctl import cost
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.describe import find
-from podctl.jobs.metrics import read_metrics
+from podctl.jobs.metrics import RunMetrics, read_metrics
 from podctl.jobs.run_files import load_record, read_statuses
 from podctl.steps.session import Session
 from podctl.topology import parse_slice
@@ -90,3 +90,9 @@ async def checkpoint_bytes(session: Session, run_id: str) -> int:
     from podctl.jobs.run_layout import checkpoints_prefix
 
     return sum(o.size for o in await session.storage.list(checkpoints_prefix(run_id)))
+
+
+async def run_metrics(session: Session, run_id: str) -> RunMetrics:
+    """What RUN_ID measured (its metric lines): steps, tokens, median MFU, platform, ...
+    (`podctl plan --mfu-from / --goodput-from`)."""
+    return await read_metrics(session.storage, run_id)

@@ -1,15 +1,18 @@
-"""Run steps: start a run on a slice, follow it, stop it, find its checkpoints.
+"""Run steps: start a run on a slice, follow it, stop it, list runs, find and pull a
+run's checkpoints, run a plain command on a slice's hosts (`podctl exec`).
 
     job = await start_run(session, info, RunOptions(script=...), sink=..., notice=...)
     result = await follow_run(job)        # Ctrl-C or a failure stops it on every host
 
 `podctl run`, `Slice.run()` in the Python API, recovery's relaunches and the demo start
-runs with these; `stop_run` is `podctl stop` and `Run.stop()`.
+runs with these; `stop_run` is `podctl stop` and `Run.stop()`. `parse_env` (--env,
+--env-file) and `valid_run_id` are the jobs layer's, named here for the callers.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,19 +21,22 @@ from collections.abc import Callable
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError
-from podctl.jobs import checkpoints, run_files
-from podctl.jobs.checkpoints import Checkpoint
+from podctl.jobs import checkpoints, launch, run_files
+from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
-from podctl.jobs.job import Job, RunRequest, RunResult, check_script, parse_hosts
+from podctl.jobs.job import Job, RunRequest, RunResult, check_script, exec_on_hosts, parse_hosts
+from podctl.jobs.job import parse_env as parse_env
 from podctl.jobs.run_files import load_record
-from podctl.jobs.runs import record_checkpoint_dir, valid_run_id
+from podctl.jobs.runs import RunRecord, record_checkpoint_dir
+from podctl.jobs.runs import valid_run_id as valid_run_id
 from podctl.jobs.stop import stop_runs
 from podctl.steps.session import Session
-from podctl.steps.slices import describe_slice
+from podctl.steps.slices import describe_slice, ready_slice
 from podctl.storage import Storage
 
 Notice = Callable[[str], None]
 LineSink = Callable[[int, str], None]
+PullProgress = Callable[[int, int], None]  # bytes done, bytes in all
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,36 @@ async def run_checkpoints(session: Session, run_id: str) -> tuple[Storage, str, 
     directory = record_checkpoint_dir(await load_record(session.storage, run_id))
     storage = session.storage_for(checkpoints.split_gs_url(directory)[0])
     return storage, directory, await checkpoints.list_checkpoints(storage, directory)
+
+
+async def pull_checkpoint(session: Session, run_id: str, dest: Path, *, step: int | None = None,
+                          parallel: int = checkpoints.PULL_PARALLEL,
+                          pulling: Callable[[Checkpoint], AbstractContextManager[PullProgress | None]]
+                          | None = None) -> PullResult:
+    """Download RUN_ID's checkpoint STEP (default: the latest complete one) to DEST/STEP/,
+    PARALLEL objects at a time; PULLING, given the checkpoint chosen, opens the download's
+    progress (the CLI's bar names the step)."""
+    storage, where, found = await run_checkpoints(session, run_id)
+    chosen = checkpoints.choose(found, step, where)
+    with pulling(chosen) if pulling is not None else nullcontext(None) as progress:
+        return await checkpoints.pull(storage, chosen, dest, parallel=parallel, progress=progress)
+
+
+async def list_runs(session: Session, *, as_shown: bool = False) -> list[RunRecord]:
+    """The newest runs' records in the session's bucket, newest first (AS_SHOWN: a
+    recovered run as its live attempt is, as `podctl runs` shows it)."""
+    return await run_files.list_runs(session.storage, as_shown=as_shown)
+
+
+async def exec_on_slice(session: Session, name: str, command: list[str], sink: LineSink, *,
+                        hosts: str = "all") -> dict[int, int]:
+    """`podctl exec NAME -- CMD`: COMMAND on HOSTS ("all" or "0,3") of the ready slice
+    NAME, no bundle, its lines to SINK -> host -> exit code."""
+    info = await ready_slice(session, name)
+    access = session.host_access(info)
+    targets = launch.targets_for(info, access.ssh_port)
+    return await exec_on_hosts(targets, access.private_key, access.pins, list(command), sink,
+                               parse_hosts(hosts, len(targets)))
 
 
 async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,

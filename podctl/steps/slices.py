@@ -8,12 +8,17 @@ slice made in a notebook and one made by `podctl up` are made (and deleted) the 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from podctl import tombstones
+from podctl.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
 from podctl.vocabulary import DEFAULT_WAIT
 from podctl.vocabulary import LIVE_RUN_STATES
-from podctl.cloud import describe, firewall, names, terminate
+from podctl.cloud import describe, firewall, maintenance_info, names, terminate
 from podctl.cloud.connect import compute_reader
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
@@ -28,6 +33,10 @@ from podctl.jobs.runs import on_slice
 from podctl.settings import Settings
 from podctl.steps.session import Session
 from podctl.storage import Storage
+
+Notice = Callable[[str], None]
+Waiting = Callable[[SliceInfo], AbstractContextManager[Progress | None]]
+
 
 @dataclass(frozen=True)
 class SliceOptions:
@@ -87,6 +96,49 @@ async def up(session: Session, request: UpRequest, progress: Progress | None = N
     return await cloud_up.up(session.api, request, progress=progress)
 
 
+@dataclass(frozen=True)
+class Budget:
+    """`podctl up --max-cost/--max-hours`: a budget written on the slice as labels."""
+
+    max_cost: float | None = None
+    max_hours: str | None = None  # 3.5, 90m, 6h
+    price: float | None = None  # USD per chip-hour for max_cost (None: podctl.toml, the table)
+
+    @property
+    def given(self) -> bool:
+        return self.max_cost is not None or self.max_hours is not None
+
+
+async def budget_request(session: Session, request: UpRequest, budget: Budget) -> UpRequest:
+    """REQUEST with BUDGET's labels (unchanged without one). A deadline is on the
+    service's clock, as `budget check` reads it: this machine's may be hours off."""
+    if not budget.given:
+        return request
+    now = await session.api.server_clock(session.settings.parent)
+    return with_budget(request, session.settings.zone, max_cost=budget.max_cost,
+                       max_hours=budget.max_hours, price=budget.price, now=now)
+
+
+@dataclass(frozen=True)
+class BudgetSet:
+    said: str  # 'max $500, deadline 2026-12-03 18:00 UTC'
+    on_existing: bool  # written now on a slice that `up` found already there
+
+
+async def keep_budget(session: Session, request: UpRequest, result: UpResult,
+                      budget: Budget) -> tuple[UpResult, BudgetSet | None]:
+    """After `up`: a budget given is a budget kept, also on the slice that already
+    existed (written on it now) -> the result (with the labelled slice) and what was set."""
+    if budget.given and not result.created:
+        labels = existing_budget_labels(result.info, max_cost=budget.max_cost,
+                                        max_hours=budget.max_hours, price=budget.price,
+                                        now=session.api.server_now())
+        info = await set_on_existing(session.api, session.settings.parent, result.info, labels)
+        return dataclasses.replace(result, info=info), BudgetSet(describe_labels(labels), True)
+    said = describe_labels(request.labels)
+    return result, BudgetSet(said, False) if result.created and said else None
+
+
 async def ready_slice(session: Session, name: str) -> SliceInfo:
     info = await describe.describe(session.api, session.settings.parent, name)
     if not info.ready:
@@ -95,20 +147,39 @@ async def ready_slice(session: Session, name: str) -> SliceInfo:
     return info
 
 
-async def down(session: Session, name: str, *, wait: bool = True, timeout: str = DEFAULT_WAIT,
-               progress: Progress | None = None) -> SliceInfo:
-    """Delete the slice NAME (the queued resource that owns it, if any); wait until gone."""
+async def to_delete(session: Session, name: str) -> SliceInfo:
+    """What `down NAME` deletes: NAME, or the queued resource that owns it (its nodes go
+    with it). A caller that asks the user first shows this, then hands it to `down`."""
     parent = session.settings.parent
     info = await describe.describe(session.api, parent, name)
-    info = await terminate.owning_slice(session.api, parent, info)
+    return await terminate.owning_slice(session.api, parent, info)
+
+
+async def down(session: Session, name: str, *, wait: bool = True, timeout: str = DEFAULT_WAIT,
+               progress: Progress | None = None, found: SliceInfo | None = None,
+               notice: Notice | None = None, waiting: Waiting | None = None) -> SliceInfo:
+    """Delete the slice NAME (the queued resource that owns it, if any); wait until gone.
+
+    FOUND: what `to_delete` found (and the user was asked about), deleted as it is. NOTICE
+    hears of each detached run that ended with the slice. WAITING, given what was deleted,
+    opens the wait's PROGRESS (the CLI's spinner starts with the wait, not before)."""
+    wait_seconds = parse_duration(timeout, "--timeout")  # refused before anything is deleted
+    parent = session.settings.parent
+    info = found or await to_delete(session, name)
     deleted = await terminate.delete(session.api, parent, info)
     _tombstone(session, info)
-    if session.settings.bucket:
-        await close_runs_of_deleted(session.settings, session.storage, info)
+    if session.settings.bucket:  # a detached run on it is over
+        try:
+            storage: Storage | None = session.storage
+        except PodctlError:
+            storage = None  # the delete stands; the records stay as they were
+        for run_id in await close_runs_of_deleted(session.settings, storage, info) if storage else []:
+            if notice is not None:
+                notice(f"run {run_id} ended with its slice (slice deleted)")
     if wait:
-        await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind,
-                           policy=WaitPolicy(timeout=parse_duration(timeout, "--timeout")),
-                           progress=progress)
+        with waiting(deleted) if waiting is not None else contextlib.nullcontext(progress) as shown:
+            await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind,
+                               policy=WaitPolicy(timeout=wait_seconds), progress=shown)
     return deleted
 
 
@@ -133,7 +204,23 @@ async def close_runs_of_deleted(settings: Settings, storage: Storage, info: Slic
     return closed
 
 
-
-
 async def describe_slice(session: Session, name: str) -> SliceInfo:
     return await describe.describe(session.api, session.settings.parent, name)
+
+
+@dataclass(frozen=True)
+class SliceStatus:
+    """`podctl status NAME`: the slice, and its nodes' upcoming maintenance."""
+
+    info: SliceInfo
+    maintenance: dict[str, dict]  # node -> its upcomingMaintenance (v2alpha1), as --json shows it
+
+    def maintenance_said(self) -> dict[str, str]:
+        """Node -> its maintenance in words ('PENDING SCHEDULED 2026-12-03T17:00:00Z to ...')."""
+        return {node: maintenance_info.describe(plan) for node, plan in self.maintenance.items()}
+
+
+async def slice_status(session: Session, name: str) -> SliceStatus:
+    info = await describe_slice(session, name)
+    # v2alpha1 only (cloud/maintenance_info.py): any failure there is no maintenance shown
+    return SliceStatus(info, await maintenance_info.upcoming(session.api, info))

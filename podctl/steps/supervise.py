@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from podctl.vocabulary import HEARTBEAT_SECONDS
 from podctl.budget import watch_budget
+from podctl.budget import run_hours as run_hours  # --max-hours, checked: only a followed run is watched
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.run_files import load_record, save_record
