@@ -85,6 +85,24 @@ def isolated_environ(tmp: Path) -> dict[str, str]:
     return env
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_left_as_found() -> Iterator[None]:
+    """Each test starts with this worker's SIGINT/SIGTERM/SIGHUP as the session found them
+    (the Python API routes them in-process). One that a test left ignored fails it by
+    name: every process the next tests start would inherit it (a podctl told to stop by
+    SIGHUP would never hear it)."""
+    before = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    yield
+    ignored = [signal.Signals(sig).name for sig in _STOP_SIGNALS
+               if signal.getsignal(sig) is signal.SIG_IGN and before[sig] is not signal.SIG_IGN]
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+    assert not ignored, f"the test left {', '.join(ignored)} ignored in the test process"
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for key in list(os.environ):

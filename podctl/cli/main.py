@@ -24,11 +24,15 @@ COMMAND_MODULES: dict[str, str] = {
 }
 
 
+_FAKE_ONLY = ("fake", "demo")
+
+
 def load_command(name: str) -> click.Command:
-    """Import the module that defines command NAME and return the command, with `--backend`."""
+    """Import the module that defines command NAME and return the command, with `--backend`
+    (not on `fake` and `demo`: they act on the fake cloud whatever the backend)."""
     module = importlib.import_module(f"podctl.cli.{COMMAND_MODULES[name]}")
     command = next(c for c in module.COMMANDS if c.name == name)
-    if not getattr(command, "_podctl_backend_option", False):
+    if name not in _FAKE_ONLY and not getattr(command, "_podctl_backend_option", False):
         _backend_option(command)
         command._podctl_backend_option = True
     return command

@@ -56,14 +56,24 @@ def _alive(pid: int) -> bool:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return False
     except ChildProcessError:
-        pass  # not our child: init reaps it
+        pass  # not our child: PID 1 should reap it, but a container's may not
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                return line.split()[1] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+    return False
 
 
 def _is_daemon(pid: int, state_dir: Path) -> bool:

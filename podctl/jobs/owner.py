@@ -27,14 +27,21 @@ LET_GO_SECONDS = STOP_GRACE_SECONDS + 30.0
 _POLL_SECONDS = 1.0
 
 # Prints "live ID" or "stopping ID" for each other run whose agent is alive on this host
-# (the host's run directories and their files: run_layout.py).
+# (the host's run directories and their files: run_layout.py). Alive means: the pid's
+# process exists, is not a zombie (a killed agent is reparented to PID 1, and a container's
+# PID 1 may never reap it: `kill -0` would call it alive forever) and its command line is
+# that run's agent (started in its run directory), not a later process that reused the pid.
 _OTHERS = r"""
 for p in "$HOME"/{runs}/*/{pid}; do
   [ -f "$p" ] || continue
   d=$(dirname "$p"); id=$(basename "$d")
   [ "$id" = {run_id} ] && continue
   [ -e "$d/{status}" ] && continue
-  kill -0 "$(cat "$p" 2>/dev/null)" 2>/dev/null || continue
+  pid=$(cat "$p" 2>/dev/null)
+  case "$pid" in ""|*[!0-9]*) continue;; esac
+  st=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
+  case "$st" in ""|Z|X) continue;; esac
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "/$id" || continue
   if [ -e "$d/{stop}" ]; then echo "stopping $id"; else echo "live $id"; fi
 done
 true
