@@ -29,6 +29,11 @@ FAKE_PROJECT = "fake-project"
 # A v5p zone whose price podctl knows, so that `ls` and `cost` on the fake show dollars.
 FAKE_ZONE = "us-east5-a"
 FAKE_BUCKET = "podctl-fake"  # made by the fake cloud's GCS emulator at start
+# The user's own access token on the fake cloud, as `gcloud auth print-access-token` gives
+# one on Google's: the fake has no OAuth server to mint it, so it is fixed. Its GCS takes
+# it as the project's owner (podctl/fake/iam.py); the hosts' tokens come from their
+# metadata servers. Not a secret: the fake listens on loopback only.
+FAKE_USER_TOKEN = "ya29.fake-user-of-the-fake-project"
 _PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")

@@ -10,7 +10,7 @@ errors translated to podctl's where they enter. The client's own retries are
 off (`retry=None`) so that this is the only retry policy.
 
 The fake cloud's GCS emulator is reached by `client_options={"api_endpoint": URL}`
-with anonymous credentials; nothing sets STORAGE_EMULATOR_HOST, so one process
+with the user's token on the fake (settings.FAKE_USER_TOKEN: its project's owner); nothing sets STORAGE_EMULATOR_HOST, so one process
 can talk to real GCS and to a fake at once. google-cloud-storage is imported in
 `connect` and in `_translate`, never at import time (`podctl --help` stays fast).
 
@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from podctl.errors import ConfigError, PodctlError, StorageError, StorageNotFound, StorageUnavailable
 from podctl.retry import RetryPolicy
-from podctl.settings import FAKE_BUCKET
+from podctl.settings import FAKE_BUCKET, FAKE_USER_TOKEN
 from podctl.settings import endpoint_override
 
 T = TypeVar("T")
@@ -94,9 +94,10 @@ class Storage:
             except auth_exc.DefaultCredentialsError as e:
                 raise ConfigError(_NO_CREDENTIALS + " (or use --backend fake).") from e
         else:
-            from google.auth.credentials import AnonymousCredentials
+            from google.oauth2.credentials import Credentials
 
-            client = storage.Client(project=project, credentials=AnonymousCredentials(),
+            # The fake's GCS wants a token, as GCS does: the user's own on the fake (settings.py)
+            client = storage.Client(project=project, credentials=Credentials(token=FAKE_USER_TOKEN),
                                     client_options={"api_endpoint": endpoint.rstrip("/")})
         return cls(client, bucket, endpoint=endpoint, retry=retry, chunk_size=chunk_size,
                    timeout=timeout)

@@ -123,17 +123,15 @@ def configure_storage_emulator() -> None:
     """Only on the fake cloud (STORAGE_EMULATOR_HOST set; a real TPU VM has no such
     variable and uses its service account). orbax writes arrays with tensorstore,
     which finds the emulator through TENSORSTORE_GCS_HTTP_URL, and metadata with
-    etils/gcsfs, which finds it through STORAGE_EMULATOR_HOST. gcsfs needs two more
-    things there: anonymous credentials (no metadata server to ask for a token), and
-    its bucket-type probe off: that probe is a gRPC call to the Storage Control API,
-    which the emulator does not serve, so each lookup would hang for its 60 s timeout."""
+    etils/gcsfs, which finds it through STORAGE_EMULATOR_HOST; both take the node's
+    token from the host's metadata server, as on a TPU VM (the fake's GCS wants one).
+    gcsfs needs its bucket-type probe off there: that probe is a gRPC call to the
+    Storage Control API, which the emulator does not serve, so each lookup would hang
+    for its 60 s timeout."""
     if not os.environ.get("STORAGE_EMULATOR_HOST"):
         return
     os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", os.environ["STORAGE_EMULATOR_HOST"])
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # read at gcsfs import
-    import fsspec
-
-    fsspec.config.conf.setdefault("gcs", {}).setdefault("token", "anon")
 
 
 def init_distributed() -> None:

@@ -250,6 +250,16 @@ def podctl(tmp_path: Path):
     stop_fake_and_check(cli)
 
 
+def user_credentials():
+    """The user's own credentials on the fake cloud (its GCS wants a token, as GCS does;
+    this one is the fake project's owner: podctl/fake/iam.py)."""
+    from google.oauth2.credentials import Credentials
+
+    from podctl.settings import FAKE_USER_TOKEN
+
+    return Credentials(token=FAKE_USER_TOKEN)
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
     assert proc.returncode == code, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from podctl.settings import FAKE_USER_TOKEN
+
 ts = pytest.importorskip("tensorstore")
 
 
 def test_tensorstore_reads_generations_and_conditional_reads(fake, monkeypatch):
     monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", fake.gcs_url)
+    # the fake's GCS wants a token: the user's own, which tensorstore takes from here
+    monkeypatch.setenv("GOOGLE_AUTH_TOKEN_FOR_TESTING", FAKE_USER_TOKEN)
     kv = ts.KvStore.open({"driver": "gcs", "bucket": "podctl-fake", "path": "t/"}).result()
     kv.write("x", b"one").result()
     first = kv.read("x").result()

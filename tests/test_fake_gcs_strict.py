@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from google.api_core import exceptions as gexc
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from podctl.fake.gcs import DEFAULT_BUCKET
+from podctl.settings import FAKE_USER_TOKEN
 from podctl.storage import Storage
+from tests.conftest import user_credentials
 
 # As k8s-config-connector recorded real GCS (mockgcp/mockstorage/testdata/folder/crud and
 # pkg/test/resourcefixture/.../storagebucketbasic/_http.log), names normalised.
@@ -30,14 +31,18 @@ RECORDED_NO_BUCKET = {"error": {"code": 404, "errors": [
 
 @pytest.fixture
 def gcs(fake):
-    client = storage.Client(project="p", credentials=AnonymousCredentials(),
+    client = storage.Client(project="p", credentials=user_credentials(),
                             client_options={"api_endpoint": fake.gcs_url})
     return client, client.bucket(DEFAULT_BUCKET)
 
 
-def raw(url: str, method: str = "GET") -> tuple[int, dict | None]:
+def raw(url: str, method: str = "GET", token: str | None = FAKE_USER_TOKEN,
+        data: bytes | None = None) -> tuple[int, dict | None]:
+    """One request as GCS's clients send it, with TOKEN (the user's own by default)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers),
+                                    timeout=30) as r:
             body = r.read()
             return r.status, json.loads(body) if body else None
     except urllib.error.HTTPError as e:

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage, tpu_v2
 from google.protobuf import field_mask_pb2
 
@@ -27,7 +26,7 @@ from podctl.cloud.connect import api_for_endpoint
 from podctl.fake.gcs import DEFAULT_BUCKET
 from podctl.fake.world import World
 from podctl.settings import FAKE_BUCKET
-from tests.conftest import PARENT, isolated_environ
+from tests.conftest import PARENT, isolated_environ, user_credentials
 
 RUNTIME = "v2-alpha-tpuv5"
 DETACH = "setsid nohup sleep 300 >/dev/null 2>&1 </dev/null & echo $!"
@@ -252,10 +251,10 @@ def test_drop_host_and_host_latency(fake, node16):
 def test_gcs_emulator_through_google_cloud_storage(fake, node16, monkeypatch):
     assert fake.describe()["gcs"] == fake.gcs_url and fake.describe()["bucket"] == FAKE_BUCKET
     assert DEFAULT_BUCKET == FAKE_BUCKET
-    by_option = storage.Client(project="p", credentials=AnonymousCredentials(),
+    by_option = storage.Client(project="p", credentials=user_credentials(),
                                client_options={"api_endpoint": fake.gcs_url})
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.gcs_url)
-    by_env = storage.Client(project="p")
+    by_env = storage.Client(project="p", credentials=user_credentials())  # else anonymous: 401
     for label, gcs in (("opt", by_option), ("env", by_env)):
         bucket = gcs.bucket(FAKE_BUCKET)
         assert not bucket.blob(f"{label}/a/x").exists()
@@ -302,7 +301,7 @@ def test_a_daemon_restart_keeps_hosts_keys_homes_and_objects(tmp_path):
             metadata={"ssh-keys": f"podctl:{pub} podctl"})).result(timeout=30)
         SSH["port"] = info["ssh_port"]
         before = ports(node)
-        gcs = storage.Client(project="p", credentials=AnonymousCredentials(),
+        gcs = storage.Client(project="p", credentials=user_credentials(),
                              client_options={"api_endpoint": info["gcs"]})
         gcs.bucket(FAKE_BUCKET).blob("kept").upload_from_string(b"yes")
         host_key = asyncio.run(asyncssh.get_server_host_key(*before[1])).public_data
@@ -315,7 +314,7 @@ def test_a_daemon_restart_keeps_hosts_keys_homes_and_objects(tmp_path):
         assert node.state == tpu_v2.Node.State.READY and len(ports(node)) == 2
         assert asyncio.run(asyncssh.get_server_host_key(*ports(node)[1])).public_data == host_key
         assert run(ports(node)[1], key, "cat kept.txt; echo $TPU_WORKER_ID").stdout == "mine\n1\n"
-        gcs = storage.Client(project="p", credentials=AnonymousCredentials(),
+        gcs = storage.Client(project="p", credentials=user_credentials(),
                              client_options={"api_endpoint": info["gcs"]})
         assert gcs.bucket(FAKE_BUCKET).blob("kept").download_as_bytes() == b"yes"
         api_for_endpoint(info["tpu_api"]).client.delete_node(name=node.name).result(timeout=30)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, user_credentials
 from tests.test_jobs_cli import podctl  # noqa: F401  (the fake v5p-16 "cli16" fixture)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "templates" / "train_pjit.py"
@@ -204,11 +204,10 @@ def test_mfu_peak_and_sharding_rules():
 
 
 def _bucket_objects(cli, prefix: str) -> tuple[str, list[str]]:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+        from google.cloud import storage
 
     status = json.loads(cli("fake", "status", "--json").stdout)
-    client = storage.Client(project="fake", credentials=AnonymousCredentials(),
+    client = storage.Client(project="fake", credentials=user_credentials(),
                             client_options={"api_endpoint": status["gcs"]})
     return status["bucket"], [b.name for b in client.list_blobs(status["bucket"], prefix=prefix)]
 

@@ -30,8 +30,13 @@ def fake() -> None:
 @fake.command()
 @click.option("--time-scale", type=float, default=None,
               help="Simulated seconds per real second (default 60: a 90 s creation takes 1.5 s).")
+@click.option("--secure", is_flag=True, default=None,
+              help="Set the fake project up secure-by-default: the nodes' default service "
+                   "account holds no role on the bucket (as in organisations made since "
+                   "2024-05); without it, it is an editor, as older organisations grant "
+                   "(what `podctl demo` needs). Also PODCTL_FAKE_SECURE=1.")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
-def start(time_scale: float | None, as_json: bool) -> None:
+def start(time_scale: float | None, secure: bool | None, as_json: bool) -> None:
     """Start the fake cloud's daemon (nothing happens if it runs)."""
 
     def action() -> None:
@@ -43,7 +48,7 @@ def start(time_scale: float | None, as_json: bool) -> None:
             raise InvalidValueError("--time-scale must be positive.")
         settings = _settings()
         info = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone,
-                            time_scale=time_scale)
+                            time_scale=time_scale, secure=secure or None)
         if as_json:
             emit_json(info)
         else:
@@ -51,6 +56,9 @@ def start(time_scale: float | None, as_json: bool) -> None:
                        f"{info['project']}, zone {info['zone']}, pid {info['pid']})")
             if info.get("host_python"):
                 click.echo(f"hosts' python3: {info['host_python']}")
+            if info.get("secure"):
+                click.echo("project secure-by-default: grant the nodes' service account "
+                           "roles/storage.objectAdmin on the bucket")
 
     guarded(action)
 

@@ -9,6 +9,10 @@
     POST /admin/project   {project, exists?, api_enabled?, denied?}   a project's switches: known
                                             or not, Cloud TPU API enabled or not, permissions
                                             its caller lacks (e.g. ["tpu.nodes.create"])
+    POST /admin/iam       {secure?, bucket?, member?, role?, remove?}   the project's IAM on
+                                            buckets (iam.py): secure-by-default or as older
+                                            organisations' (the default compute account an
+                                            editor), and one binding added (or removed)
     POST /admin/network   {project?, network, firewalls}   a VPC network and its firewall rules
                                             (Compute Engine's shape; compute.py)
     POST /admin/guest_attributes {name, worker, namespace, key, value}   what host WORKER of node
@@ -35,7 +39,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from podctl.fake import compute, faults, wire
+from podctl.fake import compute, faults, iam, wire
 from podctl.fake.apierror import ApiError, invalid
 from podctl.fake.world import Timings, World
 
@@ -115,8 +119,18 @@ def _advance(cloud: FakeCloud, body: dict) -> dict:
     return {"now": cloud.world.now()}
 
 
+def _iam(cloud: FakeCloud, body: dict) -> dict:
+    policy = cloud.world.iam
+    if "secure" in body:
+        policy["secure"] = bool(body["secure"])
+    if body.get("role") or body.get("member"):
+        iam.bind(policy, str(body.get("bucket") or cloud.bucket), str(body.get("member", "")),
+                 str(body.get("role", "")), remove=bool(body.get("remove")))
+    return {"iam": policy}
+
+
 def _reset(cloud: FakeCloud, body: dict) -> dict:
-    cloud.world = World()
+    cloud.world = World(iam=iam.initial(cloud.secure))
     cloud.faults.clear()
     cloud.calls.clear()
     cloud.latency = 0.0
@@ -151,7 +165,7 @@ _GET: dict[str, Action] = {
     "faults": lambda cloud, body: {"faults": faults.listing()},
 }
 _POST: dict[str, Action] = {
-    "quota": _quota, "project": _project, "guest_attributes": _guest_attributes, "network": _network,
+    "quota": _quota, "project": _project, "iam": _iam, "guest_attributes": _guest_attributes, "network": _network,
     "timings": _timings, "advance": _advance, "reset": _reset, "stats/reset": _reset_stats,
     # every fault, from the one table (its arguments checked there)
     **{f.name: (lambda f: lambda cloud, body: f.act(cloud, f.check(body)))(f) for f in faults.FAULTS},  # noqa: B023 (bound by the outer lambda)

@@ -84,6 +84,10 @@ class FakeAdmin:
     def reset(self) -> None:
         self._call("POST", "reset", {})
 
+    def set_iam(self, **change: Any) -> dict:
+        """The project's IAM on buckets: secure=True|False, or bucket/member/role (remove=True)."""
+        return self._call("POST", "iam", change)
+
     def faults(self) -> list[dict]:
         """The fake's fault table (name, summary, arguments), as the daemon serves it."""
         return self._call("GET", "faults")["faults"]

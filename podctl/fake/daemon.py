@@ -31,6 +31,7 @@ from podctl.fake.gcs import DEFAULT_BUCKET
 
 DEFAULT_TIME_SCALE = 60.0  # a simulated minute per second: `up` of a v5p-4096 in seconds
 _START_TIMEOUT = 20.0
+SECURE_VAR = "PODCTL_FAKE_SECURE"  # 1: a daemon started without --secure starts secure anyway
 
 
 def _info_path(state_dir: Path) -> Path:
@@ -109,11 +110,12 @@ def status(state_dir: Path) -> dict:
 
 
 def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None = None,
-          bucket: str = DEFAULT_BUCKET) -> dict:
+          bucket: str = DEFAULT_BUCKET, secure: bool | None = None) -> dict:
     """Start the daemon unless it runs; returns its status (with "gcs" and "bucket").
 
     BUCKET is made in the GCS emulator when the daemon starts; a running daemon
-    keeps the bucket it was started with."""
+    keeps the bucket it was started with. SECURE (default: PODCTL_FAKE_SECURE=1) sets
+    its project up secure-by-default (iam.py); a saved world keeps its own set-up."""
     with _locked(state_dir):
         current = status(state_dir)
         if current["running"]:
@@ -122,11 +124,14 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
             _terminate(int(current["pid"]))
         _info_path(state_dir).unlink(missing_ok=True)
         scale = time_scale or float(os.environ.get("PODCTL_FAKE_TIME_SCALE", DEFAULT_TIME_SCALE))
+        if secure is None:
+            secure = os.environ.get(SECURE_VAR, "") not in ("", "0", "false")
         log = open(state_dir / "daemon.log", "ab")  # noqa: SIM115 (the daemon's, closed below)
         os.chmod(state_dir / "daemon.log", 0o600)
         process = subprocess.Popen(
             [sys.executable, "-m", "podctl.fake.daemon", "--state-dir", str(state_dir),
-             "--project", project, "--zone", zone, "--time-scale", str(scale), "--bucket", bucket],
+             "--project", project, "--zone", zone, "--time-scale", str(scale), "--bucket", bucket,
+             *(["--secure"] if secure else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + _START_TIMEOUT
@@ -167,11 +172,13 @@ def _terminate(pid: int, timeout: float = 15.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-async def _serve(state_dir: Path, project: str, zone: str, time_scale: float, bucket: str) -> None:
+async def _serve(state_dir: Path, project: str, zone: str, time_scale: float, bucket: str,
+                 secure: bool = False) -> None:
     from podctl.fake.server import FakeCloud  # here: a CLI that only finds the daemon stays light
 
     cloud = FakeCloud(state_file=state_dir / "world.json", project=project, zone=zone,
-                      hosts_root=state_dir / "hosts", gcs_dir=state_dir / "gcs", bucket=bucket)
+                      hosts_root=state_dir / "hosts", gcs_dir=state_dir / "gcs", bucket=bucket,
+                      secure=secure)
     cloud.world.time_scale = time_scale
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -196,9 +203,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--zone", required=True)
     parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
     parser.add_argument("--bucket", default=DEFAULT_BUCKET)
+    parser.add_argument("--secure", action="store_true")
     args = parser.parse_args(argv)
     os.umask(0o077)
-    asyncio.run(_serve(args.state_dir, args.project, args.zone, args.time_scale, args.bucket))
+    asyncio.run(_serve(args.state_dir, args.project, args.zone, args.time_scale, args.bucket,
+                       args.secure))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ The emulator is a single-threaded `http.server`: we build it from the package's
 own request handler and storage (rather than its `Server`, which hides the port
 it bound) so that it can take an ephemeral port and a deep accept backlog, since
 a 512-host slice may open 512 connections at once. gcs_strict.py adds what real GCS
-does and the emulator does not: preconditions, pages, and its error bodies.
+does and the emulator does not: preconditions, pages, and its error bodies; gcs_auth.py
+its front door (a token on every request, its scopes and its account's rights, iam.py).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from functools import partial
 from http import server
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from podctl.errors import FakeCloudError
-from podctl.fake import gcs_strict
+from podctl.fake import gcs_auth, gcs_strict, iam
 from podctl.fake.loopback import require_loopback
 
 DEFAULT_BUCKET = "podctl-fake"  # podctl.settings.FAKE_BUCKET; callers pass theirs in
@@ -205,9 +207,14 @@ class FakeGcs:
     """One GCS emulator: `start()` binds and serves, `stop()` leaves no thread or port."""
 
     def __init__(self, data_dir: Path, *, bucket: str = DEFAULT_BUCKET, host: str = "127.0.0.1",
-                 port: int = 0):
-        require_loopback(host)  # the emulator has no auth: anyone who reaches it owns the data
+                 port: int = 0, tokens: iam.Tokens | None = None,
+                 policy: Callable[[], dict] | None = None):
+        # Its tokens are the fake's own (the user's is fixed): loopback keeps others out.
+        require_loopback(host)
         self.data_dir, self.bucket, self.host, self.port = Path(data_dir), bucket, host, port
+        self.tokens = tokens or iam.Tokens()  # the metadata servers mint into it
+        fixed = iam.initial(secure=False)
+        self.policy = policy or (lambda: fixed)  # the project's IAM, as it is now
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
         self._storage = None
@@ -234,8 +241,9 @@ class FakeGcs:
         self.ensure_bucket()
         try:
             self._httpd = _Server((self.host, self.port),
-                                  partial(_outage_handler(gcs_strict.strict_handler(
-                                      _generation_handler(RequestHandler))), self._storage))
+                                  partial(_outage_handler(gcs_auth.auth_handler(
+                                      gcs_strict.strict_handler(_generation_handler(RequestHandler)),
+                                      self.tokens, self.policy)), self._storage))
             self._httpd.storage = self._storage
         except OSError as e:
             raise FakeCloudError(f"the fake GCS cannot listen on {self.host}:{self.port}: {e}") from e

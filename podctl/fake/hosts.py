@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 import asyncssh
 
 from podctl import topology
-from podctl.fake import addresses, image_python
+from podctl.fake import addresses, iam, image_python
 from podctl.fake.host_ssh import Session, SshServer, authorized_keys
 from podctl.fake.metadata import MetadataServer, hostname
 
@@ -157,8 +157,10 @@ class Host:
         env = dict(self.node.base_env)
         env.update({"HOME": str(home), "USER": user, "LOGNAME": user, "TMPDIR": str(home / "tmp"),
                     "HOSTNAME": self.hostname, "TPU_WORKER_ID": str(self.index), TOKEN_VAR: self.token,
-                    # google-auth and podctl's agent find the metadata server by this name
+                    # google-auth and podctl's agent find the metadata server by this name,
+                    # tensorstore (orbax's arrays: the node's token for GCS) by the older one
                     "GCE_METADATA_HOST": self.metadata_host, "GCE_METADATA_IP": self.metadata_host,
+                    "GCE_METADATA_ROOT": self.metadata_host,
                     # jax binds [::]:PORT by default, which two fake slices on one machine share
                     "JAX_COORDINATOR_BIND_ADDRESS": f"{self.address}:{JAX_COORDINATOR_PORT}",
                     # the one port the firewall admits at external addresses (sitecustomize.py)
@@ -262,6 +264,7 @@ class HostManager:
 
     def __init__(self, root: Path, gcs_url: str = "", latency: float = 0.0):
         self.root, self.gcs_url, self.latency = Path(root), gcs_url, latency
+        self.tokens = iam.Tokens()  # the GCS's own (FakeCloud sets it): metadata servers mint here
         self.nodes: dict[str, NodeHosts] = {}
         self.dirs: dict[str, tuple[str, Path]] = {}  # node name -> (node id, directory)
         self.failed: dict[str, str] = {}  # node name -> id of a node whose hosts could not start

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 
 PREFIX = "/computeMetadata/v1/"
 _FLAVOR = {"Metadata-Flavor": "Google"}
-_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 TOKEN_SECONDS = 3599
 
 
@@ -76,9 +74,8 @@ def tree(host: Host) -> dict[str, Any]:
         "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in sorted(tpu_env(host, project).items())),
         "ssh-keys": str((node.get("metadata") or {}).get("ssh-keys", "")),
     })
-    email = str((node.get("serviceAccount") or {}).get("email")
-                or f"{numeric_project(project)}-compute@developer.gserviceaccount.com")
-    account = {"email": email, "aliases": "default", "scopes": "\n".join(_SCOPES)}
+    email, scopes = identity(node)
+    account = {"email": email, "aliases": "default", "scopes": "\n".join(scopes)}
     guest = nh.manager.guest(node["name"], host.index)
     world = nh.manager.world
     now, scale = (world.now(), world.time_scale) if world is not None else (time.time(), 1.0)
@@ -97,6 +94,15 @@ def tree(host: Host) -> dict[str, Any]:
             "guest-attributes": {ns: dict(keys) for ns, keys in guest.items()},
         },
     }
+
+
+def identity(node: dict) -> tuple[str, list[str]]:
+    """The node's service account and scopes, as its create set them (the server fills
+    the default compute account and gcloud's scopes in: node_fields.server_filled)."""
+    _, project, *_ = node["name"].split("/")
+    account = node.get("serviceAccount") or {}
+    email = str(account.get("email") or f"{numeric_project(project)}-compute@developer.gserviceaccount.com")
+    return email, [str(s) for s in account.get("scope") or []]
 
 
 def tpu_env(host: Host, project: str) -> dict[str, str]:
@@ -153,7 +159,7 @@ class MetadataServer:
     def __init__(self, manager: HostManager):
         self.manager = manager
         self.by_socket: dict[tuple[str, int], Host] = {}
-        self.tokens: dict[str, str] = {}  # host token -> its access token
+        self.tokens: dict[str, str] = {}  # host token -> its access token (never logged)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -186,6 +192,9 @@ class MetadataServer:
             return web.Response(status=403, headers=_FLAVOR, content_type="text/html", text=(
                 "Your client does not have permission to get URL "
                 f"<code>{request.path}</code> from this server. Missing Metadata-Flavor:Google header."))
+        if request.path == "/" and request.method == "GET":
+            # GCE answers its root (google-auth's "am I on GCE?" ping, before it asks a token)
+            return _text("computeMetadata/\n")
         if not request.path.startswith(PREFIX):
             return _not_found()
         path = request.path[len(PREFIX):]
@@ -199,7 +208,9 @@ class MetadataServer:
             return web.Response(status=405, headers=_FLAVOR)
         if parts[:4] == ["instance", "service-accounts", "default", "token"] or (
                 len(parts) == 4 and parts[:2] == ["instance", "service-accounts"] and parts[3] == "token"):
-            token = self.tokens.setdefault(host.token, "ya29.fake-" + secrets.token_urlsafe(24))
+            token = self.tokens.get(host.token)
+            if token is None:  # the node's account and scopes ride with it (iam.Tokens)
+                token = self.tokens[host.token] = self.manager.tokens.mint(*identity(host.node.node))
             return web.json_response({"access_token": token, "expires_in": TOKEN_SECONDS,
                                       "token_type": "Bearer"}, headers=_FLAVOR)
         if request.query.get("wait_for_change") == "true":

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from podctl.errors import FakeCloudError
-from podctl.fake import access, admin_api, compute, maintenance, tpu_api, wire
+from podctl.fake import access, admin_api, compute, iam, maintenance, tpu_api, wire
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
 from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
@@ -74,7 +74,7 @@ class FakeCloud:
                  state_file: Path | None = None, project: str = DEFAULT_PROJECT,
                  zone: str = DEFAULT_ZONE, tick_seconds: float = 0.2,
                  hosts_root: Path | None = None, gcs_dir: Path | None = None,
-                 bucket: str = DEFAULT_BUCKET):
+                 bucket: str = DEFAULT_BUCKET, secure: bool = False):
         require_loopback(host)
         self.host, self.port = host, port
         self.state_file = state_file
@@ -85,6 +85,10 @@ class FakeCloud:
         self._tmp: Path | None = None
         self.world: World = world or (load_world(state_file) if state_file else None) or World()
         self.project, self.zone = project, zone
+        # SECURE: the project set up secure-by-default (its default compute account holds no
+        # role), else as older organisations' are (iam.py); a saved world keeps its own.
+        self.secure = secure
+        self.tokens = iam.Tokens()
         self.tick_seconds = tick_seconds
         # One per coming /v2/ call: "403", "429", "503" (answered instead), "drop" (the
         # connection reset before the call is done) or "lose" (reset after it is done).
@@ -115,6 +119,7 @@ class FakeCloud:
         return {"running": True, "tpu_api": self.tpu_api_url, "admin": self.admin_url,
                 "project": self.project, "zone": self.zone, "pid": os.getpid(),
                 "gcs": self.gcs_url, "bucket": self.bucket,
+                "secure": bool(self.world.iam.get("secure")),
                 "hosts_root": str(self.hosts.root) if self.hosts else None,
                 "host_python": self.hosts.image.note if self.hosts else None,
                 # SSH to a host: its endpoint's address at this port (None: the endpoint's port)
@@ -140,9 +145,13 @@ class FakeCloud:
         if self.hosts_root is None or self.gcs_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="podctl-fake-"))
         try:
-            self.gcs = FakeGcs(self.gcs_dir or self._scratch("gcs"), bucket=self.bucket, host=self.host)
+            if not self.world.iam:
+                self.world.iam = iam.initial(self.secure)
+            self.gcs = FakeGcs(self.gcs_dir or self._scratch("gcs"), bucket=self.bucket, host=self.host,
+                               tokens=self.tokens, policy=lambda: self.world.iam)
             self.gcs.start()
             self.hosts = HostManager(self.hosts_root or self._scratch("hosts"), self.gcs.url)
+            self.hosts.tokens = self.tokens
             self.hosts.adopt()
             self.advance()  # READY nodes of a saved world get their hosts back
             self.save()

@@ -97,6 +97,7 @@ class World:
     projects: dict[str, dict] = field(default_factory=dict)  # admin switches (access.py)
     request_ids: dict[str, str] = field(default_factory=dict)  # "call/requestId" -> operation
     networks: dict[str, list] = field(default_factory=dict)  # "project/network" -> rules (compute.py)
+    iam: dict = field(default_factory=dict)  # the project's IAM on buckets (iam.py); {}: not set up yet
 
     # ---- time ---------------------------------------------------------------
 
