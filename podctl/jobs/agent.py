@@ -380,6 +380,10 @@ class Agent:
                         partial = [joined[MAX_LINE_BYTES:]] if len(joined) > MAX_LINE_BYTES else []
                         partial_size = len(joined) - MAX_LINE_BYTES
                 now = time.monotonic()
+                if self.logs.refused and not self.stopping:  # its lines reach nobody: end it
+                    self.logs.line(f"[podctl] GCS refused this host's service account "
+                                   f"({self.logs.refused}); stopping the script")
+                    self.on_term(signal.SIGTERM, None)
                 if exited_at is None:
                     if child.poll() is not None:
                         exited_at = now
@@ -519,7 +523,8 @@ class Agent:
             return code
         self.logs.phase = "done"
         self.publish(f"done {code}")
-        self.write_status(code)
+        refused = self.logs.refused
+        self.write_status(code, error=f"GCS refused the host's account: {refused}" if refused else None)
         return code
 
 

@@ -27,6 +27,11 @@ class GcsError(Exception):
         super().__init__(message)
         self.status = status
 
+    @property
+    def refused(self) -> bool:
+        """401/403: the host's account or scopes may not do this; retrying will not help."""
+        return self.status in (401, 403)
+
 
 def metadata_host() -> str:
     return os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
@@ -69,15 +74,21 @@ class Bucket:
 
     def _open(self, url: str, data: bytes | None = None, method: str = "GET",
               headers: dict | None = None, timeout: float = 300.0):
-        request = urllib.request.Request(url, data=data, method=method,
-                                         headers={**self._auth(), **(headers or {})})
-        try:
-            return urllib.request.urlopen(request, timeout=timeout)
-        except urllib.error.HTTPError as e:
-            body = e.read()[:300].decode(errors="replace")
-            raise GcsError(f"GCS {method} {url.split('?')[0]}: HTTP {e.code} {body}", e.code) from e
-        except (urllib.error.URLError, OSError) as e:
-            raise GcsError(f"GCS {method} {url.split('?')[0]}: {e}") from e
+        for fresh in (False, True):
+            if fresh:  # a 401: the token was revoked or outlived its issuer; ask once more
+                self._expires = 0.0
+            request = urllib.request.Request(url, data=data, method=method,
+                                             headers={**self._auth(), **(headers or {})})
+            try:
+                return urllib.request.urlopen(request, timeout=timeout)
+            except urllib.error.HTTPError as e:
+                body = e.read()[:300].decode(errors="replace")
+                if e.code == 401 and not fresh:
+                    continue
+                raise GcsError(f"GCS {method} {url.split('?')[0]}: HTTP {e.code} {body}", e.code) from e
+            except (urllib.error.URLError, OSError) as e:
+                raise GcsError(f"GCS {method} {url.split('?')[0]}: {e}") from e
+        raise AssertionError("unreachable")
 
     def upload(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         """A multipart upload (metadata part, then the bytes), as google-cloud-storage does."""

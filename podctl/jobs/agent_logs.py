@@ -59,6 +59,7 @@ class LogShipper:
         self.lock = threading.Lock()
         self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
         self.tail: list[str] = []
+        self.refused = ""  # GCS's 401/403 to the host's account, once met (the agent ends the run)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="podctl-log-shipper", daemon=True)
         self._last_heartbeat = 0.0
@@ -91,6 +92,11 @@ class LogShipper:
                 self.bucket.upload(name, data.encode(), content_type)
                 return True
             except Exception as e:  # agent_gcs.GcsError, or anything urllib raises
+                if getattr(e, "refused", False):  # 401/403: no retry passes it; say it once
+                    if not self.refused:
+                        sys.stderr.write(f"podctl agent: GCS refused {name}: {e}\n")
+                    self.refused = str(e).splitlines()[0][:300]
+                    return False
                 if attempt == attempts - 1:
                     sys.stderr.write(f"podctl agent: could not upload {name}: {e}\n")
                     return False
@@ -138,7 +144,7 @@ class LogShipper:
         deadline = time.monotonic() + self.patience
         wait = 0.5
         while not attempt():
-            if time.monotonic() > deadline:
+            if self.refused or time.monotonic() > deadline:  # a refusal is no outage: it stays
                 return False
             self.heartbeat(attempts=1)
             time.sleep(wait)
