@@ -26,6 +26,7 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   └── WaitTimeoutError         the slice was not ready by the deadline
     ├── StorageError                 GCS said no (bucket missing, permission, unreachable)
     │   ├── StorageNotFound          no such object (the bucket exists)
+    │   ├── StoragePermissionError   the slice's nodes (service account, scopes) may not use the bucket
     │   └── StorageUnavailable       GCS unreachable or failing for a moment, after retries
     ├── PreflightError               `podctl preflight` could not compile the step
     ├── DoesNotFitError              the compiled step needs more HBM per chip than the slice has
@@ -134,6 +135,10 @@ class StorageError(PodctlError):
 
 class StorageNotFound(StorageError):
     """The object is not in the bucket (the bucket itself exists)."""
+
+
+class StoragePermissionError(StorageError):
+    """The nodes' service account or scopes cannot use the run's bucket (jobs/identity.py)."""
 
 
 class StorageUnavailable(StorageError):

@@ -10,9 +10,10 @@ errors translated to podctl's where they enter. The client's own retries are
 off (`retry=None`) so that this is the only retry policy.
 
 The fake cloud's GCS emulator is reached by `client_options={"api_endpoint": URL}`
-with the user's token on the fake (settings.FAKE_USER_TOKEN: its project's owner); nothing sets STORAGE_EMULATOR_HOST, so one process
-can talk to real GCS and to a fake at once. google-cloud-storage is imported in
-`connect` and in `_translate`, never at import time (`podctl --help` stays fast).
+with the user's token on the fake (settings.FAKE_USER_TOKEN: its project's owner);
+nothing sets STORAGE_EMULATOR_HOST, so one process can talk to real GCS and to a fake
+at once. google-cloud-storage is imported in `connect` and in `_translate`, never at
+import time (`podctl --help` stays fast).
 
 A missing object is `StorageNotFound` (a StorageError), raised by the download
 methods; the callers that expect absence catch it (or call `exists` first).

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError
-from podctl.jobs import bundle, env_ship, launch, owner, run_layout, runs
+from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, runs
 from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.runs import HostStatus, RunRecord
@@ -179,7 +179,8 @@ class Job:
 
     async def prepare(self) -> launch.JobSpec:
         """Check that the slice is free (owner.py: one TPU owner per host; a relaunch waits
-        for the old run to let go), then bundle, upload and record the run."""
+        for the old run to let go) and that its nodes may use the bucket (identity.py), then
+        bundle, upload and record the run."""
         request = self.request
         root: Path | None = None
         if not request.bundle_hash:
@@ -187,6 +188,10 @@ class Job:
         if not self.fleet.connections:
             await self.fleet.open()
         await owner.wait_for_the_chips(self.fleet, self.run_id, request.info.name)
+        # before anything is uploaded for the hosts: a node that cannot use the bucket fails here
+        await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name, run_id=self.run_id,
+                                         slice_name=request.info.name,
+                                         slice_type=request.info.accelerator_type)
         if request.bundle_hash:
             script, bundle_hash = request.script.as_posix(), request.bundle_hash
         else:

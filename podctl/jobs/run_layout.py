@@ -227,6 +227,11 @@ def env_failed_object(run_id: str) -> str:
     return f"{run_prefix(run_id)}/env-failed.txt"
 
 
+def identity_check_object(run_id: str) -> str:
+    """What worker 0 writes, reads and deletes before the run starts (jobs/identity.py)."""
+    return f"{run_prefix(run_id)}/identity-check"
+
+
 def requirements_lock_object(run_id: str) -> str:
     return f"{run_prefix(run_id)}/requirements.lock"
 
