@@ -1,0 +1,128 @@
+"""Identity as on Google: the fake GCS wants a token and checks its scopes and its
+account's rights (podctl/fake/gcs_auth.py, iam.py); `podctl run` asks worker 0 first
+whether the nodes can use the bucket, and ends at once, in one line, when they cannot
+(podctl/jobs/identity.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from podctl.fake.gcs import DEFAULT_BUCKET
+from podctl.jobs import identity
+from podctl.settings import FAKE_USER_TOKEN
+from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
+
+SCOPE = "https://www.googleapis.com/auth/"
+SA = "sa@fake-project.iam.gserviceaccount.com"
+
+
+def call(url: str, token: str | None, method: str = "GET", data: bytes | None = None) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers),
+                                    timeout=30) as r:
+            body = r.read()
+            return r.status, json.loads(body) if body else {}
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def gcs_error(code: int, message: str, reason: str) -> dict:
+    return {"error": {"code": code, "errors": [{"domain": "global", "message": message, "reason": reason}],
+                      "message": message}}
+
+
+def test_gcs_wants_a_token_and_checks_scopes_and_roles(fake):
+    obj = f"{fake.gcs_url}/storage/v1/b/{DEFAULT_BUCKET}/o/x"
+    upload = f"{fake.gcs_url}/upload/storage/v1/b/{DEFAULT_BUCKET}/o?uploadType=media&name=x"
+    denied = ("does not have storage.objects.{p} access to the Google Cloud Storage object. "
+              "Permission 'storage.objects.{p}' denied on resource (or it may not exist).")
+    assert call(obj, None) == (401, gcs_error(401, "Anonymous caller " + denied.format(p="get"), "required"))
+    assert call(obj, "ya29.made-up") == (401, gcs_error(401, "Invalid Credentials", "authError"))
+    assert call(upload, FAKE_USER_TOKEN, "POST", b"1")[0] == 200  # the user owns the project
+    reader = fake.cloud.tokens.mint(SA, [SCOPE + "devstorage.read_only"])
+    fake.admin.set_iam(member=f"serviceAccount:{SA}", role="roles/storage.objectAdmin")
+    assert call(obj, reader)[0] == 200  # reads are in its scope
+    assert call(upload, reader, "POST", b"2") == (
+        403, gcs_error(403, "Provided scope(s) are not authorized", "forbidden"))
+    writer = fake.cloud.tokens.mint(SA, [SCOPE + "cloud-platform"])
+    assert call(upload, writer, "POST", b"3")[0] == 200
+    fake.admin.set_iam(member=f"serviceAccount:{SA}", role="roles/storage.objectAdmin", remove=True)
+    assert call(upload, writer, "POST", b"4") == (
+        403, gcs_error(403, f"{SA} " + denied.format(p="create"), "forbidden"))
+    # the default compute account: an editor unless the project is secure-by-default
+    compute = fake.cloud.tokens.mint("123-compute@developer.gserviceaccount.com", [SCOPE + "cloud-platform"])
+    assert call(obj, compute)[0] == 200
+    fake.admin.set_iam(secure=True)
+    assert call(obj, compute)[0] == 403
+
+
+def test_the_refusal_names_the_account_what_is_missing_and_the_fix():
+    no_scope = identity.NodeAccess(email="1-compute@developer.gserviceaccount.com",
+                                   scopes=(SCOPE + "logging.write",), refused="write", status=403,
+                                   message="Provided scope(s) are not authorized")
+    line = identity.refusal(no_scope, bucket="b", slice_name="s", slice_type="v5p-8")
+    assert line is not None and "\n" not in line
+    assert "1-compute@developer.gserviceaccount.com" in line and "scopes: logging.write" in line
+    assert "podctl up --slice v5p-8 --name s --scopes cloud-platform" in line and "still up" in line
+    no_role = identity.NodeAccess(email=SA, scopes=(SCOPE + "cloud-platform",), refused="write",
+                                  status=403, message=f"{SA} does not have ... Permission "
+                                  "'storage.objects.create' denied on resource (or it may not exist).")
+    line = identity.refusal(no_role, bucket="b", slice_name="s", slice_type="v5p-8")
+    assert line is not None and "storage.objects.create denied" in line
+    assert (f"gcloud storage buckets add-iam-policy-binding gs://b --member=serviceAccount:{SA} "
+            "--role=roles/storage.objectAdmin") in line
+    outage = identity.NodeAccess(email=SA, scopes=(), refused="write", status=503, message="Backend Error")
+    assert identity.refusal(outage, bucket="b", slice_name="s", slice_type="v5p-8") is None
+
+
+def _script(tmp: Path) -> Path:
+    script = tmp / "hello.py"
+    script.write_text("print('hello from', __import__('os').environ['PODCTL_PROCESS_ID'])\n")
+    return script
+
+
+def test_a_node_without_a_storage_scope_fails_the_run_fast_naming_the_scope(tmp_path):
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    try:
+        cli("up", "--slice", "v5p-8", "--name", "noscope", "--scopes", "logging.write")
+        began = time.monotonic()
+        proc = cli("run", "noscope", str(_script(tmp_path)), check=False, timeout=90)
+        assert time.monotonic() - began < 90
+        assert_one_line_error(proc, 1, "storage scope", "logging.write", "--scopes cloud-platform",
+                              "-compute@developer.gserviceaccount.com", "still up")
+        assert "hello from" not in proc.stdout  # nothing started
+    finally:
+        cli("down", "noscope", "--yes", check=False)
+        stop_fake_and_check(cli)
+
+
+def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted(tmp_path):
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    try:
+        info = json.loads(cli("fake", "start", "--secure", "--json").stdout)
+        assert info["secure"] is True
+        cli("up", "--slice", "v5p-8", "--name", "secure")
+        script = _script(tmp_path)
+        began = time.monotonic()
+        proc = cli("run", "secure", str(script), check=False, timeout=90)
+        assert time.monotonic() - began < 90
+        assert_one_line_error(proc, 1, "roles/storage.objectAdmin", "storage.objects.create denied",
+                              "gcloud storage buckets add-iam-policy-binding gs://podctl-fake "
+                              "--member=serviceAccount:", "still up")
+        email = proc.stderr.split("--member=serviceAccount:")[1].split()[0]
+        from podctl.fake.admin_client import FakeAdmin  # the fake's stand-in for gcloud's binding
+
+        FakeAdmin(info["admin"]).set_iam(member=f"serviceAccount:{email}", role="roles/storage.objectAdmin")
+        done = cli("run", "secure", str(script), check=False, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "hello from 0" in done.stdout
+    finally:
+        cli("down", "secure", "--yes", check=False)
+        stop_fake_and_check(cli)
