@@ -30,11 +30,12 @@ def fake() -> None:
 @fake.command()
 @click.option("--time-scale", type=float, default=None,
               help="Simulated seconds per real second (default 60: a 90 s creation takes 1.5 s).")
-@click.option("--secure", is_flag=True, default=None,
+@click.option("--secure/--not-secure", default=None,
               help="Set the fake project up secure-by-default: the nodes' default service "
                    "account holds no role on the bucket (as in organisations made since "
-                   "2024-05); without it, it is an editor, as older organisations grant "
-                   "(what `podctl demo` needs). Also PODCTL_FAKE_SECURE=1.")
+                   "2024-05); --not-secure: an editor, as older organisations grant (what "
+                   "`podctl demo` needs; a new fake's default). Neither: as the saved fake "
+                   "was. Also PODCTL_FAKE_SECURE=1/0. A running fake is not changed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
 def start(time_scale: float | None, secure: bool | None, as_json: bool) -> None:
     """Start the fake cloud's daemon (nothing happens if it runs)."""
@@ -48,7 +49,7 @@ def start(time_scale: float | None, secure: bool | None, as_json: bool) -> None:
             raise InvalidValueError("--time-scale must be positive.")
         settings = _settings()
         info = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone,
-                            time_scale=time_scale, secure=secure or None)
+                            time_scale=time_scale, secure=secure)
         if as_json:
             emit_json(info)
         else:
@@ -59,6 +60,9 @@ def start(time_scale: float | None, secure: bool | None, as_json: bool) -> None:
             if info.get("secure"):
                 click.echo("project secure-by-default: grant the nodes' service account "
                            "roles/storage.objectAdmin on the bucket")
+        if secure is not None and bool(info.get("secure")) != secure:
+            click.echo(f"the fake cloud was running already, {'not ' if secure else ''}secure-by-"
+                       "default: `podctl fake stop` first to change that", err=True)
 
     guarded(action)
 

@@ -130,7 +130,7 @@ def _iam(cloud: FakeCloud, body: dict) -> dict:
 
 
 def _reset(cloud: FakeCloud, body: dict) -> dict:
-    cloud.world = World(iam=iam.initial(cloud.secure))
+    cloud.world = World(iam=iam.initial(bool(cloud.secure)))
     cloud.faults.clear()
     cloud.calls.clear()
     cloud.latency = 0.0

@@ -114,8 +114,9 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
     """Start the daemon unless it runs; returns its status (with "gcs" and "bucket").
 
     BUCKET is made in the GCS emulator when the daemon starts; a running daemon
-    keeps the bucket it was started with. SECURE (default: PODCTL_FAKE_SECURE=1) sets
-    its project up secure-by-default (iam.py); a saved world keeps its own set-up."""
+    keeps the bucket it was started with. SECURE (default: PODCTL_FAKE_SECURE, 1 or 0)
+    sets its project up secure-by-default (True) or as older organisations' (False,
+    iam.py); None keeps a saved world's set-up."""
     with _locked(state_dir):
         current = status(state_dir)
         if current["running"]:
@@ -124,14 +125,14 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
             _terminate(int(current["pid"]))
         _info_path(state_dir).unlink(missing_ok=True)
         scale = time_scale or float(os.environ.get("PODCTL_FAKE_TIME_SCALE", DEFAULT_TIME_SCALE))
-        if secure is None:
-            secure = os.environ.get(SECURE_VAR, "") not in ("", "0", "false")
+        if secure is None and os.environ.get(SECURE_VAR):
+            secure = os.environ[SECURE_VAR] not in ("0", "false")
         log = open(state_dir / "daemon.log", "ab")  # noqa: SIM115 (the daemon's, closed below)
         os.chmod(state_dir / "daemon.log", 0o600)
         process = subprocess.Popen(
             [sys.executable, "-m", "podctl.fake.daemon", "--state-dir", str(state_dir),
              "--project", project, "--zone", zone, "--time-scale", str(scale), "--bucket", bucket,
-             *(["--secure"] if secure else [])],
+             *([] if secure is None else ["--secure" if secure else "--not-secure"])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + _START_TIMEOUT
@@ -173,7 +174,7 @@ def _terminate(pid: int, timeout: float = 15.0) -> None:
 
 
 async def _serve(state_dir: Path, project: str, zone: str, time_scale: float, bucket: str,
-                 secure: bool = False) -> None:
+                 secure: bool | None = None) -> None:
     from podctl.fake.server import FakeCloud  # here: a CLI that only finds the daemon stays light
 
     cloud = FakeCloud(state_file=state_dir / "world.json", project=project, zone=zone,
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--zone", required=True)
     parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
     parser.add_argument("--bucket", default=DEFAULT_BUCKET)
-    parser.add_argument("--secure", action="store_true")
+    parser.add_argument("--secure", action=argparse.BooleanOptionalAction, default=None)
     args = parser.parse_args(argv)
     os.umask(0o077)
     asyncio.run(_serve(args.state_dir, args.project, args.zone, args.time_scale, args.bucket,

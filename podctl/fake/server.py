@@ -74,7 +74,7 @@ class FakeCloud:
                  state_file: Path | None = None, project: str = DEFAULT_PROJECT,
                  zone: str = DEFAULT_ZONE, tick_seconds: float = 0.2,
                  hosts_root: Path | None = None, gcs_dir: Path | None = None,
-                 bucket: str = DEFAULT_BUCKET, secure: bool = False):
+                 bucket: str = DEFAULT_BUCKET, secure: bool | None = None):
         require_loopback(host)
         self.host, self.port = host, port
         self.state_file = state_file
@@ -86,7 +86,8 @@ class FakeCloud:
         self.world: World = world or (load_world(state_file) if state_file else None) or World()
         self.project, self.zone = project, zone
         # SECURE: the project set up secure-by-default (its default compute account holds no
-        # role), else as older organisations' are (iam.py); a saved world keeps its own.
+        # role), or (False) as older organisations' are (iam.py); None: a saved world keeps
+        # its own set-up, a new one is as older organisations'.
         self.secure = secure
         self.tokens = iam.Tokens()
         self.tick_seconds = tick_seconds
@@ -146,7 +147,9 @@ class FakeCloud:
             self._tmp = Path(tempfile.mkdtemp(prefix="podctl-fake-"))
         try:
             if not self.world.iam:
-                self.world.iam = iam.initial(self.secure)
+                self.world.iam = iam.initial(bool(self.secure))
+            elif self.secure is not None:
+                self.world.iam["secure"] = self.secure
             self.gcs = FakeGcs(self.gcs_dir or self._scratch("gcs"), bucket=self.bucket, host=self.host,
                                tokens=self.tokens, policy=lambda: self.world.iam)
             self.gcs.start()
