@@ -58,6 +58,7 @@ def test_every_name_is_the_one_runs_in_buckets_were_written_with():
     assert run_layout.env_build_log_object(RUN) == f"{r}/env-build.log"
     assert run_layout.env_failed_object(RUN) == f"{r}/env-failed.txt"
     assert run_layout.requirements_lock_object(RUN) == f"{r}/requirements.lock"
+    assert run_layout.identity_check_object(RUN) == f"{r}/identity-check"
     assert run_layout.checkpoints_prefix(RUN) == f"{r}/checkpoints/"
     assert run_layout.checkpoint_dir("bkt", RUN) == f"gs://bkt/{r}/checkpoints"
     assert run_layout.run_url("bkt", RUN) == f"gs://bkt/{r}"
