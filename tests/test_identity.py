@@ -126,3 +126,27 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
     finally:
         cli("down", "secure", "--yes", check=False)
         stop_fake_and_check(cli)
+
+
+def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
+    """GCS's 403 to the host's account stays: the agent's shipper gives up at once and
+    remembers why (the agent then stops the script and says so in its status)."""
+    from podctl.jobs.agent_gcs import GcsError
+    from podctl.jobs.agent_logs import LogShipper
+
+    class Bucket:  # agent_gcs.Bucket's upload, refused as GCS refuses a role taken away
+        calls = 0
+
+        def upload(self, name, data, content_type=None):
+            self.calls += 1
+            raise GcsError(f"GCS POST {name}: HTTP 403 {{...forbidden...}}", 403)
+
+    bucket = Bucket()
+    shipper = LogShipper({"run_id": "r", "host": 0, "flush_seconds": 3600,
+                          "ship_patience_seconds": 600}, bucket, tmp_path)
+    shipper.line("a")
+    began = time.monotonic()
+    assert not shipper.persist(lambda: shipper.flush(attempts=6))
+    assert time.monotonic() - began < 5 and bucket.calls == 1
+    assert "HTTP 403" in shipper.refused
+    shipper.local.close()
