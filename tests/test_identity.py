@@ -6,15 +6,22 @@ whether the nodes can use the bucket, and ends at once, in one line, when they c
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+from google.cloud import tpu_v2
+
 from podctl.fake.gcs import DEFAULT_BUCKET
 from podctl.jobs import identity
 from podctl.settings import FAKE_USER_TOKEN
-from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
+from tests.conftest import PARENT, Podctl, assert_one_line_error, stop_fake_and_check
+from tests.test_fake_hosts import RUNTIME
 
 SCOPE = "https://www.googleapis.com/auth/"
 SA = "sa@fake-project.iam.gserviceaccount.com"
@@ -150,3 +157,36 @@ def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
     assert time.monotonic() - began < 5 and bucket.calls == 1
     assert "HTTP 403" in shipper.refused
     shipper.local.close()
+
+
+_LIBRARIES = r"""
+import gcsfs, tensorstore as ts
+fs = gcsfs.GCSFileSystem()  # its default token: google-auth's, from the metadata server
+fs.pipe("podctl-fake/lib/gcsfs", b"g")
+assert fs.cat("podctl-fake/lib/gcsfs") == b"g"
+kv = ts.KvStore.open({"driver": "gcs", "bucket": "podctl-fake", "path": "lib/"}).result()
+kv.write("ts", b"t").result()
+assert kv.read("ts").result().value == b"t"
+print("ok")
+"""
+
+
+def test_the_templates_gcs_libraries_take_the_nodes_token(fake, api, tmp_path):
+    """orbax's libraries on a fake host (gcsfs, tensorstore) find the node's token as on a
+    TPU VM, through the host's metadata server; run here with a host's environment."""
+    pytest.importorskip("gcsfs")
+    pytest.importorskip("tensorstore")
+    node = api.client.create_node(parent=PARENT, node_id="libs", node=tpu_v2.Node(
+        accelerator_type="v5p-8", runtime_version=RUNTIME)).result(timeout=30)
+    try:
+        host = fake.cloud.hosts.nodes[node.name].hosts[0]
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("GOOGLE_", "GCE_")) and k != "NO_GCE_CHECK"}
+        env.update({"STORAGE_EMULATOR_HOST": fake.gcs_url, "TENSORSTORE_GCS_HTTP_URL": fake.gcs_url,
+                    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", **{
+                        f"GCE_METADATA_{k}": host.metadata_host for k in ("HOST", "IP", "ROOT")}})
+        done = subprocess.run([sys.executable, "-c", _LIBRARIES], env=env, capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        assert done.stdout.strip() == "ok", done.stderr[-2000:]
+    finally:
+        api.client.delete_node(name=node.name).result(timeout=30)
