@@ -53,7 +53,7 @@ class DemoSummary:
 
 
 # Lines every multi-host CPU run prints that say nothing to a person watching the demo:
-# gloo's peer count, and tensorstore looking for gcloud credentials the emulator ignores.
+# gloo's peer count, and tensorstore saying which credentials it took (the node's, from the metadata server).
 _NOISE = ("[Gloo]", "google_auth_provider", "Expected number of connected peer ranks")
 
 
