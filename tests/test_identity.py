@@ -24,6 +24,7 @@ from tests.conftest import PARENT, Podctl, assert_one_line_error, stop_fake_and_
 from tests.test_fake_hosts import RUNTIME
 
 SCOPE = "https://www.googleapis.com/auth/"
+SCRIPTS = Path(__file__).parent / "scripts"
 SA = "sa@fake-project.iam.gserviceaccount.com"
 
 
@@ -126,10 +127,28 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         email = proc.stderr.split("--member=serviceAccount:")[1].split()[0]
         from podctl.fake.admin_client import FakeAdmin  # the fake's stand-in for gcloud's binding
 
-        FakeAdmin(info["admin"]).set_iam(member=f"serviceAccount:{email}", role="roles/storage.objectAdmin")
+        admin, member = FakeAdmin(info["admin"]), f"serviceAccount:{email}"
+        admin.set_iam(member=member, role="roles/storage.objectAdmin")
         done = cli("run", "secure", str(script), check=False, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "hello from 0" in done.stdout
+        # The role taken away mid-run: the agent stops its script and says why, on the host
+        # (its status cannot reach GCS any more); read it over SSH.
+        run_id = cli("run", "secure", "--detach", str(SCRIPTS / "ticker.py"), "600", "0.1").stdout.strip()
+        on_host = f"~/.podctl/runs/{run_id}"
+        deadline = time.monotonic() + 60
+        while "tick 3 " not in cli("exec", "secure", "--", f"cat {on_host}/output.log", check=False).stdout:
+            assert time.monotonic() < deadline, "the script never ticked"
+            time.sleep(0.5)
+        admin.set_iam(member=member, role="roles/storage.objectAdmin", remove=True)
+        deadline, status = time.monotonic() + 60, None
+        while status is None and time.monotonic() < deadline:
+            shown = cli("exec", "secure", "--", f"cat {on_host}/status.json", check=False)
+            status = json.loads(shown.stdout.split("] ", 1)[-1]) if shown.returncode == 0 else None
+            time.sleep(1)
+        assert status is not None, "the agent never ended"
+        assert status["error"].startswith("GCS refused the host's account") and "403" in status["error"]
+        assert status["exit_code"] == 143  # its script got SIGTERM
     finally:
         cli("down", "secure", "--yes", check=False)
         stop_fake_and_check(cli)
