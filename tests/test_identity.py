@@ -114,8 +114,7 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
     cli = Podctl(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"
     try:
-        info = json.loads(cli("fake", "start", "--secure", "--json").stdout)
-        assert info["secure"] is True
+        assert json.loads(cli("fake", "start", "--secure", "--json").stdout)["secure"] is True
         cli("up", "--slice", "v5p-8", "--name", "secure")
         script = _script(tmp_path)
         began = time.monotonic()
@@ -125,10 +124,8 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
                               "gcloud storage buckets add-iam-policy-binding gs://podctl-fake "
                               "--member=serviceAccount:", "still up")
         email = proc.stderr.split("--member=serviceAccount:")[1].split()[0]
-        from podctl.fake.admin_client import FakeAdmin  # the fake's stand-in for gcloud's binding
-
-        admin, member = FakeAdmin(info["admin"]), f"serviceAccount:{email}"
-        admin.set_iam(member=member, role="roles/storage.objectAdmin")
+        member = f"serviceAccount:{email}"
+        cli("fake", "grant", member, "roles/storage.objectAdmin")  # the fake's gcloud binding
         done = cli("run", "secure", str(script), check=False, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "hello from 0" in done.stdout
@@ -140,7 +137,7 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         while "tick 3 " not in cli("exec", "secure", "--", f"cat {on_host}/output.log", check=False).stdout:
             assert time.monotonic() < deadline, "the script never ticked"
             time.sleep(0.5)
-        admin.set_iam(member=member, role="roles/storage.objectAdmin", remove=True)
+        cli("fake", "grant", member, "roles/storage.objectAdmin", "--revoke")
         deadline, status = time.monotonic() + 60, None
         while status is None and time.monotonic() < deadline:
             shown = cli("exec", "secure", "--", f"cat {on_host}/status.json", check=False)

@@ -1,4 +1,4 @@
-"""podctl fake start | stop | status: the local fake cloud as a background daemon."""
+"""podctl fake start | stop | status | grant: the local fake cloud as a background daemon."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def start(time_scale: float | None, secure: bool | None, as_json: bool) -> None:
             if info.get("host_python"):
                 click.echo(f"hosts' python3: {info['host_python']}")
             if info.get("secure"):
-                click.echo("project secure-by-default: grant the nodes' service account "
-                           "roles/storage.objectAdmin on the bucket")
+                click.echo("project secure-by-default: `podctl fake grant serviceAccount:EMAIL "
+                           "roles/storage.objectAdmin` lets the nodes' account use the bucket")
         if secure is not None and bool(info.get("secure")) != secure:
             click.echo(f"the fake cloud was running already, {'not ' if secure else ''}secure-by-"
                        "default: `podctl fake stop` first to change that", err=True)
@@ -102,6 +102,25 @@ def status(as_json: bool) -> None:
             click.echo("fake cloud not running (`podctl fake start`)")
         if not info["running"]:
             sys.exit(EXIT_NOT_RUNNING)
+
+    guarded(action)
+
+
+@fake.command()
+@click.argument("member")
+@click.argument("role")
+@click.option("--bucket", default=None, help="The bucket (default: the fake's own).")
+@click.option("--revoke", is_flag=True, help="Take the role away instead.")
+def grant(member: str, role: str, bucket: str | None, revoke: bool) -> None:
+    """Bind MEMBER (serviceAccount:EMAIL) to ROLE (roles/storage.objectAdmin) on the fake's
+    bucket: the fake's `gcloud storage buckets add-iam-policy-binding`."""
+
+    def action() -> None:
+        from podctl.cli.fake_inject import _admin
+
+        _admin().set_iam(member=member, role=role, remove=revoke,
+                         **({"bucket": bucket} if bucket else {}))
+        click.echo(f"{'took' if revoke else 'granted'} {role} {'from' if revoke else 'to'} {member}")
 
     guarded(action)
 
