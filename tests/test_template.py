@@ -204,7 +204,7 @@ def test_mfu_peak_and_sharding_rules():
 
 
 def _bucket_objects(cli, prefix: str) -> tuple[str, list[str]]:
-        from google.cloud import storage
+    from google.cloud import storage
 
     status = json.loads(cli("fake", "status", "--json").stdout)
     client = storage.Client(project="fake", credentials=user_credentials(),
