@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from podctl.errors import FakeCloudError
-from podctl.fake import access, admin_api, compute, maintenance, tpu_api, wire
+from podctl.fake import access, admin_api, compute, maintenance, oslogin, tpu_api, wire
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
 from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
@@ -114,7 +114,7 @@ class FakeCloud:
     def describe(self) -> dict[str, Any]:
         return {"running": True, "tpu_api": self.tpu_api_url, "admin": self.admin_url,
                 "project": self.project, "zone": self.zone, "pid": os.getpid(),
-                "gcs": self.gcs_url, "bucket": self.bucket,
+                "gcs": self.gcs_url, "bucket": self.bucket, "account": oslogin.FAKE_ACCOUNT,
                 "hosts_root": str(self.hosts.root) if self.hosts else None,
                 "host_python": self.hosts.image.note if self.hosts else None,
                 # SSH to a host: its endpoint's address at this port (None: the endpoint's port)
@@ -164,6 +164,7 @@ class FakeCloud:
         app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
         app.router.add_route("*", "/v2alpha1/{tail:.*}", self._handle_v2alpha1)
         app.router.add_route("*", "/compute/v1/{tail:.*}", self._handle_compute)
+        app.router.add_route("*", "/v1/{tail:.*}", self._handle_oslogin)
         admin_api.add_routes(app, self)
         # An idle keep-alive connection (a client still open, e.g. a notebook's) must not
         # hold the fake's stop for aiohttp's default 60 s: a request takes milliseconds.
@@ -221,6 +222,16 @@ class FakeCloud:
 
     async def _handle_compute(self, request: web.Request) -> web.StreamResponse:
         return compute.answer(self.world, request.method, request.match_info["tail"], request.query)
+
+    async def _handle_oslogin(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await _json_body(request)
+        except ApiError as e:
+            return web.json_response(wire.error_body(e.http_status, e.status, e.message), status=e.http_status)
+        self.advance()  # an expiry is judged on the world's clock
+        response = oslogin.answer(self.world, request.method, request.match_info["tail"], request.query, body)
+        self.save()
+        return response
 
     async def _handle_v2alpha1(self, request: web.Request) -> web.StreamResponse:
         return await _v2alpha1(self, request)
