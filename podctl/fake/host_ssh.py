@@ -2,11 +2,12 @@
 
 One `SshServer` per connection decides auth against the node's `ssh-keys`
 metadata, read live (so `nodes.update` of the metadata takes effect at once, as
-on GCE), or, with OS Login on, against the keys imported into OS Login (oslogin.py). One `Session` per channel runs `bash -c COMMAND` (or `bash` for a shell)
-in its own process group, pumps stdin/stdout/stderr with flow control both ways,
-and reports the exit status, or the signal that killed it, as sshd does. The
-command's process group is terminated when the client closes the channel or the
-connection goes, and signalled when the client sends a signal.
+on GCE), or, with OS Login on, against the keys imported into OS Login (oslogin.py).
+One `Session` per channel runs `bash -c COMMAND` (or `bash` for a shell) in its own
+process group, pumps stdin/stdout/stderr with flow control both ways, and reports
+the exit status, or the signal that killed it, as sshd does. The command's process
+group is terminated when the client closes the channel or the connection goes, and
+signalled when the client sends a signal.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 import asyncssh
 
 from podctl import topology
-from podctl.fake import addresses, image_python
+from podctl.fake import addresses, image_python, oslogin
 from podctl.fake.host_ssh import Session, SshServer, authorized_keys, public_blob
 from podctl.fake.metadata import MetadataServer, hostname
 
