@@ -1,7 +1,8 @@
-"""The fake cloud's HTTP server on 127.0.0.1: the Cloud TPU v2 API under /v2/ and
-the admin API (faults, capacity, clock) under /admin/, on one port; with it the
-fake hosts (hosts.py: an SSH server per host of every READY node) and the GCS
-emulator (gcs.py), each on its own loopback port.
+"""The fake cloud's HTTP server on 127.0.0.1: the Cloud TPU v2 API under /v2/, the
+bits of Compute Engine podctl reads under /compute/v1/ (compute.py), the OS Login API
+under /v1/ (oslogin.py) and the admin API (faults, capacity, clock) under /admin/, on
+one port; with it the fake hosts (hosts.py: an SSH server per host of every READY
+node) and the GCS emulator (gcs.py), each on its own loopback port.
 
 `FakeCloud` is the async core (the daemon runs it in its own loop); `fake_cloud()`
 runs one in a background thread for synchronous callers (tests, notebooks, the
