@@ -213,8 +213,8 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
             raise InvalidValueError(f"{bucket!r} is not a GCS bucket name (3-63 lowercase letters, "
                                     "digits, -, _ and .).")
     tpu_endpoint = endpoint_override("tpu", env, toml) if backend == "gcp" else None
-    account = (FAKE_ACCOUNT if backend == "fake"
-               else env.get("CLOUDSDK_CORE_ACCOUNT") or read_gcloud_config(env).get("account"))
+    account = env.get("CLOUDSDK_CORE_ACCOUNT") or (
+        FAKE_ACCOUNT if backend == "fake" else read_gcloud_config(env).get("account"))
     return Settings(backend=backend, project=project, zone=zone,
                     config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket,
                     tpu_endpoint=tpu_endpoint, oslogin=_oslogin(env, toml), account=account)

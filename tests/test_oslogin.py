@@ -65,6 +65,13 @@ def test_with_podctls_os_login_path_off_the_run_fails_as_on_google(cli):
     assert all(r["state"] not in ("running", "starting") for r in runs[:len(runs) - before]), runs
 
 
+def test_an_import_the_api_refuses_stops_the_run_before_it_starts(cli):
+    cli("fake", "inject", "os-login")
+    proc = cli("run", "osl", SCRIPT, "USER", check=False, env={"CLOUDSDK_CORE_ACCOUNT": "other@example.com"})
+    assert_one_line_error(proc, 1, "uses OS Login", "other@example.com", "roles/compute.osAdminLogin",
+                          "gcloud projects add-iam-policy-binding fake-project --member=user:other@example.com")
+
+
 def test_os_login_off_gives_the_metadata_keys_back(cli):
     assert "OS Login off" in cli("fake", "inject", "os-login", "--off").stdout
     proc = cli("run", "osl", SCRIPT, "USER", env={"PODCTL_OSLOGIN": "off"})
@@ -109,6 +116,21 @@ def test_the_fake_os_login_api_answers_in_its_shapes(fake):
 
 
 def test_project_metadata_and_the_nodes_own_switch():
+    from google.cloud import tpu_v2
+
+    from podctl.cloud.convert import node_info
+    from podctl.fake import oslogin
+    from podctl.fake.world import World
+
+    node = tpu_v2.Node(name="projects/p/locations/z/nodes/n", accelerator_type="v5p-8",
+                       metadata={"enable-oslogin": "FALSE", "ssh-keys": "podctl:ssh-ed25519 AAAA podctl"})
+    assert node_info(node).os_login == "FALSE"
+    world = World()
+    oslogin.set_enabled(world, "p", True)
+    assert oslogin.enabled(world, "p", {}) and not oslogin.enabled(world, "other", {})
+    assert not oslogin.enabled(world, "p", {"enable-oslogin": "false"})  # the fake's hosts too
+    oslogin.set_enabled(world, "p", False)
+    assert not oslogin.enabled(world, "p", {}) and oslogin.enabled(world, "p", {"enable-oslogin": "True"})
     assert enabled({"enable-oslogin": "true"}, [None])
     assert not enabled({"enable-oslogin": "TRUE"}, ["FALSE"])  # the node's own wins
     assert enabled({}, [None, "True"])

@@ -82,8 +82,12 @@ class OsLogin:
         return response.status_code, body if isinstance(body, dict) else {}
 
     def project_metadata(self, project: str) -> dict[str, str]:
-        """The project's commonInstanceMetadata items; {} when they cannot be read."""
-        status, body = self._call("GET", f"{self.compute}/compute/v1/projects/{project}")
+        """The project's commonInstanceMetadata items; {} when they cannot be read (no
+        compute.projects.get, the API off or out of reach): podctl goes on as before."""
+        try:
+            status, body = self._call("GET", f"{self.compute}/compute/v1/projects/{project}")
+        except TransientError:
+            return {}
         if status != 200:
             return {}
         items = (body.get("commonInstanceMetadata") or {}).get("items") or []
