@@ -119,10 +119,10 @@ def refused_hint(user: str) -> str:
     """What to do when a host refuses USER's key: OS Login is the usual cause (a VM then
     ignores the ssh-keys metadata podctl's own user is in)."""
     if user == SSH_USER:
-        return ("with OS Login on for the project or slice (enable-oslogin=TRUE, or the org "
-                "policy compute.requireOsLogin) hosts ignore podctl's ssh-keys metadata and podctl "
-                "must import its key through OS Login (PODCTL_OSLOGIN=off stops it: unset that); "
-                "else, was the slice made by `podctl up`?")
+        return ("with OS Login on (enable-oslogin=TRUE in the project's or slice's metadata, or "
+                "the org policy compute.requireOsLogin) hosts ignore podctl's ssh-keys metadata; "
+                "podctl imports its key through OS Login when the metadata says so, unless "
+                "PODCTL_OSLOGIN=off. Else, was the slice made by `podctl up`?")
     return (f"OS Login let podctl import its key, but {user} may not log in: grant the account "
             "roles/compute.osAdminLogin (or roles/compute.osLogin) on the project")
 
