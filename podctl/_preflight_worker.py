@@ -112,6 +112,20 @@ def _topology_devices(request: dict) -> list:
     return list(topo.devices)
 
 
+def _versions() -> dict[str, str]:
+    """What this compile ran with: the interpreter's Python and its jax, jaxlib, libtpu."""
+    import platform
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for name in ("jax", "jaxlib", "libtpu", "libtpu-nightly"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
 def _load_hook(script: Path) -> Any:
     os.environ["PODCTL_PREFLIGHT"] = "1"
     sys.path.insert(0, str(script.parent))
@@ -154,7 +168,7 @@ def run(request: dict) -> dict:
     if not hasattr(step, "trace"):
         step = jax.jit(step)
     result: dict[str, Any] = {
-        "devices": len(devices), "device_kind": devices[0].device_kind,
+        "versions": _versions(), "devices": len(devices), "device_kind": devices[0].device_kind,
         "tokens_per_step": spec.get("tokens_per_step"), "params": spec.get("params"),
         "info": spec.get("info") or {}, "topology_s": round(t_topology, 3),
         "argument_bytes_from_shardings": _bytes_per_device(args)}

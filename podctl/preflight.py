@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from podctl.topology import parse_multislice
 GIB = 2**30
 DEFAULT_MFU = 0.45  # as `podctl plan` assumes, and says so
 DEFAULT_TIMEOUT_S = PREFLIGHT_TIMEOUT_SECONDS
+WORKER = str(Path(__file__).with_name("_preflight_worker.py"))
 INSTALL_HINT = "pip install -e '.[jax,tpu]' (libtpu from PyPI; README.md, 'On a fresh machine')"
 
 
@@ -69,6 +71,20 @@ def target_for(slice_type: str, num_slices: int = 1) -> Target:
                   peak_flops_per_chip=generation.peak_flops_per_chip)
 
 
+@dataclass(frozen=True)
+class CompileEnv:
+    """The interpreter a compile runs in, and what to say about it: the hosts' locked
+    environment built here (steps/preflight_env.py), or this machine's own."""
+
+    python: str  # the interpreter's path
+    source: str  # e.g. "the hosts' environment 1a2b3c4d5e6f (Python 3.12, from requirements.txt)"
+    key: str | None = None  # the environment's key (env_lock), None for this machine's
+
+    @classmethod
+    def this_machine(cls, why: str) -> CompileEnv:
+        return cls(python=sys.executable, source=f"this machine's jax ({why})")
+
+
 @dataclass
 class PreflightResult:
     """One compile's figures, per chip unless named otherwise."""
@@ -79,6 +95,7 @@ class PreflightResult:
     raw: dict[str, Any]
     mfu: float
     wall_s: float
+    env: CompileEnv | None = None
     fits: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,6 +162,15 @@ class PreflightResult:
         s, t = self.step_seconds, self.raw.get("tokens_per_step")
         return t / s if s and t else None
 
+    def versions_line(self) -> str:
+        """E.g. "jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1 on Python 3.12.3 (the hosts' ...)"."""
+        v = self.raw.get("versions") or {}
+        libtpu = v.get("libtpu") or v.get("libtpu-nightly")
+        parts = [f"{name} {v[name]}" for name in ("jax", "jaxlib") if v.get(name)]
+        parts.append(f"libtpu {libtpu}" if libtpu else "no libtpu")
+        where = f" ({self.env.source})" if self.env is not None else ""
+        return f"{', '.join(parts)} on Python {v.get('python', '?')}{where}"
+
     def advice(self) -> str:
         m = self.memory
         parts = []
@@ -191,6 +217,9 @@ class PreflightResult:
                           "tokens_per_second": self.tokens_per_second},
             "compile_seconds": self.raw.get("compile_s"), "lower_seconds": self.raw.get("lower_s"),
             "wall_seconds": round(self.wall_s, 3), "info": self.raw.get("info") or {},
+            "versions": self.raw.get("versions") or {},
+            "environment": {"source": self.env.source if self.env else "this machine's jax",
+                            "key": self.env.key if self.env else None},
         }
 
 
@@ -224,10 +253,12 @@ def _last_lines(stderr: str, n: int = 3) -> str:
 
 
 def compile_for(slice_type: str, script: Path, args: list[str], *, num_slices: int = 1,
-                mfu: float = DEFAULT_MFU, timeout: float = DEFAULT_TIMEOUT_S) -> PreflightResult:
+                mfu: float = DEFAULT_MFU, timeout: float = DEFAULT_TIMEOUT_S,
+                env: CompileEnv | None = None) -> PreflightResult:
     """Compile SCRIPT's step for `slice_type` x num_slices; the figures, fitting or not.
-    Raises UsageError for a script that is missing or at fault, ConfigError when libtpu
-    is not installed, PreflightError when the compile fails otherwise."""
+    ENV: the interpreter (and so the jax and libtpu) to compile with; None: this
+    process's. Raises UsageError for a script that is missing or at fault, ConfigError
+    when libtpu is not installed, PreflightError when the compile fails otherwise."""
     target = target_for(slice_type, num_slices)
     if not script.is_file():
         raise UsageError(f"{script}: no such script.")
@@ -240,7 +271,13 @@ def compile_for(slice_type: str, script: Path, args: list[str], *, num_slices: i
             "num_slices": target.num_slices}))
         began = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, "-m", "podctl._preflight_worker", str(request),
+            # the worker as a file of its own: it needs only the standard library and jax, so
+            # it runs in an interpreter that has no podctl (the hosts' environment built
+            # here); copied out, as podctl's directory on sys.path would shadow the standard
+            # library's `numbers` with podctl/numbers.py
+            worker = Path(tmp) / "podctl_preflight_worker.py"
+            shutil.copyfile(WORKER, worker)
+            proc = subprocess.run([env.python if env else sys.executable, str(worker), str(request),
                                    str(out)], env=_child_env(), cwd=str(script.resolve().parent),
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:
@@ -248,9 +285,10 @@ def compile_for(slice_type: str, script: Path, args: list[str], *, num_slices: i
                                  f"{timeout:.0f} s; try a smaller slice first.") from e
         wall = time.perf_counter() - began
         if proc.returncode == 3:
+            hint = (f"pin a jax whose libtpu knows {target.generation}" if env and env.key
+                     else f"install it: {INSTALL_HINT}")
             raise ConfigError(f"preflight needs libtpu, which cannot describe "
-                              f"{target.topology_name} here ({_last_lines(proc.stderr, 1)}); "
-                              f"install it: {INSTALL_HINT}.")
+                              f"{target.topology_name} here ({_last_lines(proc.stderr, 1)}); {hint}.")
         if proc.returncode == 2:
             raise UsageError(f"{script.name} {' '.join(args)}: {_last_lines(proc.stderr)}")
         if proc.returncode != 0 or not out.is_file():
@@ -258,7 +296,7 @@ def compile_for(slice_type: str, script: Path, args: list[str], *, num_slices: i
                                  f"{_last_lines(proc.stderr)}")
         raw = json.loads(out.read_text())
     return PreflightResult(target=target, script=str(script), args=list(args), raw=raw,
-                           mfu=mfu, wall_s=wall)
+                           mfu=mfu, wall_s=wall, env=env)
 
 
 def require_fit(result: PreflightResult) -> PreflightResult:

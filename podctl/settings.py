@@ -8,8 +8,14 @@ falls back to its own project and zone instead of gcloud's.
 
 Against Google Cloud the Cloud TPU and Cloud Storage endpoints may be moved as
 gcloud's are (Private Service Connect, regional endpoints, a local replay in
-tests): `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` / `_STORAGE`, else `tpu_endpoint` /
-`storage_endpoint` in podctl.toml. Credentials stay Application Default ones.
+tests): `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` / `_STORAGE` / `_COMPUTE` / `_OSLOGIN`, else
+`tpu_endpoint` / `storage_endpoint` / ... in podctl.toml. Credentials stay Application
+Default ones; the account OS Login knows podctl by is gcloud's (`CLOUDSDK_CORE_ACCOUNT`,
+`gcloud config set account`) unless the credentials are a service account's.
+
+With OS Login on for a slice's project or node, podctl imports its SSH key through the
+OS Login API and logs in as the profile's POSIX username (cloud/oslogin.py);
+`PODCTL_OSLOGIN=off` (or `oslogin = false` in podctl.toml) turns that path off.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ FAKE_PROJECT = "fake-project"
 # A v5p zone whose price podctl knows, so that `ls` and `cost` on the fake show dollars.
 FAKE_ZONE = "us-east5-a"
 FAKE_BUCKET = "podctl-fake"  # made by the fake cloud's GCS emulator at start
+FAKE_ACCOUNT = "fake-user@example.com"  # the fake's one user (podctl/fake/oslogin.py), its OS Login
 # The user's own access token on the fake cloud, as `gcloud auth print-access-token` gives
 # one on Google's: the fake has no OAuth server to mint it, so it is fixed. Its GCS takes
-# it as the project's owner (podctl/fake/iam.py); the hosts' tokens come from their
+# it as FAKE_ACCOUNT, the project's owner (podctl/fake/iam.py); the hosts' tokens come from their
 # metadata servers. Not a secret: the fake listens on loopback only.
 FAKE_USER_TOKEN = "ya29.fake-user-of-the-fake-project"
 _PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
@@ -39,7 +46,10 @@ _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _ENDPOINT = re.compile(r"^(https?)://([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(:[0-9]{1,5})?(/.*)?$")
 # The API path gcloud's override may carry, which the Python clients add themselves.
-_API_PATHS = {"tpu": ("/v2",), "storage": ("/storage/v1",), "compute": ("/compute/v1",)}
+_API_PATHS = {"tpu": ("/v2",), "storage": ("/storage/v1",), "compute": ("/compute/v1",),
+              "oslogin": ("/v1",)}
+_SWITCH = {"on": True, "true": True, "1": True, "yes": True,
+           "off": False, "false": False, "0": False, "no": False}
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,10 @@ class Settings:
     state_dir: Path
     bucket: str | None = None  # where runs keep bundles, logs, status, checkpoints
     tpu_endpoint: str | None = None  # an override of https://tpu.googleapis.com (gcp only)
+    # Use OS Login where the project or node turns it on (PODCTL_OSLOGIN=off, or oslogin = false
+    # in podctl.toml: never, as podctl before it, so that a test can show what that meets)
+    oslogin: bool = True
+    account: str | None = None  # who podctl is to OS Login: gcloud's account (gcp), the fake's user
 
     def require_bucket(self) -> str:
         if not self.bucket:
@@ -118,12 +132,14 @@ def read_gcloud_config(env: Mapping[str, str]) -> dict[str, str]:
         out["project"] = parser.get("core", "project")
     if parser.has_option("compute", "zone"):
         out["zone"] = parser.get("compute", "zone")
+    if parser.has_option("core", "account"):
+        out["account"] = parser.get("core", "account")
     return out
 
 
 def endpoint_override(service: str, env: Mapping[str, str] = os.environ,
                       toml: dict | None = None, cwd: Path | None = None) -> str | None:
-    """Where SERVICE ("tpu" or "storage") is, when gcloud's override or podctl.toml moves it:
+    """Where SERVICE ("tpu", "storage", "compute" or "oslogin") is, when gcloud's override or podctl.toml moves it:
     a root URL such as http://127.0.0.1:8080 (no trailing slash, no API path)."""
     var = f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{service.upper()}"
     if toml is None:
@@ -139,6 +155,17 @@ def endpoint_override(service: str, env: Mapping[str, str] = os.environ,
     for path in _API_PATHS[service]:
         url = url.removesuffix(path)
     return url
+
+
+def _oslogin(env: Mapping[str, str], toml: dict) -> bool:
+    value = env.get("PODCTL_OSLOGIN") or toml.get("oslogin")
+    if value is None or value == "":
+        return True
+    if isinstance(value, bool):
+        return value
+    if str(value).strip().lower() not in _SWITCH:
+        raise InvalidValueError(f"PODCTL_OSLOGIN / oslogin {value!r}: use on or off.")
+    return _SWITCH[str(value).strip().lower()]
 
 
 def _backend(backend: str | None, env: Mapping[str, str], toml: dict) -> str:
@@ -191,6 +218,8 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
             raise InvalidValueError(f"{bucket!r} is not a GCS bucket name (3-63 lowercase letters, "
                                     "digits, -, _ and .).")
     tpu_endpoint = endpoint_override("tpu", env, toml) if backend == "gcp" else None
+    account = env.get("CLOUDSDK_CORE_ACCOUNT") or (
+        FAKE_ACCOUNT if backend == "fake" else read_gcloud_config(env).get("account"))
     return Settings(backend=backend, project=project, zone=zone,
                     config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket,
-                    tpu_endpoint=tpu_endpoint)
+                    tpu_endpoint=tpu_endpoint, oslogin=_oslogin(env, toml), account=account)

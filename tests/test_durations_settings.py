@@ -74,3 +74,19 @@ def test_directories_follow_env(tmp_path):
     assert settings.config_dir(env) == tmp_path / "xc" / "podctl"
     assert settings.state_dir(env) == tmp_path / "xs" / "podctl"
     assert settings.config_dir({"PODCTL_CONFIG_DIR": "/x"}) == Path("/x")
+
+
+def test_os_login_switch_and_account(tmp_path):
+    env = {**_gcloud(tmp_path, "my-project", "us-east5-a")}
+    (tmp_path / "gcloud" / "configurations" / "config_work").write_text(
+        "[core]\nproject = my-project\naccount = jane@example.com\n[compute]\nzone = us-east5-a\n")
+    s = settings.resolve(env=env, cwd=tmp_path)
+    assert (s.oslogin, s.account) == (True, "jane@example.com")
+    s = settings.resolve(env={**env, "PODCTL_OSLOGIN": "off", "CLOUDSDK_CORE_ACCOUNT": "ci@x.com"}, cwd=tmp_path)
+    assert (s.oslogin, s.account) == (False, "ci@x.com")
+    (tmp_path / "podctl.toml").write_text("oslogin = false\n")
+    assert not settings.resolve(env=env, cwd=tmp_path).oslogin
+    with pytest.raises(InvalidValueError, match="PODCTL_OSLOGIN"):
+        settings.resolve(env={**env, "PODCTL_OSLOGIN": "maybe"}, cwd=tmp_path)
+    fake = settings.resolve(env={**env, "PODCTL_BACKEND": "fake"}, cwd=tmp_path)
+    assert fake.account == settings.FAKE_ACCOUNT

@@ -320,6 +320,7 @@ def test_inject_through_the_daemon(podctl):
     (["fail-calls", "9" * 31], "COUNT must be a whole number from 0 to 1,000,000,000"),
     (["fail-calls", "\u00b2"], "COUNT must be a whole number"),
     (["capacity", "lots"], "CHIPS"),
+    (["os-login", "--project", ""], "--project must be a non-empty name"),
 ])
 def test_inject_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, words):
     assert_one_line_error(podctl("fake", "inject", *args, check=False), 2, words)

@@ -6,6 +6,7 @@ compiles through module-scoped fixtures; the big sizes are in benchmarks/."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def _long(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
 
 
 def _preflight(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
-    return _long(cli, "preflight", *args)
+    # this machine's jax: the figures are what these cases check; that the compile takes
+    # the hosts' locked jax and libtpu by default is tests/test_preflight_env.py's
+    return _long(cli, "preflight", "--client-env", *args)
 
 
 @pytest.fixture(scope="module")
@@ -161,21 +164,26 @@ def on_fake(tmp_path: Path):
 
 
 def test_run_preflight_refuses_a_step_that_does_not_fit_and_starts_nothing(on_fake):
+    # the template alone (no requirements.txt beside it): the compile takes this machine's
+    # jax rather than building the template's environment here first
+    work = on_fake.tmp / "work"
+    work.mkdir()
+    template = str(shutil.copy(TEMPLATE, work))
     before = on_fake.json("ls")
-    proc = _long(on_fake, "run", "pre8", "--preflight", TEMPLATE, *TOO_LARGE)
+    proc = _long(on_fake, "run", "pre8", "--preflight", template, *TOO_LARGE)
     assert proc.returncode == 1, proc.stderr
     assert "does not fit v5p-8" in proc.stderr and "GiB missing" in proc.stderr
     assert on_fake("runs").stdout.strip() == "no runs yet"
     after = on_fake.json("ls")
     assert [s["name"] for s in after] == [s["name"] for s in before] == ["pre8"]  # no slice made
     # the queue refuses it the same way, before anything is bundled or stored
-    proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", TEMPLATE, *TOO_LARGE)
+    proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", template, *TOO_LARGE)
     assert proc.returncode == 1 and "does not fit v5p-8" in proc.stderr
     assert on_fake.json("queue", "ls") == []
     # a step that fits is queued with its report (a tiny model: a short compile)
     tiny = ["--d-model", "64", "--heads", "1", "--d-ff", "64", "--layers", "1", "--seq-len", "8",
             "--batch", "4"]
-    proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", "--json", TEMPLATE,
+    proc = _long(on_fake, "queue", "add", "--slice", "v5p-8", "--preflight", "--json", template,
                  *tiny)
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(proc.stdout)

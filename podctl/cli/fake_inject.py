@@ -50,6 +50,7 @@ def _command(fault: faults.Fault) -> click.Command:
 
     params: list[click.Parameter] = [
         click.Argument([a.name], metavar=a.label) if a.positional else
+        click.Option([a.flag, a.name], is_flag=True, default=False, help=a.help) if a.kind == "flag" else
         click.Option([a.flag, a.name], default=None, metavar=a.metavar or a.name.upper(), help=a.help)
         for a in fault.args]
     return click.Command(fault.name, callback=callback, params=params, context_settings=_NUMBERS,

@@ -167,7 +167,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             from podctl.cli.preflight_cmds import compile_checked
 
             info = run_sync(steps.ready_slice(session, name))
-            compile_checked(info.accelerator_type, script, list(args), num_slices=info.num_slices)
+            compile_checked(info.accelerator_type, script, list(args), num_slices=info.num_slices,
+                            workdir=workdir, requirements=requirements, python=python, relock=relock)
         out = sys.stderr if as_json else sys.stdout
         started: list[Any] = []
 

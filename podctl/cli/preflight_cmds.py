@@ -29,7 +29,8 @@ def render(r: Any, err: bool = False) -> None:
     where = f"{t.slice_type}{'' if t.num_slices == 1 else f' x {t.num_slices}'}"
     compiled = "compiled" if j["compiled"] else "stopped by the compiler"
     rows = [("preflight", f"{r.script} on {where} ({t.topology_name}, {t.chips} chips), "
-                          f"{compiled} in {j['compile_seconds']} s (lowered in {j['lower_seconds']} s)")]
+                          f"{compiled} in {j['compile_seconds']} s (lowered in {j['lower_seconds']} s)"),
+            ("compiler", r.versions_line())]
     if j["compiled"]:
         rows.append(("HBM/chip", f"arguments {_mib_or_gib(h['arguments_bytes'])} + outputs "
                      f"{_mib_or_gib(h['outputs_bytes'])} - aliased {_mib_or_gib(h['aliased_bytes'])}"
@@ -64,16 +65,24 @@ def render(r: Any, err: bool = False) -> None:
 
 
 def compile_checked(slice_type: str, script: Path, args: list[str], *, num_slices: int = 1,
-                    mfu: float | None = None, quiet: bool = False) -> Any:
-    """Compile; print one line (fits) or the report (does not fit), then raise
+                    mfu: float | None = None, quiet: bool = False, workdir: Path | None = None,
+                    requirements: Path | None = None, python: str | None = None,
+                    relock: bool = False) -> Any:
+    """Compile with the jax and libtpu the run's hosts will get (its requirements, as the
+    run finds them); print one line (fits) or the report (does not fit), then raise
     DoesNotFitError (exit 1) when it does not fit. Used by run/queue add --preflight."""
     from podctl import preflight
     from podctl.numbers import check_mfu
+    from podctl.steps.preflight_env import compile_env
 
+    env = compile_env(script, workdir=workdir, requirements=requirements, python=python,
+                      relock=relock, notice=_notice)
     _notice(f"preflight: compiling {script.name} for {slice_type}"
             f"{'' if num_slices == 1 else f' x {num_slices}'} with libtpu ...")
     result = preflight.compile_for(slice_type, script, list(args), num_slices=num_slices,
-                                   mfu=check_mfu(mfu) if mfu is not None else preflight.DEFAULT_MFU)
+                                   mfu=check_mfu(mfu) if mfu is not None else preflight.DEFAULT_MFU,
+                                   env=env)
+    _notice(f"preflight: {result.versions_line()}")
     if result.fits:
         _notice(f"preflight: fits {slice_type}: {preflight.gib(result.hbm_needed)} of "
                 f"{preflight.gib(result.hbm_capacity)} HBM per chip "
@@ -96,10 +105,21 @@ def compile_checked(slice_type: str, script: Path, args: list[str], *, num_slice
               help="MFU for the predicted step time (default 0.45, assumed).")
 @click.option("--timeout", "timeout_s", default=PREFLIGHT_TIMEOUT_SECONDS, show_default=True, type=float,
               metavar="SECONDS", help="Give up on a compile after this long.")
+@click.option("--workdir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="The run's directory, whose requirements.txt the hosts get (default: the script's).")
+@click.option("--requirements", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="The hosts' requirements, as `podctl run --requirements` (default: the workdir's "
+                   "requirements.txt).")
+@click.option("--python", default=None, metavar="X.Y",
+              help="The hosts' Python, as `podctl run --python` (default: as the run would choose).")
+@click.option("--relock", is_flag=True, help="Resolve the requirements anew, as `podctl run --relock`.")
+@click.option("--client-env", is_flag=True,
+              help="Compile with this machine's jax and libtpu, not the hosts' environment.")
 @json_option
 @pass_context
 def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str, num_slices: int,
-              mfu: float | None, timeout_s: float, as_json: bool) -> None:
+              mfu: float | None, timeout_s: float, workdir: Path | None, requirements: Path | None,
+              python: str | None, relock: bool, client_env: bool, as_json: bool) -> None:
     """Compile SCRIPT's training step for a TPU slice with the real TPU compiler, here,
     with no cloud: HBM per chip (fits or not), FLOPs per step, predicted step time.
 
@@ -107,6 +127,10 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
     podctl preflight --slice v5p-8 templates/train_pjit.py --d-model 1024 --layers 24
     podctl preflight --slice v5p-4096 train.py ... --json > pre.json
     podctl plan --from-preflight pre.json --tokens 1T
+
+    The compile uses the jax and libtpu the run's hosts will get: its requirements
+    (the workdir's requirements.txt, or --requirements) locked as `podctl run` locks
+    them, built here once with uv; with no requirements, this machine's.
 
     Exits 1 when the step does not fit. SCRIPT defines preflight(argv, devices): see
     README.md, "Preflight" (templates/train_pjit.py has it).
@@ -116,10 +140,17 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
         from podctl import preflight as lib
         from podctl.cli.render import emit_json
         from podctl.numbers import check_mfu
+        from podctl.steps.preflight_env import compile_env
 
         chosen = check_mfu(mfu) if mfu is not None else lib.DEFAULT_MFU
+        if workdir is not None and not workdir.expanduser().is_dir():
+            from podctl.errors import InvalidValueError
+
+            raise InvalidValueError(f"--workdir {str(workdir)!r} is not a directory.")
+        env = compile_env(script, workdir=workdir, requirements=requirements, python=python,
+                          relock=relock, client=client_env, notice=_notice)
         result = lib.compile_for(slice_type, script, list(args), num_slices=num_slices,
-                                 mfu=chosen, timeout=timeout_s)
+                                 mfu=chosen, timeout=timeout_s, env=env)
         if as_json:
             emit_json(result.to_json())
         else:

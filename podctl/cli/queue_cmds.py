@@ -108,7 +108,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         if preflight:  # before anything is bundled or stored
             from podctl.cli.preflight_cmds import compile_checked
 
-            request.preflight = compile_checked(slice_type, script, list(args)).to_json()
+            request.preflight = compile_checked(slice_type, script, list(args), workdir=workdir).to_json()
         bucket_name = settings.require_bucket()
         with _store() as store:  # first: a bad db is refused before anything is uploaded
             storage = Session(settings).storage_for(bucket_name)

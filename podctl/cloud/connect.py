@@ -14,7 +14,8 @@ from google.cloud import tpu_v2
 from podctl.cloud.api import RetryPolicy, TpuApi
 from podctl.cloud.translate import translate
 from podctl.cloud.firewall import ComputeReader
-from podctl.settings import Settings, endpoint_override
+from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
+from podctl.settings import FAKE_ACCOUNT, Settings, endpoint_override
 
 GOOGLE_ENDPOINT = "tpu.googleapis.com"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -78,7 +79,26 @@ def compute_reader(settings: Settings, api: TpuApi) -> ComputeReader:
         credentials, _ = google.auth.default(scopes=_SCOPES)
     except Exception as e:  # DefaultCredentialsError and friends
         raise translate(e, "loading Application Default Credentials") from e
-    return ComputeReader(endpoint_override("compute") or "https://compute.googleapis.com", credentials)
+    return ComputeReader(endpoint_override("compute") or GOOGLE_COMPUTE, credentials)
+
+
+def oslogin_client(settings: Settings, api: TpuApi) -> OsLogin:
+    """Project metadata and the OS Login API (oslogin.py): the fake's on its TPU API's
+    server (API's endpoint) as its one user, Google's with ADC and gcloud's account."""
+    if settings.backend == "fake":
+        return OsLogin(api.endpoint, api.endpoint, settings.account or FAKE_ACCOUNT)
+    import google.auth
+
+    try:
+        credentials, _ = google.auth.default(scopes=_SCOPES)
+    except Exception as e:  # DefaultCredentialsError and friends
+        raise translate(e, "loading Application Default Credentials") from e
+    # a service account's credentials say who they are; a user's are gcloud's account
+    account = getattr(credentials, "service_account_email", None)
+    if not account or "@" not in str(account):
+        account = settings.account
+    return OsLogin(endpoint_override("compute") or GOOGLE_COMPUTE,
+                   endpoint_override("oslogin") or GOOGLE_OSLOGIN, account, credentials)
 
 
 def storage_endpoint(settings: Settings) -> str | None:

@@ -44,6 +44,7 @@ def node_info(node: tpu_v2.Node, slice_index: int = 0) -> NodeInfo:
         labels=dict(node.labels),
         queued_resource=short(node.queued_resource) if node.queued_resource else None,
         symptoms=tuple(_symptom(s) for s in node.symptoms),
+        os_login=node.metadata.get("enable-oslogin"),
     )
 
 

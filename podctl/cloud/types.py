@@ -95,6 +95,7 @@ class NodeInfo:
     labels: dict[str, str]
     queued_resource: str | None  # the short id of the queued resource that owns it
     symptoms: tuple[str, ...] = ()  # Node.symptoms: "HBM_OUT_OF_MEMORY on worker 1: details"
+    os_login: str | None = None  # the node's own `enable-oslogin` metadata, if it has one (oslogin.py)
 
 
 @dataclass(frozen=True)

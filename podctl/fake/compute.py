@@ -12,6 +12,8 @@ shape):
     GET /compute/v1/projects/P/regions/R/subnetworks/S    (the default network's, or an
                                                            added network's, named after it)
     GET /compute/v1/projects/P/global/firewalls?maxResults=&pageToken=
+    GET /compute/v1/projects/P                            (commonInstanceMetadata: the
+                                                           `enable-oslogin` switch, oslogin.py)
 
 What the fake's hosts let through is the default network's rules whatever the network
 (fake/README.md); these rules are what podctl reads, not what the hosts enforce.
@@ -20,7 +22,9 @@ What the fake's hosts let through is the default network's rules whatever the ne
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
+import zlib
 from typing import Any
 
 from aiohttp import web
@@ -72,15 +76,29 @@ def _rule(project: str, network: str, rule: dict) -> dict:
             "selfLink": f"{_BASE}/projects/{project}/global/firewalls/{rule['name']}"}
 
 
+def _project(world: World, project: str) -> dict:
+    """`projects.get`: what podctl reads of it is commonInstanceMetadata (enable-oslogin)."""
+    items = world.project_metadata.get(project, {})
+    text = "".join(f"{k}={v};" for k, v in sorted(items.items()))
+    return {"kind": "compute#project", "name": project, "id": str(zlib.crc32(project.encode())),
+            "selfLink": f"{_BASE}/projects/{project}",
+            "commonInstanceMetadata": {
+                "kind": "compute#metadata",
+                "fingerprint": base64.b64encode(hashlib.sha256(text.encode()).digest()[:8]).decode(),
+                **({"items": [{"key": k, "value": v} for k, v in sorted(items.items())]} if items else {})}}
+
+
 def answer(world: World, method: str, tail: str, query: Any) -> web.Response:
     """One Compute Engine call at /compute/v1/TAIL."""
     if method != "GET":
         return _error(405, "Method not allowed by the fake", "methodNotAllowed")
-    match = re.fullmatch(r"projects/([^/]+)/(.+)", tail)
+    match = re.fullmatch(r"projects/([^/]+)/?(.*)", tail)
     if not match:
         return _not_found(tail)
     project, rest = match.groups()
     nets = networks(world, project)
+    if rest == "":
+        return web.json_response(_project(world, project))
     if found := re.fullmatch(r"global/networks/([^/]+)", rest):
         name = found.group(1)
         if name not in nets:

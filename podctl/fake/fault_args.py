@@ -26,7 +26,7 @@ class Arg:
     """One argument of a fault: its JSON key, its type (KIND) and how the CLI spells it."""
 
     name: str  # JSON key and keyword of FakeAdmin's method
-    kind: str  # node, worker, count, seconds, choice, chips, workers, text, factor
+    kind: str  # node, worker, count, seconds, choice, chips, workers, text, factor, flag
     help: str
     default: Any = REQUIRED
     choices: tuple[str, ...] = ()
@@ -113,6 +113,18 @@ def _text(arg: Arg, value: Any, label: str) -> str:
     return value
 
 
+def _flag(arg: Arg, value: Any, label: str) -> bool:
+    """An on/off switch: the CLI's flag gives a bool, JSON a bool (or yes/no text)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("yes", "true", "1", "on"):
+        return True
+    if text in ("no", "false", "0", "off", ""):
+        return False
+    raise ValueError(f"{label} is a switch (true or false), not {value!r}.")
+
+
 def _factor(arg: Arg, value: Any, label: str) -> float:
     try:
         number = float(value)
@@ -125,7 +137,7 @@ def _factor(arg: Arg, value: Any, label: str) -> float:
 
 _KINDS = {
     "node": _text, "text": _text, "choice": _choice, "chips": _chips, "workers": _workers,
-    "factor": _factor,
+    "factor": _factor, "flag": _flag,
     "worker": lambda arg, value, label: _whole(value, label),
     "count": lambda arg, value, label: _whole(value, label),
     "seconds": lambda arg, value, label: seconds(value, label),

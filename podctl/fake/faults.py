@@ -48,7 +48,8 @@ class Fault:
 
     def usage(self) -> str:
         parts = [a.label for a in self.args if a.positional]
-        parts += [f"[{a.flag} {a.metavar or a.name.upper()}]" for a in self.args if not a.positional]
+        parts += [f"[{a.flag}]" if a.kind == "flag" else f"[{a.flag} {a.metavar or a.name.upper()}]"
+                  for a in self.args if not a.positional]
         return " ".join([self.name, *parts])
 
 
@@ -187,6 +188,12 @@ def _crash_loop(cloud: FakeCloud, args: dict) -> dict:
     return {"crash_loop": sick.describe()}
 
 
+def _os_login(cloud: FakeCloud, args: dict) -> dict:
+    from podctl.fake import oslogin
+
+    return oslogin.set_enabled(cloud.world, args["project"] or cloud.project, not args["off"])
+
+
 # ---- the table ------------------------------------------------------------------------
 
 NAME = Arg("name", "node", "A node (or, where it says so, a queued resource): full name or id.",
@@ -297,6 +304,17 @@ FAULTS += (
           _crash_loop, lambda a, r: (f"{a['name']} worker {a['worker']}: " + (
               "crash loop ended" if a["off"] else
               f"its script gets SIG{a['signal']} {a['after']:g} s after each start"))),
+)
+FAULTS += (
+    Fault("os-login", "OS Login for the project (metadata enable-oslogin=TRUE): hosts ignore "
+          "ssh-keys and take keys imported through the OS Login API; --off turns it off",
+          (Arg("off", "flag", "Turn it off (enable-oslogin removed from project metadata).",
+               default=False, flag="--off"),
+           Arg("project", "text", "Default: the fake cloud's project.", default=None, flag="--project",
+               metavar="P")),
+          _os_login, lambda a, r: f"project {r['project']}: OS Login " + (
+              "off; hosts take ssh-keys metadata again" if a["off"] else
+              "on (enable-oslogin=TRUE); hosts take only keys imported through OS Login")),
 )
 BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
 

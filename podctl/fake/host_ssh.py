@@ -2,11 +2,12 @@
 
 One `SshServer` per connection decides auth against the node's `ssh-keys`
 metadata, read live (so `nodes.update` of the metadata takes effect at once, as
-on GCE). One `Session` per channel runs `bash -c COMMAND` (or `bash` for a shell)
-in its own process group, pumps stdin/stdout/stderr with flow control both ways,
-and reports the exit status, or the signal that killed it, as sshd does. The
-command's process group is terminated when the client closes the channel or the
-connection goes, and signalled when the client sends a signal.
+on GCE), or, with OS Login on, against the keys imported into OS Login (oslogin.py).
+One `Session` per channel runs `bash -c COMMAND` (or `bash` for a shell) in its own
+process group, pumps stdin/stdout/stderr with flow control both ways, and reports
+the exit status, or the signal that killed it, as sshd does. The command's process
+group is terminated when the client closes the channel or the connection goes, and
+signalled when the client sends a signal.
 """
 
 from __future__ import annotations
@@ -31,18 +32,25 @@ _STDIN_HIGH_WATER = 1 << 20
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL when a client goes away
 
 
+def public_blob(key: str) -> bytes | None:
+    """The public key blob of "KEYTYPE BASE64 [COMMENT]"; None if it is no key."""
+    parts = key.split()
+    if len(parts) < 2:
+        return None
+    try:
+        return bytes(asyncssh.import_public_key(f"{parts[0]} {parts[1]}").public_data)
+    except (asyncssh.KeyImportError, ValueError):
+        return None  # a malformed key grants nothing, as on GCE
+
+
 def authorized_keys(metadata: dict | None) -> frozenset[tuple[str, bytes]]:
     """(user, public key blob) for each "USER:KEYTYPE BASE64 [COMMENT]" line of ssh-keys."""
     out = set()
     for line in str((metadata or {}).get("ssh-keys", "")).splitlines():
         user, sep, key = line.strip().partition(":")
-        parts = key.split()
-        if not sep or not user or len(parts) < 2:
-            continue
-        try:
-            out.add((user, asyncssh.import_public_key(f"{parts[0]} {parts[1]}").public_data))
-        except (asyncssh.KeyImportError, ValueError):
-            continue  # a malformed line grants nothing, as on GCE
+        blob = public_blob(key) if sep and user else None
+        if blob is not None:
+            out.add((user, blob))
     return frozenset(out)
 
 

@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterable, Mapping
 import asyncssh
 
 from podctl import topology
-from podctl.fake import addresses, iam, image_python
-from podctl.fake.host_ssh import Session, SshServer, authorized_keys
+from podctl.fake import addresses, iam, image_python, oslogin
+from podctl.fake.host_ssh import Session, SshServer, authorized_keys, public_blob
 from podctl.fake.metadata import MetadataServer, hostname
 
 TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
@@ -214,7 +214,15 @@ class NodeHosts:
             allow_pty=False, x11_forwarding=False, agent_forwarding=False, login_timeout=60)
 
     def authorized(self) -> frozenset[tuple[str, bytes]]:
+        """(user, key) pairs that may log in: with OS Login on for the node (oslogin.py),
+        only keys imported into OS Login profiles, each for its POSIX username, and the
+        node's `ssh-keys` are ignored, as a TPU VM's guest agent does; else `ssh-keys`."""
         metadata = self.node.get("metadata")
+        world = self.manager.world
+        project = self.name.split("/")[1]
+        if world is not None and oslogin.enabled(world, project, metadata):
+            return frozenset((user, blob) for user, key in oslogin.login_keys(world)
+                             if (blob := public_blob(key)) is not None)
         text = (metadata or {}).get("ssh-keys", "")
         if self._keys[0] != text:
             self._keys = (text, authorized_keys(metadata))

@@ -26,10 +26,10 @@ import secrets
 import threading
 from dataclasses import dataclass
 
-from podctl.settings import FAKE_USER_TOKEN
+from podctl.settings import FAKE_ACCOUNT, FAKE_USER_TOKEN
 
 USER_TOKEN = FAKE_USER_TOKEN
-USER = "user:owner@fake-project.example"
+USER = f"user:{FAKE_ACCOUNT}"  # the fake's one user (oslogin.py too), its projects' owner
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"
 _READ_SCOPES = frozenset(SCOPE_PREFIX + s for s in (
     "cloud-platform", "cloud-platform.read-only", "devstorage.read_only",

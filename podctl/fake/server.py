@@ -1,7 +1,8 @@
-"""The fake cloud's HTTP server on 127.0.0.1: the Cloud TPU v2 API under /v2/ and
-the admin API (faults, capacity, clock) under /admin/, on one port; with it the
-fake hosts (hosts.py: an SSH server per host of every READY node) and the GCS
-emulator (gcs.py), each on its own loopback port.
+"""The fake cloud's HTTP server on 127.0.0.1: the Cloud TPU v2 API under /v2/, the
+bits of Compute Engine podctl reads under /compute/v1/ (compute.py), the OS Login API
+under /v1/ (oslogin.py) and the admin API (faults, capacity, clock) under /admin/, on
+one port; with it the fake hosts (hosts.py: an SSH server per host of every READY
+node) and the GCS emulator (gcs.py), each on its own loopback port.
 
 `FakeCloud` is the async core (the daemon runs it in its own loop); `fake_cloud()`
 runs one in a background thread for synchronous callers (tests, notebooks, the
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from podctl.errors import FakeCloudError
-from podctl.fake import access, admin_api, compute, iam, maintenance, tpu_api, wire
+from podctl.fake import access, admin_api, compute, iam, maintenance, oslogin, tpu_api, wire
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.apierror import ApiError
 from podctl.fake.gcs import DEFAULT_BUCKET, FakeGcs
@@ -119,7 +120,7 @@ class FakeCloud:
     def describe(self) -> dict[str, Any]:
         return {"running": True, "tpu_api": self.tpu_api_url, "admin": self.admin_url,
                 "project": self.project, "zone": self.zone, "pid": os.getpid(),
-                "gcs": self.gcs_url, "bucket": self.bucket,
+                "gcs": self.gcs_url, "bucket": self.bucket, "account": oslogin.FAKE_ACCOUNT,
                 "secure": bool(self.world.iam.get("secure")),
                 "hosts_root": str(self.hosts.root) if self.hosts else None,
                 "host_python": self.hosts.image.note if self.hosts else None,
@@ -176,6 +177,7 @@ class FakeCloud:
         app.router.add_route("*", "/v2/{tail:.*}", self._handle_v2)
         app.router.add_route("*", "/v2alpha1/{tail:.*}", self._handle_v2alpha1)
         app.router.add_route("*", "/compute/v1/{tail:.*}", self._handle_compute)
+        app.router.add_route("*", "/v1/{tail:.*}", self._handle_oslogin)
         admin_api.add_routes(app, self)
         # An idle keep-alive connection (a client still open, e.g. a notebook's) must not
         # hold the fake's stop for aiohttp's default 60 s: a request takes milliseconds.
@@ -233,6 +235,16 @@ class FakeCloud:
 
     async def _handle_compute(self, request: web.Request) -> web.StreamResponse:
         return compute.answer(self.world, request.method, request.match_info["tail"], request.query)
+
+    async def _handle_oslogin(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await _json_body(request)
+        except ApiError as e:
+            return web.json_response(wire.error_body(e.http_status, e.status, e.message), status=e.http_status)
+        self.advance()  # an expiry is judged on the world's clock
+        response = oslogin.answer(self.world, request.method, request.match_info["tail"], request.query, body)
+        self.save()
+        return response
 
     async def _handle_v2alpha1(self, request: web.Request) -> web.StreamResponse:
         return await _v2alpha1(self, request)

@@ -97,6 +97,9 @@ class World:
     projects: dict[str, dict] = field(default_factory=dict)  # admin switches (access.py)
     request_ids: dict[str, str] = field(default_factory=dict)  # "call/requestId" -> operation
     networks: dict[str, list] = field(default_factory=dict)  # "project/network" -> rules (compute.py)
+    # project -> its metadata items (Compute Engine's commonInstanceMetadata; oslogin.py)
+    project_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
+    login_profiles: dict[str, dict] = field(default_factory=dict)  # email -> OS Login keys (oslogin.py)
     iam: dict = field(default_factory=dict)  # the project's IAM on buckets (iam.py); {}: not set up yet
 
     # ---- time ---------------------------------------------------------------

@@ -60,6 +60,7 @@ _EDITABLE = re.compile(r"^(-e|--editable)(\s|=)")
 _LOCAL = re.compile(r"^(\.{1,2}/|/|~|file:)|@\s*file:|^[^\s;@=<>!~]+\.(whl|tar\.gz|zip)$")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)")
 _UV_TIMEOUT = 600.0
+REQUIREMENTS = "requirements.txt"  # a workdir's, found without --requirements
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,16 @@ def read_requirements(path: Path, jax_extra: str) -> tuple[list[str], list[str],
 
 
 @functools.cache  # once: sysconfig's first use is not thread-safe, and plan() resolves in threads
+def requirements_file(given: Path | None, root: Path | None) -> Path | None:
+    """--requirements FILE, else ROOT's requirements.txt where it has one; None when the
+    run has no requirements (its hosts run what their image has)."""
+    if given is not None:
+        return given.expanduser()
+    if root is not None and (root / REQUIREMENTS).is_file():
+        return root / REQUIREMENTS
+    return None
+
+
 def uv_binary() -> str:
     """The uv that podctl depends on (a static binary in the `uv` wheel)."""
     try:
@@ -209,17 +220,31 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
     notes = []
     if python is None:
         uv_binary()
+
+        def attempt(version: str) -> str | RequirementsError:
+            try:
+                return compile_lock(requirements, constraints, index, version)
+            except RequirementsError as e:
+                return e
+
         with ThreadPoolExecutor(2) as pool:  # the index's answers dominate: ask both at once
-            on_image, current = pool.map(lambda version: compile_lock(requirements, constraints, index,
-                                                                      version),
-                                         (IMAGE_PYTHON, CURRENT_PYTHON))
+            on_image_or_error, current_or_error = pool.map(attempt, (IMAGE_PYTHON, CURRENT_PYTHON))
+        if isinstance(current_or_error, RequirementsError):
+            raise current_or_error  # no Python of the hosts' takes them
+        current = current_or_error
         # the packages the requirements name decide; their dependencies may differ by Python
         named = {_name(line) for line in requirements} - {""}
-        old, new = locked_versions(on_image), locked_versions(current)
-        if all(old.get(name) == new.get(name) for name in named):
-            python, lock = IMAGE_PYTHON, on_image
+        if isinstance(on_image_or_error, RequirementsError):  # e.g. jax 0.7+ needs 3.11
+            python, lock = CURRENT_PYTHON, current
+            why = str(on_image_or_error).split(": ", 1)[-1][:160]
+            notes.append(f"the requirements do not resolve for the image's Python {IMAGE_PYTHON} "
+                         f"({why}): the hosts get CPython {CURRENT_PYTHON} (installed by uv)")
+        elif all(locked_versions(on_image_or_error).get(name) == locked_versions(current).get(name)
+                 for name in named):
+            python, lock = IMAGE_PYTHON, on_image_or_error
         else:
             python, lock = CURRENT_PYTHON, current
+            old, new = locked_versions(on_image_or_error), locked_versions(current)
             older = _what_is_older({n: v for n, v in old.items() if n in named}, new)
             notes.append(f"the image's Python {IMAGE_PYTHON} would get {older}: the hosts get CPython "
                          f"{CURRENT_PYTHON} (installed by uv); pin versions or pass --python to choose")

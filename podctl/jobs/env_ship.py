@@ -13,7 +13,7 @@ from podctl.errors import InvalidValueError
 from podctl.jobs import bundle, env_lock, run_layout
 from podctl.storage import Storage
 
-REQUIREMENTS = "requirements.txt"
+REQUIREMENTS = env_lock.REQUIREMENTS
 
 
 async def _bundled_requirements(storage: Storage, bundle_hash: str, tmp: Path) -> Path | None:
@@ -35,10 +35,8 @@ async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, r
     """(the hosts' `environment` config, what the run's record keeps); (None, {}) when the
     run has no requirements."""
     with tempfile.TemporaryDirectory(prefix="podctl-env-") as tmp:
-        path = requirements.expanduser() if requirements is not None else None
-        if path is None and root is not None and (root / REQUIREMENTS).is_file():
-            path = root / REQUIREMENTS
-        elif path is None and root is None and bundle_hash:
+        path = env_lock.requirements_file(requirements, root)
+        if path is None and root is None and bundle_hash:
             path = await _bundled_requirements(storage, bundle_hash, Path(tmp))
         if path is None:
             if python is not None:

@@ -21,6 +21,7 @@ from typing import Any
 from collections.abc import Callable
 
 from podctl.vocabulary import EXIT_HOST_LOST
+from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import BundleError, InvalidValueError
 from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, runs
@@ -154,7 +155,8 @@ class Job:
     """One run's moving parts: storage, the fleet of connections, the log reader."""
 
     def __init__(self, storage: Storage, request: RunRequest, *, project: str, zone: str,
-                 private_key: Path, pins: HostPins, sink: LineSink, notice: Notice):
+                 private_key: Path, pins: HostPins, sink: LineSink, notice: Notice,
+                 user: str = SSH_USER):
         self.storage = storage
         self.request = request
         self.project, self.zone = project, zone
@@ -163,7 +165,7 @@ class Job:
         info = request.info
         self.targets: list[Target] = launch.targets_for(info, request.ssh_port)
         self.run_id = request.run_id or runs.new_run_id(info.name)
-        self.fleet = Fleet(self.targets, private_key, pins)
+        self.fleet = Fleet(self.targets, private_key, pins, user=user)
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
         self.starting = False  # agents may be running: a stop must reach them
@@ -295,13 +297,13 @@ class Job:
 
 
 async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins, command: list[str],
-                        sink: LineSink, hosts: set[int] | None) -> dict[int, int]:
+                        sink: LineSink, hosts: set[int] | None, *, user: str = SSH_USER) -> dict[int, int]:
     """Run COMMAND on the hosts; stream its lines. One word is a shell command line, run
     as it is (as `ssh HOST 'CMD'` and `gcloud ... --command` do: `exec NAME -- 'echo
     $TPU_WORKER_ID'`); several are argv, each quoted for the remote shell."""
     chosen = [t for t in targets if hosts is None or t.index in hosts]
     line = command[0] if len(command) == 1 else shlex.join(command)
-    async with Fleet(chosen, private_key, pins) as fleet:
+    async with Fleet(chosen, private_key, pins, user=user) as fleet:
         async def one(conn: Any, target: Target) -> int:
             async with conn.create_process(line) as process:
                 async def pump(stream: Any) -> None:

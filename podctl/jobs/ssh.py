@@ -115,14 +115,29 @@ def _retryable(error: BaseException) -> bool:
     return isinstance(error, (OSError, asyncssh.Error, asyncio.TimeoutError))
 
 
+def refused_hint(user: str) -> str:
+    """What to do when a host refuses USER's key: OS Login is the usual cause (a VM then
+    ignores the ssh-keys metadata podctl's own user is in)."""
+    if user == SSH_USER:
+        return ("with OS Login on (enable-oslogin=TRUE in the project's or slice's metadata, or "
+                "the org policy compute.requireOsLogin) hosts ignore podctl's ssh-keys metadata; "
+                "podctl imports its key through OS Login when the metadata says so, unless "
+                "PODCTL_OSLOGIN=off. Else, was the slice made by `podctl up`?")
+    return (f"OS Login let podctl import its key, but {user} may not log in: grant the account "
+            "roles/compute.osAdminLogin (or roles/compute.osLogin) on the project")
+
+
 class Fleet:
     """Connections to the hosts of a run, opened together and closed together."""
 
     def __init__(self, targets: Iterable[Target], private_key: Path, pins: HostPins, *,
-                 concurrency: int = DEFAULT_CONCURRENCY, attempts: int = 5,
+                 user: str = SSH_USER, concurrency: int = DEFAULT_CONCURRENCY, attempts: int = 5,
                  connect_timeout: float = 30.0):
         self.targets = list(targets)
         self.private_key = private_key
+        # podctl's own, with its key in the nodes' ssh-keys; OS Login's POSIX username
+        # when the project turns OS Login on (cloud/oslogin.py)
+        self.user = user
         self.pins = pins
         self.concurrency = max(1, concurrency)
         self.attempts = attempts
@@ -140,7 +155,7 @@ class Fleet:
         async for attempt in policy.retrying(_retryable):
             with attempt:
                 conn = await asyncio.wait_for(asyncssh.connect(
-                    target.address, target.port, username=SSH_USER, client_keys=[self._key],
+                    target.address, target.port, username=self.user, client_keys=[self._key],
                     known_hosts=None, agent_path=None, config=None, preferred_auth="publickey",
                     keepalive_interval=30), self.connect_timeout)
         host_key = conn.get_server_host_key()
@@ -168,7 +183,7 @@ class Fleet:
                     raise
                 except asyncssh.PermissionDenied as e:
                     raise JobError(f"{target.name} ({target.address}:{target.port}) refused "
-                                   "podctl's SSH key; was the slice made by `podctl up`?") from e
+                                   f"podctl's SSH key for {self.user}; {refused_hint(self.user)}") from e
                 except (TimeoutError, OSError, asyncssh.Error) as e:
                     raise JobError(f"cannot reach {target.name} ({target.address}:{target.port}) "
                                    f"over SSH: {e or e.__class__.__name__}") from e

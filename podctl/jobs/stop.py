@@ -21,8 +21,9 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import PodctlError
 from podctl.jobs import agent_control, launch, run_files
@@ -38,11 +39,19 @@ GCS_STOP_MARGIN_SECONDS = agent_control.POLL_SECONDS + 30.0
 
 @dataclass(frozen=True)
 class HostAccess:
-    """How to reach a slice's hosts: the SSH key, the host-key pins, the SSH port."""
+    """How to reach a slice's hosts: the SSH key, the host-key pins, the SSH port, and
+    the user (podctl's own, or OS Login's POSIX username: cloud/oslogin.py)."""
 
     private_key: Path
     pins: HostPins
     ssh_port: int | None
+    user: str = SSH_USER
+    # asked at connection time instead of USER, so that an OS Login import that fails
+    # fails inside the SSH step, which a stop survives by asking through GCS
+    who: Callable[[], Awaitable[str]] | None = None
+
+    async def login(self) -> str:
+        return await self.who() if self.who is not None else self.user
 
 
 async def signal_runs(info: SliceInfo, run_ids: list[str], access: HostAccess,
@@ -50,7 +59,7 @@ async def signal_runs(info: SliceInfo, run_ids: list[str], access: HostAccess,
     """SIGTERM each run's script on every host of INFO (a host that is gone has nothing
     to stop); SIGKILL after GRACE_SECONDS (None: the agent's own grace)."""
     async with Fleet(launch.targets_for(info, access.ssh_port), access.private_key,
-                     access.pins) as fleet:
+                     access.pins, user=await access.login()) as fleet:
         for run_id in run_ids:
             await launch.stop_agents(fleet, run_id, grace_seconds)
 

@@ -12,15 +12,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from podctl.jobs.env_lock import jax_extra_for
 from podctl.settings import Settings
 from podctl.steps.session import Session
 from podctl.cloud.api import TpuApi
+from podctl.cloud.sshkey import SSH_USER
+from podctl.cloud.types import SliceInfo
 from podctl.storage import Storage
 
 KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (see tick.py)
+
+
+async def _podctl_user(info: SliceInfo) -> str:
+    return SSH_USER
 
 
 @dataclass
@@ -34,6 +40,8 @@ class TickContext:
     coordinator_port: Callable[[], int]
     log: Any
     now: Callable[[], float] = time.time
+    # who to log in to a slice's hosts as (Session.ssh_user: OS Login's user where it is on)
+    ssh_user: Callable[[SliceInfo], Awaitable[str]] = _podctl_user
     kill_at: str | None = None
     host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend the entries run on
     _storages: dict[str, Storage] = field(default_factory=dict)
@@ -62,5 +70,5 @@ class TickContext:
         return cls(api=session.api, storage_for=session.storage_for,
                    config_dir=session.settings.config_dir, ssh_keys=key.metadata_entry,
                    private_key=key.private_path, ssh_port=session.job_ports()[0],
-                   coordinator_port=lambda: session.job_ports()[1], log=log,
+                   coordinator_port=lambda: session.job_ports()[1], log=log, ssh_user=session.ssh_user,
                    host_jax_extra=jax_extra_for(session.settings.backend), **options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 
@@ -49,7 +50,7 @@ async def start(ctx: TickContext, entry: Entry, info: SliceInfo) -> bool:
                          resumed_from=resumed,
                          record_extra={"parent": resumed, "attempt": entry.attempt} if resumed else {})
     job = Job(storage, request, project=entry.project, zone=entry.zone,
-              private_key=ctx.private_key, pins=_pins(ctx, entry, info),
+              private_key=ctx.private_key, pins=_pins(ctx, entry, info), user=await ctx.ssh_user(info),
               sink=lambda host, line: None,
               notice=lambda text: ctx.log.debug("job", entry=entry.id, run_id=entry.run_id, note=text))
     try:
@@ -99,7 +100,7 @@ async def stop(ctx: TickContext, entry: Entry, info: SliceInfo | None, why: str)
     if info is not None and info.hosts and entry.run_id:
         try:
             await signal_runs(info, [entry.run_id], HostAccess(ctx.private_key, _pins(ctx, entry, info),
-                                                               ctx.ssh_port))
+                                                               ctx.ssh_port, who=partial(ctx.ssh_user, info)))
         except Exception as e:  # unreachable hosts: the deletion stops them
             ctx.log.warning("stop_failed", entry=entry.id, run_id=entry.run_id, error=str(e))
     await close_record(storage, entry, "stopped", None, why)

@@ -19,6 +19,8 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
     budget_check.py  check_budgets: `podctl budget check`
     collect.py       collect: `podctl gc`
     lines.py         a host's line as callers print it (its label, progress or not)
+    preflight_env.py compile_env: the hosts' jax and libtpu for a preflight compile (their
+                     locked environment, built here once per lock)
 
 Below the steps: cloud/ (the Cloud TPU API), jobs/ (hosts, agents, a run's files in
 GCS), storage.py, budget.py, cost.py, gc.py, failures.py (what counts as the

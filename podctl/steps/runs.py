@@ -107,7 +107,7 @@ async def exec_on_slice(session: Session, name: str, command: list[str], sink: L
     access = session.host_access(info)
     targets = launch.targets_for(info, access.ssh_port)
     return await exec_on_hosts(targets, access.private_key, access.pins, list(command), sink,
-                               parse_hosts(hosts, len(targets)))
+                               parse_hosts(hosts, len(targets)), user=await access.login())
 
 
 async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
@@ -128,7 +128,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
                          record_extra=dict(options.extra))
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
-              notice=notice)
+              notice=notice, user=await session.ssh_user(info))
     return job
 
 

@@ -1,5 +1,6 @@
 """One Session: what every step needs, opened once — the settings, the Cloud TPU API,
-GCS (per bucket), the SSH key and the host-key pins, and the ports a job uses.
+GCS (per bucket), the SSH key and the host-key pins, the ports a job uses, and who to
+log in to a slice's hosts as (OS Login's user where the project turns it on).
 
 The CLI, the Python API and the queue's tick each open one (`Session.open(settings)`)
 and pass it down; tests and notebooks on an in-process fake build one around its
@@ -9,10 +10,12 @@ clients (`Session(settings, api, ports=...)`), so no daemon is started for them.
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 from podctl.cloud.api import TpuApi
-from podctl.cloud.connect import connect, job_ports, storage_endpoint
-from podctl.cloud.sshkey import SshKey, ensure_ssh_key
+from podctl.cloud.connect import connect, job_ports, oslogin_client, storage_endpoint
+from podctl.cloud.oslogin import login_user
+from podctl.cloud.sshkey import SSH_USER, SshKey, ensure_ssh_key
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.ssh import HostPins, pins_for
 from podctl.jobs.stop import HostAccess
@@ -70,8 +73,18 @@ class Session:
         """The host keys first seen on this very slice (its project, zone, name, birth)."""
         return pins_for(self.settings.config_dir, info)
 
+    async def ssh_user(self, info: SliceInfo) -> str:
+        """Who to log in to INFO's hosts as: with OS Login on for them (and not turned off
+        by PODCTL_OSLOGIN=off), the POSIX username OS Login gives podctl's key, imported
+        now; else podctl's own user, whose key `up` put in the nodes' ssh-keys."""
+        if not self.settings.oslogin:
+            return SSH_USER
+        user = await login_user(oslogin_client(self.settings, self.api), info, self.ssh_key().public_key)
+        return user or SSH_USER
+
     def host_access(self, info: SliceInfo) -> HostAccess:
-        return HostAccess(self.ssh_key().private_path, self.pins(info), self.job_ports()[0])
+        return HostAccess(self.ssh_key().private_path, self.pins(info), self.job_ports()[0],
+                          who=partial(self.ssh_user, info))
 
     def close(self) -> None:
         """Close the HTTP connections. They are keep-alive: the fake's single-threaded
