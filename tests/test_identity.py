@@ -183,13 +183,17 @@ assert fs.cat("podctl-fake/lib/gcsfs") == b"g"
 kv = ts.KvStore.open({"driver": "gcs", "bucket": "podctl-fake", "path": "lib/"}).result()
 kv.write("ts", b"t").result()
 assert kv.read("ts").result().value == b"t"
+from google.cloud import storage
+client = storage.Client()  # as orbax looks its bucket up: the node's ADC, not anonymous
+client.get_bucket("podctl-fake").blob("lib/gcs").upload_from_string(b"s")
 print("ok")
 """
 
 
 def test_the_templates_gcs_libraries_take_the_nodes_token(fake, api, tmp_path):
-    """orbax's libraries on a fake host (gcsfs, tensorstore) find the node's token as on a
-    TPU VM, through the host's metadata server; run here with a host's environment."""
+    """orbax's libraries on a fake host (gcsfs, tensorstore, google-cloud-storage) find
+    the node's token as on a TPU VM, through the host's metadata server; run here with a
+    host's environment (its sitecustomize too)."""
     pytest.importorskip("gcsfs")
     pytest.importorskip("tensorstore")
     node = api.client.create_node(parent=PARENT, node_id="libs", node=tpu_v2.Node(
@@ -199,7 +203,8 @@ def test_the_templates_gcs_libraries_take_the_nodes_token(fake, api, tmp_path):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("GOOGLE_", "GCE_")) and k != "NO_GCE_CHECK"}
         env.update({"STORAGE_EMULATOR_HOST": fake.gcs_url, "TENSORSTORE_GCS_HTTP_URL": fake.gcs_url,
-                    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", **{
+                    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "PODCTL_FAKE_HOST": "1",
+                    "PYTHONPATH": str(Path(identity.__file__).parents[1] / "fake" / "tpu_vm"), **{
                         f"GCE_METADATA_{k}": host.metadata_host for k in ("HOST", "IP", "ROOT")}})
         done = subprocess.run([sys.executable, "-c", _LIBRARIES], env=env, capture_output=True, text=True,
                               timeout=120, cwd=tmp_path)

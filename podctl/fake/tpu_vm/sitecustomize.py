@@ -25,8 +25,13 @@ Two rules of a real TPU VM are kept here too:
   backend; a second process then fails with libtpu's message until the first exits.
   The fake host's /tmp is its own TMPDIR (PODCTL_FAKE_LIBTPU_LOCKFILE names the file).
 
-Only the standard library; nothing happens until (and unless) JAX is imported. A JAX
-whose insides differ is left as it is (the script then passes the values itself).
+And one of its identity: google-cloud-storage takes the node's credentials (the metadata
+server's token) as on a TPU VM, rather than going anonymous for the emulator
+(`_node_credentials`).
+
+Only the standard library; nothing happens until (and unless) JAX (or
+google-cloud-storage) is imported. A JAX whose insides differ is left as it is (the
+script then passes the values itself).
 """
 
 from __future__ import annotations
@@ -180,7 +185,7 @@ def _bind_to_the_coordinators_own_address(module: object) -> None:
 
 
 class _AfterJaxModules(importlib.abc.MetaPathFinder):
-    """Adapts each of _ADAPT's JAX modules once it has loaded."""
+    """Adapts each of _ADAPT's modules (JAX's, google-cloud-storage's) once it has loaded."""
 
     def __init__(self) -> None:
         self.waiting: dict[str, Callable[[ModuleType], None]] = dict(_ADAPT)
@@ -216,7 +221,29 @@ def _distributed(module: object) -> None:
     _bind_to_the_coordinators_own_address(module)
 
 
-_ADAPT = {"jax._src.distributed": _distributed, "jax._src.xla_bridge": _take_the_chips}
+def _node_credentials(module: object) -> None:
+    """google-cloud-storage goes anonymous when STORAGE_EMULATOR_HOST is set and no
+    credentials are given (a rule of the library for emulators); a TPU VM has no such
+    variable, so there the same `storage.Client()` (orbax's bucket lookup among others)
+    takes Application Default Credentials: the node's service account, from the metadata
+    server. The fake's GCS wants a token as GCS does, so here it gets the same ones."""
+    client = module.Client  # type: ignore[attr-defined]
+    init = client.__init__
+
+    def with_node_credentials(self: object, *args: object, **kwargs: object) -> None:
+        if kwargs.get("credentials") is None and len(args) < 2 and os.environ.get("STORAGE_EMULATOR_HOST"):
+            import google.auth
+
+            kwargs["credentials"], project = google.auth.default()
+            if not args and kwargs.get("project") is None:
+                kwargs["project"] = project
+        init(self, *args, **kwargs)
+
+    client.__init__ = with_node_credentials
+
+
+_ADAPT = {"jax._src.distributed": _distributed, "jax._src.xla_bridge": _take_the_chips,
+          "google.cloud.storage.client": _node_credentials}
 
 if os.environ.get("PODCTL_FAKE_HOST") == "1":
     _firewall()
