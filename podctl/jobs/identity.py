@@ -20,7 +20,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from podctl.errors import StoragePermissionError
+from podctl.errors import JobError, StoragePermissionError
 from podctl.jobs import run_layout
 from podctl.jobs.ssh import Fleet
 
@@ -136,6 +136,8 @@ async def check_node_access(fleet: Fleet, *, bucket: str, run_id: str, slice_nam
     """Ask worker 0 whether the nodes' identity can write, read and delete under the run's
     prefix -> what it found (None: it could not say); StoragePermissionError if GCS
     refused it."""
+    import asyncssh
+
     target = fleet.targets[0]
     conn = fleet.connections[target.index]
     name = run_layout.identity_check_object(run_id)
@@ -144,6 +146,9 @@ async def check_node_access(fleet: Fleet, *, bucket: str, run_id: str, slice_nam
         result = await asyncio.wait_for(conn.run(command, check=False), CHECK_SECONDS)
     except (TimeoutError, OSError):
         return None  # the agents meet whatever this was, and say so
+    except asyncssh.Error as e:  # the host went since the fleet opened (as Fleet.each says it)
+        raise JobError(f"lost the SSH connection to {target.name} ({target.address}): "
+                       f"{e or e.__class__.__name__}") from e
     access = parse(str(result.stdout or ""))
     if access is None:
         return None
