@@ -84,6 +84,12 @@ def test_the_refusal_names_the_account_what_is_missing_and_the_fix():
     assert line is not None and "storage.objects.create denied" in line
     assert (f"gcloud storage buckets add-iam-policy-binding gs://b --member=serviceAccount:{SA} "
             "--role=roles/storage.objectAdmin") in line
+    assert "roles/storage.legacyBucketReader" in line  # orbax's saves read the bucket
+    no_bucket = identity.NodeAccess(email=SA, scopes=(SCOPE + "cloud-platform",), refused="bucket",
+                                    status=403, message=f"{SA} does not have storage.buckets.get access")
+    line = identity.refusal(no_bucket, bucket="b", slice_name="s", slice_type="v5p-8")
+    assert line is not None and "storage.buckets.get denied" in line and "orbax" in line
+    assert line.count("add-iam-policy-binding") == 1 and "--role=roles/storage.legacyBucketReader" in line
     outage = identity.NodeAccess(email=SA, scopes=(), refused="write", status=503, message="Backend Error")
     assert identity.refusal(outage, bucket="b", slice_name="s", slice_type="v5p-8") is None
 
@@ -126,6 +132,10 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         email = proc.stderr.split("--member=serviceAccount:")[1].split()[0]
         member = f"serviceAccount:{email}"
         cli("fake", "grant", member, "roles/storage.objectAdmin")  # the fake's gcloud binding
+        # objects, but not the bucket's metadata: orbax's first checkpoint would fail with 403
+        proc = cli("run", "secure", str(script), check=False, timeout=90)
+        assert_one_line_error(proc, 1, "storage.buckets.get denied", "roles/storage.legacyBucketReader")
+        cli("fake", "grant", member, "roles/storage.legacyBucketReader")
         done = cli("run", "secure", str(script), check=False, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "hello from 0" in done.stdout

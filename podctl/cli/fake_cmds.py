@@ -59,7 +59,8 @@ def start(time_scale: float | None, secure: bool | None, as_json: bool) -> None:
                 click.echo(f"hosts' python3: {info['host_python']}")
             if info.get("secure"):
                 click.echo("project secure-by-default: `podctl fake grant serviceAccount:EMAIL "
-                           "roles/storage.objectAdmin` lets the nodes' account use the bucket")
+                           "roles/storage.objectAdmin` and `... roles/storage.legacyBucketReader` "
+                           "let the nodes' account use the bucket and save checkpoints")
         if secure is not None and bool(info.get("secure")) != secure:
             click.echo(f"the fake cloud was running already, {'not ' if secure else ''}secure-by-"
                        "default: `podctl fake stop` first to change that", err=True)

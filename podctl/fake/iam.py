@@ -49,6 +49,12 @@ ROLES: dict[str, frozenset[str]] = {
     "roles/storage.objectUser": _OBJECT_RW,
     "roles/storage.objectViewer": frozenset({"storage.objects.get", "storage.objects.list"}),
     "roles/storage.objectCreator": frozenset({"storage.objects.create"}),
+    # the bucket's metadata (storage.buckets.get), which the object roles lack and which
+    # tensorstore reads when orbax saves a checkpoint (keras-team/kinetic#251: objectAdmin
+    # alone makes orbax's save fail with 403 on Google)
+    "roles/storage.legacyBucketReader": frozenset({"storage.buckets.get", "storage.objects.list"}),
+    "roles/storage.legacyBucketWriter": frozenset({"storage.buckets.get", "storage.objects.list",
+                                                   "storage.objects.create", "storage.objects.delete"}),
 }
 
 

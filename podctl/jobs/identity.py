@@ -9,7 +9,10 @@ Then every agent would fail at its first upload, each with a 403 in a log nobody
 read (the logs go through that same GCS). So podctl asks first: worker 0 writes, reads
 and deletes one object under the run's prefix with its own token, and a refusal ends
 the run before it starts, in one line that names the account, what is missing and the
-command that fixes it.
+command that fixes it. It also reads the bucket's metadata (storage.buckets.get): the
+object roles do not grant it, and orbax's checkpoint saves (through tensorstore) need
+it, so a node with roles/storage.objectAdmin alone would train and then fail at its
+first checkpoint (keras-team/kinetic#251); roles/storage.legacyBucketReader adds it.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ b, o = urllib.parse.quote(bucket, safe=""), urllib.parse.quote(name, safe="")
 for step, url, data, method in (
         ("write", "%s/upload/storage/v1/b/%s/o?uploadType=media&name=%s" % (gcs, b, o), b"podctl", "POST"),
         ("read", "%s/download/storage/v1/b/%s/o/%s?alt=media" % (gcs, b, o), None, "GET"),
-        ("delete", "%s/storage/v1/b/%s/o/%s" % (gcs, b, o), None, "DELETE")):
+        ("delete", "%s/storage/v1/b/%s/o/%s" % (gcs, b, o), None, "DELETE"),
+        ("bucket", "%s/storage/v1/b/%s?fields=name" % (gcs, b), None, "GET")):
     headers = dict(auth, **({"Content-Type": "text/plain"} if data else {}))
     status, body = call(url, headers, data, method)
     if status == 0 or status >= 300:
@@ -81,7 +85,7 @@ class NodeAccess:
 
     email: str
     scopes: tuple[str, ...]
-    refused: str | None = None  # "write", "read", "delete"; None: all three went through
+    refused: str | None = None  # "write", "read", "delete", "bucket"; None: all went through
     status: int = 0
     message: str = ""
     unknown: str | None = None  # the check itself could not be made (no metadata server, ...)
@@ -93,7 +97,11 @@ class NodeAccess:
     @property
     def permission(self) -> str:
         found = re.search(r"Permission '([\w.]+)'", self.message)
-        return found.group(1) if found else f"storage.objects.{'create' if self.refused == 'write' else 'get'}"
+        if found:
+            return found.group(1)
+        if self.refused == "bucket":
+            return "storage.buckets.get"
+        return f"storage.objects.{'create' if self.refused == 'write' else 'get'}"
 
 
 def parse(output: str) -> NodeAccess | None:
@@ -124,10 +132,17 @@ def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str
                 f"gs://{bucket} (their scopes: {short}); scopes are fixed when a slice is made: "
                 f"`podctl down {slice_name} && podctl up --slice {slice_type} --name {slice_name}"
                 f"{account} --scopes cloud-platform`; {still_up}.")
+    bind = (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+            f"--member=serviceAccount:{access.email} --role=")
+    if access.refused == "bucket":
+        return (f"the nodes' service account {access.email} may not read gs://{bucket}'s metadata "
+                f"({access.permission} denied; orbax's checkpoint saves need it, and the object "
+                f"roles do not grant it): `{bind}roles/storage.legacyBucketReader`, then run "
+                f"again; {still_up}.")
     return (f"the nodes' service account {access.email} may not use gs://{bucket} "
-            f"({access.permission} denied: it needs roles/storage.objectAdmin on the bucket): "
-            f"`gcloud storage buckets add-iam-policy-binding gs://{bucket} "
-            f"--member=serviceAccount:{access.email} --role=roles/storage.objectAdmin`, then run "
+            f"({access.permission} denied: it needs roles/storage.objectAdmin on the bucket, and "
+            f"roles/storage.legacyBucketReader for orbax's checkpoints): "
+            f"`{bind}roles/storage.objectAdmin && {bind}roles/storage.legacyBucketReader`, then run "
             f"again; {still_up}.")
 
 
