@@ -93,6 +93,19 @@ def test_a_scripts_own_failure_is_final(queue):
     assert "exited 3" in e.last_error
 
 
+def test_nodes_that_may_not_use_the_bucket_fail_the_entry_at_once_and_free_the_slice(queue, fake):
+    """A secure-by-default project whose nodes' account has no role: every attempt would
+    fail alike, so the entry fails at its first, with the identity check's line, and its
+    slice is deleted rather than made again and again."""
+    fake.admin.set_iam(secure=True)
+    entry = queue.add("many_lines.py", "3", max_attempts=3)
+    e = queue.settle()[entry.id]
+    assert (e.state, e.attempt, len(e.attempts)) == ("failed", 1, 1)
+    assert "may not use gs://" in e.last_error and "roles/storage.objectAdmin" in e.last_error
+    assert e.attempts[0]["cleaned"]
+    assert _creates(fake) == 1
+
+
 def test_preemption_is_retried_then_succeeds(queue, fake):
     entry = queue.add("sleep_then_exit.py", "3", tier="spot", max_attempts=2)
     e = queue.until(lambda es: es[entry.id].state == "running", "running")[entry.id]

@@ -26,7 +26,7 @@ from typing import Any
 from podctl.cloud.types import SliceInfo
 from podctl.errors import (
     AlreadyExistsError, CloudError, JobError, PodctlError, QuotaExceededError, StockoutError,
-    StorageError, TransientError,
+    StorageError, StoragePermissionError, TransientError,
 )
 from podctl.queue import execution, names, provision
 from podctl.queue.provision import parent_of
@@ -198,6 +198,9 @@ class Machine:
             self.ctx.phase("starting-intent")
         try:
             started = await execution.start(self.ctx, e, info)
+        except StoragePermissionError as err:  # the nodes' identity: every attempt would fail alike
+            await self.finish(e, info, "failed", f"the run cannot start: {err}")
+            return
         except (JobError, StorageError) as err:
             tries = int((e.current() or {}).get("start_failures", 0)) + 1
             if tries >= START_TRIES:
