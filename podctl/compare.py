@@ -56,7 +56,7 @@ class System:
     peak_flops_per_chip: float
     hbm_bytes_per_chip: float  # HBM counted in GB (10^9 bytes) as the record gives it
     detail: str  # "256 hosts, 8x16x16", "128 x a3-highgpu-8g"
-    slice_name: str  # one slice's accelerator type (or the GPU system's name)
+    slice_type: str  # one slice's accelerator type (or the GPU system's name)
 
     @property
     def hbm_bytes(self) -> float:

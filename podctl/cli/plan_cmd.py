@@ -66,7 +66,7 @@ def _money(text: str | None, option: str) -> float | None:
               type=click.Path(path_type=Path),
               help="Price with the compiled FLOPs per step of `podctl preflight --json > FILE`.")
 @click.option("--tokens", "tokens_text", required=True, metavar="D", help="Training tokens: 1T, 2e12.")
-@click.option("--slice", "slice_name", default=None, metavar="TYPE",
+@click.option("--slice", "slice_type", default=None, metavar="TYPE",
               help="One system: v5p-N, v6e-N, v5litepod-N, v4-N, or h100-N, b200-N (N GPUs).")
 @click.option("--compare", "--systems", "compare", default=None, metavar="A,B,...",
               help="Systems side by side: TPU slices of any generation and GPU reference "
@@ -113,7 +113,7 @@ def _money(text: str | None, option: str) -> float | None:
 @json_option
 @pass_context
 def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tokens_text: str,
-         slice_name: str | None, compare: str | None, num_slices: int, mfu_text: str | None,
+         slice_type: str | None, compare: str | None, num_slices: int, mfu_text: str | None,
          mfu_from: str | None, tier: str | None, spot: bool, price_text: str | None,
          region: str | None, runs: int, people: float, rate: float, goodput: float | None,
          goodput_from: str | None, checkpoints_kept: int, dataset_tb: float,
@@ -155,8 +155,8 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
         if not frontier and (deadline or budget_text or output):
             raise InvalidValueError("--deadline, --budget and -o belong to --frontier.")
         names = [n.strip() for n in compare.split(",") if n.strip()] if compare else []
-        if slice_name:
-            names = [slice_name] + [n for n in names if n != slice_name]
+        if slice_type:
+            names = [slice_type] + [n for n in names if n != slice_type]
         if not names and not frontier:
             raise InvalidValueError("which slice? pass --slice v5p-N (or --compare v5p-A,h100-B).")
         mfus = cmp.parse_per_system(mfu_text, "--mfu", numbers.check_mfu)
@@ -216,7 +216,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
         if params_text or compare or mfu_from or frontier:
             raise InvalidValueError("--from-preflight has the FLOPs per step: drop --params, "
                                     "--compare, --frontier and --mfu-from.")
-        plan_from_preflight(ctx, from_preflight, tokens_text, slice_name,
+        plan_from_preflight(ctx, from_preflight, tokens_text, slice_type,
                             _one_number(mfu_text, "--mfu", numbers.check_mfu), spot,
                             _one_number(price_text, "--price", numbers.check_price), zone, as_json)
 

@@ -162,7 +162,7 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
     guarded(action)
 
 
-def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: str | None,
+def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_type: str | None,
                         mfu: float | None, spot: bool, price: float | None, zone: str | None,
                         as_json: bool) -> None:
     """`podctl plan --from-preflight FILE --tokens D`: the run priced with the compiled
@@ -176,7 +176,7 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_name: 
     from podctl.planner import from_preflight
 
     data = lib.load_result(path)
-    report = from_preflight.plan_from_preflight(data, path, tokens_text, slice_name, mfu=mfu,
+    report = from_preflight.plan_from_preflight(data, path, tokens_text, slice_type, mfu=mfu,
                                                 spot=spot, price=price,
                                                 zone=lambda: _plan_zone(ctx, zone))
     if as_json:

@@ -33,7 +33,7 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 
 
 @click.command()
-@click.option("--slice", "slice_name", required=True, metavar="TYPE", help=slice_help())
+@click.option("--slice", "slice_type", required=True, metavar="TYPE", help=slice_help())
 @click.option("--name", default=None, help="Slice name (default: USER-TYPE, so a second `up` reuses it).")
 @where_options
 @click.option("--queued", is_flag=True, help="Ask through a queued resource, which waits for capacity.")
@@ -69,7 +69,7 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @click.option("--tags", default=None, metavar="T1,T2", help="Network tags, for firewall rules.")
 @json_option
 @pass_context
-def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zone: str | None,
+def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zone: str | None,
        queued: bool, spot: bool, guaranteed: bool, num_slices: int, valid_for: str | None,
        runtime_version: str | None, no_wait: bool, timeout: str, max_cost: float | None,
        max_hours: str | None, price: float | None, reservation: str | None, reserved: bool,
@@ -96,7 +96,7 @@ def up(ctx: Context, slice_name: str, name: str | None, project: str | None, zon
             service_account=service_account, scopes=listed(scopes), tags=listed(tags),
             internal_ips=internal_ips)
         request = steps.up_request(settings, steps.SliceOptions(
-            slice_type=slice_name, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
+            slice_type=slice_type, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
             num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
             wait=not no_wait, timeout=timeout, placement=placement))
         budget = steps.Budget(max_cost=max_cost, max_hours=max_hours, price=price)

@@ -40,11 +40,11 @@ class SliceSpec:
                                self.slice_type.generation.default_runtime_version)
 
     @classmethod
-    def build(cls, slice_name: str, *, num_slices: int = 1, queued: bool = False,
+    def build(cls, slice_type: str, *, num_slices: int = 1, queued: bool = False,
               tier: Tier = "on-demand", valid_for_seconds: int | None = None,
               runtime_version: str | None = None) -> SliceSpec:
         """Validate a request; multislice is only offered through queued resources."""
-        multi = parse_multislice(slice_name, num_slices)
+        multi = parse_multislice(slice_type, num_slices)
         if tier not in TIERS:
             raise InvalidValueError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}.")
         queued = queued or num_slices > 1

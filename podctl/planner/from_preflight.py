@@ -24,15 +24,15 @@ def compiled_fit(data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def plan_from_preflight(data: dict[str, Any], path: Path, tokens_text: str,
-                        slice_name: str | None, *, mfu: float | None, spot: bool,
+                        slice_type: str | None, *, mfu: float | None, spot: bool,
                         price: float | None, zone: Callable[[], str | None]) -> dict[str, Any]:
     """DATA (`podctl preflight --json`, read from PATH) priced for D = TOKENS_TEXT tokens
     in ZONE() (asked once the options are checked; None: only a PRICE given prices it)
     -> `plan --from-preflight --json`."""
     tokens = cost.parse_count(tokens_text, "--tokens")
-    if slice_name and cost.parse_slice(slice_name).name != data["slice"]:
-        raise InvalidValueError(f"{path} was compiled for {data['slice']}, not {slice_name}: "
-                                f"run `podctl preflight --slice {slice_name} ...` for that size.")
+    if slice_type and cost.parse_slice(slice_type).name != data["slice"]:
+        raise InvalidValueError(f"{path} was compiled for {data['slice']}, not {slice_type}: "
+                                f"run `podctl preflight --slice {slice_type} ...` for that size.")
     chosen, source = ((cost.check_mfu(mfu), "--mfu") if mfu is not None
                       else (cost.DEFAULT_MFU, "assumed; pass --mfu"))
     cost.check_price(price)

@@ -118,7 +118,7 @@ def frontier(params: float | str, tokens: float | str,
     points: list[SystemPlan] = []
     for family in families:
         for system in sizes(family, n):
-            row = plan(n, d, [system.slice_name], num_slices=system.num_slices,
+            row = plan(n, d, [system.slice_type], num_slices=system.num_slices,
                        **plan_args).rows[0]
             if row.total_usd is not None:
                 points.append(row)
