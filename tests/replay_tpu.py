@@ -54,8 +54,10 @@ def not_found(name: str) -> tuple[int, dict]:
 
 
 class Replay:
-    def __init__(self, project: str = "replay-project", metadata_type: str | None = None):
+    def __init__(self, project: str = "replay-project", metadata_type: str | None = None,
+                 token: str = TOKEN):
         self.project = project
+        self.token = token  # what /token hands out (and the bearer it accepts)
         self.metadata_type = metadata_type  # replaces the recorded one when given
         self.nodes: dict[str, dict] = {}  # full name -> node
         self.queued: dict[str, dict] = {}
@@ -188,7 +190,7 @@ class Replay:
 
     def authorized(self, header: str) -> bool:
         bearer = header.removeprefix("Bearer ")
-        if bearer == TOKEN:
+        if bearer == self.token:
             return True
         from google.auth import jwt
 
@@ -226,7 +228,7 @@ class Replay:
                     replay.requests.append(f"{self.command} {parts.path}")
                     if parts.path == "/token":
                         replay.tokens_issued += 1
-                        return self._send(200, {"access_token": TOKEN, "expires_in": 3600,
+                        return self._send(200, {"access_token": replay.token, "expires_in": 3600,
                                                 "token_type": "Bearer"})
                     if not replay.authorized(self.headers.get("Authorization", "")):
                         return self._send(401, {"error": {

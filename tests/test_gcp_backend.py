@@ -171,9 +171,11 @@ def test_storage_endpoint_override_with_adc(fake, tmp_path: Path, key_pem: str, 
     import asyncio
 
     from podctl.storage import Storage
-    from podctl.settings import FAKE_BUCKET
+    from podctl.settings import FAKE_BUCKET, FAKE_USER_TOKEN
 
-    with Replay(project=PROJECT) as replay:  # only its token endpoint is used
+    # only its token endpoint is used, handing out the token the fake's GCS takes as the
+    # user's (the fake checks every bearer, as GCS does)
+    with Replay(project=PROJECT, token=FAKE_USER_TOKEN) as replay:
         key = json.loads(key_pem)
         key["token_uri"] = f"{replay.url}/token"
         (tmp_path / "sa.json").write_text(json.dumps(key))
