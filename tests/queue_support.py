@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from podctl._sync import run_sync
-from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.queue import add as adding
 from podctl.queue import tick as ticking
 from podctl.queue.context import TickContext
 from podctl.queue.log import configure
 from podctl.queue.machine import needs_cleanup
 from podctl.queue.store import Entry, Store, db_path
-from podctl.settings import FAKE_BUCKET
+from podctl.settings import FAKE_BUCKET, Settings
+from podctl.steps.session import Session
 from podctl.storage import Storage
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -47,14 +47,15 @@ class Queue:
         self.fake, self.api = fake, api
         self.state_dir = home / "state"
         self.clock = Clock()
-        key = ensure_ssh_key(home / "config")
         self.out = io.StringIO()
         self.storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
-        self.ctx = TickContext(
-            api=api, storage_for=lambda bucket: Storage.connect(bucket, endpoint=fake.gcs_url),
-            config_dir=home / "config", ssh_keys=key.metadata_entry, private_key=key.private_path,
-            ssh_port=fake.hosts.ssh_port, coordinator_port=lambda: 8482, log=configure(self.out, tty=False),
-            now=self.clock, host_jax_extra="cpu")
+        # A session for this in-process fake: its ports and its GCS, so that no fake
+        # daemon is started; OS Login off, as podctl's own user logs in to its hosts.
+        settings = Settings(backend="fake", project=PROJECT, zone=ZONE, config_dir=home / "config",
+                            state_dir=self.state_dir, bucket=FAKE_BUCKET, oslogin=False)
+        self.session = Session(settings, api, ports=(fake.hosts.ssh_port, 8482),
+                               storages={FAKE_BUCKET: self.storage})
+        self.ctx = TickContext(self.session, log=configure(self.out, tty=False), now=self.clock)
 
     def store(self) -> Store:
         return Store(db_path(self.state_dir))

@@ -204,17 +204,10 @@ def test_env_values_never_reach_the_log_or_the_json(queue):
 
 def _stop_as_podctl_stop_does(queue, e) -> None:
     """`podctl stop RUN_ID`: the stop request, SIGTERM over SSH, wait, close the record."""
+    from podctl import steps
     from podctl._sync import run_sync
-    from podctl.cloud.describe import describe
-    from podctl.jobs.run_files import load_record
-    from podctl.jobs.ssh import pins_for
-    from podctl.jobs.stop import HostAccess, stop_runs
-    from tests.conftest import PARENT
 
-    info = run_sync(describe(queue.api, PARENT, e.slice_name))
-    access = HostAccess(queue.ctx.private_key, pins_for(queue.ctx.config_dir, info), queue.ctx.ssh_port)
-    run_sync(stop_runs(queue.storage, info, [run_sync(load_record(queue.storage, e.run_id))], access,
-                       stopped_by="podctl stop", grace_seconds=None))
+    run_sync(steps.stop_run(queue.session, e.run_id))
 
 
 def test_podctl_stop_of_a_queued_run_cancels_its_entry_not_fails_it(queue, fake):

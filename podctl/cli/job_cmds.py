@@ -161,7 +161,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                                         **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
                                    setup=setup,
                                    hosts=hosts_text, fail_fast=not keep_going, resume=resume,
-                                   requirements=requirements, python=python, relock=relock)
+                                   requirements=requirements, python=python, relock=relock,
+                                   detach=detach)
         session = steps.Session.open(ctx.settings(project, zone, bucket))
         if preflight:  # before anything is uploaded or started
             from podctl.cli.preflight_cmds import compile_checked
@@ -177,8 +178,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                 info = await steps.ready_slice(session, name)
                 job = await steps.start_run(session, info, options, sink=_line_printer(out),
                                             notice=_notice)
-                started.append(job)
-                await job.close()
+                started.append(job)  # detached: its connections closed, the run left to GCS
                 return None
             return await run_supervised(
                 session, name, options,

@@ -51,6 +51,14 @@ class UpResult:
     created: bool  # False: an existing slice of the same spec was reused
 
 
+def create_request_of(request: UpRequest, labels: dict[str, str]) -> create_step.CreateRequest:
+    """What is asked of the API for REQUEST, with LABELS on the slice (`up` adds its
+    owner and a token of its own; the queue's ask gives the queue's)."""
+    return create_step.CreateRequest(parent=request.parent, name=request.name, spec=request.spec,
+                                     labels=dict(labels), ssh_keys=request.ssh_keys,
+                                     placement=request.placement)
+
+
 async def check_zone(api: TpuApi, parent: str, slice_type: topology.SliceType) -> None:
     """One call that tells a zone without this slice's generation (or no such zone) before
     anything is created. It asks for the generation's smallest type in Google's table,
@@ -109,10 +117,8 @@ async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
     # A label unique to this call tells, after a lost response or an interrupt,
     # whether a slice of this name is the one this call created.
     token = secrets.token_hex(6)
-    create_request = create_step.CreateRequest(
-        parent=request.parent, name=request.name, spec=request.spec,
-        labels={**request.labels, **podctl_labels(request.owner), REQUEST_LABEL: token}, ssh_keys=request.ssh_keys,
-        placement=request.placement)
+    create_request = create_request_of(
+        request, {**request.labels, **podctl_labels(request.owner), REQUEST_LABEL: token})
     with first_stop_only():  # one signal starts the undo; a second cannot cut it short
         return await _create_and_wait(api, request, token, create_request, clock, progress)
 

@@ -1,7 +1,9 @@
-"""What a tick works with: the clouds, the queue's token, its clock and its log.
+"""What a tick works with: a steps.Session (the clouds, the SSH key, the host-key pins,
+who to log in as), the queue's clock and its log.
 
-`TickContext.connect(settings)` builds it for the CLI; tests build it around the
-in-process fake cloud, with a clock of their own (the only thing they mock).
+`TickContext.connect(settings)` builds it for the CLI; tests build it around a Session
+on the in-process fake cloud, with a clock of their own (the only thing they mock).
+Every side effect of a tick goes through steps/ with that session, as the CLI's do.
 """
 
 from __future__ import annotations
@@ -10,46 +12,38 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from podctl.jobs.env_lock import jax_extra_for
+from podctl.cloud.api import TpuApi
+from podctl.queue.store import Entry
 from podctl.settings import Settings
 from podctl.steps.session import Session
-from podctl.cloud.api import TpuApi
-from podctl.cloud.sshkey import SSH_USER
-from podctl.cloud.types import SliceInfo
-from podctl.storage import Storage
 
 KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (see tick.py)
 
 
-async def _podctl_user(info: SliceInfo) -> str:
-    return SSH_USER
-
-
 @dataclass
 class TickContext:
-    api: TpuApi
-    storage_for: Callable[[str], Storage]  # a bucket's GCS
-    config_dir: Path
-    ssh_keys: str  # the `ssh-keys` metadata every queued slice gets
-    private_key: Path
-    ssh_port: int | None
-    coordinator_port: Callable[[], int]
+    session: Session
     log: Any
     now: Callable[[], float] = time.time
-    # who to log in to a slice's hosts as (Session.ssh_user: OS Login's user where it is on)
-    ssh_user: Callable[[SliceInfo], Awaitable[str]] = _podctl_user
     kill_at: str | None = None
-    host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend the entries run on
-    _storages: dict[str, Storage] = field(default_factory=dict)
+    # one session per (project, zone, bucket) that entries name, sharing SESSION's clients
+    _places: dict[tuple[str, str, str], Session] = field(default_factory=dict)
 
-    def storage(self, bucket: str) -> Storage:
-        if bucket not in self._storages:
-            self._storages[bucket] = self.storage_for(bucket)
-        return self._storages[bucket]
+    @property
+    def api(self) -> TpuApi:
+        return self.session.api
+
+    def session_for(self, entry: Entry) -> Session:
+        """The session at ENTRY's project, zone and bucket (an entry names its own, as
+        `queue add` found them), so that steps see them as their settings."""
+        place = (entry.project, entry.zone, entry.bucket)
+        if place not in self._places:
+            self._places[place] = self.session.at(project=entry.project, zone=entry.zone,
+                                                  bucket=entry.bucket)
+        return self._places[place]
 
     def phase(self, name: str) -> None:
         """A point between writing an intent and doing it (or after doing it). With
@@ -62,13 +56,4 @@ class TickContext:
     def connect(cls, settings: Settings, log: Any) -> TickContext:
         """The tick's context over a steps.Session: the same clients, key and pins as
         every other command (entries name their own project, zone and bucket)."""
-        return cls.over(Session.open(settings), log, kill_at=os.environ.get(KILL_ENV) or None)
-
-    @classmethod
-    def over(cls, session: Session, log: Any, **options: Any) -> TickContext:
-        key = session.ssh_key()
-        return cls(api=session.api, storage_for=session.storage_for,
-                   config_dir=session.settings.config_dir, ssh_keys=key.metadata_entry,
-                   private_key=key.private_path, ssh_port=session.job_ports()[0],
-                   coordinator_port=lambda: session.job_ports()[1], log=log, ssh_user=session.ssh_user,
-                   host_jax_extra=jax_extra_for(session.settings.backend), **options)
+        return cls(Session.open(settings), log, kill_at=os.environ.get(KILL_ENV) or None)

@@ -1,6 +1,7 @@
 """The run side of a tick: start an entry's run detached on its READY slice (with
-the bundle uploaded at `queue add` and the entry's fixed run id, through the job
-layer's Job), read how it is doing from GCS, and stop it.
+the bundle uploaded at `queue add` and the entry's fixed run id, through the one run
+step, steps.start_run, as `podctl run --detach` starts one), read how it is doing from
+GCS, and stop it (steps.signal_stop).
 
 Reading a run costs two GCS lists (status/ and heartbeat/), plus one small
 download per host status when the run ends; the Cloud TPU API is not asked.
@@ -10,53 +11,42 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
-
+from podctl import steps
 from podctl.cloud.types import SliceInfo
-from podctl.jobs import run_files, run_layout, runs
-from podctl.jobs.job import Job, RunRequest
-from podctl.jobs.run_files import HOST_LOST_SECONDS, read_record
-from podctl.jobs.ssh import HostPins, pins_for
-from podctl.jobs.stop import HostAccess, signal_runs
+from podctl.jobs import run_files, runs
+from podctl.jobs.run_files import HOST_LOST_SECONDS
 from podctl.queue.store import Entry
 from podctl.queue.context import TickContext
 from podctl.storage import Storage
 
 
-def _pins(ctx: TickContext, entry: Entry, info: SliceInfo) -> HostPins:
-    return pins_for(ctx.config_dir, info)
+def run_options(entry: Entry) -> steps.RunOptions:
+    """The entry's run as `start_run` takes it: the bundle uploaded at `queue add` (the
+    script is its path inside it), the entry's fixed run id, detached and once-only."""
+    assert entry.run_id
+    # A retry after the infrastructure failed goes on from the first attempt's
+    # checkpoints (the template resumes from the latest complete one), as --recover does.
+    first = next((a["run_id"] for a in entry.attempts if a.get("run_id")), None)
+    resumed = first if first and first != entry.run_id else None
+    return steps.RunOptions(script=Path(entry.script), args=tuple(entry.args), env=dict(entry.env),
+                            hosts="all", bundle_hash=entry.bundle_hash, resume=resumed,
+                            extra={"parent": resumed, "attempt": entry.attempt} if resumed else {},
+                            detach=True, once=True, run_id=entry.run_id)
 
 
 async def start(ctx: TickContext, entry: Entry, info: SliceInfo) -> bool:
     """Start the run unless a tick before this one did; True if this call started it.
     On the hosts the start is once-only for a fixed run id, so a start repeated after
     a tick died in the middle of it runs nothing twice."""
-    storage = ctx.storage(entry.bucket)
+    session = ctx.session_for(entry)
     assert entry.run_id
-    record = await read_record(storage, entry.run_id)
-    if record is not None and record.state != "starting":
+    if await steps.run_started(session, entry.run_id):
         return False  # started (and recorded) by an earlier tick: adopt it
-    # A retry after the infrastructure failed goes on from the first attempt's
-    # checkpoints (the template resumes from the latest complete one), as --recover does.
-    first = next((a["run_id"] for a in entry.attempts if a.get("run_id")), None)
-    resumed = first if first and first != entry.run_id else None
-    request = RunRequest(info=info, script=Path(entry.script), args=list(entry.args),
-                         env=dict(entry.env), hosts=None, detach=True, ssh_port=ctx.ssh_port,
-                         coordinator_port=ctx.coordinator_port(), run_id=entry.run_id,
-                         bundle_hash=entry.bundle_hash, host_jax_extra=ctx.host_jax_extra,
-                         checkpoint_dir=run_layout.checkpoint_dir(storage.bucket_name, resumed) if resumed else None,
-                         resumed_from=resumed,
-                         record_extra={"parent": resumed, "attempt": entry.attempt} if resumed else {})
-    job = Job(storage, request, project=entry.project, zone=entry.zone,
-              private_key=ctx.private_key, pins=_pins(ctx, entry, info), user=await ctx.ssh_user(info),
-              sink=lambda host, line: None,
-              notice=lambda text: ctx.log.debug("job", entry=entry.id, run_id=entry.run_id, note=text))
-    try:
-        await job.start(await job.prepare())
-    finally:
-        await job.close()
+    await steps.start_run(session, info, run_options(entry), sink=lambda host, line: None,
+                          notice=lambda text: ctx.log.debug("job", entry=entry.id, run_id=entry.run_id,
+                                                            note=text))
     return True
 
 
@@ -96,14 +86,13 @@ async def stop_request(storage: Storage, entry: Entry) -> run_files.StopRequest 
 async def stop(ctx: TickContext, entry: Entry, info: SliceInfo | None, why: str) -> None:
     """Ask every host to stop the run and record it as stopped; best effort and without
     waiting, since the slice is deleted right after (which stops everything on it)."""
-    storage = ctx.storage(entry.bucket)
+    session = ctx.session_for(entry)
     if info is not None and info.hosts and entry.run_id:
         try:
-            await signal_runs(info, [entry.run_id], HostAccess(ctx.private_key, _pins(ctx, entry, info),
-                                                               ctx.ssh_port, who=partial(ctx.ssh_user, info)))
+            await steps.signal_stop(session, info, entry.run_id)
         except Exception as e:  # unreachable hosts: the deletion stops them
             ctx.log.warning("stop_failed", entry=entry.id, run_id=entry.run_id, error=str(e))
-    await close_record(storage, entry, "stopped", None, why)
+    await close_record(session.storage, entry, "stopped", None, why)
 
 
 async def close_record(storage: Storage, entry: Entry, state: str, exit_code: int | None,

@@ -137,7 +137,7 @@ class Machine:
             return
         self.ctx.phase("provisioning-intent")
         try:
-            operation = await provision.ask(self.ctx.api, e, self.store.token, self.ctx.ssh_keys)
+            operation = await provision.ask(self.ctx.session_for(e), e, self.store.token)
         except AlreadyExistsError:
             self.log.info("slice_adopted", entry=e.id, slice=name)  # the next tick looks at it
             return
@@ -163,7 +163,7 @@ class Machine:
 
     async def provisioning(self, e: Entry, info: SliceInfo | None) -> None:
         if info is None:
-            outcome = (await provision.creation_outcome(self.ctx.api, e.operation)
+            outcome = (await provision.creation_outcome(self.ctx.session_for(e), e.operation)
                        if e.operation else None)
             if outcome is None:  # never asked for (a tick died first), or forgotten: ask
                 await self.provision(e)
@@ -219,7 +219,7 @@ class Machine:
         """The run's owner stopped it (`podctl stop`, `Run.stop()`): the entry ends as
         cancelled, never retried (a stop is final). Read only when the run has ended or
         is lost, so a tick costs no more while runs go."""
-        storage = self.ctx.storage(e.bucket)
+        storage = self.ctx.session_for(e).storage
         stop = await execution.stop_request(storage, e)
         if stop is None:
             return False
@@ -229,7 +229,7 @@ class Machine:
         return True
 
     async def watch(self, e: Entry, info: SliceInfo) -> None:
-        storage = self.ctx.storage(e.bucket)
+        storage = self.ctx.session_for(e).storage
         state = await execution.read(storage, e, len(info.hosts))
         if ((state.done and state.exit_code) or state.lost) and await self.stopped_by_owner(
                 e, info, state.exit_code):
@@ -308,7 +308,7 @@ class Machine:
                 self.log.info("slice_gone", entry=e.id, slice=a["slice"])
                 continue
             if info is not None and info.state != "DELETING":
-                await provision.delete(self.ctx.api, e, info)
+                await provision.delete(self.ctx.session_for(e), info)
                 self.log.info("slice_deleting", entry=e.id, slice=a["slice"])
         if changed:
             self.store.update(e, attempts=attempts)

@@ -1,49 +1,48 @@
 """The provisioning side effects of a tick: ask for an entry's slice, learn how a
-vanished node's creation ended, delete a slice. None of them waits for anything."""
+vanished node's creation ended, delete a slice. None of them waits for anything; each
+goes through the slice steps (steps/slices.py), as `podctl up` and `down` do."""
 
 from __future__ import annotations
 
-from podctl.cloud import create, terminate
-from podctl.cloud.api import TpuApi
+from podctl import steps
 from podctl.cloud.create import CreationOutcome
-from podctl.cloud.types import SliceInfo, SliceSpec
+from podctl.cloud.types import SliceInfo
 from podctl.errors import NotFoundError
 from podctl.queue import names
 from podctl.queue.store import Entry
+from podctl.steps.session import Session
+
 
 def parent_of(entry: Entry) -> str:
     return f"projects/{entry.project}/locations/{entry.zone}"
 
 
-def spec_of(entry: Entry) -> SliceSpec:
+def options_of(entry: Entry, token: str) -> steps.SliceOptions:
     """on-demand: a plain node (a stockout fails its creation; the entry backs off);
-    spot and queued: a queued resource, which waits for capacity by itself."""
-    if entry.tier == "on-demand":
-        return SliceSpec.build(entry.accelerator_type)
-    return SliceSpec.build(entry.accelerator_type, queued=True,
-                           tier="spot" if entry.tier == "spot" else "on-demand",
-                           valid_for_seconds=entry.valid_for)
+    spot and queued: a queued resource, which waits for capacity by itself. Named in the
+    entry already, labelled as the queue's (the labels are how a tick knows its own)."""
+    return steps.SliceOptions(
+        slice_type=entry.accelerator_type, name=entry.slice_name, queued=entry.tier != "on-demand",
+        spot=entry.tier == "spot", valid_for=None if entry.valid_for is None else str(entry.valid_for),
+        wait=False, labels=names.labels(token, entry.id))
 
 
-async def ask(api: TpuApi, entry: Entry, token: str, ssh_keys: str) -> str | None:
-    """Create the entry's slice (named in the entry already); the node's create
-    operation name, or None for a queued resource. Raises AlreadyExistsError when a
-    slice of that name exists (the caller adopts it), StockoutError, QuotaExceededError."""
-    request = create.CreateRequest(parent=parent_of(entry), name=entry.slice_name or "",
-                                   spec=spec_of(entry), labels=names.labels(token, entry.id),
-                                   ssh_keys=ssh_keys)
-    creation = await create.create(api, request)
-    return creation.operation.name if creation.kind == "node" else None
+async def ask(session: Session, entry: Entry, token: str) -> str | None:
+    """Create the entry's slice (SESSION at the entry's project and zone); the node's
+    create operation name, or None for a queued resource. Raises AlreadyExistsError when
+    a slice of that name exists (the caller adopts it), StockoutError, QuotaExceededError."""
+    return await steps.ask_slice(session, steps.up_request(session.settings, options_of(entry, token)))
 
 
-async def creation_outcome(api: TpuApi, operation: str) -> CreationOutcome | None:
+async def creation_outcome(session: Session, operation: str) -> CreationOutcome | None:
     """How the node creation OPERATION ended; None if the API has forgotten it."""
-    return await create.creation_outcome(api, operation)
+    return await steps.creation_outcome(session, operation)
 
 
-async def delete(api: TpuApi, entry: Entry, info: SliceInfo) -> None:
-    """Start deleting INFO (a queued resource with force); a DELETING one is left be."""
+async def delete(session: Session, info: SliceInfo) -> None:
+    """Start deleting INFO (a queued resource with force); a DELETING one is left be.
+    The entry's run record is the machine's to close, so the step closes none."""
     try:
-        await terminate.delete(api, parent_of(entry), info)
+        await steps.down(session, info.name, wait=False, found=info, by_owner=False)
     except NotFoundError:
         pass  # gone already

@@ -4,12 +4,15 @@ nothing below this door (an import-linter contract, pyproject.toml): what it sho
 a step comes back as the step's dataclasses, and where callers differ a step takes a
 hook (a notice, a progress, the CLI's spinner or bar for a long wait).
 
-    session.py       Session: settings, the Cloud TPU API, GCS, the SSH key, host-key pins
-    slices.py        up_request / budget_request / up / keep_budget, ready_slice,
-                     describe_slice / slice_status, to_delete / down
+    session.py       Session: settings, the Cloud TPU API, GCS, the SSH key, host-key pins;
+                     Session.at: the same clients at another project, zone and bucket
+    slices.py        up_request / budget_request / up / keep_budget, ask_slice (up with no
+                     wait: the queue's) / creation_outcome, ready_slice, describe_slice /
+                     slice_status, to_delete / down (by_owner=False: the queue's)
     slice_cost.py    slice_costs: each slice's $/hour, its cost so far, its budget (ls, cost)
-    runs.py          RunOptions, start_run / follow_run / stop_run, list_runs, run_checkpoints /
-                     pull_checkpoint, exec_on_slice
+    runs.py          RunOptions (detach; once with a fixed run_id: the queue's), start_run /
+                     run_started / follow_run / stop_run / signal_stop, list_runs,
+                     run_checkpoints / pull_checkpoint, exec_on_slice
     supervise.py     run_supervised: follow a run within its budget, recover it (--recover)
     recovery.py      run_recovering: relaunch from the latest checkpoint on a new slice
     replay.py        replay: a run's lines from GCS, every attempt in turn (`podctl logs`)
@@ -25,26 +28,31 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
 Below the steps: cloud/ (the Cloud TPU API), jobs/ (hosts, agents, a run's files in
 GCS), storage.py, budget.py, cost.py, gc.py, failures.py (what counts as the
 infrastructure's fault). Above them: cli/, api.py, queue/ (which keeps its own state
-machine and store but opens its clients through a Session too).
+machine, store and reading of runs from GCS, but makes and deletes slices and starts
+and stops runs only through these steps, over a Session at each entry's project, zone
+and bucket; where it differs from the CLI, by an option of the same step: no wait,
+once-only with a fixed run id, by_owner=False).
 """
 
 from podctl.cloud.placement import Placement
 from podctl.steps.runs import (
     LineSink, Notice, RunOptions, StopResult, exec_on_slice, follow_run, launch_job, list_runs,
-    new_job, parse_env, pull_checkpoint, resume_checkpoint_dir, run_checkpoints, start_run,
-    stop_run, valid_run_id,
+    new_job, parse_env, pull_checkpoint, resume_checkpoint_dir, run_checkpoints, run_started,
+    signal_stop, start_run, stop_run, valid_run_id,
 )
 from podctl.steps.session import Session
 from podctl.steps.slices import (
-    Budget, BudgetSet, SliceOptions, SliceStatus, budget_request, close_runs_of_deleted,
-    describe_slice, down, keep_budget, ready_slice, slice_status, to_delete, up, up_request,
+    Budget, BudgetSet, SliceOptions, SliceStatus, ask_slice, budget_request,
+    close_runs_of_deleted, creation_outcome, describe_slice, down, keep_budget, ready_slice,
+    slice_status, to_delete, up, up_request,
 )
 
 __all__ = [
     "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "Session",
-    "SliceOptions", "SliceStatus", "StopResult", "budget_request", "close_runs_of_deleted",
-    "describe_slice", "down", "exec_on_slice", "follow_run", "keep_budget", "launch_job",
-    "list_runs", "new_job", "parse_env", "pull_checkpoint", "ready_slice",
-    "resume_checkpoint_dir", "run_checkpoints", "slice_status", "start_run", "stop_run",
-    "to_delete", "up", "up_request", "valid_run_id",
+    "SliceOptions", "SliceStatus", "StopResult", "ask_slice", "budget_request",
+    "close_runs_of_deleted", "creation_outcome", "describe_slice", "down", "exec_on_slice",
+    "follow_run", "keep_budget", "launch_job", "list_runs", "new_job", "parse_env",
+    "pull_checkpoint", "ready_slice", "resume_checkpoint_dir", "run_checkpoints", "run_started",
+    "signal_stop", "slice_status", "start_run", "stop_run", "to_delete", "up", "up_request",
+    "valid_run_id",
 ]

@@ -4,8 +4,10 @@ run's checkpoints, run a plain command on a slice's hosts (`podctl exec`).
     job = await start_run(session, info, RunOptions(script=...), sink=..., notice=...)
     result = await follow_run(job)        # Ctrl-C or a failure stops it on every host
 
-`podctl run`, `Slice.run()` in the Python API, recovery's relaunches and the demo start
-runs with these; `stop_run` is `podctl stop` and `Run.stop()`. `parse_env` (--env,
+`podctl run` (and `run --detach`), `Slice.run()` in the Python API, recovery's relaunches,
+the demo and the queue's tick (detached, once-only, a fixed run id, the bundle of `queue
+add`) start runs with `start_run`; `stop_run` is `podctl stop` and `Run.stop()`;
+`signal_stop` is the queue's stop before it deletes the slice. `parse_env` (--env,
 --env-file) and `valid_run_id` are the jobs layer's, named here for the callers.
 """
 
@@ -21,15 +23,15 @@ from collections.abc import Callable
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError
-from podctl.jobs import checkpoints, launch, run_files
+from podctl.jobs import checkpoints, launch, run_files, run_layout
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
 from podctl.jobs.job import Job, RunRequest, RunResult, check_script, exec_on_hosts, parse_hosts
 from podctl.jobs.job import parse_env as parse_env
-from podctl.jobs.run_files import load_record
+from podctl.jobs.run_files import load_record, read_record
 from podctl.jobs.runs import RunRecord, record_checkpoint_dir
 from podctl.jobs.runs import valid_run_id as valid_run_id
-from podctl.jobs.stop import stop_runs
+from podctl.jobs.stop import signal_runs, stop_runs
 from podctl.steps.session import Session
 from podctl.steps.slices import describe_slice, ready_slice
 from podctl.storage import Storage
@@ -58,6 +60,16 @@ class RunOptions:
     # its path inside it, and what the run's record says of the attempt.
     bundle_hash: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # --detach: return once every host has started, the run's connections closed (it is
+    # followed, if at all, from GCS)
+    detach: bool = False
+    # A start that may be repeated (the queue's tick, which may die in the middle of it):
+    # the run id is fixed in advance (RUN_ID), the hosts start it once only, and a start
+    # that fails is left as it is for the next try to finish rather than stopped (the
+    # hosts refuse the id twice, so a stop would leave nothing to finish). `run_started`
+    # tells whether an earlier try got it going.
+    once: bool = False
+    run_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.bundle_hash is None:  # a relaunch's script is a path inside its bundle
@@ -65,11 +77,28 @@ class RunOptions:
         if self.resume is not None and not valid_run_id(self.resume):
             raise InvalidValueError(f"--resume {self.resume!r} is not a run id (e.g. "
                                     "my-slice-20261202-173000-ab12); `podctl runs` lists them.")
+        if self.once != (self.run_id is not None):  # a fixed id is what makes the hosts start it once
+            raise InvalidValueError("a once-only start needs its run id fixed in advance, and a "
+                                    "fixed run id is started once only: give both or neither.")
 
 
-async def resume_checkpoint_dir(session: Session, run_id: str) -> str:
-    """Where the run RUN_ID kept its checkpoints (checked: the run exists)."""
+async def resume_checkpoint_dir(session: Session, run_id: str, *, unrecorded_ok: bool = False) -> str:
+    """Where the run RUN_ID kept its checkpoints (checked: the run exists). UNRECORDED_OK:
+    a run of the caller's own that may never have got as far as its record (a queued
+    entry's first attempt, lost before its start): then where it would have kept them."""
+    if unrecorded_ok:
+        record = await read_record(session.storage, run_id)
+        if record is None:
+            return run_layout.checkpoint_dir(session.storage.bucket_name, run_id)
+        return record_checkpoint_dir(record)
     return record_checkpoint_dir(await load_record(session.storage, run_id))
+
+
+async def run_started(session: Session, run_id: str) -> bool:
+    """Whether an earlier start of RUN_ID (a fixed id: RunOptions.once) got it going:
+    its record is past `starting`. The caller then adopts the run rather than start it."""
+    record = await read_record(session.storage, run_id)
+    return record is not None and record.state != "starting"
 
 
 async def run_checkpoints(session: Session, run_id: str) -> tuple[Storage, str, list[Checkpoint]]:
@@ -116,7 +145,8 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     ssh_port, coordinator_port = session.job_ports()
     checkpoint_dir = None
     if options.resume:
-        checkpoint_dir = await resume_checkpoint_dir(session, options.resume)
+        # a once-only run resumes its own series (the queue's first attempt), recorded or not
+        checkpoint_dir = await resume_checkpoint_dir(session, options.resume, unrecorded_ok=options.once)
     request = RunRequest(info=info, script=options.script, args=list(options.args),
                          workdir=options.workdir, env=dict(options.env), setup=options.setup,
                          requirements=options.requirements, python=options.python, relock=options.relock,
@@ -125,6 +155,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
                          fail_fast=options.fail_fast, ssh_port=ssh_port,
                          coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,
                          resumed_from=options.resume, bundle_hash=options.bundle_hash,
+                         run_id=options.run_id, detach=options.detach,
                          record_extra=dict(options.extra))
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
@@ -132,9 +163,10 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     return job
 
 
-async def launch_job(job: Job, *, notice: Notice) -> Job:
+async def launch_job(job: Job, *, notice: Notice, once: bool = False) -> Job:
     """Bundle, upload, start the agents on every host; on Ctrl-C or a failure nothing
-    is left running on the hosts (and the job's connections are closed)."""
+    is left running on the hosts (and the job's connections are closed). ONCE (a fixed
+    run id, RunOptions.once): a failure leaves what started for the next try to finish."""
     request = job.request
     try:
         began = time.monotonic()
@@ -147,7 +179,8 @@ async def launch_job(job: Job, *, notice: Notice) -> Job:
         job.timings["start"] = time.monotonic() - began
         notice(f"started on all {len(job.targets)} hosts")
     except BaseException:
-        await job.stop()
+        if not once:
+            await job.stop()
         await job.close()
         raise
     return job
@@ -155,10 +188,15 @@ async def launch_job(job: Job, *, notice: Notice) -> Job:
 
 async def start_run(session: Session, info: SliceInfo, options: RunOptions, *,
                     sink: LineSink, notice: Notice) -> Job:
-    """Bundle, upload, start the agents on every host -> a started Job (its fleet closed
-    when it is to be followed elsewhere; `follow_run` reopens nothing, it reads GCS)."""
+    """Bundle (or take OPTIONS' bundle, uploaded earlier), upload, start the agents on
+    every host -> a started Job. Detached (OPTIONS.detach: `podctl run --detach`, the
+    queue) its connections are closed here and the run is left to GCS; else the caller
+    follows it (`follow_run`). OPTIONS.once (the queue): see RunOptions."""
     job = await new_job(session, info, options, sink=sink, notice=notice)
-    return await launch_job(job, notice=notice)
+    await launch_job(job, notice=notice, once=options.once)
+    if options.detach:
+        await job.close()
+    return job
 
 
 async def follow_run(job: Job) -> RunResult:
@@ -171,6 +209,13 @@ async def follow_run(job: Job) -> RunResult:
         raise
     finally:
         await job.close()
+
+
+async def signal_stop(session: Session, info: SliceInfo, run_id: str) -> None:
+    """SIGTERM RUN_ID's script on every host of INFO and return: no stop request in GCS
+    and no wait, for a caller that deletes the slice next (which ends whatever is left)
+    and closes the run's record itself (the queue's tick). `stop_run` is the stop for good."""
+    await signal_runs(info, [run_id], session.host_access(info))
 
 
 @dataclass

@@ -10,6 +10,7 @@ clients (`Session(settings, api, ports=...)`), so no daemon is started for them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from functools import partial
 
 from podctl.cloud.api import TpuApi
@@ -41,6 +42,16 @@ class Session:
         """Connect now (the fake backend starts its daemon here), so a bad setting or a
         cloud that does not answer is said before anything else is done."""
         return cls(settings, connect(settings))
+
+    def at(self, *, project: str, zone: str, bucket: str) -> Session:
+        """This session for another project, zone and bucket (the queue's entries name
+        their own): the same clients, key and ports, so a tick opens each only once.
+        Closing it closes the shared clients: close the session it came from instead."""
+        other = Session(dataclasses.replace(self.settings, project=project, zone=zone, bucket=bucket),
+                        self._api, ports=self.ports)
+        other.storages = self.storages  # shared, not copied: one GCS client per bucket
+        other._key = self._key
+        return other
 
     @property
     def api(self) -> TpuApi:

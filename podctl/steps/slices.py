@@ -1,9 +1,13 @@
 """Slice steps: make one (`up`), find a ready one, delete one (`down`).
 
     up_request(settings, SliceOptions(...)) -> up(session, request) -> ... -> down(session, name)
+    up_request(settings, SliceOptions(..., wait=False)) -> ask_slice(session, request)
 
-The CLI, the Python API, recovery and the demo make and delete slices with these, so a
-slice made in a notebook and one made by `podctl up` are made (and deleted) the same way.
+The CLI, the Python API, recovery, the demo and the queue make and delete slices with
+these, so a slice made in a notebook, one made by `podctl up` and one the queue's tick
+asks for are made (and deleted) the same way. The queue never waits: it asks
+(`ask_slice`), learns later how a node's creation ended (`creation_outcome`), and
+deletes with `down(..., wait=False, by_owner=False)`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from podctl import tombstones
 from podctl.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
 from podctl.vocabulary import DEFAULT_WAIT
 from podctl.vocabulary import LIVE_RUN_STATES
-from podctl.cloud import describe, firewall, maintenance_info, names, terminate
+from podctl.cloud import create, describe, firewall, maintenance_info, names, terminate
+from podctl.cloud.create import CreationOutcome
 from podctl.cloud.connect import compute_reader
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
@@ -96,6 +101,24 @@ async def up(session: Session, request: UpRequest, progress: Progress | None = N
     return await cloud_up.up(session.api, request, progress=progress)
 
 
+async def ask_slice(session: Session, request: UpRequest) -> str | None:
+    """`up` with no wait at all, for a caller that keeps its own state and looks again
+    later (the queue's tick): ask for the slice once and return -> the node's create
+    operation (None: a queued resource, which waits for capacity by itself). Nothing is
+    looked up first and nothing undone, so it costs one call: REQUEST's labels are the
+    slice's only mark (the caller's own), a name already taken raises AlreadyExistsError
+    (the caller's next look adopts the slice), no capacity StockoutError, no quota
+    QuotaExceededError."""
+    creation = await create.create(session.api, cloud_up.create_request_of(request, request.labels))
+    return creation.operation.name if creation.kind == "node" else None
+
+
+async def creation_outcome(session: Session, operation: str) -> CreationOutcome | None:
+    """How the node creation OPERATION (an `ask_slice` of an earlier process) ended;
+    None if the API has forgotten it."""
+    return await create.creation_outcome(session.api, operation)
+
+
 @dataclass(frozen=True)
 class Budget:
     """`podctl up --max-cost/--max-hours`: a budget written on the slice as labels."""
@@ -157,18 +180,24 @@ async def to_delete(session: Session, name: str) -> SliceInfo:
 
 async def down(session: Session, name: str, *, wait: bool = True, timeout: str = DEFAULT_WAIT,
                progress: Progress | None = None, found: SliceInfo | None = None,
-               notice: Notice | None = None, waiting: Waiting | None = None) -> SliceInfo:
+               notice: Notice | None = None, waiting: Waiting | None = None,
+               by_owner: bool = True) -> SliceInfo:
     """Delete the slice NAME (the queued resource that owns it, if any); wait until gone.
 
     FOUND: what `to_delete` found (and the user was asked about), deleted as it is. NOTICE
     hears of each detached run that ended with the slice. WAITING, given what was deleted,
-    opens the wait's PROGRESS (the CLI's spinner starts with the wait, not before)."""
+    opens the wait's PROGRESS (the CLI's spinner starts with the wait, not before).
+    BY_OWNER False: the caller made the slice for a run whose record it keeps itself
+    (the queue, with WAIT False and FOUND from its listing): no tombstone (no follower
+    would make it again) and no run records closed here (the caller closes its own), so
+    the delete costs one call."""
     wait_seconds = parse_duration(timeout, "--timeout")  # refused before anything is deleted
     parent = session.settings.parent
     info = found or await to_delete(session, name)
     deleted = await terminate.delete(session.api, parent, info)
-    _tombstone(session, info)
-    if session.settings.bucket:  # a detached run on it is over
+    if by_owner:
+        _tombstone(session, info)
+    if by_owner and session.settings.bucket:  # a detached run on it is over
         try:
             storage: Storage | None = session.storage
         except PodctlError:
