@@ -94,6 +94,22 @@ def test_the_refusal_names_the_account_what_is_missing_and_the_fix():
     assert identity.refusal(outage, bucket="b", slice_name="s", slice_type="v5p-8") is None
 
 
+def test_on_the_fake_the_refusal_names_podctl_fake_grant_and_can_leave_the_slice_out():
+    """gcloud cannot reach the fake's bucket: the fix there is `podctl fake grant`; a
+    caller that deletes the slice (the queue, the demo) gets the line without "still up"."""
+    no_role = identity.NodeAccess(email=SA, scopes=(SCOPE + "cloud-platform",), refused="write",
+                                  status=403, message="Permission 'storage.objects.create' denied")
+    line = identity.refusal(no_role, bucket="podctl-fake", slice_name="s", slice_type="v5p-8", fake=True)
+    assert line is not None and "gcloud" not in line
+    assert (f"`podctl fake grant serviceAccount:{SA} roles/storage.objectAdmin && "
+            f"podctl fake grant serviceAccount:{SA} roles/storage.legacyBucketReader`") in line
+    other = identity.refusal(no_role, bucket="mine", slice_name="s", slice_type="v5p-8", fake=True)
+    assert other is not None and f"podctl fake grant serviceAccount:{SA} --bucket mine roles/" in other
+    bare = identity.refusal(no_role, bucket="b", slice_name="s", slice_type="v5p-8", slice_kept=False)
+    assert bare is not None and "still up" not in bare and "podctl down" not in bare
+    assert bare.endswith("then run again.")
+
+
 def _script(tmp: Path) -> Path:
     script = tmp / "hello.py"
     script.write_text("print('hello from', __import__('os').environ['PODCTL_PROCESS_ID'])\n")
@@ -127,11 +143,9 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         proc = cli("run", "secure", str(script), check=False, timeout=90)
         assert time.monotonic() - began < 90
         assert_one_line_error(proc, 1, "roles/storage.objectAdmin", "storage.objects.create denied",
-                              "gcloud storage buckets add-iam-policy-binding gs://podctl-fake "
-                              "--member=serviceAccount:", "still up")
-        email = proc.stderr.split("--member=serviceAccount:")[1].split()[0]
-        member = f"serviceAccount:{email}"
-        cli("fake", "grant", member, "roles/storage.objectAdmin")  # the fake's gcloud binding
+                              "podctl fake grant serviceAccount:", "still up")
+        member = "serviceAccount:" + proc.stderr.split("podctl fake grant serviceAccount:")[1].split()[0]
+        cli("fake", "grant", member, "roles/storage.objectAdmin")  # as the line says
         # objects, but not the bucket's metadata: orbax's first checkpoint would fail with 403
         proc = cli("run", "secure", str(script), check=False, timeout=90)
         assert_one_line_error(proc, 1, "storage.buckets.get denied", "roles/storage.legacyBucketReader")

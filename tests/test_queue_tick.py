@@ -102,6 +102,7 @@ def test_nodes_that_may_not_use_the_bucket_fail_the_entry_at_once_and_free_the_s
     e = queue.settle()[entry.id]
     assert (e.state, e.attempt, len(e.attempts)) == ("failed", 1, 1)
     assert "may not use gs://" in e.last_error and "roles/storage.objectAdmin" in e.last_error
+    assert "still up" not in e.last_error  # the entry's slice is deleted: the line must not say otherwise
     assert e.attempts[0]["cleaned"]
     assert _creates(fake) == 1
 

@@ -114,6 +114,7 @@ class RunRequest:
     python: str | None = None  # --python X.Y for the hosts' environment; None: env_lock decides
     relock: bool = False  # --relock: resolve the requirements anew, not from an earlier lock
     host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend
+    fake_cloud: bool = False  # the fake backend: the identity check's fix is `podctl fake grant`
     resumed_from: str | None = None
     # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
     # a no-op on the hosts, and its bundle was uploaded when it was queued; `script`
@@ -193,7 +194,8 @@ class Job:
         # before anything is uploaded for the hosts: a node that cannot use the bucket fails here
         await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name, run_id=self.run_id,
                                          slice_name=request.info.name,
-                                         slice_type=request.info.accelerator_type)
+                                         slice_type=request.info.accelerator_type,
+                                         fake=request.fake_cloud)
         if request.bundle_hash:
             script, bundle_hash = request.script.as_posix(), request.bundle_hash
         else:

@@ -44,6 +44,7 @@ class TickContext:
     ssh_user: Callable[[SliceInfo], Awaitable[str]] = _podctl_user
     kill_at: str | None = None
     host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend the entries run on
+    fake_cloud: bool = False  # the fake backend (the identity check names `podctl fake grant`)
     _storages: dict[str, Storage] = field(default_factory=dict)
 
     def storage(self, bucket: str) -> Storage:
@@ -71,4 +72,5 @@ class TickContext:
                    config_dir=session.settings.config_dir, ssh_keys=key.metadata_entry,
                    private_key=key.private_path, ssh_port=session.job_ports()[0],
                    coordinator_port=lambda: session.job_ports()[1], log=log, ssh_user=session.ssh_user,
-                   host_jax_extra=jax_extra_for(session.settings.backend), **options)
+                   host_jax_extra=jax_extra_for(session.settings.backend),
+                   fake_cloud=session.settings.backend == "fake", **options)

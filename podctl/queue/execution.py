@@ -46,6 +46,7 @@ async def start(ctx: TickContext, entry: Entry, info: SliceInfo) -> bool:
                          env=dict(entry.env), hosts=None, detach=True, ssh_port=ctx.ssh_port,
                          coordinator_port=ctx.coordinator_port(), run_id=entry.run_id,
                          bundle_hash=entry.bundle_hash, host_jax_extra=ctx.host_jax_extra,
+                         fake_cloud=ctx.fake_cloud,
                          checkpoint_dir=run_layout.checkpoint_dir(storage.bucket_name, resumed) if resumed else None,
                          resumed_from=resumed,
                          record_extra={"parent": resumed, "attempt": entry.attempt} if resumed else {})

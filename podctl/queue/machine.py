@@ -199,7 +199,8 @@ class Machine:
         try:
             started = await execution.start(self.ctx, e, info)
         except StoragePermissionError as err:  # the nodes' identity: every attempt would fail alike
-            await self.finish(e, info, "failed", f"the run cannot start: {err}")
+            # its slice is deleted as the entry ends: the line must not say it is still up
+            await self.finish(e, info, "failed", f"the run cannot start: {err.without_slice}")
             return
         except (JobError, StorageError) as err:
             tries = int((e.current() or {}).get("start_failures", 0)) + 1
