@@ -199,6 +199,28 @@ def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
     shipper.local.close()
 
 
+def test_lines_a_refusal_kept_from_gcs_are_said_refused_not_waited_for_hours(tmp_path, capsys):
+    """The agent's last word on lines GCS refused names the refusal, not the 6-hour
+    patience it never spent."""
+    from podctl.jobs.agent_gcs import GcsError
+    from podctl.jobs.agent_logs import LogShipper
+
+    class Bucket:
+        def upload(self, name, data, content_type=None):
+            raise GcsError(f"GCS POST {name}: HTTP 403 {{...forbidden...}}", 403)
+
+    shipper = LogShipper({"run_id": "r", "host": 0, "flush_seconds": 3600,
+                          "ship_patience_seconds": 21600}, Bucket(), tmp_path)
+    shipper.start()
+    shipper.line("a")
+    began = time.monotonic()
+    assert not shipper.close()
+    assert time.monotonic() - began < 10
+    said = capsys.readouterr().err
+    assert "GCS refused this host's account" in said and "HTTP 403" in said
+    assert "21600" not in said
+
+
 _LIBRARIES = r"""
 import gcsfs, tensorstore as ts
 fs = gcsfs.GCSFileSystem()  # its default token: google-auth's, from the metadata server
