@@ -175,6 +175,23 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         stop_fake_and_check(cli)
 
 
+def test_a_bucket_that_does_not_exist_is_said_so_not_blamed_on_the_nodes_roles(tmp_path):
+    """The nodes get 403 for a bucket that does not exist as for one they may not use:
+    a mistyped --bucket is told as missing (as the user sees it), not as roles to grant."""
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    try:
+        cli("fake", "start", "--secure")
+        cli("up", "--slice", "v5p-8", "--name", "typo")
+        proc = cli("run", "typo", "--bucket", "no-such-bucket", str(_script(tmp_path)), check=False,
+                   timeout=90)
+        assert_one_line_error(proc, 1, "gs://no-such-bucket does not exist")
+        assert "roles/" not in proc.stderr
+    finally:
+        cli("down", "typo", "--yes", check=False)
+        stop_fake_and_check(cli)
+
+
 def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
     """GCS's 403 to the host's account stays: the agent's shipper gives up at once and
     remembers why (the agent then stops the script and says so in its status)."""
