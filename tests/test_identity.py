@@ -94,6 +94,14 @@ def test_the_refusal_names_the_account_what_is_missing_and_the_fix():
     assert identity.refusal(outage, bucket="b", slice_name="s", slice_type="v5p-8") is None
 
 
+def test_a_refusal_without_gcs_naming_the_permission_names_the_calls_own():
+    def refused(step):
+        return identity.NodeAccess(email=SA, scopes=(), refused=step, status=403, message="Forbidden")
+
+    assert [refused(s).permission for s in ("write", "read", "delete", "bucket")] == [
+        "storage.objects.create", "storage.objects.get", "storage.objects.delete", "storage.buckets.get"]
+
+
 def test_on_the_fake_the_refusal_names_podctl_fake_grant_and_can_leave_the_slice_out():
     """gcloud cannot reach the fake's bucket: the fix there is `podctl fake grant`; a
     caller that deletes the slice (the queue, the demo) gets the line without "still up"."""

@@ -100,9 +100,8 @@ class NodeAccess:
         found = re.search(r"Permission '([\w.]+)'", self.message)
         if found:
             return found.group(1)
-        if self.refused == "bucket":
-            return "storage.buckets.get"
-        return f"storage.objects.{'create' if self.refused == 'write' else 'get'}"
+        return {"bucket": "storage.buckets.get", "write": "storage.objects.create",
+                "delete": "storage.objects.delete"}.get(self.refused or "", "storage.objects.get")
 
 
 def parse(output: str) -> NodeAccess | None:
