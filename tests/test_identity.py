@@ -140,6 +140,21 @@ def test_a_node_without_a_storage_scope_fails_the_run_fast_naming_the_scope(tmp_
         stop_fake_and_check(cli)
 
 
+def test_fake_start_not_secure_sets_a_secure_fake_back_as_older_organisations(tmp_path):
+    """`podctl fake start --not-secure` (and PODCTL_FAKE_SECURE=0), which the refusals
+    advise, start the daemon: it was handed `--not-secure`, which it did not know."""
+    cli = Podctl(tmp_path)
+    try:
+        assert json.loads(cli("fake", "start", "--secure", "--json").stdout)["secure"] is True
+        cli("fake", "stop")
+        assert json.loads(cli("fake", "start", "--not-secure", "--json").stdout)["secure"] is False
+        cli("fake", "stop")
+        started = cli("fake", "start", "--json", env={"PODCTL_FAKE_SECURE": "0"})
+        assert json.loads(started.stdout)["secure"] is False
+    finally:
+        stop_fake_and_check(cli)
+
+
 def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted(tmp_path):
     cli = Podctl(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"
