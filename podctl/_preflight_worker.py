@@ -211,9 +211,13 @@ def main(argv: list[str]) -> int:
     except SystemExit as e:  # the script's own fail(): its message is on stderr already
         code = e.code if isinstance(e.code, int) else 1
         return code if code in (EXIT_SCRIPT, EXIT_NO_TPU) else EXIT_SCRIPT
-    except Exception:
+    except Exception as e:
         traceback.print_exc()
-        _say(f"{Path(request['script']).name}'s preflight failed (traceback above)")
+        # podctl shows only the last lines (one line in all): say where and what here
+        frames = traceback.extract_tb(e.__traceback__)
+        where = frames[-1] if frames else None
+        at = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
+        _say(f"{Path(request['script']).name}'s preflight failed{at}: {type(e).__name__}: {e}")
         return EXIT_SCRIPT
     Path(argv[2]).write_text(json.dumps(result))
     return 0

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
-from podctl.errors import JobError
+from podctl.errors import InvalidValueError, JobError, StoragePermissionError
 from podctl.jobs import metric_line
-from podctl.errors import InvalidValueError
 
 SLICE_TYPE = "v5p-16"
 SLICE_NAME = "podctl-demo"
@@ -103,6 +102,21 @@ def run_demo(*, steps: int = 30, more_steps: int = 10, checkpoint_every: int = 1
         return now
 
     say("podctl demo: the whole lifecycle on the local fake cloud")
+    try:
+        return _lifecycle(connect, script, steps=steps, more_steps=more_steps,
+                          checkpoint_every=checkpoint_every, say=say, began=began,
+                          phases=phases, timed=timed)
+    except StoragePermissionError as e:  # a secure-by-default fake: the slice is gone already
+        raise StoragePermissionError(
+            f"{e.without_slice.rstrip('.')}; the demo deleted its slice. This fake cloud is secure-by-default "
+            "(`podctl fake start --secure`, PODCTL_FAKE_SECURE=1), the demo needs the roles above: "
+            "grant them while the fake runs, or `podctl fake stop && podctl fake start "
+            "--not-secure`; then `podctl demo` again.") from e
+
+
+def _lifecycle(connect: Callable[..., Any], script: Path, *, steps: int, more_steps: int,
+               checkpoint_every: int, say: Callable[[str], None], began: float,
+               phases: dict[str, float], timed: Callable[[str, float], float]) -> DemoSummary:
     t = time.monotonic()
     with connect(backend="fake") as cloud:
         t = timed("fake_cloud", t)

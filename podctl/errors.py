@@ -138,7 +138,13 @@ class StorageNotFound(StorageError):
 
 
 class StoragePermissionError(StorageError):
-    """The nodes' service account or scopes cannot use the run's bucket (jobs/identity.py)."""
+    """The nodes' service account or scopes cannot use the run's bucket (jobs/identity.py).
+    WITHOUT_SLICE: the same line without what it says of the slice (still up), for a
+    caller that deletes the slice itself (the queue, the demo)."""
+
+    def __init__(self, message: str, *, without_slice: str | None = None):
+        super().__init__(message)
+        self.without_slice = message if without_slice is None else without_slice
 
 
 class StorageUnavailable(StorageError):

@@ -245,6 +245,9 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+_WORKER_SAYS = "podctl preflight: "  # _preflight_worker._say's prefix
+
+
 def _last_lines(stderr: str, n: int = 3) -> str:
     """The script's own message from the child's stderr, without libtpu's start-up noise."""
     noise = ("WARNING", "E0000", "I0000", "W0000", "===", "learning/", "Failed to find host")
@@ -290,7 +293,11 @@ def compile_for(slice_type: str, script: Path, args: list[str], *, num_slices: i
             raise ConfigError(f"preflight needs libtpu, which cannot describe "
                               f"{target.topology_name} here ({_last_lines(proc.stderr, 1)}); {hint}.")
         if proc.returncode == 2:
-            raise UsageError(f"{script.name} {' '.join(args)}: {_last_lines(proc.stderr)}")
+            # the worker's own last line says it all (where the script raised, and what)
+            last = _last_lines(proc.stderr, 1)
+            said = (last.removeprefix(_WORKER_SAYS) if last.startswith(_WORKER_SAYS)
+                    else _last_lines(proc.stderr))
+            raise UsageError(f"{' '.join([script.name, *args])}: {said}")
         if proc.returncode != 0 or not out.is_file():
             raise PreflightError(f"the preflight compile failed (exit {proc.returncode}): "
                                  f"{_last_lines(proc.stderr)}")

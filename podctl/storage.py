@@ -189,6 +189,12 @@ class Storage:
         self._bucket_seen = True
         return False
 
+    async def require_bucket(self) -> None:
+        """The missing-bucket error when the bucket does not exist (one list call, as
+        the user); nothing when it does or when that cannot be told."""
+        if await self._bucket_missing():
+            raise self._missing_bucket()
+
     # ---- objects --------------------------------------------------------------------
 
     async def exists(self, name: str) -> bool:

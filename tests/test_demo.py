@@ -50,3 +50,20 @@ def test_readme_main_command_is_the_demo_and_leaves_nothing_running(podctl):
     for phase in ("up", "bundle", "start", "train", "resume", "down"):
         assert f"{phase} " in line["wall time "], phase
     assert not json.loads(podctl("fake", "status", "--json", check=False).stdout)["running"]
+
+
+def test_demo_in_a_secure_fake_says_what_to_grant_and_that_its_slice_is_gone(podctl):
+    """A secure-by-default fake (its nodes' account holds no role): the demo ends at the
+    identity check, names `podctl fake grant` (gcloud cannot reach the fake) and does not
+    claim its slice is still up: it deleted it, and stopped the fake it started."""
+    proc = subprocess.run([sys.executable, "-m", "podctl", "demo"], capture_output=True, text=True,
+                          env={**podctl.env, "PODCTL_FAKE_SECURE": "1"}, stdin=subprocess.DEVNULL,
+                          timeout=600, cwd=podctl.tmp)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("podctl: error: ") and "Traceback" not in proc.stderr
+    for words in ("podctl fake grant serviceAccount:", "roles/storage.objectAdmin",
+                  "the demo deleted its slice", "--not-secure"):
+        assert words in last, last
+    assert "still up" not in last and "gcloud" not in last
+    assert not json.loads(podctl("fake", "status", "--json", check=False).stdout)["running"]

@@ -30,6 +30,16 @@ def test_a_local_path_requirement_is_refused_in_one_line_naming_it(tmp_path, lin
     assert RequirementsError.exit_code == 2
 
 
+def test_an_editable_vcs_line_is_called_editable_not_a_local_path(tmp_path):
+    """`-e git+https://...` is no path: the fix is to drop the -e, which the line says."""
+    line = "-e git+https://github.com/x/y#egg=y"
+    with pytest.raises(RequirementsError) as caught:
+        env_lock.read_requirements(reqs(tmp_path, f"{line}\n"), "cpu")
+    message = str(caught.value)
+    assert f"`{line}` is an editable install" in message and "drop the -e" in message
+    assert "local path" not in message
+
+
 def test_an_included_file_that_is_missing_is_refused_naming_it(tmp_path):
     path = reqs(tmp_path, "-r base.txt\n")
     with pytest.raises(RequirementsError, match="base.txt, which is not a file"):

@@ -94,6 +94,30 @@ def test_the_refusal_names_the_account_what_is_missing_and_the_fix():
     assert identity.refusal(outage, bucket="b", slice_name="s", slice_type="v5p-8") is None
 
 
+def test_a_refusal_without_gcs_naming_the_permission_names_the_calls_own():
+    def refused(step):
+        return identity.NodeAccess(email=SA, scopes=(), refused=step, status=403, message="Forbidden")
+
+    assert [refused(s).permission for s in ("write", "read", "delete", "bucket")] == [
+        "storage.objects.create", "storage.objects.get", "storage.objects.delete", "storage.buckets.get"]
+
+
+def test_on_the_fake_the_refusal_names_podctl_fake_grant_and_can_leave_the_slice_out():
+    """gcloud cannot reach the fake's bucket: the fix there is `podctl fake grant`; a
+    caller that deletes the slice (the queue, the demo) gets the line without "still up"."""
+    no_role = identity.NodeAccess(email=SA, scopes=(SCOPE + "cloud-platform",), refused="write",
+                                  status=403, message="Permission 'storage.objects.create' denied")
+    line = identity.refusal(no_role, bucket="podctl-fake", slice_name="s", slice_type="v5p-8", fake=True)
+    assert line is not None and "gcloud" not in line
+    assert (f"`podctl fake grant serviceAccount:{SA} roles/storage.objectAdmin && "
+            f"podctl fake grant serviceAccount:{SA} roles/storage.legacyBucketReader`") in line
+    other = identity.refusal(no_role, bucket="mine", slice_name="s", slice_type="v5p-8", fake=True)
+    assert other is not None and f"podctl fake grant serviceAccount:{SA} --bucket mine roles/" in other
+    bare = identity.refusal(no_role, bucket="b", slice_name="s", slice_type="v5p-8", slice_kept=False)
+    assert bare is not None and "still up" not in bare and "podctl down" not in bare
+    assert bare.endswith("then run again.")
+
+
 def _script(tmp: Path) -> Path:
     script = tmp / "hello.py"
     script.write_text("print('hello from', __import__('os').environ['PODCTL_PROCESS_ID'])\n")
@@ -116,6 +140,21 @@ def test_a_node_without_a_storage_scope_fails_the_run_fast_naming_the_scope(tmp_
         stop_fake_and_check(cli)
 
 
+def test_fake_start_not_secure_sets_a_secure_fake_back_as_older_organisations(tmp_path):
+    """`podctl fake start --not-secure` (and PODCTL_FAKE_SECURE=0), which the refusals
+    advise, start the daemon: it was handed `--not-secure`, which it did not know."""
+    cli = Podctl(tmp_path)
+    try:
+        assert json.loads(cli("fake", "start", "--secure", "--json").stdout)["secure"] is True
+        cli("fake", "stop")
+        assert json.loads(cli("fake", "start", "--not-secure", "--json").stdout)["secure"] is False
+        cli("fake", "stop")
+        started = cli("fake", "start", "--json", env={"PODCTL_FAKE_SECURE": "0"})
+        assert json.loads(started.stdout)["secure"] is False
+    finally:
+        stop_fake_and_check(cli)
+
+
 def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted(tmp_path):
     cli = Podctl(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"
@@ -127,11 +166,9 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         proc = cli("run", "secure", str(script), check=False, timeout=90)
         assert time.monotonic() - began < 90
         assert_one_line_error(proc, 1, "roles/storage.objectAdmin", "storage.objects.create denied",
-                              "gcloud storage buckets add-iam-policy-binding gs://podctl-fake "
-                              "--member=serviceAccount:", "still up")
-        email = proc.stderr.split("--member=serviceAccount:")[1].split()[0]
-        member = f"serviceAccount:{email}"
-        cli("fake", "grant", member, "roles/storage.objectAdmin")  # the fake's gcloud binding
+                              "podctl fake grant serviceAccount:", "still up")
+        member = "serviceAccount:" + proc.stderr.split("podctl fake grant serviceAccount:")[1].split()[0]
+        cli("fake", "grant", member, "roles/storage.objectAdmin")  # as the line says
         # objects, but not the bucket's metadata: orbax's first checkpoint would fail with 403
         proc = cli("run", "secure", str(script), check=False, timeout=90)
         assert_one_line_error(proc, 1, "storage.buckets.get denied", "roles/storage.legacyBucketReader")
@@ -161,6 +198,23 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         stop_fake_and_check(cli)
 
 
+def test_a_bucket_that_does_not_exist_is_said_so_not_blamed_on_the_nodes_roles(tmp_path):
+    """The nodes get 403 for a bucket that does not exist as for one they may not use:
+    a mistyped --bucket is told as missing (as the user sees it), not as roles to grant."""
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    try:
+        cli("fake", "start", "--secure")
+        cli("up", "--slice", "v5p-8", "--name", "typo")
+        proc = cli("run", "typo", "--bucket", "no-such-bucket", str(_script(tmp_path)), check=False,
+                   timeout=90)
+        assert_one_line_error(proc, 1, "gs://no-such-bucket does not exist")
+        assert "roles/" not in proc.stderr
+    finally:
+        cli("down", "typo", "--yes", check=False)
+        stop_fake_and_check(cli)
+
+
 def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
     """GCS's 403 to the host's account stays: the agent's shipper gives up at once and
     remembers why (the agent then stops the script and says so in its status)."""
@@ -183,6 +237,28 @@ def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
     assert time.monotonic() - began < 5 and bucket.calls == 1
     assert "HTTP 403" in shipper.refused
     shipper.local.close()
+
+
+def test_lines_a_refusal_kept_from_gcs_are_said_refused_not_waited_for_hours(tmp_path, capsys):
+    """The agent's last word on lines GCS refused names the refusal, not the 6-hour
+    patience it never spent."""
+    from podctl.jobs.agent_gcs import GcsError
+    from podctl.jobs.agent_logs import LogShipper
+
+    class Bucket:
+        def upload(self, name, data, content_type=None):
+            raise GcsError(f"GCS POST {name}: HTTP 403 {{...forbidden...}}", 403)
+
+    shipper = LogShipper({"run_id": "r", "host": 0, "flush_seconds": 3600,
+                          "ship_patience_seconds": 21600}, Bucket(), tmp_path)
+    shipper.start()
+    shipper.line("a")
+    began = time.monotonic()
+    assert not shipper.close()
+    assert time.monotonic() - began < 10
+    said = capsys.readouterr().err
+    assert "GCS refused this host's account" in said and "HTTP 403" in said
+    assert "21600" not in said
 
 
 _LIBRARIES = r"""

@@ -137,3 +137,49 @@ def test_project_metadata_and_the_nodes_own_switch():
     assert not enabled({"enable-oslogin": "FALSE"}, [])
     assert posix_username("Jane.Doe@example.com") == "jane_doe_example_com"
     assert posix_username("ci@proj.iam.gserviceaccount.com").startswith("sa_")
+
+
+def test_a_node_without_its_own_value_follows_the_project_whatever_a_sibling_slice_sets():
+    """Multislice: one node says FALSE, the other sets nothing under a project with OS Login
+    on. That other node ignores ssh-keys (as the fake's hosts do), so podctl must log in
+    through OS Login; it used to let the one node's FALSE turn it off for the whole slice."""
+    from podctl.fake import oslogin
+    from podctl.fake.world import World
+
+    world = World()
+    oslogin.set_enabled(world, "p", True)
+    assert oslogin.enabled(world, "p", {}) and not oslogin.enabled(world, "p", {"enable-oslogin": "FALSE"})
+    assert enabled({"enable-oslogin": "TRUE"}, [None, "FALSE"])
+    assert enabled({"enable-oslogin": "TRUE"}, ["FALSE", None])
+    assert not enabled({"enable-oslogin": "TRUE"}, ["FALSE", "false"])
+    assert not enabled({}, [None, "FALSE"])
+
+
+def test_a_slice_whose_nodes_disagree_on_os_login_is_refused_in_one_line_naming_them():
+    """One login user serves the whole fleet: where one node's hosts take only OS Login's
+    user and another's only podctl's metadata key, no user gets in everywhere; say so
+    before connecting instead of a host's refusal that blames a role."""
+    import asyncio
+
+    from types import SimpleNamespace
+
+    from podctl.cloud.oslogin import login_user
+    from podctl.errors import ConfigError
+
+    class Client:
+        def project_metadata(self, project):
+            return {"enable-oslogin": "TRUE"}
+
+        def import_key(self, project, key):
+            return "jane_example_com"
+
+    def sliced(*own):
+        nodes = tuple(SimpleNamespace(name=f"ms-{i}", os_login=v) for i, v in enumerate(own))
+        return SimpleNamespace(name="ms", project="p", nodes=nodes)  # a SliceInfo's fields used
+
+    with pytest.raises(ConfigError) as mixed:
+        asyncio.run(login_user(Client(), sliced(None, "FALSE"), "ssh-ed25519 AAAA"))
+    assert "\n" not in str(mixed.value)
+    assert "mixes OS Login on (ms-0) and off (ms-1" in str(mixed.value)
+    assert asyncio.run(login_user(Client(), sliced(None, "true"), "k")) == "jane_example_com"
+    assert asyncio.run(login_user(Client(), sliced("FALSE", "false"), "k")) is None

@@ -144,6 +144,10 @@ def test_plan_from_preflight_prices_the_compiled_flops_with_the_working_shown(de
     (["--slice", "v5p-8", str(ROOT / "tests" / "scripts" / "no_preflight_hook.py")], 2,
      ["no preflight(argv, devices) function"]),
     (["--slice", "v5p-8", TEMPLATE, "--batch", "6"], 2, ["not a multiple of data x fsdp"]),
+    # a hook that raises: where and what, in the one line (no "traceback above" nobody sees)
+    (["--slice", "v5p-8", str(ROOT / "tests" / "scripts" / "preflight_raises.py")], 2,
+     ["preflight_raises.py: preflight_raises.py's preflight failed at preflight_raises.py:5: "
+      "ValueError: boom from preflight"]),
 ])
 def test_bad_preflight_input_is_one_line_and_exit_2(tmp_path, args, code, words):
     assert_one_line_error(_preflight(_cli(tmp_path), *args), code, *words)
@@ -236,3 +240,28 @@ def test_matmul_flops_count_a_scan_body_once_per_trip():
     jaxpr = jax.make_jaxpr(f)(jnp.zeros((5, 8, 8)), jnp.zeros((4, 8))).jaxpr
     full, once, unknown = matmul_flops(jaxpr)
     assert (full, once, unknown) == (5 * 2 * 4 * 8 * 8, 2 * 4 * 8 * 8, 0)
+
+
+def test_the_documented_preflight_commands_put_podctls_options_before_the_script():
+    """Every word after SCRIPT is the script's: a `--json` written after it goes to the
+    script (the template refuses it; another script ignores it and pre.json gets text)."""
+    from click.testing import CliRunner
+
+    from podctl.cli.main import cli
+
+    ours = {"--slice", "--num-slices", "--mfu", "--timeout", "--workdir", "--requirements",
+            "--python", "--relock", "--client-env", "--json", "--backend"}
+    helptext = CliRunner().invoke(cli, ["preflight", "--help"]).output
+    readme = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    commands = []
+    for text in (helptext, readme):
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if "podctl preflight --slice" in line:  # with the synopsis's wrapped next line
+                wrapped = lines[i + 1] if "SCRIPT" not in line and ".py" not in line else ""
+                commands.append(line.split("podctl preflight ", 1)[1] + " " + wrapped)
+    assert len(commands) >= 4
+    for command in commands:
+        words = command.replace("`", " ").split()
+        script = next(i for i, w in enumerate(words) if w.endswith(".py") or w == "SCRIPT")
+        assert not ours & {w.strip("[]") for w in words[script + 1:]}, command

@@ -102,8 +102,39 @@ def test_nodes_that_may_not_use_the_bucket_fail_the_entry_at_once_and_free_the_s
     e = queue.settle()[entry.id]
     assert (e.state, e.attempt, len(e.attempts)) == ("failed", 1, 1)
     assert "may not use gs://" in e.last_error and "roles/storage.objectAdmin" in e.last_error
+    assert "still up" not in e.last_error  # the entry's slice is deleted: the line must not say otherwise
     assert e.attempts[0]["cleaned"]
     assert _creates(fake) == 1
+
+
+def test_an_os_login_refusal_fails_the_entry_frees_its_slice_and_lets_the_others_run(queue, fake):
+    """OS Login refusing podctl's key (or an account podctl cannot tell) fails the entry at
+    its first start, as the identity check does; the tick goes on with the other entries
+    instead of raising, which left the entry `starting` and its slice billing forever."""
+    import dataclasses
+
+    from podctl.errors import PermissionDeniedError, TransientError
+
+    calls = {"n": 0}
+
+    async def refused(info):
+        if info.name == queue.entry(refused_id).slice_name:
+            raise PermissionDeniedError("project fake-project uses OS Login and the OS Login API "
+                                        "refused to import podctl's SSH key for eve@example.com")
+        calls["n"] += 1
+        if calls["n"] == 1:  # the OS Login API down for a moment: a start failure, retried
+            raise TransientError("the OS Login API is unavailable (HTTP 503); try again")
+        return "podctl"
+
+    queue.ctx = dataclasses.replace(queue.ctx, ssh_user=refused)
+    refused_id = queue.add("many_lines.py", "2", priority=1).id
+    other = queue.add("many_lines.py", "2").id
+    entries = queue.settle()
+    e = entries[refused_id]
+    assert (e.state, e.attempt, len(e.attempts)) == ("failed", 1, 1)
+    assert "refused to import podctl's SSH key" in e.last_error and e.attempts[0]["cleaned"]
+    assert entries[other].state == "succeeded"
+    assert _creates(fake) == 2
 
 
 def test_preemption_is_retried_then_succeeds(queue, fake):

@@ -125,7 +125,7 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
 
     \b
     podctl preflight --slice v5p-8 templates/train_pjit.py --d-model 1024 --layers 24
-    podctl preflight --slice v5p-4096 train.py ... --json > pre.json
+    podctl preflight --slice v5p-4096 --json train.py ... > pre.json
     podctl plan --from-preflight pre.json --tokens 1T
 
     The compile uses the jax and libtpu the run's hosts will get: its requirements

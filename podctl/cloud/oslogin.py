@@ -39,12 +39,12 @@ def switched_on(value: str | None) -> bool:
 
 
 def enabled(project_items: dict[str, str], node_values: Iterable[str | None]) -> bool:
-    """On for a slice: a node's own `enable-oslogin` where one sets it (any node on: on),
-    else the project's. Case-insensitive, as the guest agent reads it."""
-    own = [v for v in node_values if v is not None]
-    if own:
-        return any(switched_on(v) for v in own)
-    return switched_on(project_items.get("enable-oslogin"))
+    """On for a slice: on for any of its nodes, each by its own `enable-oslogin` where it
+    sets one, else by the project's (a node that sets none follows the project, whatever
+    its sibling slices set). Case-insensitive, as the guest agent reads it."""
+    project = project_items.get("enable-oslogin")
+    values = list(node_values) or [None]
+    return any(switched_on(project if v is None else v) for v in values)
 
 
 @dataclass(frozen=True)
@@ -141,4 +141,11 @@ async def login_user(client: OsLogin, info: SliceInfo, public_key: str) -> str |
     items = await asyncio.to_thread(client.project_metadata, info.project)
     if not enabled(items, (n.os_login for n in info.nodes)):
         return None
+    off = [n.name for n in info.nodes if not enabled(items, [n.os_login])]
+    if off:  # one login for the fleet: hosts of these nodes would take only the ssh-keys one
+        on = [n.name for n in info.nodes if n.name not in off]
+        raise ConfigError(
+            f"slice {info.name} mixes OS Login on ({', '.join(on)}) and off ({', '.join(off)}: "
+            "their own enable-oslogin metadata) and podctl logs in to all its hosts as one user: "
+            "make the nodes' enable-oslogin agree (or remove it, so that the project's holds).")
     return await asyncio.to_thread(client.import_key, info.project, public_key)

@@ -132,7 +132,7 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
         process = subprocess.Popen(
             [sys.executable, "-m", "podctl.fake.daemon", "--state-dir", str(state_dir),
              "--project", project, "--zone", zone, "--time-scale", str(scale), "--bucket", bucket,
-             *([] if secure is None else ["--secure" if secure else "--not-secure"])],
+             *([] if secure is None else ["--secure" if secure else "--no-secure"])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + _START_TIMEOUT

@@ -164,7 +164,9 @@ class LogShipper:
         self._thread.join(timeout=60)
         shipped = self.persist(lambda: self.flush(attempts=3))
         if not shipped:
-            sys.stderr.write(f"podctl agent: {self.unshipped} line(s) never reached GCS in "
-                             f"{self.patience:.0f} s; they are in {self.local.name}\n")
+            why = (f"GCS refused this host's account ({self.refused})" if self.refused
+                   else f"in {self.patience:.0f} s")  # a refusal is given up at once, not waited out
+            sys.stderr.write(f"podctl agent: {self.unshipped} line(s) never reached GCS: {why}; "
+                             f"they are in {self.local.name}\n")
         self.local.close()
         return shipped

@@ -120,7 +120,12 @@ def _lines(path: Path, environ: dict[str, str], seen: set[Path]) -> tuple[list[s
             index.extend(idx)
         elif found := _INDEX.match(line):
             index.extend([found.group(1), found.group(2).strip()])
-        elif _EDITABLE.match(line) or _LOCAL.search(line):
+        elif _EDITABLE.match(line):
+            raise RequirementsError(
+                f"{path.name}: `{line}` is an editable install, which the hosts do not have (a "
+                "source tree of yours): drop the -e (a git+https:// URL installs as a package), "
+                "or put the package's code in the workdir (the bundle ships it).")
+        elif _LOCAL.search(line):
             raise RequirementsError(
                 f"{path.name}: `{line}` is a local path, which the hosts do not have: put the "
                 "package's code in the workdir (the bundle ships it) or publish it to an index.")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from podctl.errors import JobError, StoragePermissionError
 from podctl.jobs import run_layout
 from podctl.jobs.ssh import Fleet
+from podctl.settings import FAKE_BUCKET
 
 CHECK_SECONDS = 60.0  # the three calls take well under a second; a host's network may not
 WRITE_SCOPES = ("cloud-platform", "devstorage.read_write", "devstorage.full_control")
@@ -99,9 +100,8 @@ class NodeAccess:
         found = re.search(r"Permission '([\w.]+)'", self.message)
         if found:
             return found.group(1)
-        if self.refused == "bucket":
-            return "storage.buckets.get"
-        return f"storage.objects.{'create' if self.refused == 'write' else 'get'}"
+        return {"bucket": "storage.buckets.get", "write": "storage.objects.create",
+                "delete": "storage.objects.delete"}.get(self.refused or "", "storage.objects.get")
 
 
 def parse(output: str) -> NodeAccess | None:
@@ -119,11 +119,16 @@ def parse(output: str) -> NodeAccess | None:
     return None
 
 
-def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str) -> str | None:
-    """The one line that ends the run (account, what is missing, the fix), or None."""
+def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str,
+            fake: bool = False, slice_kept: bool = True) -> str | None:
+    """The one line that ends the run (account, what is missing, the fix), or None. FAKE:
+    the fix is the fake cloud's (`podctl fake grant`), not gcloud's, which cannot reach
+    it. SLICE_KEPT: the line says the slice is still up (a caller that deletes it, the
+    queue or the demo, says so itself)."""
     if access.unknown or access.refused is None or access.status not in (401, 403):
         return None  # not a matter of identity (GCS down, a network): the agents will say
-    still_up = f"slice {slice_name} is still up (`podctl down {slice_name}` stops its bill)"
+    still_up = (f"; slice {slice_name} is still up (`podctl down {slice_name}` stops its bill)"
+                if slice_kept else "")
     short = ",".join(s.removeprefix(_SCOPE_PREFIX) for s in access.scopes) or "none"
     if not access.can_write or "scope" in access.message.lower():
         account = ("" if access.email.endswith("-compute@developer.gserviceaccount.com")
@@ -131,9 +136,13 @@ def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str
         return (f"the nodes of {slice_name} ({access.email}) lack a storage scope to write "
                 f"gs://{bucket} (their scopes: {short}); scopes are fixed when a slice is made: "
                 f"`podctl down {slice_name} && podctl up --slice {slice_type} --name {slice_name}"
-                f"{account} --scopes cloud-platform`; {still_up}.")
-    bind = (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
-            f"--member=serviceAccount:{access.email} --role=")
+                f"{account} --scopes cloud-platform`{still_up}.")
+    if fake:
+        other = "" if bucket == FAKE_BUCKET else f" --bucket {bucket}"
+        bind = f"podctl fake grant serviceAccount:{access.email}{other} "
+    else:
+        bind = (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+                f"--member=serviceAccount:{access.email} --role=")
     if access.refused == "bucket":
         return (f"the nodes' service account {access.email} may not read gs://{bucket}'s metadata "
                 f"({access.permission} denied; orbax's checkpoint saves need it, and the object "
@@ -143,11 +152,11 @@ def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str
             f"({access.permission} denied: it needs roles/storage.objectAdmin on the bucket, and "
             f"roles/storage.legacyBucketReader for orbax's checkpoints): "
             f"`{bind}roles/storage.objectAdmin && {bind}roles/storage.legacyBucketReader`, then run "
-            f"again; {still_up}.")
+            f"again{still_up}.")
 
 
 async def check_node_access(fleet: Fleet, *, bucket: str, run_id: str, slice_name: str,
-                            slice_type: str) -> NodeAccess | None:
+                            slice_type: str, fake: bool = False) -> NodeAccess | None:
     """Ask worker 0 whether the nodes' identity can write, read and delete under the run's
     prefix -> what it found (None: it could not say); StoragePermissionError if GCS
     refused it."""
@@ -167,7 +176,9 @@ async def check_node_access(fleet: Fleet, *, bucket: str, run_id: str, slice_nam
     access = parse(str(result.stdout or ""))
     if access is None:
         return None
-    line = refusal(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type)
+    line = refusal(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake)
     if line is not None:
-        raise StoragePermissionError(line)
+        raise StoragePermissionError(line, without_slice=refusal(
+            access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake,
+            slice_kept=False))
     return access

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
-from podctl.errors import BundleError, InvalidValueError
+from podctl.errors import BundleError, InvalidValueError, StoragePermissionError
 from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, runs
 from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
@@ -114,6 +114,7 @@ class RunRequest:
     python: str | None = None  # --python X.Y for the hosts' environment; None: env_lock decides
     relock: bool = False  # --relock: resolve the requirements anew, not from an earlier lock
     host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend
+    fake_cloud: bool = False  # the fake backend: the identity check's fix is `podctl fake grant`
     resumed_from: str | None = None
     # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
     # a no-op on the hosts, and its bundle was uploaded when it was queued; `script`
@@ -191,9 +192,16 @@ class Job:
             await self.fleet.open()
         await owner.wait_for_the_chips(self.fleet, self.run_id, request.info.name)
         # before anything is uploaded for the hosts: a node that cannot use the bucket fails here
-        await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name, run_id=self.run_id,
-                                         slice_name=request.info.name,
-                                         slice_type=request.info.accelerator_type)
+        try:
+            await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name,
+                                             run_id=self.run_id, slice_name=request.info.name,
+                                             slice_type=request.info.accelerator_type,
+                                             fake=request.fake_cloud)
+        except StoragePermissionError:
+            # GCS answers 403 for a bucket that does not exist too ("or it may not
+            # exist"): a mistyped --bucket is no matter of the nodes' roles
+            await self.storage.require_bucket()
+            raise
         if request.bundle_hash:
             script, bundle_hash = request.script.as_posix(), request.bundle_hash
         else:

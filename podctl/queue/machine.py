@@ -25,8 +25,8 @@ from typing import Any
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import (
-    AlreadyExistsError, CloudError, JobError, PodctlError, QuotaExceededError, StockoutError,
-    StorageError, StoragePermissionError, TransientError,
+    AlreadyExistsError, CloudError, ConfigError, JobError, PermissionDeniedError, PodctlError,
+    QuotaExceededError, StockoutError, StorageError, StoragePermissionError, TransientError,
 )
 from podctl.queue import execution, names, provision
 from podctl.queue.provision import parent_of
@@ -199,9 +199,15 @@ class Machine:
         try:
             started = await execution.start(self.ctx, e, info)
         except StoragePermissionError as err:  # the nodes' identity: every attempt would fail alike
+            # its slice is deleted as the entry ends: the line must not say it is still up
+            await self.finish(e, info, "failed", f"the run cannot start: {err.without_slice}")
+            return
+        except (PermissionDeniedError, ConfigError) as err:
+            # OS Login refused podctl's key, or cannot tell the account: so would every
+            # attempt, and a tick that raised would stop every other entry's pass with it
             await self.finish(e, info, "failed", f"the run cannot start: {err}")
             return
-        except (JobError, StorageError) as err:
+        except (JobError, StorageError, CloudError) as err:  # CloudError: the OS Login API, for a moment
             tries = int((e.current() or {}).get("start_failures", 0)) + 1
             if tries >= START_TRIES:
                 await self.lost(e, info, f"the run would not start: {err}")
