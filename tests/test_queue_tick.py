@@ -108,32 +108,25 @@ def test_nodes_that_may_not_use_the_bucket_fail_the_entry_at_once_and_free_the_s
 
 
 def test_an_os_login_refusal_fails_the_entry_frees_its_slice_and_lets_the_others_run(queue, fake):
-    """OS Login refusing podctl's key (or an account podctl cannot tell) fails the entry at
-    its first start, as the identity check does; the tick goes on with the other entries
-    instead of raising, which left the entry `starting` and its slice billing forever."""
+    """OS Login refusing podctl's key fails the entry at its first start, as the identity
+    check does, and the tick goes on with the other entries instead of raising (which left
+    the entry `starting` and its slice billing forever). The refusal is the fake OS Login
+    API's own: the project turns OS Login on and podctl's account has no login role."""
     import dataclasses
 
-    from podctl.errors import PermissionDeniedError, TransientError
+    from podctl.steps import Session
 
-    calls = {"n": 0}
-
-    async def refused(info):
-        if info.name == queue.entry(refused_id).slice_name:
-            raise PermissionDeniedError("project fake-project uses OS Login and the OS Login API "
-                                        "refused to import podctl's SSH key for eve@example.com")
-        calls["n"] += 1
-        if calls["n"] == 1:  # the OS Login API down for a moment: a start failure, retried
-            raise TransientError("the OS Login API is unavailable (HTTP 503); try again")
-        return "podctl"
-
-    queue.ctx = dataclasses.replace(queue.ctx, ssh_user=refused)
-    refused_id = queue.add("many_lines.py", "2", priority=1).id
-    other = queue.add("many_lines.py", "2").id
+    fake.admin.inject("os-login", project=queue.session.settings.project)
+    settings = dataclasses.replace(queue.session.settings, oslogin=True, account="eve@example.com")
+    queue.session = Session(settings, queue.api, ports=queue.session.ports, storages=queue.session.storages)
+    queue.ctx = dataclasses.replace(queue.ctx, session=queue.session)
+    ids = [queue.add("many_lines.py", "2", priority=1).id, queue.add("many_lines.py", "2").id]
     entries = queue.settle()
-    e = entries[refused_id]
-    assert (e.state, e.attempt, len(e.attempts)) == ("failed", 1, 1)
-    assert "refused to import podctl's SSH key" in e.last_error and e.attempts[0]["cleaned"]
-    assert entries[other].state == "succeeded"
+    for i in ids:
+        e = entries[i]
+        assert (e.state, e.attempt, len(e.attempts)) == ("failed", 1, 1), e
+        assert "eve@example.com" in e.last_error and "OS Login" in e.last_error
+        assert e.attempts[0]["cleaned"]
     assert _creates(fake) == 2
 
 
