@@ -29,6 +29,7 @@ from podctl.cloud.wait import WaitPolicy
 from podctl.fake import daemon
 from podctl.jobs import launch
 from podctl.jobs.job import Job, RunRequest
+from podctl.jobs.run_spec import RunSpec
 from podctl.jobs.ssh import Fleet, HostPins
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
@@ -44,7 +45,7 @@ async def run_script(info, key, storage, tmp: Path, source: str, *args: str,
     work = tmp / f"work-{time.monotonic_ns()}"
     work.mkdir()
     (work / "job.py").write_text(source)
-    request = RunRequest(info=info, script=work / "job.py", args=list(args), hosts=None,
+    request = RunRequest(info=info, spec=RunSpec(script=work / "job.py", args=tuple(args)), hosts=None,
                          ssh_port=None, coordinator_port=launch.JAX_COORDINATOR_PORT,
                          flush_seconds=float(os.environ.get("FLUSH", "2")), poll_seconds=0.25)
     job = Job(storage, request, project="bench", zone="us-central1-a", private_key=key.private_path,

@@ -204,11 +204,12 @@ class Slice:
         cloud = self.cloud
         cloud._route_signals()
         kept: deque[tuple[int, str]] = deque(maxlen=KEPT_LINES)
-        options = steps.RunOptions(
+        spec = steps.RunSpec(
             script=Path(script), args=tuple(str(a) for a in args), workdir=Path(workdir) if workdir else None,
-            env=dict(env or {}), setup=setup, hosts="all", fail_fast=fail_fast,
-            resume=resume.run_id if isinstance(resume, Run) else resume,
-            requirements=Path(requirements) if requirements else None, python=python)
+            env=dict(env or {}), setup=setup, requirements=Path(requirements) if requirements else None,
+            python=python)
+        options = steps.RunOptions(spec, hosts="all", fail_fast=fail_fast,
+                                   resume=resume.run_id if isinstance(resume, Run) else resume)
         notices: list[str] = []
         holder: dict[str, Any] = {}
 

@@ -18,6 +18,7 @@ from podctl.queue.log import configure
 from podctl.queue.machine import needs_cleanup
 from podctl.queue.store import Entry, Store, db_path
 from podctl.settings import FAKE_BUCKET, Settings
+from podctl.steps import RunSpec
 from podctl.steps.session import Session
 from podctl.storage import Storage
 
@@ -62,11 +63,11 @@ class Queue:
 
     def add(self, script: str, *args: str, slice_type: str = "v5p-8", workdir: Path | None = None,
             **options: Any) -> Entry:
-        request = adding.AddRequest(slice_type=slice_type, script=SCRIPTS / script
-                                    if workdir is None else workdir / script,
-                                    args=list(args), workdir=workdir, **options)
+        spec = RunSpec(script=SCRIPTS / script if workdir is None else workdir / script,
+                       args=args, workdir=workdir, env=options.pop("env", {}))
+        request = adding.AddRequest(slice_type=slice_type, spec=spec, **options)
         adding.validate(request)
-        digest, inside = run_sync(adding.bundle_now(self.storage, request, lambda text: None))
+        digest, inside = run_sync(adding.bundle_now(self.session, request, lambda text: None))
         with self.store() as store:
             return adding.add(store, request, project=PROJECT, zone=ZONE, bucket=FAKE_BUCKET,
                               bundle_hash=digest, script=inside)

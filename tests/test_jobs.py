@@ -18,6 +18,7 @@ from podctl.cloud.types import SliceSpec
 from podctl.cloud import terminate
 from podctl.errors import InvalidValueError
 from podctl.jobs.job import Job, RunRequest, exec_on_hosts, parse_env, parse_hosts
+from podctl.jobs.run_spec import RunSpec
 from podctl.jobs import launch
 from podctl.jobs.logs import LogReader
 from podctl.jobs.ssh import HostPins
@@ -50,7 +51,9 @@ def slice16(api, fake, isolated):
 def make_job(fake, info, key, tmp: Path, script: str, *args: str, **request) -> tuple[Job, Lines]:
     lines = Lines()
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
-    req = RunRequest(info=info, script=SCRIPTS / script, args=list(args), ssh_port=fake.hosts.ssh_port,
+    spec = RunSpec(script=SCRIPTS / script, args=args,
+                   **{k: request.pop(k) for k in ("env", "setup", "workdir") if k in request})
+    req = RunRequest(info=info, spec=spec, ssh_port=fake.hosts.ssh_port,
                      flush_seconds=request.pop("flush_seconds", 0.5), poll_seconds=0.2,
                      hosts=request.pop("hosts", None), **request)
     job = Job(storage, req, project="test-project", zone="us-central1-a", private_key=key.private_path,

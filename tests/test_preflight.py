@@ -140,7 +140,7 @@ def test_plan_from_preflight_prices_the_compiled_flops_with_the_working_shown(de
 
 @pytest.mark.parametrize("args, code, words", [
     (["--slice", "v5p-7", TEMPLATE], 2, ["not a TPU v5p size"]),
-    (["--slice", "v5p-8", "nosuch.py"], 2, ["no such script"]),
+    (["--slice", "v5p-8", "nosuch.py"], 2, ["no script 'nosuch.py'", "give the path of a Python file"]),
     (["--slice", "v5p-8", str(ROOT / "tests" / "scripts" / "no_preflight_hook.py")], 2,
      ["no preflight(argv, devices) function"]),
     (["--slice", "v5p-8", TEMPLATE, "--batch", "6"], 2, ["not a multiple of data x fsdp"]),

@@ -36,7 +36,7 @@ def _entry(**changes) -> Entry:
 @pytest.mark.parametrize("once, run_id", [(True, None), (False, RUN_ID)])
 def test_a_once_only_start_and_a_fixed_run_id_go_together(once, run_id):
     with pytest.raises(InvalidValueError, match="once-only"):
-        steps.RunOptions(script=Path("train.py"), bundle_hash="h" * 64, once=once, run_id=run_id)
+        steps.RunOptions(steps.RunSpec(Path("train.py")), bundle_hash="h" * 64, once=once, run_id=run_id)
 
 
 def test_a_retried_entry_starts_once_detached_from_its_bundle_and_resumes_its_first_attempt():
@@ -44,7 +44,7 @@ def test_a_retried_entry_starts_once_detached_from_its_bundle_and_resumes_its_fi
                                                        {"attempt": 2, "run_id": RUN_ID}])
     options = run_options(entry)
     assert (options.once, options.detach, options.run_id) == (True, True, RUN_ID)
-    assert (options.bundle_hash, options.script, options.resume) == ("h" * 64, Path("train.py"), FIRST)
+    assert (options.bundle_hash, options.spec.script, options.resume) == ("h" * 64, Path("train.py"), FIRST)
     assert options.extra == {"parent": FIRST, "attempt": 2}
     first = run_options(_entry(run_id=FIRST, attempt=1, attempts=[{"attempt": 1, "run_id": FIRST}]))
     assert first.resume is None and first.extra == {}
@@ -73,3 +73,33 @@ def test_an_entrys_slice_request_is_the_spec_it_asked_for(tmp_path, tier, valid_
     assert (request.name, request.wait) == ("q-abc123-3-1", False)
     assert request.parent == "projects/other-project/locations/us-east5-a"
     assert request.labels["podctl-queue"] == "abc123" and request.labels["podctl-queue-entry"] == "3"
+
+
+def test_one_run_spec_crosses_every_layer_and_never_shows_its_env(tmp_path):
+    """The CLI's, the API's and the queue's run is one RunSpec, carried (not copied field
+    by field) into the steps' options and the queue's request; its repr names no secret."""
+    from podctl.queue.add import AddRequest, validate
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    spec = steps.RunSpec(script=script, args=("--steps", "3"), env={"HF_TOKEN": "s3cret"})
+    assert steps.RunOptions(spec).spec is spec
+    request = AddRequest(slice_type="v5p-8", spec=spec)
+    validate(request)
+    assert request.spec is spec
+    assert "s3cret" not in repr(spec) + repr(steps.RunOptions(spec)) + repr(request)
+    assert spec.env_keys == ["HF_TOKEN"]
+    assert spec.bundle_root() == (tmp_path.resolve(), "train.py")
+
+
+def test_a_queued_run_refuses_what_the_queue_cannot_keep(tmp_path):
+    """A queued entry's hosts get its bundle's requirements.txt: a spec asking for another
+    file, Python or setup step is refused in one line, not silently dropped."""
+    from podctl.queue.add import AddRequest, validate
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    with pytest.raises(InvalidValueError, match="does not take --python, --relock"):
+        validate(AddRequest(slice_type="v5p-8", spec=steps.RunSpec(script, python="3.12", relock=True)))
+    with pytest.raises(InvalidValueError, match="no script"):
+        validate(AddRequest(slice_type="v5p-8", spec=steps.RunSpec(tmp_path / "gone.py")))

@@ -156,20 +156,18 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                               after=parse_duration(slow_host_after, "--slow-host-after"))
         how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall,
                           slow=slow)
-        options = steps.RunOptions(script=script, args=tuple(args), workdir=workdir,
-                                   env={**steps.parse_env(list(env_pairs), env_files),
-                                        **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
-                                   setup=setup,
-                                   hosts=hosts_text, fail_fast=not keep_going, resume=resume,
-                                   requirements=requirements, python=python, relock=relock,
+        spec = steps.RunSpec(script=script, args=tuple(args), workdir=workdir,
+                             env={**steps.parse_env(list(env_pairs), env_files),
+                                  **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
+                             setup=setup, requirements=requirements, python=python, relock=relock)
+        options = steps.RunOptions(spec, hosts=hosts_text, fail_fast=not keep_going, resume=resume,
                                    detach=detach)
         session = steps.Session.open(ctx.settings(project, zone, bucket))
         if preflight:  # before anything is uploaded or started
             from podctl.cli.preflight_cmds import compile_checked
 
             info = run_sync(steps.ready_slice(session, name))
-            compile_checked(info.accelerator_type, script, list(args), num_slices=info.num_slices,
-                            workdir=workdir, requirements=requirements, python=python, relock=relock)
+            compile_checked(info.accelerator_type, spec, num_slices=info.num_slices)
         out = sys.stderr if as_json else sys.stdout
         started: list[Any] = []
 

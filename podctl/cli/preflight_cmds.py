@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 from podctl.cli.common import Context, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context
+
+if TYPE_CHECKING:
+    from podctl.steps import RunSpec
 
 
 def _notice(text: str) -> None:
@@ -64,10 +67,8 @@ def render(r: Any, err: bool = False) -> None:
         click.echo(f"{key:<{width}}  {value}", err=err)
 
 
-def compile_checked(slice_type: str, script: Path, args: list[str], *, num_slices: int = 1,
-                    mfu: float | None = None, quiet: bool = False, workdir: Path | None = None,
-                    requirements: Path | None = None, python: str | None = None,
-                    relock: bool = False) -> Any:
+def compile_checked(slice_type: str, spec: RunSpec, *, num_slices: int = 1,
+                    mfu: float | None = None, quiet: bool = False) -> Any:
     """Compile with the jax and libtpu the run's hosts will get (its requirements, as the
     run finds them); print one line (fits) or the report (does not fit), then raise
     DoesNotFitError (exit 1) when it does not fit. Used by run/queue add --preflight."""
@@ -75,11 +76,10 @@ def compile_checked(slice_type: str, script: Path, args: list[str], *, num_slice
     from podctl.numbers import check_mfu
     from podctl.steps.preflight_env import compile_env
 
-    env = compile_env(script, workdir=workdir, requirements=requirements, python=python,
-                      relock=relock, notice=_notice)
-    _notice(f"preflight: compiling {script.name} for {slice_type}"
+    env = compile_env(spec, notice=_notice)
+    _notice(f"preflight: compiling {spec.script.name} for {slice_type}"
             f"{'' if num_slices == 1 else f' x {num_slices}'} with libtpu ...")
-    result = preflight.compile_for(slice_type, script, list(args), num_slices=num_slices,
+    result = preflight.compile_for(slice_type, spec.script, list(spec.args), num_slices=num_slices,
                                    mfu=check_mfu(mfu) if mfu is not None else preflight.DEFAULT_MFU,
                                    env=env)
     _notice(f"preflight: {result.versions_line()}")
@@ -140,15 +140,14 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
         from podctl import preflight as lib
         from podctl.cli.render import emit_json
         from podctl.numbers import check_mfu
+        from podctl.steps import RunSpec
         from podctl.steps.preflight_env import compile_env
 
         chosen = check_mfu(mfu) if mfu is not None else lib.DEFAULT_MFU
-        if workdir is not None and not workdir.expanduser().is_dir():
-            from podctl.errors import InvalidValueError
-
-            raise InvalidValueError(f"--workdir {str(workdir)!r} is not a directory.")
-        env = compile_env(script, workdir=workdir, requirements=requirements, python=python,
-                          relock=relock, client=client_env, notice=_notice)
+        spec = RunSpec(script=script, args=args, workdir=workdir, requirements=requirements,
+                       python=python, relock=relock)
+        spec.check()
+        env = compile_env(spec, client=client_env, notice=_notice)
         result = lib.compile_for(slice_type, script, list(args), num_slices=num_slices,
                                  mfu=chosen, timeout=timeout_s, env=env)
         if as_json:

@@ -90,15 +90,16 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         from podctl.durations import parse_duration
         from podctl.errors import InvalidValueError
         from podctl.queue import add as adding
-        from podctl.steps import Session, parse_env
+        from podctl.steps import RunSpec, Session, parse_env
 
         if spot and queued:
             raise InvalidValueError("--spot and --queued are two tiers: choose one.")
         if name is not None and not 0 < len(name) <= 63:
             raise InvalidValueError("--name takes 1-63 characters.")
+        spec = RunSpec(script=script, args=tuple(args), workdir=workdir,
+                       env=parse_env(list(env_pairs), env_files))
         request = adding.AddRequest(
-            slice_type=slice_type, script=script, args=list(args), workdir=workdir,
-            env=parse_env(list(env_pairs), env_files), name=name, priority=priority,
+            slice_type=slice_type, spec=spec, name=name, priority=priority,
             tier="spot" if spot else "queued" if queued else "on-demand",
             valid_for=parse_duration(valid_for, "--valid-for") if valid_for else None,
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
@@ -108,12 +109,11 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         if preflight:  # before anything is bundled or stored
             from podctl.cli.preflight_cmds import compile_checked
 
-            request.preflight = compile_checked(slice_type, script, list(args), workdir=workdir).to_json()
+            request.preflight = compile_checked(slice_type, spec).to_json()
         bucket_name = settings.require_bucket()
         with _store() as store:  # first: a bad db is refused before anything is uploaded
-            storage = Session(settings).storage_for(bucket_name)
             digest, inside = run_sync(adding.bundle_now(
-                storage, request, lambda text: click.echo(f"podctl: {text}", err=True)))
+                Session(settings), request, lambda text: click.echo(f"podctl: {text}", err=True)))
             entry = adding.add(store, request, project=settings.project, zone=settings.zone,
                                bucket=bucket_name, bundle_hash=digest, script=inside)
         if as_json:

@@ -37,6 +37,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+from collections.abc import Callable
 
 from podctl.jobs import agent, run_layout
 from podctl.errors import BundleError
@@ -62,6 +63,19 @@ async def upload(storage: Storage, bundle: Bundle) -> bool:
     """Put the bundle in GCS unless it is there already; True when it was uploaded."""
     return await storage.upload_file(bundle.path, run_layout.bundle_object(bundle.hash), if_missing=True,
                                      content_type="application/gzip")
+
+
+async def ship(storage: Storage, workdir: Path, notice: Callable[[str], None]) -> str:
+    """Pack WORKDIR and put it in GCS (once: an unchanged workdir is not sent again),
+    saying its warnings and what was shipped -> the bundle's hash."""
+    with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
+        packed = pack(workdir, out_dir=Path(tmp))
+        for warning in packed.warnings:
+            notice(warning)
+        uploaded = await upload(storage, packed)
+    notice(f"bundle {packed.hash[:12]} ({packed.file_count} files, "
+           f"{packed.size_bytes / 1e6:.1f} MB){' uploaded' if uploaded else ', already in GCS'}")
+    return packed.hash
 
 
 # ---- what goes in -------------------------------------------------------------------

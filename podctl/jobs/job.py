@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import re
 import shlex
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +22,11 @@ from collections.abc import Callable
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
-from podctl.errors import BundleError, InvalidValueError, StoragePermissionError
+from podctl.errors import InvalidValueError, StoragePermissionError
 from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, runs
 from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
+from podctl.jobs.run_spec import RunSpec
 from podctl.jobs.runs import HostStatus, RunRecord
 from podctl.jobs.ssh import Fleet, HostPins, Target
 from podctl.jobs.run_files import read_record, save_record
@@ -97,11 +97,7 @@ def parse_hosts(text: str, num_hosts: int) -> set[int] | None:
 @dataclass
 class RunRequest:
     info: SliceInfo
-    script: Path
-    args: list[str] = field(default_factory=list)
-    workdir: Path | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    setup: str | None = None
+    spec: RunSpec  # what runs (script, args, workdir, env, setup, the hosts' packages)
     hosts: set[int] | None = frozenset({0})  # type: ignore[assignment]
     detach: bool = False
     fail_fast: bool = True
@@ -110,15 +106,12 @@ class RunRequest:
     flush_seconds: float = 2.0
     poll_seconds: float = 0.5
     checkpoint_dir: str | None = None  # --resume: the earlier run's; None: this run's own
-    requirements: Path | None = None  # --requirements FILE; None: the workdir's requirements.txt
-    python: str | None = None  # --python X.Y for the hosts' environment; None: env_lock decides
-    relock: bool = False  # --relock: resolve the requirements anew, not from an earlier lock
     host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend
     fake_cloud: bool = False  # the fake backend: the identity check's fix is `podctl fake grant`
     resumed_from: str | None = None
     # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
-    # a no-op on the hosts, and its bundle was uploaded when it was queued; `script`
-    # is then the script's path inside that bundle.
+    # a no-op on the hosts, and its bundle was uploaded when it was queued; the spec's
+    # `script` is then the script's path inside that bundle.
     run_id: str | None = None
     bundle_hash: str | None = None
     record_extra: dict[str, Any] = field(default_factory=dict)  # e.g. a recovery's attempt
@@ -130,26 +123,6 @@ class RunResult:
     exit_code: int
     failed: HostStatus | None
     statuses: dict[int, HostStatus]
-
-
-def check_script(script: Path, workdir: Path | None = None) -> None:
-    """A script to run must be a file here (and --workdir a directory): bad input, exit 2."""
-    if not script.expanduser().is_file():
-        raise InvalidValueError(f"no script {str(script)!r}: give the path of a Python file.")
-    if workdir is not None and not workdir.expanduser().is_dir():
-        raise InvalidValueError(f"--workdir {str(workdir)!r} is not a directory.")
-
-
-def script_in_workdir(script: Path, workdir: Path | None) -> tuple[Path, str]:
-    script = script.expanduser()
-    check_script(script, workdir)
-    root = (workdir or script.parent).expanduser().resolve()
-    try:
-        relative = script.resolve().relative_to(root)
-    except ValueError as e:
-        raise BundleError(f"the script {script} is outside the working directory {root}; "
-                          "pass --workdir with a directory that holds it.") from e
-    return root, relative.as_posix()
 
 
 class Job:
@@ -184,10 +157,10 @@ class Job:
         """Check that the slice is free (owner.py: one TPU owner per host; a relaunch waits
         for the old run to let go) and that its nodes may use the bucket (identity.py), then
         bundle, upload and record the run."""
-        request = self.request
+        request, spec = self.request, self.request.spec
         root: Path | None = None
         if not request.bundle_hash:
-            root, script = script_in_workdir(request.script, request.workdir)  # bad input first
+            root, script = spec.bundle_root()  # bad input first
         if not self.fleet.connections:
             await self.fleet.open()
         await owner.wait_for_the_chips(self.fleet, self.run_id, request.info.name)
@@ -203,29 +176,22 @@ class Job:
             await self.storage.require_bucket()
             raise
         if request.bundle_hash:
-            script, bundle_hash = request.script.as_posix(), request.bundle_hash
+            script, bundle_hash = spec.script.as_posix(), request.bundle_hash
         else:
             assert root is not None  # set above when there is no bundle to reuse
-            with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
-                packed = bundle.pack(root, out_dir=Path(tmp))
-                for warning in packed.warnings:
-                    self.notice(warning)
-                uploaded = await bundle.upload(self.storage, packed)
-            self.notice(f"bundle {packed.hash[:12]} ({packed.file_count} files, "
-                        f"{packed.size_bytes / 1e6:.1f} MB){' uploaded' if uploaded else ', already in GCS'}")
-            bundle_hash = packed.hash
+            bundle_hash = await bundle.ship(self.storage, root, self.notice)
         environment, env_summary = await env_ship.prepare(
-            self.storage, run_id=self.run_id, requirements=request.requirements, root=root,
-            bundle_hash=request.bundle_hash, python=request.python, jax_extra=request.host_jax_extra,
-            relock=request.relock, notice=self.notice)
+            self.storage, run_id=self.run_id, requirements=spec.requirements, root=root,
+            bundle_hash=request.bundle_hash, python=spec.python, jax_extra=request.host_jax_extra,
+            relock=spec.relock, notice=self.notice)
         source, sha = launch.agent_source()
         await self.storage.upload_bytes_if_missing(run_layout.agent_object(sha), source)
         self.agent_sha = sha
         info = request.info
         self.record = RunRecord(
             run_id=self.run_id, slice_name=info.name, project=self.project, zone=self.zone,
-            num_hosts=len(self.targets), kind="script", script=script, args=list(request.args),
-            env_keys=sorted(request.env), bundle_hash=bundle_hash, created=time.time(),
+            num_hosts=len(self.targets), kind="script", script=script, args=list(spec.args),
+            env_keys=spec.env_keys, bundle_hash=bundle_hash, created=time.time(),
             extra={"bucket": self.storage.bucket_name,
                    "accelerator_type": info.accelerator_type,  # chips after the slice is gone
                    # The slice's identity (its createTime): a later slice of the same name
@@ -239,7 +205,7 @@ class Job:
         await self._write_record()
         return launch.JobSpec(
             run_id=self.run_id, bucket=self.storage.bucket_name, project=self.project,
-            script=script, args=tuple(request.args), env=dict(request.env), setup=request.setup,
+            script=script, args=tuple(spec.args), env=dict(spec.env), setup=spec.setup,
             bundle_hash=bundle_hash, bundle_object=run_layout.bundle_object(bundle_hash),
             coordinator_port=request.coordinator_port, flush_seconds=request.flush_seconds,
             checkpoint_dir=request.checkpoint_dir, environment=environment)

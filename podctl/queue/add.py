@@ -4,28 +4,21 @@ an edit to the workdir after `add` does not change the queued run."""
 
 from __future__ import annotations
 
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
-from podctl import cost
+from podctl import cost, steps
 from podctl.errors import InvalidValueError
 from podctl.queue.store import Entry, Store
-from podctl.jobs import bundle
-from podctl.jobs.job import script_in_workdir
 from podctl.topology import parse_slice
-from podctl.storage import Storage
 
 
 @dataclass
 class AddRequest:
     slice_type: str
-    script: Path
-    args: list[str] = field(default_factory=list)
-    workdir: Path | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    spec: steps.RunSpec  # the entry's program; its hosts' packages are the workdir's requirements.txt
     name: str | None = None
     priority: int = 0
     tier: str = "on-demand"
@@ -38,6 +31,16 @@ class AddRequest:
 
 def validate(request: AddRequest) -> None:
     parse_slice(request.slice_type)  # InvalidSliceError says what is wrong
+    request.spec.check()
+    spec = request.spec
+    # an entry keeps its bundle, arguments and env; its environment is its bundle's own
+    # requirements.txt, locked at its start (the queue's store keeps no more of a spec)
+    given = [flag for flag, value in (("--setup", spec.setup), ("--requirements", spec.requirements),
+                                      ("--python", spec.python), ("--relock", spec.relock)) if value]
+    if given:
+        raise InvalidValueError(f"a queued run does not take {', '.join(given)}: its hosts get the "
+                                "workdir's requirements.txt, locked when it starts; put what you "
+                                "need there (a setup step in the script), or use `podctl run`.")
     if request.valid_for is not None and request.tier == "on-demand":
         raise InvalidValueError("--valid-for applies to queued resources: add --queued or --spot.")
     for option, value in (("--max-hours", request.max_hours), ("--max-cost", request.max_cost)):
@@ -58,22 +61,17 @@ def check_priced(request: AddRequest, zone: str) -> None:
         raise InvalidValueError(f"--max-cost needs a price: {why}.")
 
 
-async def bundle_now(storage: Storage, request: AddRequest, notice: Callable[[str], None]) -> tuple[str, str]:
-    """(bundle hash, the script's path inside the bundle), uploaded to GCS."""
-    root, script = script_in_workdir(request.script, request.workdir)
-    with tempfile.TemporaryDirectory(prefix="podctl-bundle-") as tmp:
-        packed = bundle.pack(root, out_dir=Path(tmp))
-        for warning in packed.warnings:
-            notice(warning)
-        await bundle.upload(storage, packed)
-    return packed.hash, script
+async def bundle_now(session: steps.Session, request: AddRequest,
+                     notice: Callable[[str], None]) -> tuple[str, str]:
+    """(bundle hash, the script's path inside the bundle), uploaded to the session's GCS."""
+    return await steps.ship_bundle(session, request.spec, notice)
 
 
 def add(store: Store, request: AddRequest, *, project: str, zone: str, bucket: str,
         bundle_hash: str, script: str) -> Entry:
     entry = Entry(id=0, name=request.name or Path(script).stem, accelerator_type=request.slice_type,
                   project=project, zone=zone, bucket=bucket, script=script,
-                  bundle_hash=bundle_hash, args=list(request.args), env=dict(request.env),
+                  bundle_hash=bundle_hash, args=list(request.spec.args), env=dict(request.spec.env),
                   priority=request.priority, tier=request.tier, valid_for=request.valid_for,
                   max_hours=request.max_hours, max_cost=request.max_cost,
                   max_attempts=request.max_attempts, preflight=request.preflight)

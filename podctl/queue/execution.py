@@ -1,25 +1,19 @@
 """The run side of a tick: start an entry's run detached on its READY slice (with
 the bundle uploaded at `queue add` and the entry's fixed run id, through the one run
-step, steps.start_run, as `podctl run --detach` starts one), read how it is doing from
-GCS, and stop it (steps.signal_stop).
-
-Reading a run costs two GCS lists (status/ and heartbeat/), plus one small
-download per host status when the run ends; the Cloud TPU API is not asked.
+step, steps.start_run, as `podctl run --detach` starts one), look at how it is doing
+(steps.run_progress: from GCS, the Cloud TPU API not asked), and stop it
+(steps.signal_stop).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from podctl import steps
 from podctl.cloud.types import SliceInfo
-from podctl.jobs import run_files, runs
-from podctl.jobs.run_files import HOST_LOST_SECONDS
 from podctl.queue.store import Entry
 from podctl.queue.context import TickContext
-from podctl.storage import Storage
 
 
 def run_options(entry: Entry) -> steps.RunOptions:
@@ -30,8 +24,8 @@ def run_options(entry: Entry) -> steps.RunOptions:
     # checkpoints (the template resumes from the latest complete one), as --recover does.
     first = next((a["run_id"] for a in entry.attempts if a.get("run_id")), None)
     resumed = first if first and first != entry.run_id else None
-    return steps.RunOptions(script=Path(entry.script), args=tuple(entry.args), env=dict(entry.env),
-                            hosts="all", bundle_hash=entry.bundle_hash, resume=resumed,
+    spec = steps.RunSpec(script=Path(entry.script), args=tuple(entry.args), env=dict(entry.env))
+    return steps.RunOptions(spec, hosts="all", bundle_hash=entry.bundle_hash, resume=resumed,
                             extra={"parent": resumed, "attempt": entry.attempt} if resumed else {},
                             detach=True, once=True, run_id=entry.run_id)
 
@@ -50,37 +44,14 @@ async def start(ctx: TickContext, entry: Entry, info: SliceInfo) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class RunState:
-    done: bool
-    exit_code: int | None = None
-    failed_host: int | None = None
-    failed_error: str | None = None  # what the failed host's status says
-    failed_stopped: bool = False  # the failed host was stopped by podctl
-    lost: str | None = None  # why the run's hosts count as gone (an infrastructure failure)
-
-
-async def read(storage: Storage, entry: Entry, num_hosts: int) -> RunState:
+async def read(session: steps.Session, entry: Entry, num_hosts: int) -> steps.RunProgress:
     assert entry.run_id
-    statuses = await run_files.read_statuses(storage, entry.run_id)
-    failed = [s for s in statuses.values() if s.exit_code != 0 and not s.stopped]
-    if failed or len(statuses) >= num_hosts:
-        code, host = runs.job_exit_code(statuses)
-        return RunState(done=True, exit_code=code, failed_host=host.host if host else None,
-                        failed_error=host.error if host else None,
-                        failed_stopped=bool(host and host.stopped))
-    beats = await run_files.read_heartbeats(storage, entry.run_id)
-    silent = run_files.silent_hosts(num_hosts, statuses, beats, since=entry.started or time.time(),
-                                    now=time.time())
-    if silent:
-        return RunState(done=False, lost=f"host {silent[0]:04d} sent no heartbeat for "
-                                         f"{HOST_LOST_SECONDS:.0f} s")
-    return RunState(done=False)
+    return await steps.run_progress(session, entry.run_id, num_hosts, since=entry.started or time.time())
 
 
-async def stop_request(storage: Storage, entry: Entry) -> run_files.StopRequest | None:
+async def stop_request(session: steps.Session, entry: Entry) -> steps.StopRequest | None:
     """The owner's stop of the entry's run (`podctl stop RUN_ID`), if one was asked."""
-    return await run_files.read_stop_request(storage, entry.run_id) if entry.run_id else None
+    return await steps.owner_stop(session, entry.run_id) if entry.run_id else None
 
 
 async def stop(ctx: TickContext, entry: Entry, info: SliceInfo | None, why: str) -> None:
@@ -92,13 +63,13 @@ async def stop(ctx: TickContext, entry: Entry, info: SliceInfo | None, why: str)
             await steps.signal_stop(session, info, entry.run_id)
         except Exception as e:  # unreachable hosts: the deletion stops them
             ctx.log.warning("stop_failed", entry=entry.id, run_id=entry.run_id, error=str(e))
-    await close_record(session.storage, entry, "stopped", None, why)
+    await close_record(session, entry, "stopped", None, why)
 
 
-async def close_record(storage: Storage, entry: Entry, state: str, exit_code: int | None,
+async def close_record(session: steps.Session, entry: Entry, state: str, exit_code: int | None,
                        why: str | None = None) -> None:
     """Write the run's end into its record (`podctl runs` reads it), unless an earlier
     tick did."""
     if entry.run_id:
-        await run_files.close_record(storage, entry.run_id, state, exit_code=exit_code,
-                                     queue_entry=entry.id, stopped_by=why)
+        await steps.close_run(session, entry.run_id, state, exit_code=exit_code,
+                              queue_entry=entry.id, stopped_by=why)

@@ -225,18 +225,18 @@ class Machine:
         """The run's owner stopped it (`podctl stop`, `Run.stop()`): the entry ends as
         cancelled, never retried (a stop is final). Read only when the run has ended or
         is lost, so a tick costs no more while runs go."""
-        storage = self.ctx.session_for(e).storage
-        stop = await execution.stop_request(storage, e)
+        session = self.ctx.session_for(e)
+        stop = await execution.stop_request(session, e)
         if stop is None:
             return False
         why = f"stopped by `{stop.by}`"
-        await execution.close_record(storage, e, "stopped", exit_code, why)
+        await execution.close_record(session, e, "stopped", exit_code, why)
         await self.finish(e, info, "cancelled", why, exit_code=exit_code)
         return True
 
     async def watch(self, e: Entry, info: SliceInfo) -> None:
-        storage = self.ctx.session_for(e).storage
-        state = await execution.read(storage, e, len(info.hosts))
+        session = self.ctx.session_for(e)
+        state = await execution.read(session, e, len(info.hosts))
         if ((state.done and state.exit_code) or state.lost) and await self.stopped_by_owner(
                 e, info, state.exit_code):
             return
@@ -244,13 +244,13 @@ class Machine:
         if state.done and state.exit_code and not state.failed_stopped:
             infra = infrastructure_reason(state.exit_code, dead_state(info), state.failed_error)
         if infra is not None:  # the machine ended it, not the script: as --recover would
-            await execution.close_record(storage, e, "lost", state.exit_code, infra)
+            await execution.close_record(session, e, "lost", state.exit_code, infra)
             await self.lost(e, info, f"host {state.failed_host:04d}: {infra}")
             return
         if state.done:
             outcome = "succeeded" if state.exit_code == 0 else "failed"
             why = None if outcome == "succeeded" else f"host {state.failed_host:04d} exited {state.exit_code}"
-            await execution.close_record(storage, e, outcome, state.exit_code)
+            await execution.close_record(session, e, outcome, state.exit_code)
             await self.finish(e, info, outcome, why, exit_code=state.exit_code, stop=outcome == "failed")
             return
         if state.lost:

@@ -10,8 +10,9 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
                      wait: the queue's) / creation_outcome, ready_slice, describe_slice /
                      slice_status, to_delete / down (by_owner=False: the queue's)
     slice_cost.py    slice_costs: each slice's $/hour, its cost so far, its budget (ls, cost)
-    runs.py          RunOptions (detach; once with a fixed run_id: the queue's), start_run /
-                     run_started / follow_run / stop_run / signal_stop, list_runs,
+    runs.py          RunOptions (RunSpec, the one shape of what runs, and how: detach;
+                     once with a fixed run_id: the queue's), start_run /
+                     run_started / ship_bundle (queue add's) / follow_run / stop_run / signal_stop, list_runs,
                      run_checkpoints / pull_checkpoint, exec_on_slice
     supervise.py     run_supervised: follow a run within its budget, recover it (--recover)
     recovery.py      run_recovering: relaunch from the latest checkpoint on a new slice
@@ -22,13 +23,15 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
     budget_check.py  check_budgets: `podctl budget check`
     collect.py       collect: `podctl gc`
     lines.py         a host's line as callers print it (its label, progress or not)
+    run_progress.py  run_progress / owner_stop / close_run: a detached run looked at from
+                     GCS now and then (the queue's tick)
     preflight_env.py compile_env: the hosts' jax and libtpu for a preflight compile (their
                      locked environment, built here once per lock)
 
 Below the steps: cloud/ (the Cloud TPU API), jobs/ (hosts, agents, a run's files in
 GCS), storage.py, budget.py, cost.py, gc.py, failures.py (what counts as the
 infrastructure's fault). Above them: cli/, api.py, queue/ (which keeps its own state
-machine, store and reading of runs from GCS, but makes and deletes slices and starts
+machine and store, but makes and deletes slices, starts, looks at (run_progress.py)
 and stops runs only through these steps, over a Session at each entry's project, zone
 and bucket; where it differs from the CLI, by an option of the same step: no wait,
 once-only with a fixed run id, by_owner=False).
@@ -36,10 +39,12 @@ once-only with a fixed run id, by_owner=False).
 
 from podctl.cloud.placement import Placement
 from podctl.steps.runs import (
-    LineSink, Notice, RunOptions, StopResult, exec_on_slice, follow_run, launch_job, list_runs,
-    new_job, parse_env, pull_checkpoint, resume_checkpoint_dir, run_checkpoints, run_started,
-    signal_stop, start_run, stop_run, valid_run_id,
+    LineSink, Notice, RunOptions, RunSpec, StopResult, exec_on_slice, follow_run, launch_job,
+    list_runs, new_job, parse_env, pull_checkpoint, resume_checkpoint_dir, run_checkpoints,
+    run_started, ship_bundle, signal_stop, start_run, stop_run, valid_run_id,
 )
+from podctl.jobs.run_files import StopRequest
+from podctl.steps.run_progress import RunProgress, close_run, owner_stop, run_progress
 from podctl.steps.session import Session
 from podctl.steps.slices import (
     Budget, BudgetSet, SliceOptions, SliceStatus, ask_slice, budget_request,
@@ -48,11 +53,11 @@ from podctl.steps.slices import (
 )
 
 __all__ = [
-    "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "Session",
-    "SliceOptions", "SliceStatus", "StopResult", "ask_slice", "budget_request",
-    "close_runs_of_deleted", "creation_outcome", "describe_slice", "down", "exec_on_slice",
-    "follow_run", "keep_budget", "launch_job", "list_runs", "new_job", "parse_env",
-    "pull_checkpoint", "ready_slice", "resume_checkpoint_dir", "run_checkpoints", "run_started",
-    "signal_stop", "slice_status", "start_run", "stop_run", "to_delete", "up", "up_request",
-    "valid_run_id",
+    "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "RunProgress",
+    "RunSpec", "Session", "SliceOptions", "SliceStatus", "StopRequest", "StopResult",
+    "ask_slice", "budget_request", "close_run", "close_runs_of_deleted", "creation_outcome",
+    "describe_slice", "down", "exec_on_slice", "follow_run", "keep_budget", "launch_job",
+    "list_runs", "new_job", "owner_stop", "parse_env", "pull_checkpoint", "ready_slice",
+    "resume_checkpoint_dir", "run_checkpoints", "run_progress", "run_started", "ship_bundle", "signal_stop",
+    "slice_status", "start_run", "stop_run", "to_delete", "up", "up_request", "valid_run_id",
 ]

@@ -27,6 +27,7 @@ from pathlib import Path
 from podctl.errors import ConfigError, RequirementsError
 from podctl.jobs import env_lock
 from podctl import pythons
+from podctl.jobs.run_spec import RunSpec
 from podctl.preflight import CompileEnv
 from podctl.settings import state_dir
 
@@ -36,13 +37,13 @@ _READY = "podctl-ready.json"  # written last: a directory without it is a build 
 _LIBTPU = ("libtpu", "libtpu-nightly")
 
 
-def compile_env(script: Path, *, workdir: Path | None = None, requirements: Path | None = None,
-                python: str | None = None, relock: bool = False, client: bool = False,
+def compile_env(spec: RunSpec, *, client: bool = False,
                 notice: Callable[[str], None] = lambda text: None) -> CompileEnv:
-    """The interpreter to compile SCRIPT in, for a run with these options."""
+    """The interpreter to compile SPEC's script in: the run's own hosts' environment."""
     if client:
         return CompileEnv.this_machine("--client-env")
-    path = env_lock.requirements_file(requirements, (workdir or script.parent).expanduser())
+    requirements, python, relock = spec.requirements, spec.python, spec.relock
+    path = env_lock.requirements_file(requirements, (spec.workdir or spec.script.parent).expanduser())
     if path is None:
         return CompileEnv.this_machine("the run has no requirements file: its hosts get no "
                                        "environment of podctl's")

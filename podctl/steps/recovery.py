@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from pathlib import Path
 from functools import partial
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -479,7 +480,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             hardware_since = len(attempts)
         if relaunch is None:
             first = await load_record(session.storage, run_id)
-            relaunch = replace(options, script=type(options.script)(first.script or ""),
+            relaunch = replace(options, spec=replace(options.spec, script=Path(first.script or "")),
                                bundle_hash=first.bundle_hash, resume=run_id)
         number = attempt.number + 1
         job, attempt_id, state = await _start(

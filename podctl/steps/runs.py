@@ -1,7 +1,7 @@
 """Run steps: start a run on a slice, follow it, stop it, list runs, find and pull a
 run's checkpoints, run a plain command on a slice's hosts (`podctl exec`).
 
-    job = await start_run(session, info, RunOptions(script=...), sink=..., notice=...)
+    job = await start_run(session, info, RunOptions(RunSpec(script)), sink=..., notice=...)
     result = await follow_run(job)        # Ctrl-C or a failure stops it on every host
 
 `podctl run` (and `run --detach`), `Slice.run()` in the Python API, recovery's relaunches,
@@ -23,12 +23,13 @@ from collections.abc import Callable
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError
-from podctl.jobs import checkpoints, launch, run_files, run_layout
+from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
-from podctl.jobs.job import Job, RunRequest, RunResult, check_script, exec_on_hosts, parse_hosts
+from podctl.jobs.job import Job, RunRequest, RunResult, exec_on_hosts, parse_hosts
 from podctl.jobs.job import parse_env as parse_env
 from podctl.jobs.run_files import load_record, read_record
+from podctl.jobs.run_spec import RunSpec as RunSpec
 from podctl.jobs.runs import RunRecord, record_checkpoint_dir
 from podctl.jobs.runs import valid_run_id as valid_run_id
 from podctl.jobs.stop import signal_runs, stop_runs
@@ -43,16 +44,9 @@ PullProgress = Callable[[int, int], None]  # bytes done, bytes in all
 
 @dataclass(frozen=True)
 class RunOptions:
-    """`podctl run`'s choices, as a user gives them."""
+    """`podctl run`'s choices, as a user gives them: what runs (the one RunSpec) and how."""
 
-    script: Path
-    args: tuple[str, ...] = ()
-    workdir: Path | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    setup: str | None = None
-    requirements: Path | None = None  # None: the workdir's requirements.txt, if any
-    python: str | None = None  # the hosts' environment's Python (--python); None: podctl decides
-    relock: bool = False  # --relock: resolve the requirements anew
+    spec: RunSpec
     hosts: str = "0"  # whose lines to show: "all" or "0,3"
     fail_fast: bool = True
     resume: str | None = None  # a run id whose checkpoints this run continues from
@@ -73,7 +67,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if self.bundle_hash is None:  # a relaunch's script is a path inside its bundle
-            check_script(self.script, self.workdir)
+            self.spec.check()
         if self.resume is not None and not valid_run_id(self.resume):
             raise InvalidValueError(f"--resume {self.resume!r} is not a run id (e.g. "
                                     "my-slice-20261202-173000-ab12); `podctl runs` lists them.")
@@ -92,6 +86,13 @@ async def resume_checkpoint_dir(session: Session, run_id: str, *, unrecorded_ok:
             return run_layout.checkpoint_dir(session.storage.bucket_name, run_id)
         return record_checkpoint_dir(record)
     return record_checkpoint_dir(await load_record(session.storage, run_id))
+
+
+async def ship_bundle(session: Session, spec: RunSpec, notice: Notice) -> tuple[str, str]:
+    """SPEC's workdir packed and put in the session's GCS now (`queue add`, so that a later
+    edit does not change the queued run) -> (the bundle's hash, the script's path in it)."""
+    root, script = spec.bundle_root()
+    return await bundle.ship(session.storage, root, notice), script
 
 
 async def run_started(session: Session, run_id: str) -> bool:
@@ -147,9 +148,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     if options.resume:
         # a once-only run resumes its own series (the queue's first attempt), recorded or not
         checkpoint_dir = await resume_checkpoint_dir(session, options.resume, unrecorded_ok=options.once)
-    request = RunRequest(info=info, script=options.script, args=list(options.args),
-                         workdir=options.workdir, env=dict(options.env), setup=options.setup,
-                         requirements=options.requirements, python=options.python, relock=options.relock,
+    request = RunRequest(info=info, spec=options.spec,
                          host_jax_extra=jax_extra_for(session.settings.backend),
                          fake_cloud=session.settings.backend == "fake",
                          hosts=parse_hosts(options.hosts, len(info.hosts)),

@@ -18,7 +18,7 @@ from podctl import steps
 from podctl.cloud.wait import wait_deleted
 from podctl.errors import SliceLostError, StockoutError
 from podctl.jobs import metric_line
-from podctl.steps import RunOptions
+from podctl.steps import RunOptions, RunSpec
 from podctl.steps.recovery import RecoveryPolicy, run_recovering
 from tests.chaos.conftest import Kit, Record, run
 
@@ -73,9 +73,9 @@ STEPS = 48
 
 async def _train(kit: Kit, name: str, record: Record, *, steps: int = STEPS, recover: int = 1,
                  script: Path = TEMPLATE, args: list[str] | None = None) -> Any:
-    options = RunOptions(
+    options = RunOptions(RunSpec(
         script=script, args=tuple(args if args is not None else
-                                  [*TINY, "--steps", str(steps), "--checkpoint-every", str(EVERY)]),
+                                  [*TINY, "--steps", str(steps), "--checkpoint-every", str(EVERY)])),
         hosts="all")
     return await run_recovering(kit.session, name, options,
                                 RecoveryPolicy(**{**POLICY.__dict__, "recoveries": recover}),

@@ -20,7 +20,7 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 async def _start(kit: Kit, info, record: Record, script: str, *args: str):
-    options = steps.RunOptions(script=SCRIPTS / script, args=args, hosts="all")
+    options = steps.RunOptions(steps.RunSpec(script=SCRIPTS / script, args=args), hosts="all")
     return await steps.start_run(kit.session, info, options, sink=record.sink, notice=record.notice)
 
 
@@ -82,7 +82,7 @@ def test_gcs_outage_longer_than_the_clients_retries_is_followed_through(kit):
 
     async def go():
         job = await steps.start_run(session, info, steps.RunOptions(
-            script=SCRIPTS / "ticker.py", args=("40", "0.25"), hosts="all"),
+            steps.RunSpec(script=SCRIPTS / "ticker.py", args=("40", "0.25")), hosts="all"),
             sink=record.sink, notice=record.notice)
         follow = asyncio.ensure_future(steps.follow_run(job))
         while not record.lines.get(job.run_id):
