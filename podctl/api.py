@@ -40,7 +40,7 @@ from podctl.errors import UsageError
 from podctl.jobs.logs import LogReader
 from podctl.jobs.run_files import list_runs
 from podctl.jobs.run_files import load_record
-from podctl.jobs.runs import job_exit_code
+from podctl.jobs.run_record import job_exit_code
 from podctl.signals import restore
 from podctl.signals import route_stop_signals
 from podctl.steps.replay import replay
@@ -126,7 +126,7 @@ class Cloud:
         return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
 
     def runs(self) -> RunList:
-        """Run records, newest first (podctl.jobs.runs.RunRecord): one line each, a table
+        """Run records, newest first (podctl.jobs.run_record.RunRecord): one line each, a table
         in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
         return RunList(self._run(list_runs(self.session.storage, as_shown=True)))
 

@@ -45,10 +45,10 @@ from podctl.cloud import describe
 from podctl.cloud.wait import wait_until
 from podctl.errors import CloudError
 from podctl.jobs import launch
-from podctl.jobs import runs
+from podctl.jobs import run_record
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.stop import stop_runs
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.jobs.job import Job
 from podctl.jobs.stop import HostAccess
 from podctl.storage import Storage
@@ -255,7 +255,7 @@ async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,
     stopped. ACCESS: podctl.jobs.stop.HostAccess. Returns the run ids."""
     named = [r for r in await list_runs(storage)
              if r.slice_name == info.name and r.state in LIVE_RUN_STATES]
-    going = [r for r in named if runs.on_slice(r, info.name, info.created)]
+    going = [r for r in named if run_record.on_slice(r, info.name, info.created)]
     for record in named:  # left `running` by an earlier slice of this name: close, not wait
         if record not in going:
             await close_record(storage, record.run_id, "lost", keep_exit_code=True,

@@ -46,7 +46,7 @@ from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.errors import NotFoundError, PodctlError
 from podctl.failures import dead_state
 from podctl.cloud.describe import list_slices
-from podctl.jobs import run_layout, runs
+from podctl.jobs import run_layout, run_record
 from podctl.jobs.run_files import close_record, list_runs
 
 Action = Literal["delete", "keep", "leave"]
@@ -220,7 +220,7 @@ def run_keeper(storage: Any, *, now: float | None = None,
             going = [r for r in await list_runs(storage) if r.state in LIVE_RUN_STATES]
         now = clock() if now is None else now
         for record in going:
-            if not runs.on_slice(record, info.name, info.created):
+            if not run_record.on_slice(record, info.name, info.created):
                 continue
             spoke = await last_spoke(record.run_id) or record.created
             silent = now - spoke
@@ -244,7 +244,7 @@ async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
         if record.state not in LIVE_RUN_STATES:
             continue
         for info in deleted:
-            if runs.on_slice(record, info.name, info.created):
+            if run_record.on_slice(record, info.name, info.created):
                 state = dead_state(info) or info.state
                 await close_record(storage, record.run_id, "lost", keep_exit_code=True,
                                    reason=f"slice {state}, collected by podctl gc",

@@ -2,7 +2,7 @@
 
 Runs keep everything in GCS (bundles, agents, run records, log chunks, exit
 status, checkpoints), so every layer above talks to one small class rather than
-to the library. As in podctl/cloud/api.py: each call runs the blocking client in
+to the library. As in podctl/cloud/tpu_client.py: each call runs the blocking client in
 a worker thread, is counted (tests show that uploads happen once and waiting
 does not hammer GCS), is retried with capped exponential backoff and jitter only
 when its error can pass (429, 5xx, a refused or reset connection), and has its

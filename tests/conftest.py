@@ -29,7 +29,7 @@ from typing import Iterator
 import google.cloud.common  # noqa: F401
 import pytest
 
-from podctl.cloud.api import RetryPolicy, TpuApi
+from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.connect import api_for_endpoint
 from podctl.cloud.wait import WaitPolicy
 from podctl.fake.server import fake_cloud

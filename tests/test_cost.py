@@ -11,10 +11,10 @@ import pytest
 
 from podctl import cost
 from podctl.errors import ConfigError, InvalidValueError
-from podctl.jobs import run_layout, runs
+from podctl.jobs import run_layout, run_record
 from podctl.jobs.agent_logs import LogShipper
 from podctl.jobs.metrics import parse_records, read_metrics, summarize
-from podctl.jobs.runs import RunRecord
+from podctl.jobs.run_record import RunRecord
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
 from tests.conftest import assert_one_line_error
@@ -167,7 +167,7 @@ class _AgentBucket:
 
 def test_read_metrics_from_log_chunks_in_gcs(fake, tmp_path):
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
-    run_id = runs.new_run_id("m1")
+    run_id = run_record.new_run_id("m1")
     _write_run(storage, tmp_path, run_id, created=time.time() - 3600, ended=time.time(),
                lines=_metric_lines())
     m = asyncio.run(read_metrics(storage, run_id))
@@ -249,7 +249,7 @@ def test_cost_and_goodput_of_a_run_and_mfu_from_it(podctl, tmp_path):
     gcs = podctl.json("fake", "start")["gcs"]
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
     now = time.time()
-    run_id = runs.new_run_id("gone16", now)
+    run_id = run_record.new_run_id("gone16", now)
     _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
     report = podctl.json("--backend", "fake", "cost", run_id)
     # by hand: 2 hosts = 8 chips x $4.20 x 1 h; 3000 s of training in 3600 billed
@@ -264,7 +264,7 @@ def test_cost_and_goodput_of_a_run_and_mfu_from_it(podctl, tmp_path):
     plan = podctl.json("--backend", "fake", "plan", "--params", "70B", "--tokens", "1T", "--slice",
                        "v5p-4096", "--mfu-from", run_id)
     assert plan["estimates"][0]["mfu"] == pytest.approx(0.49) and run_id in plan["mfu_source"]
-    cpu_run = runs.new_run_id("cpu8", now)
+    cpu_run = run_record.new_run_id("cpu8", now)
     (tmp_path / "cpu").mkdir()
     _write_run(storage, tmp_path / "cpu", cpu_run, created=now - 60, ended=now,
                lines=_metric_lines("cpu"))
@@ -281,7 +281,7 @@ def test_cost_of_a_run_shows_the_projects_parts_from_what_it_measured(podctl, tm
     gcs = podctl.json("fake", "start")["gcs"]
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
     now = time.time()
-    run_id = runs.new_run_id("billed8", now)
+    run_id = run_record.new_run_id("billed8", now)
     _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
     asyncio.run(storage.upload_bytes(f"{run_layout.checkpoints_prefix(run_id)}11/state", b"x" * 10**6))
     report = podctl.json("--backend", "fake", "cost", run_id, "--people", "2", "--rate", "100",
@@ -303,7 +303,7 @@ def test_plan_takes_goodput_from_a_run(podctl, tmp_path):
     gcs = podctl.json("fake", "start")["gcs"]
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
     now = time.time()
-    run_id = runs.new_run_id("good16", now)
+    run_id = run_record.new_run_id("good16", now)
     _write_run(storage, tmp_path, run_id, created=now - 3600, ended=now, lines=_metric_lines())
     plan = podctl.json("--backend", "fake", "plan", "--params", "70B", "--tokens", "1T", "--slice",
                        "v5p-4096", "--goodput-from", run_id, "--mfu-from", run_id)

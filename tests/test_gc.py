@@ -17,7 +17,7 @@ from podctl.cloud.names import podctl_labels
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.wait import wait_until
 from podctl.jobs.run_files import save_record
-from podctl.jobs.runs import RunRecord, new_run_id
+from podctl.jobs.run_record import RunRecord, new_run_id
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
 from tests.conftest import FAST, PARENT, assert_one_line_error

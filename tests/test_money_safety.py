@@ -136,7 +136,7 @@ def test_budget_check_matches_runs_by_slice_identity_and_closes_a_stale_running_
     podctl("--backend", "fake", "down", "same", "--yes")
     # As a record from before `down` closed such records (or a slice lost some other way):
     from podctl.jobs.run_files import save_record
-    from podctl.jobs.runs import RunRecord
+    from podctl.jobs.run_record import RunRecord
     from podctl.storage import Storage
     import asyncio
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from podctl.jobs import run_layout, runs
+from podctl.jobs import run_layout, run_record
 from podctl.jobs.run_files import save_record
-from podctl.jobs.runs import RunRecord
+from podctl.jobs.run_record import RunRecord
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
 from tests.conftest import assert_one_line_error
@@ -47,7 +47,7 @@ def _write(storage: Storage, run_id: str, lines: list[str], **extra: object) -> 
 
 def _recovered(storage: Storage) -> tuple[str, str]:
     """A run preempted after step 10 (last checkpoint 8) and resumed at 8 up to 20."""
-    first, second = runs.new_run_id("plots"), runs.new_run_id("plots")
+    first, second = run_record.new_run_id("plots"), run_record.new_run_id("plots")
     attempts = [{"number": 1, "run_id": first, "start_step": 0, "last_step": 10, "steps_lost": 2},
                 {"number": 2, "run_id": second, "start_step": 8, "last_step": 20, "steps_lost": None}]
     _write(storage, first, _lines(1, 10, 0), attempts=attempts, recoveries=1)
@@ -87,7 +87,7 @@ def test_podctl_plot_writes_png_and_html_for_several_runs(podctl):
     gcs = podctl.json("fake", "start")["gcs"]
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
     run_id, _ = _recovered(storage)
-    cpu = runs.new_run_id("cpu")
+    cpu = run_record.new_run_id("cpu")
     _write(storage, cpu, _lines(1, 15, 0, platform="cpu"))
     done = podctl("--backend", "fake", "plot", run_id, cpu, "-o", "both.png")
     assert done.stdout.startswith("wrote both.png") and "in 2 attempts" in done.stdout
@@ -104,7 +104,7 @@ def test_podctl_plot_writes_png_and_html_for_several_runs(podctl):
 def test_podctl_plot_bad_input(podctl):
     gcs = podctl.json("fake", "start")["gcs"]
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
-    quiet = runs.new_run_id("quiet")
+    quiet = run_record.new_run_id("quiet")
     _write(storage, quiet, ["no metric lines here"])
     assert_one_line_error(podctl("--backend", "fake", "plot", quiet, "-o", "x.jpg", check=False),
                           2, ".png or .html")
@@ -112,6 +112,6 @@ def test_podctl_plot_bad_input(podctl):
                           "logged no training steps")
     assert_one_line_error(podctl("--backend", "fake", "plot", "not-a-run", check=False), 2,
                           "not a run id")
-    assert_one_line_error(podctl("--backend", "fake", "plot", runs.new_run_id("absent"), check=False),
+    assert_one_line_error(podctl("--backend", "fake", "plot", run_record.new_run_id("absent"), check=False),
                           1, "no run")
     assert not list(podctl.tmp.glob("*.png")) and not list(podctl.tmp.glob("*.jpg"))

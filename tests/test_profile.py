@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.jobs import run_layout, runs
+from podctl.jobs import run_layout, run_record
 from podctl.settings import FAKE_BUCKET
 from podctl.storage import Storage
 from tests.conftest import assert_one_line_error
@@ -81,7 +81,7 @@ def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tm
         # The run went on to its end, every host exiting 0.
         follow = podctl("logs", run_id, "--follow", timeout=600)
         assert '"kind": "done", "step": 40' in follow.stdout, follow.stderr[-3000:]
-        assert runs.valid_run_id(run_id)
+        assert run_record.valid_run_id(run_id)
         pulled = podctl("profile", run_id, "--pull", str(tmp_path / "tb"))
         assert "tensorboard --logdir" in pulled.stdout
         session = tmp_path / "tb" / "plugins" / "profile" / answer["id"]
@@ -115,14 +115,14 @@ def test_profile_bad_input(podctl):
     gcs = podctl.json("fake", "start")["gcs"]
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
     from podctl.jobs.run_files import save_record
-    from podctl.jobs.runs import RunRecord
+    from podctl.jobs.run_record import RunRecord
 
-    ended = runs.new_run_id("gone")
+    ended = run_record.new_run_id("gone")
     asyncio.run(save_record(storage, RunRecord(
         run_id=ended, slice_name="gone", project="fake-project", zone="us-east5-a", num_hosts=2,
         kind="script", script="t.py", args=[], env_keys=[], bundle_hash=None, created=0.0,
         state="succeeded", exit_code=0, ended=1.0)))
-    live = runs.new_run_id("live")
+    live = run_record.new_run_id("live")
     asyncio.run(save_record(storage, RunRecord(
         run_id=live, slice_name="live", project="fake-project", zone="us-east5-a", num_hosts=2,
         kind="script", script="t.py", args=[], env_keys=[], bundle_hash=None, created=0.0,

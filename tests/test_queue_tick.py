@@ -144,7 +144,7 @@ def test_preemption_is_retried_then_succeeds(queue, fake):
     # The retry was given the first attempt's checkpoints, as --recover does.
     from podctl._sync import run_sync
     from podctl.jobs.run_layout import checkpoint_dir
-    from podctl.jobs.runs import record_checkpoint_dir
+    from podctl.jobs.run_record import record_checkpoint_dir
     from podctl.jobs.run_files import read_record
 
     retry = run_sync(read_record(queue.storage, e.attempts[1]["run_id"]))

@@ -172,7 +172,7 @@ def test_no_steps_lost_are_counted_for_an_attempt_preempted_before_its_first_ste
 
 
 def test_a_run_record_reads_as_one_line():
-    from podctl.jobs.runs import RunRecord
+    from podctl.jobs.run_record import RunRecord
 
     record = RunRecord("s-20261203-120000-abcd", "s", "p", "z", 2, "script", "train.py", [], [], None,
                        0.0, state="lost", exit_code=255, extra={"reason": "slice deleted"})

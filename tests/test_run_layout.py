@@ -21,7 +21,7 @@ import pytest
 from podctl.jobs import agent_control, launch, profiles, run_files, run_layout
 from podctl.jobs.agent import Agent
 from podctl.jobs.agent_logs import LogShipper
-from podctl.jobs.runs import RunRecord
+from podctl.jobs.run_record import RunRecord
 from podctl.storage import StorageNotFound
 
 RUN = "my-slice-20261202-173000-ab12"

@@ -11,7 +11,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import tpu_v2
 
-from podctl.cloud.api import RetryPolicy, TpuApi
+from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.translate import translate
 from podctl.cloud.firewall import ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from google.cloud import tpu_v2
 
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.describe import Kind
 from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 
 
 def _get(api: TpuApi, name: str) -> dict | None:

@@ -23,7 +23,7 @@ from typing import Any
 from google.cloud import tpu_v2
 
 from podctl.errors import InvalidValueError
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"

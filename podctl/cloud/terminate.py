@@ -9,7 +9,7 @@ like any other.
 from __future__ import annotations
 
 from podctl.cloud import describe
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_deleted
 

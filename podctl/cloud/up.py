@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from podctl import topology
 from podctl.cloud import create as create_step
 from podctl.cloud import describe, terminate
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.names import OWNER_LABEL, REQUEST_LABEL, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo, SliceSpec

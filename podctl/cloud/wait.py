@@ -20,7 +20,7 @@ from tenacity import wait_exponential_jitter
 
 from podctl.vocabulary import DEFAULT_WAIT_SECONDS
 from podctl.cloud import describe
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.convert import slice_from_node
 from podctl.cloud.describe import Kind
 from podctl.cloud.operations import Operation

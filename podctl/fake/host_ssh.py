@@ -3,7 +3,7 @@
 One `SshServer` per connection decides auth against the node's `ssh-keys`
 metadata, read live (so `nodes.update` of the metadata takes effect at once, as
 on GCE), or, with OS Login on, against the keys imported into OS Login (oslogin.py).
-One `Session` per channel runs `bash -c COMMAND` (or `bash` for a shell) in its own
+One `ShellSession` per channel runs `bash -c COMMAND` (or `bash` for a shell) in its own
 process group, pumps stdin/stdout/stderr with flow control both ways, and reports
 the exit status, or the signal that killed it, as sshd does. The command's process
 group is terminated when the client closes the channel or the connection goes, and
@@ -114,13 +114,13 @@ class SshServer(asyncssh.SSHServer):
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
         return (username, key.public_data) in self.node.authorized()
 
-    def session_requested(self) -> Session | bool:
+    def session_requested(self) -> ShellSession | bool:
         if self.host is None or not self.host.alive or self.conn is None:
             return False
-        return Session(self.host, self.conn.get_extra_info("username") or "")
+        return ShellSession(self.host, self.conn.get_extra_info("username") or "")
 
 
-class Session(asyncssh.SSHServerSession):
+class ShellSession(asyncssh.SSHServerSession):
     """One exec (or shell) channel: a local bash in its own process group."""
 
     def __init__(self, host: Host, user: str):

@@ -49,7 +49,7 @@ import asyncssh
 
 from podctl import topology
 from podctl.fake import addresses, iam, image_python, oslogin
-from podctl.fake.host_ssh import Session, SshServer, authorized_keys, public_blob
+from podctl.fake.host_ssh import ShellSession, SshServer, authorized_keys, public_blob
 from podctl.fake.metadata import MetadataServer, hostname
 
 TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
@@ -135,7 +135,7 @@ class Host:
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.alive = True
         self.conns: set[asyncssh.SSHServerConnection] = set()
-        self.sessions: set[Session] = set()
+        self.sessions: set[ShellSession] = set()
         self.grace = 0.0  # > 0 once preempted: how long its commands may take to end
 
     @property
@@ -498,7 +498,7 @@ class HostManager:
     def cut_ssh(self, node_name: str, worker: int) -> int:
         """Abort one host's SSH connections (no SSH disconnect: the client sees the TCP
         connection drop, as when a network path breaks); the listener stays. Their
-        commands end as for any lost connection (host_ssh.Session.connection_lost)."""
+        commands end as for any lost connection (host_ssh.ShellSession.connection_lost)."""
         conns = list(self.host(node_name, worker).conns)
         for conn in conns:
             conn.abort()

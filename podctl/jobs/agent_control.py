@@ -15,7 +15,7 @@ every host in it:
     podctl/runs/RUN/control/acks/ID/host-NNNN.json                    the host's answer
 
 The owner's stop travels the same way: podctl/runs/RUN/control/stop.json ({"by",
-"requested", "grace_seconds"}; podctl/jobs/runs.py names it) makes the agent stop the
+"requested", "grace_seconds"}; podctl/jobs/run_layout.py names it) makes the agent stop the
 script exactly as `podctl stop` over SSH does (the `stop` marker with its grace, then
 SIGTERM to the agent itself), so a stop reaches the hosts without SSH: a budget check
 run by another identity, whose key is not on the slice, still gives the script its

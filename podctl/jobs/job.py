@@ -23,11 +23,11 @@ from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
-from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, runs
+from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, run_record
 from podctl.jobs.labels import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.run_spec import RunSpec
-from podctl.jobs.runs import HostStatus, RunRecord
+from podctl.jobs.run_record import HostStatus, RunRecord
 from podctl.jobs.ssh import Fleet, HostPins, Target
 from podctl.jobs.run_files import read_record, save_record
 from podctl.storage import Storage
@@ -138,7 +138,7 @@ class Job:
         self.sink, self.notice = sink, notice
         info = request.info
         self.targets: list[Target] = launch.targets_for(info, request.ssh_port)
-        self.run_id = request.run_id or runs.new_run_id(info.name)
+        self.run_id = request.run_id or run_record.new_run_id(info.name)
         self.fleet = Fleet(self.targets, private_key, pins, user=user)
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
@@ -249,7 +249,7 @@ class Job:
             self.notice(f"ending the run without waiting longer for host{'s' if len(left) > 1 else ''} "
                         f"{', '.join(f'{h:04d}' for h in left)} (fail-fast; its agent ends its "
                         f"script: SIGKILL {FAIL_FAST_GRACE_SECONDS:.0f} s after the stop)")
-        code, failed = runs.job_exit_code(statuses)
+        code, failed = run_record.job_exit_code(statuses)
         assert self.record is not None
         self.record.state = "succeeded" if code == 0 else "failed"
         self.record.exit_code, self.record.ended = code, time.time()

@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from podctl.errors import InvalidValueError, JobError
-from podctl.jobs import run_files, run_layout, runs
+from podctl.jobs import run_files, run_layout, run_record
 from podctl.jobs.run_files import load_record
 from podctl.storage import Storage
 
@@ -59,7 +59,7 @@ class ProfileRequest:
                 "missing": self.missing}
 
 
-def attempt_ids(record: runs.RunRecord) -> list[str]:
+def attempt_ids(record: run_record.RunRecord) -> list[str]:
     """The run ids of RECORD's attempts, first to last (just its own, if not recovered)."""
     ids = [a["run_id"] for a in record.extra.get("attempts", [])
            if isinstance(a, dict) and a.get("run_id")]

@@ -27,8 +27,8 @@ from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.vocabulary import HOST_LOST_SECONDS
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.errors import InvalidValueError, JobError
-from podctl.jobs import run_layout, runs
-from podctl.jobs.runs import HostStatus, RunRecord
+from podctl.jobs import run_layout, run_record
+from podctl.jobs.run_record import HostStatus, RunRecord
 from podctl.storage import Storage, StorageNotFound
 
 MAX_LISTED = 100
@@ -56,7 +56,7 @@ async def read_record(storage: Storage, run_id: str) -> RunRecord | None:
 
 async def load_record(storage: Storage, run_id: str) -> RunRecord:
     """RUN_ID's record; a one-line error for a malformed id or a run that is not there."""
-    if not runs.valid_run_id(run_id):
+    if not run_record.valid_run_id(run_id):
         raise InvalidValueError(f"{run_id!r} is not a run id (e.g. my-slice-20261202-173000-ab12); "
                                 "`podctl runs` lists them.")
     record = await read_record(storage, run_id)
@@ -102,7 +102,7 @@ async def live_attempt(storage: Storage, record: RunRecord) -> RunRecord:
 async def run_of(storage: Storage, record: RunRecord) -> RunRecord:
     """The run RECORD belongs to: a later attempt's record names its first (`parent`)."""
     parent = record.extra.get("parent")
-    if isinstance(parent, str) and parent != record.run_id and runs.valid_run_id(parent):
+    if isinstance(parent, str) and parent != record.run_id and run_record.valid_run_id(parent):
         return await read_record(storage, parent) or record
     return record
 
@@ -159,7 +159,7 @@ async def _settle(storage: Storage, record: RunRecord) -> RunRecord:
         return record
     statuses = await read_statuses(storage, record.run_id)
     if len(statuses) >= record.num_hosts:
-        code, failed = runs.job_exit_code(statuses)
+        code, failed = run_record.job_exit_code(statuses)
         record.state = "failed" if failed else "succeeded"
         record.exit_code = code
     return record

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.queue.store import Entry
 from podctl.settings import Settings
 from podctl.steps.session import Session

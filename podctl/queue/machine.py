@@ -32,7 +32,7 @@ from podctl.queue import execution, names, provision
 from podctl.queue.provision import parent_of
 from podctl.queue.store import Entry, Store
 from podctl.failures import dead_state, infrastructure_reason
-from podctl.queue.world import World, lost_reason
+from podctl.queue.cloud_view import World, lost_reason
 from podctl.cost import slice_hourly_cost
 from podctl.queue.context import TickContext
 

@@ -24,7 +24,7 @@ from podctl.queue.lock import QueueLock
 from podctl.queue.machine import Machine, needs_cleanup
 from podctl.queue.provision import parent_of
 from podctl.queue.store import TERMINAL, Entry, Store, db_path
-from podctl.queue.world import observe
+from podctl.queue.cloud_view import observe
 from podctl._sync import run_sync
 from podctl.signals import on_stop
 from podctl.queue.context import TickContext
@@ -55,7 +55,7 @@ async def run_pass(ctx: TickContext, store: Store) -> PassResult:
     """One pass with the lock already held."""
     calls_before = ctx.api.total_calls
     active = [e for e in store.entries() if not e.terminal or needs_cleanup(e)]
-    world = await observe(ctx.api, {parent_of(e) for e in active if _needs_world(e)})
+    world = await observe(ctx.session, {parent_of(e) for e in active if _needs_world(e)})
     machine = Machine(ctx, store, world)
     for e in active:
         if needs_cleanup(e):  # attempts that ended in earlier passes
@@ -112,7 +112,7 @@ def loop(ctx: TickContext, state_dir: Path, interval: float) -> None:
 
 
 async def _cancel(ctx: TickContext, store: Store, e: Entry) -> Entry:
-    world = await observe(ctx.api, [parent_of(e)])
+    world = await observe(ctx.session, [parent_of(e)])
     machine = Machine(ctx, store, world)
     info = world.get(parent_of(e), e.slice_name)
     if e.state in TERMINAL:

@@ -8,7 +8,8 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
                      Session.at: the same clients at another project, zone and bucket
     slices.py        up_request / budget_request / up / keep_budget, ask_slice (up with no
                      wait: the queue's) / creation_outcome, ready_slice, describe_slice /
-                     slice_status, to_delete / down (by_owner=False: the queue's)
+                     slice_status, slices_in (a zone's, the queue's tick), to_delete / down
+                     (by_owner=False: the queue's)
     slice_cost.py    slice_costs: each slice's $/hour, its cost so far, its budget (ls, cost)
     runs.py          RunOptions (RunSpec, the one shape of what runs, and how: detach;
                      once with a fixed run_id: the queue's), start_run /
@@ -49,7 +50,7 @@ from podctl.steps.session import Session
 from podctl.steps.slices import (
     Budget, BudgetSet, SliceOptions, SliceStatus, ask_slice, budget_request,
     close_runs_of_deleted, creation_outcome, describe_slice, down, keep_budget, ready_slice,
-    slice_status, to_delete, up, up_request,
+    slice_status, slices_in, to_delete, up, up_request,
 )
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "ask_slice", "budget_request", "close_run", "close_runs_of_deleted", "creation_outcome",
     "describe_slice", "down", "exec_on_slice", "follow_run", "keep_budget", "launch_job",
     "list_runs", "new_job", "owner_stop", "parse_env", "pull_checkpoint", "ready_slice",
-    "resume_checkpoint_dir", "run_checkpoints", "run_progress", "run_started", "ship_bundle", "signal_stop",
-    "slice_status", "start_run", "stop_run", "to_delete", "up", "up_request", "valid_run_id",
+    "resume_checkpoint_dir", "run_checkpoints", "run_progress", "run_started", "ship_bundle",
+    "signal_stop", "slice_status", "slices_in", "start_run", "stop_run", "to_delete", "up",
+    "up_request", "valid_run_id",
 ]

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from podctl import gc
 from podctl.budget import GRACE_SECONDS, Notice, Reaped, delete_slice, overdue, stop_runs_on
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.describe import list_slices
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy

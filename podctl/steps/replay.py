@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from podctl.jobs.job import parse_hosts
 from podctl.jobs.logs import LogReader
 from podctl.jobs.run_files import attempt_ids, load_record
-from podctl.jobs.runs import HostStatus, RunRecord, job_exit_code
+from podctl.jobs.run_record import HostStatus, RunRecord, job_exit_code
 from podctl.steps.runs import LineSink, Notice
 from podctl.steps.session import Session
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from podctl.jobs import run_files, runs
+from podctl.jobs import run_files, run_record
 from podctl.jobs.run_files import HOST_LOST_SECONDS, StopRequest
 from podctl.steps.session import Session
 
@@ -37,7 +37,7 @@ async def run_progress(session: Session, run_id: str, num_hosts: int, *, since: 
     statuses = await run_files.read_statuses(storage, run_id)
     failed = [s for s in statuses.values() if s.exit_code != 0 and not s.stopped]
     if failed or len(statuses) >= num_hosts:
-        code, host = runs.job_exit_code(statuses)
+        code, host = run_record.job_exit_code(statuses)
         return RunProgress(done=True, exit_code=code, failed_host=host.host if host else None,
                            failed_error=host.error if host else None,
                            failed_stopped=bool(host and host.stopped))

@@ -30,8 +30,8 @@ from podctl.jobs.job import Job, RunRequest, RunResult, exec_on_hosts, parse_hos
 from podctl.jobs.job import parse_env as parse_env
 from podctl.jobs.run_files import load_record, read_record
 from podctl.jobs.run_spec import RunSpec as RunSpec
-from podctl.jobs.runs import RunRecord, record_checkpoint_dir
-from podctl.jobs.runs import valid_run_id as valid_run_id
+from podctl.jobs.run_record import RunRecord, record_checkpoint_dir
+from podctl.jobs.run_record import valid_run_id as valid_run_id
 from podctl.jobs.stop import signal_runs, stop_runs
 from podctl.steps.session import Session
 from podctl.steps.slices import describe_slice, ready_slice

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 from functools import partial
 
-from podctl.cloud.api import TpuApi
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.connect import connect, job_ports, oslogin_client, storage_endpoint
 from podctl.cloud.oslogin import login_user
 from podctl.cloud.sshkey import SSH_USER, SshKey, ensure_ssh_key

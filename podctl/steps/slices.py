@@ -34,7 +34,7 @@ from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
 from podctl.errors import InvalidValueError, JobError, PodctlError
 from podctl.jobs.run_files import close_record, list_runs
-from podctl.jobs.runs import on_slice
+from podctl.jobs.run_record import on_slice
 from podctl.settings import Settings
 from podctl.steps.session import Session
 from podctl.storage import Storage
@@ -235,6 +235,15 @@ async def close_runs_of_deleted(settings: Settings, storage: Storage, info: Slic
 
 async def describe_slice(session: Session, name: str) -> SliceInfo:
     return await describe.describe(session.api, session.settings.parent, name)
+
+
+LIST_PAGE_SIZE = 1000  # the Cloud TPU API's largest page
+
+
+async def slices_in(session: Session, parent: str) -> list[SliceInfo]:
+    """Every slice in PARENT (projects/P/locations/Z): one list of nodes and one of
+    queued resources, LIST_PAGE_SIZE to a page (the queue's tick: once per zone)."""
+    return await describe.list_slices(session.api, parent, LIST_PAGE_SIZE)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""What the cloud holds, seen once per tick: one list of nodes and one of queued
-resources per zone that has an entry needing a look (podctl/cloud/describe.py's
-list_slices, 1,000 to a page), then every entry is a dictionary lookup. A naive
-reconciler would GET each entry's slice: one call per entry per tick."""
+"""What the cloud holds, seen once per tick (the tick's World): one list of nodes and
+one of queued resources per zone that has an entry needing a look (steps.slices_in,
+1,000 to a page), then every entry is a dictionary lookup. A naive reconciler would
+GET each entry's slice: one call per entry per tick."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ import asyncio
 from dataclasses import dataclass, field
 from collections.abc import Iterable
 
-from podctl.cloud.describe import list_slices
+from podctl import steps
 from podctl.cloud.types import SliceInfo
 from podctl.failures import slice_lost_reason
-from podctl.cloud.api import TpuApi
 
-PAGE_SIZE = 1000  # the API's largest page
 @dataclass
 class World:
     slices: dict[str, dict[str, SliceInfo]] = field(default_factory=dict)  # parent -> name -> info
@@ -26,9 +24,9 @@ class World:
         return parent in self.slices
 
 
-async def observe(api: TpuApi, parents: Iterable[str]) -> World:
+async def observe(session: steps.Session, parents: Iterable[str]) -> World:
     parents = sorted(set(parents))
-    listed = await asyncio.gather(*(list_slices(api, p, PAGE_SIZE) for p in parents))
+    listed = await asyncio.gather(*(steps.slices_in(session, p) for p in parents))
     return World({p: {s.name: s for s in slices} for p, slices in zip(parents, listed)})
 
 
