@@ -390,7 +390,7 @@ class Run:
         until the run ends."""
         import sys
 
-        from podctl.jobs.labels import label, process_of
+        from podctl.jobs.host_label import label, process_of
 
         text = hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
         pending: list[str] = []

@@ -165,7 +165,7 @@ def test_budget_check_reaps_its_own_dead_slices_too(api, fake):
 
 
 def test_queue_tick_reaps_its_own_orphans_only(api, fake, tmp_path):
-    from podctl.queue.names import labels as queue_labels
+    from podctl.queue.entry_names import labels as queue_labels
 
     class Log:
         def __init__(self):

@@ -11,7 +11,7 @@ from pathlib import Path
 from podctl.jobs.agent import Agent
 from podctl.jobs.agent_logs import process_mark
 from podctl.jobs.agent_watch import PROGRESS_FILE, ProcessIndex, read_process
-from podctl.jobs.labels import HostLine, ProcessMarks, host_name, label, parse_mark, process_of
+from podctl.jobs.host_label import HostLine, ProcessMarks, host_name, label, parse_mark, process_of
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

@@ -18,7 +18,7 @@ MAX_DEFAULT = 50  # a default name: room left for a multislice's node suffix and
 HASH_CHARS = 6  # of a user name's sha256, where the name had to change to fit
 # Set by `up` to a value unique to the call, so that it can tell its own slice from another's.
 REQUEST_LABEL = "podctl-request"
-# A queued run's slice: its queue's token and entry id (queue/names.py; gc reads them too).
+# A queued run's slice: its queue's token and entry id (queue/entry_names.py; gc reads them too).
 QUEUE_LABEL = "podctl-queue"
 ENTRY_LABEL = "podctl-queue-entry"
 OWNER_LABEL = "podctl-owner"

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError
-from podctl.fake import labels, maintenance, node_fields, placement_check, queued, wire
+from podctl.fake import label_rules, maintenance, node_fields, placement_check, queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
@@ -268,7 +268,7 @@ class World:
                           f"{slice_type.name}; use {slice_type.generation.default_runtime_version!r}")
         if zone not in slice_type.generation.zones:
             raise invalid(f"Accelerator type {slice_type.name} is not available in zone {zone}")
-        labels.check(body.get("labels", {}))
+        label_rules.check(body.get("labels", {}))
         node = {k: v for k, v in body.items() if k in _NODE_FIELDS}
         node.update(node_fields.server_filled(project, zone, node))
         node.update({
@@ -379,7 +379,7 @@ class World:
         if not paths or set(paths) - _UPDATE_PATHS:
             raise invalid(f"update_mask must name some of {sorted(_UPDATE_PATHS)}, got {update_mask!r}")
         if "labels" in paths:
-            labels.check(body.get("labels") or {})
+            label_rules.check(body.get("labels") or {})
         for path in paths:
             if path == "networkConfig.enableExternalIps":
                 value = (body.get("networkConfig") or {}).get("enableExternalIps")

@@ -32,7 +32,7 @@ SHIP_RETRY_MAX_SECONDS = 8.0
 
 def process_mark(host: int, process: int) -> str:
     """The line the agent logs once its script's JAX process index is known: readers
-    (podctl/jobs/labels.py parses it) label this host's later lines by it too."""
+    (podctl/jobs/host_label.py parses it) label this host's later lines by it too."""
     return f"[podctl] {run_layout.host_tag(host)} is JAX process {process}"
 
 

@@ -24,7 +24,7 @@ from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
 from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, run_record
-from podctl.jobs.labels import host_name
+from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.run_spec import RunSpec
 from podctl.jobs.run_record import HostStatus, RunRecord

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from collections.abc import Awaitable, Callable
 
 from podctl.jobs import run_files, run_layout
-from podctl.jobs.labels import ProcessMarks
+from podctl.jobs.host_label import ProcessMarks
 from podctl.jobs.run_files import EXIT_HOST_LOST, HOST_LOST_SECONDS, split_lines
 from podctl.jobs.run_record import HostStatus
 from podctl.storage import Storage, StorageUnavailable

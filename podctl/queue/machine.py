@@ -28,7 +28,7 @@ from podctl.errors import (
     AlreadyExistsError, CloudError, ConfigError, JobError, PermissionDeniedError, PodctlError,
     QuotaExceededError, StockoutError, StorageError, StoragePermissionError, TransientError,
 )
-from podctl.queue import execution, names, provision
+from podctl.queue import execution, entry_names, provision
 from podctl.queue.provision import parent_of
 from podctl.queue.store import Entry, Store
 from podctl.failures import dead_state, infrastructure_reason
@@ -106,7 +106,7 @@ class Machine:
         if not self.world.seen(parent):
             return
         info = self.world.get(parent, e.slice_name)
-        if info is not None and not names.is_ours(info.labels, self.store.token, e.id):
+        if info is not None and not entry_names.is_ours(info.labels, self.store.token, e.id):
             attempts = self.end_attempt(e, "failed", "name taken")
             attempts[-1]["cleaned"] = True  # not ours: never delete it
             self.move(e, "failed", f"a slice named {info.name} exists that this queue did not create",
@@ -126,7 +126,7 @@ class Machine:
 
     async def provision(self, e: Entry) -> None:
         attempt = max(1, e.attempt)
-        name = names.slice_name(self.store.token, e.id, attempt)
+        name = entry_names.slice_name(self.store.token, e.id, attempt)
         attempts = [dict(a) for a in e.attempts]
         if not attempts or attempts[-1]["attempt"] != attempt:
             attempts.append({"attempt": attempt, "slice": name, "run_id": None,
@@ -189,7 +189,7 @@ class Machine:
 
     async def start(self, e: Entry, info: SliceInfo) -> None:
         if e.state == "provisioning":
-            run_id = names.run_id(self.store.token, e.id, e.attempt, e.created)
+            run_id = entry_names.run_id(self.store.token, e.id, e.attempt, e.created)
             attempts = [dict(a) for a in e.attempts]
             attempts[-1].update(run_id=run_id, ready_at=self.ctx.now(), slice_state=info.state)
             if not self.move(e, "starting", run_id=run_id, attempts=attempts, backoff=0,
@@ -307,7 +307,7 @@ class Machine:
             if not a.get("outcome") or a.get("cleaned"):
                 continue
             info = self.world.get(parent, a["slice"])
-            if info is not None and not names.is_ours(info.labels, self.store.token, e.id):
+            if info is not None and not entry_names.is_ours(info.labels, self.store.token, e.id):
                 info = None  # someone else's: never touched
             if info is None and self.world.seen(parent):
                 a["cleaned"], changed = True, True

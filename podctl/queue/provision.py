@@ -8,7 +8,7 @@ from podctl import steps
 from podctl.cloud.create import CreationOutcome
 from podctl.cloud.types import SliceInfo
 from podctl.errors import NotFoundError
-from podctl.queue import names
+from podctl.queue import entry_names
 from podctl.queue.store import Entry
 from podctl.steps.session import Session
 
@@ -24,7 +24,7 @@ def options_of(entry: Entry, token: str) -> steps.SliceOptions:
     return steps.SliceOptions(
         slice_type=entry.accelerator_type, name=entry.slice_name, queued=entry.tier != "on-demand",
         spot=entry.tier == "spot", valid_for=None if entry.valid_for is None else str(entry.valid_for),
-        wait=False, labels=names.labels(token, entry.id))
+        wait=False, labels=entry_names.labels(token, entry.id))
 
 
 async def ask(session: Session, entry: Entry, token: str) -> str | None:

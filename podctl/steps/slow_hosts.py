@@ -31,7 +31,7 @@ from podctl.vocabulary import HEARTBEAT_SECONDS
 from podctl.errors import UsageError
 from podctl.jobs import launch, run_files
 from podctl.jobs.job import Job
-from podctl.jobs.labels import host_name
+from podctl.jobs.host_label import host_name
 from podctl.steps.stall import follow_checking, read_beats
 from podctl.storage import Storage
 

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from podctl.errors import UsageError
 from podctl.jobs import launch, metric_line, run_files, run_layout
 from podctl.jobs.job import Job
-from podctl.jobs.labels import host_name
+from podctl.jobs.host_label import host_name
 from podctl.storage import Storage, StorageError
 from podctl.vocabulary import HEARTBEAT_SECONDS
 
