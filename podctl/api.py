@@ -20,7 +20,7 @@ import html
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Sequence
 
 from podctl import steps
@@ -30,23 +30,19 @@ from podctl._sync import Background, LoopThread
 from podctl.steps.slow_hosts import SlowHostPolicy
 from podctl.steps.stall import StallPolicy
 from podctl.steps.supervise import Supervised, Supervision, run_supervised
-from podctl.cloud.types import SliceInfo
 from podctl.errors import JobError
 from podctl import settings as settings_mod
-from podctl.cloud.describe import describe
-from podctl.cloud.describe import list_slices
+from podctl.settings import Settings
 from podctl.errors import NotFoundError
 from podctl.errors import UsageError
-from podctl.jobs.logs import LogReader
-from podctl.jobs.run_files import list_runs
-from podctl.jobs.run_files import load_record
-from podctl.jobs.run_record import job_exit_code
 from podctl.signals import restore
 from podctl.signals import route_stop_signals
 from podctl.steps.replay import replay
 from podctl.steps.run_cost import run_cost
-from podctl.jobs.job import Job
-from podctl.jobs import metric_line
+from podctl.steps import lines as host_lines
+
+if TYPE_CHECKING:
+    from podctl.jobs.job import Job
 
 __all__ = ["connect", "Cloud", "Slice", "Run"]
 
@@ -72,13 +68,11 @@ class Cloud:
     """A connection: one project, zone and bucket. Use it as a context manager to
     delete, at the end, every slice it created (and stop a fake cloud it started)."""
 
-    def __init__(self, settings: Any):
+    def __init__(self, settings: Settings):
         self.settings = settings
         self._started_fake = False
         if settings.backend == "fake":
-            from podctl.cloud.connect import fake_running
-
-            self._started_fake = not fake_running(settings)
+            self._started_fake = not steps.fake_running(settings)
         self._loop = LoopThread()
         self.session = steps.Session.open(settings)
         self._created: list[Slice] = []
@@ -113,22 +107,22 @@ class Cloud:
 
     def slice(self, name: str) -> Slice:
         """An existing slice by name."""
-        return Slice(self, self._run(describe(self.session.api, self.settings.parent, name)))
+        return Slice(self, self._run(steps.describe_slice(self.session, name)))
 
     def slices(self) -> SliceList:
         """The slices in the zone (nodes and queued resources)."""
-        infos = self._run(list_slices(self.session.api, self.settings.parent))
+        infos = self._run(steps.slices_in(self.session, self.settings.parent))
         return SliceList(Slice(self, info) for info in infos)
 
     def run(self, run_id: str) -> Run:
         """An earlier run by id (see `runs()`)."""
-        record = self._run(load_record(self.session.storage, run_id))
+        record = self._run(steps.load_run(self.session, run_id))
         return Run(self, run_id, record.num_hosts, slice_name=record.slice_name)
 
     def runs(self) -> RunList:
         """Run records, newest first (podctl.jobs.run_record.RunRecord): one line each, a table
         in a notebook; `cloud.run(record.run_id)` for its logs and checkpoints."""
-        return RunList(self._run(list_runs(self.session.storage, as_shown=True)))
+        return RunList(self._run(steps.list_runs(self.session, as_shown=True)))
 
     def close(self) -> None:
         """Delete the slices this connection created that still exist, stop a fake cloud
@@ -143,9 +137,7 @@ class Cloud:
             self._loop.close()
             self.session.close()
             if self._started_fake:
-                from podctl.cloud.connect import stop_fake
-
-                stop_fake(self.settings)
+                steps.stop_fake(self.settings)
 
     def __enter__(self) -> Cloud:
         return self
@@ -161,7 +153,7 @@ class Cloud:
 class Slice:
     """A TPU slice. `run()` starts a script on every host; `down()` deletes it."""
 
-    def __init__(self, cloud: Cloud, info: SliceInfo):
+    def __init__(self, cloud: Cloud, info: steps.SliceInfo):
         self.cloud, self.info = cloud, info
         self.deleted = False
 
@@ -170,8 +162,7 @@ class Slice:
         return self.info.name
 
     def refresh(self) -> Slice:
-        self.info = self.cloud._run(describe(self.cloud.session.api, self.cloud.settings.parent,
-                                             self.name))
+        self.info = self.cloud._run(steps.describe_slice(self.cloud.session, self.name))
         return self
 
     def run(self, script: str | Path, args: Sequence[str] = (), *, env: dict[str, str] | None = None,
@@ -314,8 +305,8 @@ class Run:
         self.timings: dict[str, float] = dict(getattr(job, "timings", {}) or {})
 
     @classmethod
-    def _supervised(cls, cloud: Cloud, slice_name: str, options: Any, how: Supervision,
-                    sink: Any, notices: list[str], lines: deque) -> Run:
+    def _supervised(cls, cloud: Cloud, slice_name: str, options: steps.RunOptions, how: Supervision,
+                    sink: steps.LineSink, notices: list[str], lines: deque) -> Run:
         """Start OPTIONS on SLICE_NAME under podctl's watch (budget, recoveries), in the
         background on podctl's loop; return once its first attempt has started."""
         started: list[Any] = []
@@ -331,12 +322,12 @@ class Run:
         if host == 0 and self._echo is not None:
             with self._lock:
                 self._echo.append(line)
-        metric = metric_line.parse(line) if host == 0 else None
+        metric = host_lines.metric(line) if host == 0 else None
         if metric is None:
             return
         self.metrics.append(metric)
         if self._status is not None and metric["kind"] == "step":
-            self._status.update(metric_line.step_summary(metric))
+            self._status.update(host_lines.step_summary(metric))
 
     def wait(self, *, check: bool = False, echo: Any = None) -> int:
         """Block until every host has ended, showing one status line; -> the exit code
@@ -373,8 +364,8 @@ class Run:
                     self.lines.append((host, line))
                     self._saw(host, line)
 
-                reader = LogReader(self.cloud.session.storage, self.run_id, self.num_hosts, keep, None)
-                code = job_exit_code(self.cloud._loop.run(reader.follow(), poll=poll))[0]
+                code = self.cloud._loop.run(
+                    steps.follow_from_gcs(self.cloud.session, self.run_id, self.num_hosts, keep), poll=poll)
         finally:
             poll()
             self._echo = None
@@ -390,7 +381,7 @@ class Run:
         until the run ends."""
         import sys
 
-        from podctl.jobs.host_label import label, process_of
+        from podctl.steps.lines import label, process_of
 
         text = hosts if isinstance(hosts, str) else ",".join(str(h) for h in hosts)
         pending: list[str] = []
@@ -472,7 +463,7 @@ class Run:
         state = "running" if self.exit_code is None else (
             "succeeded" if self.exit_code == 0 else f"failed (exit {self.exit_code})")
         last = next((m for m in reversed(self.metrics) if m["kind"] == "step"), None)
-        where = f", {metric_line.step_summary(last)}" if last else ""
+        where = f", {host_lines.step_summary(last)}" if last else ""
         return f"<podctl.Run {self.run_id} on {self.slice_name}: {state}{where}>"
 
 
@@ -483,9 +474,7 @@ async def _stop_elsewhere(session: steps.Session, slice_name: str, run_id: str) 
 
 async def _request_stop(session: steps.Session, run_id: str) -> None:
     """The owner's stop, in GCS: whoever else follows the run does not recover it."""
-    from podctl.jobs.run_files import request_stop
-
-    await request_stop(session.storage, [run_id], by=STOPPED_BY)
+    await steps.ask_stop(session, [run_id], by=STOPPED_BY)
 
 
 STOPPED_BY = "Run.stop()"

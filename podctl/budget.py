@@ -49,6 +49,7 @@ from podctl.jobs import run_record
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.stop import stop_runs
 from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.up import UpRequest
 from podctl.jobs.job import Job
 from podctl.jobs.stop import HostAccess
 from podctl.storage import Storage
@@ -266,8 +267,8 @@ async def stop_runs_on(storage: Storage, info: SliceInfo, access: HostAccess, *,
                            grace_seconds=grace_seconds, clock=clock, notice=notice)
 
 
-def with_budget(request: Any, zone: str, *, max_cost: float | None, max_hours: str | None,
-                price: float | None = None, now: float | None = None) -> Any:
+def with_budget(request: UpRequest, zone: str, *, max_cost: float | None, max_hours: str | None,
+                price: float | None = None, now: float | None = None) -> UpRequest:
     """An UpRequest with the budget labels added (no change without a budget)."""
     import dataclasses
 

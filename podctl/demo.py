@@ -17,7 +17,7 @@ from typing import Any
 from collections.abc import Callable
 
 from podctl.errors import InvalidValueError, JobError, StoragePermissionError
-from podctl.jobs import metric_line
+from podctl.steps import lines as host_lines
 
 SLICE_TYPE = "v5p-16"
 SLICE_NAME = "podctl-demo"
@@ -63,7 +63,7 @@ def _steps(metrics: list[dict]) -> list[dict]:
 def _printer(say: Callable[[str], None]) -> Callable[[str], None]:
     """Host 0's lines for a person: metric JSON as short lines, the rest as they are."""
     def echo(line: str) -> None:
-        m = metric_line.parse(line)
+        m = host_lines.metric(line)
         if m is None:
             if not any(noise in line for noise in _NOISE):
                 say(f"  | {line}")

@@ -33,7 +33,7 @@ import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from collections.abc import Awaitable, Callable, Iterable
 
 from podctl import budget
@@ -46,6 +46,8 @@ from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.errors import NotFoundError, PodctlError
 from podctl.failures import dead_state
 from podctl.cloud.describe import list_slices
+from podctl.cloud.tpu_client import TpuApi
+from podctl.storage import Storage
 from podctl.jobs import run_layout, run_record
 from podctl.jobs.run_files import close_record, list_runs
 
@@ -123,7 +125,7 @@ async def survey(slices: Iterable[SliceInfo], *, now: float | None = None,
     return sorted(found, key=lambda item: item.info.name)
 
 
-async def reap(api: Any, parent: str, leftovers: list[Leftover], *, dry_run: bool = False,
+async def reap(api: TpuApi, parent: str, leftovers: list[Leftover], *, dry_run: bool = False,
                wait: bool = True, policy: WaitPolicy = WaitPolicy(),
                notice: Notice = lambda text: None) -> list[Leftover]:
     """Delete the leftovers marked `delete` (all at once, then wait until every one is
@@ -151,7 +153,7 @@ async def reap(api: Any, parent: str, leftovers: list[Leftover], *, dry_run: boo
     return done
 
 
-async def collect(api: Any, parent: str, *, now: float | None = None, dry_run: bool = False,
+async def collect(api: TpuApi, parent: str, *, now: float | None = None, dry_run: bool = False,
                   select: Callable[[SliceInfo], bool] | None = None, keep: Keep | None = None,
                   wait: bool = True, policy: WaitPolicy = WaitPolicy(),
                   notice: Notice = lambda text: None,
@@ -181,7 +183,26 @@ def all_of(*keepers: Keep | None) -> Keep:
     return keep
 
 
-def queue_keeper(token: str, entries: Iterable[Any]) -> Keep:
+class QueueEntry(Protocol):
+    """What gc reads of a queue entry (podctl.queue.store.Entry, a layer above)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def slice_name(self) -> str | None: ...
+    @property
+    def attempts(self) -> list[dict[str, Any]]: ...
+    @property
+    def terminal(self) -> bool: ...
+
+
+class EventLog(Protocol):
+    """The queue's structured log (podctl.queue.log: structlog): one event, its fields."""
+
+    def info(self, event: str, **fields: Any) -> Any: ...
+
+
+def queue_keeper(token: str, entries: Iterable[QueueEntry]) -> Keep:
     """Slices that entries of the queue TOKEN still own: an entry's current slice, and
     an ended attempt's slice that the queue has not yet seen gone (it deletes them)."""
     owned: dict[str, int] = {}
@@ -199,7 +220,7 @@ def queue_keeper(token: str, entries: Iterable[Any]) -> Keep:
     return keep
 
 
-def run_keeper(storage: Any, *, now: float | None = None,
+def run_keeper(storage: Storage, *, now: float | None = None,
                clock: Callable[[], float] = time.time) -> Keep:
     """Slices a run is going on: a run recorded as going on that very slice whose
     hosts' agents beat within HOST_LOST_SECONDS, or whose record was written that
@@ -234,7 +255,7 @@ def run_keeper(storage: Any, *, now: float | None = None,
     return keep
 
 
-async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
+async def close_runs(storage: Storage, deleted: Iterable[SliceInfo]) -> list[str]:
     """Runs still recorded as going on slices gc deletes end as `lost`, with why and the
     slice's state when gc collected it (`collected`: a `--recover` follower reads it, so
     a preempted slice collected while it slept is recovered, not taken for a delete)."""
@@ -256,8 +277,8 @@ async def close_runs(storage: Any, deleted: Iterable[SliceInfo]) -> list[str]:
 
 # ---- for `queue tick` and `budget check`: their own slices only -------------------------
 
-async def reap_queue_leftovers(api: Any, token: str, entries: Iterable[Any],
-                               listed: dict[str, dict[str, SliceInfo]], log: Any) -> list[Leftover]:
+async def reap_queue_leftovers(api: TpuApi, token: str, entries: Iterable[QueueEntry],
+                               listed: dict[str, dict[str, SliceInfo]], log: EventLog) -> list[Leftover]:
     """`queue tick`: delete the dead slices labelled with this queue's TOKEN that no entry
     owns any more, among those the tick listed anyway (LISTED: parent -> name -> slice;
     no extra API call). Never waits, as nothing in a tick does."""
@@ -273,7 +294,7 @@ async def reap_queue_leftovers(api: Any, token: str, entries: Iterable[Any],
     return done
 
 
-async def reap_budgeted(api: Any, parent: str, slices: Iterable[SliceInfo], *, now: float,
+async def reap_budgeted(api: TpuApi, parent: str, slices: Iterable[SliceInfo], *, now: float,
                         dry_run: bool, keep: Keep | None, notice: Notice,
                         policy: WaitPolicy) -> list[Any]:
     """`budget check`: the dead slices among SLICES that carry a podctl budget (they are

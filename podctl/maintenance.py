@@ -25,6 +25,7 @@ from collections.abc import Callable
 from podctl.durations import format_duration
 from podctl.vocabulary import SERVING_STATES
 from podctl.errors import NotFoundError, PodctlError
+from podctl.storage import Storage
 
 # A window longer than this: recreating the slice (minutes) beats waiting (approximate:
 # a v5p slice takes a few minutes to create; a maintenance window is up to hours).
@@ -37,7 +38,7 @@ MAINTENANCE_HEALTH = "UNHEALTHY_MAINTENANCE"
 POLL_SECONDS = 2.0
 
 
-async def stopped_for(storage: Any, run_id: str) -> dict | None:
+async def stopped_for(storage: Storage, run_id: str) -> dict | None:
     """The maintenance a host's agent stopped run RUN_ID for, or None (also when GCS
     cannot say: this only refines why a run ended, it never fails the run's ending)."""
     from podctl.jobs import run_layout

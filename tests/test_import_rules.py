@@ -37,8 +37,9 @@ def test_the_tree_keeps_the_import_rules(tmp_path):
     ("cloud/describe.py", "from podctl.steps import session", "Layers"),
     ("jobs/bundle.py", "from podctl.fake import daemon", "The fake is a world apart"),
     ("fake/world.py", "from podctl.cloud import types", "The fake imports nothing"),
-    ("cli/slice_cmds.py", "from podctl.cloud import terminate", "The CLI goes through the one door"),
-    ("cli/render.py", "from podctl.cost import fmt_usd", "The CLI goes through the one door"),
+    ("cli/slice_cmds.py", "from podctl.cloud import terminate", "go through the one door"),
+    ("cli/render.py", "from podctl.cost import fmt_usd", "go through the one door"),
+    ("api.py", "from podctl.jobs import run_files", "The callers (CLI, Python API, demo) go through the one door"),
 ])
 def test_a_planted_forbidden_import_fails_the_check(tmp_path, module, planted, contract):
     tree = _copy_of_the_tree(tmp_path)

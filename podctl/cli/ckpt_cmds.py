@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,8 +12,11 @@ from podctl.cli.common import Context, guarded
 from podctl.cli.job_cmds import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
+if TYPE_CHECKING:
+    from podctl import steps
 
-def _run_checkpoints(session: Any, run_id: str) -> tuple[Any, str, list[Any]]:
+
+def _run_checkpoints(session: steps.Session, run_id: str) -> tuple[Any, str, list[Any]]:
     from podctl import steps
     from podctl._sync import run_sync
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable
 
 import click
+
+if TYPE_CHECKING:
+    from podctl.steps import SliceInfo
 
 MAX_HOSTS_SHOWN = 16
 
@@ -43,13 +46,13 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, width=width)
 
 
-def _age(info: Any) -> str:
+def _age(info: SliceInfo) -> str:
     from podctl.durations import format_duration
 
     return format_duration(info.age_seconds)
 
 
-def slice_table(slices: Iterable[Any], costs: dict[str, Any] | None = None) -> None:
+def slice_table(slices: Iterable[SliceInfo], costs: dict[str, Any] | None = None) -> None:
     """COSTS: slice name -> podctl.cost.SliceCost, for the $/HOUR and COST columns."""
     from rich.table import Table, box
 
@@ -71,7 +74,7 @@ def slice_table(slices: Iterable[Any], costs: dict[str, Any] | None = None) -> N
     _console().print(table)
 
 
-def slice_detail(info: Any, maintenance: dict[str, str] | None = None) -> None:
+def slice_detail(info: SliceInfo, maintenance: dict[str, str] | None = None) -> None:
     """INFO, a row per field; MAINTENANCE: node -> its upcoming maintenance, in words."""
     rows = [
         ("name", info.name),

@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.types import SliceInfo
 
 
 def _get(api: TpuApi, name: str) -> dict | None:
@@ -28,7 +29,7 @@ def _get(api: TpuApi, name: str) -> dict | None:
         session.close()
 
 
-async def upcoming(api: TpuApi, info: Any) -> dict[str, dict]:
+async def upcoming(api: TpuApi, info: SliceInfo) -> dict[str, dict]:
     """Node short name -> its upcomingMaintenance, for the nodes of slice INFO that have one."""
     parent = f"projects/{info.project}/locations/{info.zone}"
 

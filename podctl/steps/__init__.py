@@ -25,7 +25,8 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
     collect.py       collect: `podctl gc`
     lines.py         a host's line as callers print it (its label, progress or not)
     run_progress.py  run_progress / owner_stop / close_run: a detached run looked at from
-                     GCS now and then (the queue's tick)
+                     GCS now and then (the queue's tick); load_run, follow_from_gcs, ask_stop
+                     (the Python API's runs it did not start)
     preflight_env.py compile_env: the hosts' jax and libtpu for a preflight compile (their
                      locked environment, built here once per lock)
 
@@ -39,14 +40,18 @@ once-only with a fixed run id, by_owner=False).
 """
 
 from podctl.cloud.placement import Placement
+from podctl.cloud.types import SliceInfo
 from podctl.steps.runs import (
     LineSink, Notice, RunOptions, RunSpec, StopResult, exec_on_slice, follow_run, launch_job,
     list_runs, new_job, parse_env, pull_checkpoint, resume_checkpoint_dir, run_checkpoints,
     run_started, ship_bundle, signal_stop, start_run, stop_run, valid_run_id,
 )
 from podctl.jobs.run_files import StopRequest
-from podctl.steps.run_progress import RunProgress, close_run, owner_stop, run_progress
-from podctl.steps.session import Session
+from podctl.jobs.run_record import RunRecord
+from podctl.steps.run_progress import (
+    RunProgress, ask_stop, close_run, follow_from_gcs, load_run, owner_stop, run_progress,
+)
+from podctl.steps.session import Session, fake_running, stop_fake
 from podctl.steps.slices import (
     Budget, BudgetSet, SliceOptions, SliceStatus, ask_slice, budget_request,
     close_runs_of_deleted, creation_outcome, describe_slice, down, keep_budget, ready_slice,
@@ -55,11 +60,12 @@ from podctl.steps.slices import (
 
 __all__ = [
     "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "RunProgress",
-    "RunSpec", "Session", "SliceOptions", "SliceStatus", "StopRequest", "StopResult",
-    "ask_slice", "budget_request", "close_run", "close_runs_of_deleted", "creation_outcome",
-    "describe_slice", "down", "exec_on_slice", "follow_run", "keep_budget", "launch_job",
-    "list_runs", "new_job", "owner_stop", "parse_env", "pull_checkpoint", "ready_slice",
+    "RunRecord", "RunSpec", "Session", "SliceInfo", "SliceOptions", "SliceStatus",
+    "StopRequest", "StopResult", "ask_slice", "ask_stop", "budget_request", "close_run",
+    "close_runs_of_deleted", "creation_outcome", "describe_slice", "down", "exec_on_slice",
+    "fake_running", "follow_from_gcs", "follow_run", "keep_budget", "launch_job", "list_runs",
+    "load_run", "new_job", "owner_stop", "parse_env", "pull_checkpoint", "ready_slice",
     "resume_checkpoint_dir", "run_checkpoints", "run_progress", "run_started", "ship_bundle",
-    "signal_stop", "slice_status", "slices_in", "start_run", "stop_run", "to_delete", "up",
-    "up_request", "valid_run_id",
+    "signal_stop", "slice_status", "slices_in", "start_run", "stop_fake", "stop_run",
+    "to_delete", "up", "up_request", "valid_run_id",
 ]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from podctl import gc
 from podctl.cloud.types import SliceInfo
@@ -27,7 +26,7 @@ class QueueOwners:
     """The run queue of this machine: its token and its entries (podctl.queue.store.Entry)."""
 
     token: str
-    entries: Iterable[Any]
+    entries: Iterable[gc.QueueEntry]
 
 
 async def collect(session: Session, *, dry_run: bool = False, queue: QueueOwners | None = None,

@@ -4,6 +4,9 @@ that look at a run now and then rather than follow it (the queue's tick, once a 
     progress = await run_progress(session, run_id, num_hosts, since=started)
     stop = await owner_stop(session, run_id)      # `podctl stop RUN_ID`, `Run.stop()`
     await close_run(session, run_id, "failed", exit_code=1, queue_entry=3)
+    record = await load_run(session, run_id)      # `Cloud.run(RUN_ID)`
+    code = await follow_from_gcs(session, run_id, num_hosts, sink)  # an earlier run, to its end
+    await ask_stop(session, [run_id], by="podctl.api")   # the owner's stop, final
 
 A look costs two GCS lists (status/ and heartbeat/), plus one small download per host
 status when the run ends.
@@ -16,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from podctl.jobs import run_files, run_record
+from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.run_files import HOST_LOST_SECONDS, StopRequest
+from podctl.jobs.run_record import RunRecord
 from podctl.steps.session import Session
 
 
@@ -58,3 +63,21 @@ async def close_run(session: Session, run_id: str, state: str, *, exit_code: int
                     **extra: Any) -> None:
     """Write RUN_ID's end into its record (`podctl runs` reads it), unless it has ended."""
     await run_files.close_record(session.storage, run_id, state, exit_code=exit_code, **extra)
+
+
+async def load_run(session: Session, run_id: str) -> RunRecord:
+    """RUN_ID's record (NotFoundError, one line, when the bucket has none)."""
+    return await run_files.load_record(session.storage, run_id)
+
+
+async def follow_from_gcs(session: Session, run_id: str, num_hosts: int, sink: LineSink) -> int:
+    """Every line of RUN_ID to SINK until each host has ended -> the run's exit code: a run
+    this process did not start (no connection to its hosts), read as `podctl logs -f` does."""
+    reader = LogReader(session.storage, run_id, num_hosts, sink, None)
+    return run_record.job_exit_code(await reader.follow())[0]
+
+
+async def ask_stop(session: Session, run_ids: list[str], *, by: str) -> None:
+    """The owner's stop of RUN_IDS, written to GCS: final (recovery, the queue and the
+    stall watch never relaunch it), and the hosts' agents act on it too."""
+    await run_files.request_stop(session.storage, run_ids, by=by)
