@@ -151,6 +151,15 @@ def test_fake_start_not_secure_sets_a_secure_fake_back_as_older_organisations(tm
         cli("fake", "stop")
         started = cli("fake", "start", "--json", env={"PODCTL_FAKE_SECURE": "0"})
         assert json.loads(started.stdout)["secure"] is False
+        cli("fake", "stop")
+        # Any case of a "no" word is off (`False` once read as on), and a word that is
+        # neither is refused in one line before any daemon starts.
+        started = cli("fake", "start", "--json", env={"PODCTL_FAKE_SECURE": "False"})
+        assert json.loads(started.stdout)["secure"] is False
+        cli("fake", "stop")
+        refused = cli("fake", "start", check=False, env={"PODCTL_FAKE_SECURE": "maybe"})
+        assert_one_line_error(refused, 2, "PODCTL_FAKE_SECURE='maybe'", "use 1, true, yes or on")
+        assert cli("fake", "status", check=False).returncode == 3  # none started
     finally:
         stop_fake_and_check(cli)
 
