@@ -307,6 +307,19 @@ def test_inject_through_the_daemon(podctl):
     podctl("--backend", "fake", "down", "inj", "--yes")
 
 
+def test_a_member_without_an_email_and_an_unknown_project_are_refused_as_google_would(podctl):
+    podctl("fake", "start")
+    proc = podctl("fake", "grant", "user:bob", "roles/storage.objectAdmin", check=False)
+    assert_one_line_error(proc, 1, "Invalid member: 'user:bob'", "user:EMAIL", "user:bob@example.com")
+    proc = podctl("fake", "inject", "os-login", "--project", "unknown-project", check=False)
+    assert_one_line_error(proc, 1, "'compute.projects.setCommonInstanceMetadata' denied",
+                          "projects/unknown-project", "the fake cloud's projects: bench, fake-project")
+    # what Google takes is still taken
+    assert "granted" in podctl("fake", "grant", "user:bob@example.com", "roles/storage.objectAdmin").stdout
+    assert "project test-project: OS Login on" in podctl(
+        "fake", "inject", "os-login", "--project", "test-project").stdout
+
+
 @pytest.mark.parametrize("args, words", [
     (["kill-host", "inj", "0", "--signal", "HUP"], "TERM or KILL"),
     (["cut-ssh", "inj", "-1"], "WORKER must be a whole number"),
