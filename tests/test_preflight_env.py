@@ -105,6 +105,23 @@ def test_bad_preflight_environment_options_are_one_line(tmp_path):
     assert_one_line_error(_preflight(cli, "--python", "2.7", str(work / "tiny.py")), 2, "--python 2.7")
 
 
+def test_a_requirements_file_that_is_no_file_or_malformed_says_what_to_fix_in_the_users_file(tmp_path):
+    cli = Podctl(tmp_path)
+    tiny = str(_workdir(tmp_path, None) / "tiny.py")
+    assert_one_line_error(_preflight(cli, "--requirements", "/dev/null", tiny), 2,
+                          "--requirements '/dev/null' is not a regular file", "give a requirements file",
+                          "--client-env")
+    bare = tmp_path / "mine.txt"
+    bare.write_text("--index-url\njax[${PODCTL_JAX_EXTRA}]\n")  # pip would read `jax...` as the URL
+    assert_one_line_error(_preflight(cli, "--requirements", str(bare), tiny), 2,
+                          "mine.txt: `--index-url` has no value", "`--index-url VALUE`", "remove the line")
+    # what only uv sees is said of the user's file, not of podctl's temporary copy
+    bare.write_text("jax[${PODCTL_JAX_EXTRA}]\n--no-binary :bogus:\n")
+    proc = _preflight(cli, "--requirements", str(bare), tiny)
+    assert_one_line_error(proc, 2, "in `mine.txt`", ":bogus:")
+    assert "podctl-lock-" not in proc.stderr
+
+
 def test_requirements_that_need_a_newer_python_than_the_image_get_the_current_one(tmp_path):
     """jax 0.7 and later need Python 3.11: the image's 3.10 cannot take them, and the hosts
     get the current CPython instead of a refusal."""

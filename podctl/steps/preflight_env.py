@@ -46,9 +46,7 @@ def compile_env(script: Path, *, workdir: Path | None = None, requirements: Path
     if path is None:
         return CompileEnv.this_machine("the run has no requirements file: its hosts get no "
                                        "environment of podctl's")
-    if not path.is_file():
-        raise RequirementsError(f"--requirements {str(requirements)!r}: no such file; give a "
-                                "requirements file.")
+    env_lock.check_file(path, requirements, ", or pass --client-env to compile with this machine's jax")
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return CompileEnv.this_machine(f"libtpu is built for Linux x86_64, not "
                                        f"{platform.system()} {platform.machine()}")
