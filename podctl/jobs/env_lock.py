@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podctl import children
 from podctl.errors import RequirementsError
 from podctl.settings import state_dir
 
@@ -197,8 +198,7 @@ def compile_lock(requirements: list[str], constraints: list[str], index: tuple[s
             con.write_text("\n".join(constraints) + "\n")
             argv += ["--constraint", str(con)]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=_UV_TIMEOUT,
-                                  stdin=subprocess.DEVNULL)
+            done = children.run(argv, timeout=_UV_TIMEOUT, stdin=subprocess.DEVNULL)  # ends with podctl
         except subprocess.TimeoutExpired as e:
             raise RequirementsError(f"resolving the requirements took over {_UV_TIMEOUT:.0f} s; "
                                     "pin the main packages and try again.") from e

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from podctl.errors import ConfigError, RequirementsError
 from podctl.jobs import env_lock
-from podctl import pythons
+from podctl import children, pythons
 from podctl.preflight import CompileEnv
 from podctl.settings import state_dir
 
@@ -108,8 +108,7 @@ def _built(plan: env_lock.EnvPlan, path: Path, notice: Callable[[str], None]) ->
 
 def _uv(argv: list[str], timeout: float, error: Callable[[str], Exception]) -> None:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        done = children.run(argv, timeout=timeout, stdin=subprocess.DEVNULL)  # ends with podctl
     except subprocess.TimeoutExpired as e:
         raise error(f"uv took over {timeout:.0f} s") from e
     if done.returncode != 0:
