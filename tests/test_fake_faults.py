@@ -72,7 +72,7 @@ def node16(client):
 
 
 def home(fake, worker: int) -> Path:
-    return Path(fake.describe()["hosts_root"]) / PROJECT / ZONE / "faults" / f"host-{worker:04d}"
+    return Path(fake.describe()["hosts_root"]) / PROJECT / ZONE / "faults" / f"host-{worker:04d}" / "home" / "podctl"
 
 
 def start_on_term(fake, node, key) -> None:
@@ -298,7 +298,7 @@ def test_inject_through_the_daemon(podctl):
                      detach(f"python3 -c '{IGNORE_TERM}'")).stdout
     stubborn = int(started.split()[-1])
     assert eventually(lambda: alive(stubborn) and any(
-        (podctl.tmp / "state" / "fake" / "hosts").glob(f"*/*/inj/host-0000/ignoring-{stubborn}")), 30)
+        (podctl.tmp / "state" / "fake" / "hosts").glob(f"*/*/inj/host-0000/home/podctl/ignoring-{stubborn}")), 30)
     assert "preempted now" in podctl("fake", "inject", "preempt", "inj", "--grace", "600").stdout
     assert "PREEMPTED" in podctl("--backend", "fake", "status", "inj").stdout
     assert alive(stubborn)  # in its grace
