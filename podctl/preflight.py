@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podctl import children
 from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 from podctl.errors import ConfigError, DoesNotFitError, PreflightError, UsageError
 from podctl.topology import parse_multislice
@@ -280,9 +281,9 @@ def compile_for(slice_type: str, script: Path, args: list[str], *, num_slices: i
             # library's `numbers` with podctl/numbers.py
             worker = Path(tmp) / "podctl_preflight_worker.py"
             shutil.copyfile(WORKER, worker)
-            proc = subprocess.run([env.python if env else sys.executable, str(worker), str(request),
-                                   str(out)], env=_child_env(), cwd=str(script.resolve().parent),
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+            proc = children.run([env.python if env else sys.executable, str(worker), str(request),
+                                 str(out)], env=_child_env(), cwd=str(script.resolve().parent),
+                                stdin=subprocess.DEVNULL, timeout=timeout)  # ends with podctl
         except subprocess.TimeoutExpired as e:
             raise PreflightError(f"the compile for {target.slice_type} did not finish in "
                                  f"{timeout:.0f} s; try a smaller slice first.") from e

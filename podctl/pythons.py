@@ -11,14 +11,15 @@ import glob
 import os
 import subprocess
 
+from podctl import children
+
 _PROBE = "import sys, platform; print('%d.%d' % sys.version_info[:2], platform.python_version())"
 
 
 def probe(path: str) -> tuple[str, str] | None:
     """(X.Y, X.Y.Z) of the interpreter at PATH, None if it does not run."""
     try:
-        done = subprocess.run([path, "-c", _PROBE], capture_output=True, text=True, timeout=20,
-                              env={**os.environ, "PYENV_VERSION": ""})
+        done = children.run([path, "-c", _PROBE], timeout=20, env={**os.environ, "PYENV_VERSION": ""})
     except (OSError, subprocess.TimeoutExpired):
         return None
     parts = done.stdout.split()

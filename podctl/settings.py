@@ -52,6 +52,21 @@ _SWITCH = {"on": True, "true": True, "1": True, "yes": True,
            "off": False, "false": False, "0": False, "no": False}
 
 
+def switch(value: object, name: str) -> bool | None:
+    """VALUE of the boolean setting NAME (an environment variable or a podctl.toml key):
+    None when unset or empty, else strictly one of _SWITCH's words, any case. The one
+    parser for every boolean podctl reads, so that `False` or `no` never reads as on."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):  # podctl.toml's own true/false
+        return value
+    word = str(value).strip().lower()
+    if word not in _SWITCH:
+        raise InvalidValueError(f"{name}={value!r} is not a yes/no value: use 1, true, yes or on, "
+                                "or 0, false, no or off.")
+    return _SWITCH[word]
+
+
 @dataclass(frozen=True)
 class Settings:
     backend: str
@@ -158,14 +173,11 @@ def endpoint_override(service: str, env: Mapping[str, str] = os.environ,
 
 
 def _oslogin(env: Mapping[str, str], toml: dict) -> bool:
-    value = env.get("PODCTL_OSLOGIN") or toml.get("oslogin")
-    if value is None or value == "":
-        return True
-    if isinstance(value, bool):
-        return value
-    if str(value).strip().lower() not in _SWITCH:
-        raise InvalidValueError(f"PODCTL_OSLOGIN / oslogin {value!r}: use on or off.")
-    return _SWITCH[str(value).strip().lower()]
+    if env.get("PODCTL_OSLOGIN"):
+        on = switch(env["PODCTL_OSLOGIN"], "PODCTL_OSLOGIN")
+    else:
+        on = switch(toml.get("oslogin"), "oslogin (podctl.toml)")
+    return True if on is None else on
 
 
 def _backend(backend: str | None, env: Mapping[str, str], toml: dict) -> str:

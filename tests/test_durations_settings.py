@@ -90,3 +90,15 @@ def test_os_login_switch_and_account(tmp_path):
         settings.resolve(env={**env, "PODCTL_OSLOGIN": "maybe"}, cwd=tmp_path)
     fake = settings.resolve(env={**env, "PODCTL_BACKEND": "fake"}, cwd=tmp_path)
     assert fake.account == settings.FAKE_ACCOUNT
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("TRUE", True), ("Yes", True), (" on ", True),
+                                       ("0", False), ("False", False), ("NO", False), ("off", False),
+                                       ("", None), (None, None), (True, True), (False, False)])
+def test_boolean_settings_read_only_yes_and_no_words(value, on):
+    assert settings.switch(value, "PODCTL_X") is on
+
+
+def test_a_boolean_setting_that_is_neither_yes_nor_no_is_refused_naming_it():
+    with pytest.raises(InvalidValueError, match=r"PODCTL_X='maybe' is not a yes/no value"):
+        settings.switch("maybe", "PODCTL_X")

@@ -72,7 +72,7 @@ def node16(client):
 
 
 def home(fake, worker: int) -> Path:
-    return Path(fake.describe()["hosts_root"]) / PROJECT / ZONE / "faults" / f"host-{worker:04d}"
+    return Path(fake.describe()["hosts_root"]) / PROJECT / ZONE / "faults" / f"host-{worker:04d}" / "home" / "podctl"
 
 
 def start_on_term(fake, node, key) -> None:
@@ -298,13 +298,26 @@ def test_inject_through_the_daemon(podctl):
                      detach(f"python3 -c '{IGNORE_TERM}'")).stdout
     stubborn = int(started.split()[-1])
     assert eventually(lambda: alive(stubborn) and any(
-        (podctl.tmp / "state" / "fake" / "hosts").glob(f"*/*/inj/host-0000/ignoring-{stubborn}")), 30)
+        (podctl.tmp / "state" / "fake" / "hosts").glob(f"*/*/inj/host-0000/home/podctl/ignoring-{stubborn}")), 30)
     assert "preempted now" in podctl("fake", "inject", "preempt", "inj", "--grace", "600").stdout
     assert "PREEMPTED" in podctl("--backend", "fake", "status", "inj").stdout
     assert alive(stubborn)  # in its grace
     podctl("fake", "stop")  # no grace outlives the daemon
     assert eventually(lambda: not alive(stubborn), 10)
     podctl("--backend", "fake", "down", "inj", "--yes")
+
+
+def test_a_member_without_an_email_and_an_unknown_project_are_refused_as_google_would(podctl):
+    podctl("fake", "start")
+    proc = podctl("fake", "grant", "user:bob", "roles/storage.objectAdmin", check=False)
+    assert_one_line_error(proc, 1, "Invalid member: 'user:bob'", "user:EMAIL", "user:bob@example.com")
+    proc = podctl("fake", "inject", "os-login", "--project", "unknown-project", check=False)
+    assert_one_line_error(proc, 1, "'compute.projects.setCommonInstanceMetadata' denied",
+                          "projects/unknown-project", "the fake cloud's projects: bench, fake-project")
+    # what Google takes is still taken
+    assert "granted" in podctl("fake", "grant", "user:bob@example.com", "roles/storage.objectAdmin").stdout
+    assert "project test-project: OS Login on" in podctl(
+        "fake", "inject", "os-login", "--project", "test-project").stdout
 
 
 @pytest.mark.parametrize("args, words", [

@@ -159,7 +159,7 @@ def test_exec_streams_exit_codes_and_the_host_environment(fake, node16):
         assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == fake.gcs_url
         assert os.path.dirname(sys.executable) not in env["PATH"].split(":")  # a bare image
         assert env["USER"] == "podctl" and env["PWD"] == env["HOME"]
-        assert env["HOME"].endswith(f"/test-project/us-central1-a/hosts16/host-{worker:04d}")
+        assert env["HOME"].endswith(f"/test-project/us-central1-a/hosts16/host-{worker:04d}/home/podctl")
         assert not [k for k in env if k.startswith(("PODCTL_STATE", "PODCTL_CONFIG", "GOOGLE_", "CLOUDSDK_"))]
     assert run(ports(node)[0], key, "kill -TERM $$").exit_signal[0] == "TERM"
     jax = run(ports(node)[1], key, "python3 -c 'import jax; print(jax.device_count())'")

@@ -151,6 +151,15 @@ def test_fake_start_not_secure_sets_a_secure_fake_back_as_older_organisations(tm
         cli("fake", "stop")
         started = cli("fake", "start", "--json", env={"PODCTL_FAKE_SECURE": "0"})
         assert json.loads(started.stdout)["secure"] is False
+        cli("fake", "stop")
+        # Any case of a "no" word is off (`False` once read as on), and a word that is
+        # neither is refused in one line before any daemon starts.
+        started = cli("fake", "start", "--json", env={"PODCTL_FAKE_SECURE": "False"})
+        assert json.loads(started.stdout)["secure"] is False
+        cli("fake", "stop")
+        refused = cli("fake", "start", check=False, env={"PODCTL_FAKE_SECURE": "maybe"})
+        assert_one_line_error(refused, 2, "PODCTL_FAKE_SECURE='maybe'", "use 1, true, yes or on")
+        assert cli("fake", "status", check=False).returncode == 3  # none started
     finally:
         stop_fake_and_check(cli)
 
@@ -193,6 +202,29 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         assert status is not None, "the agent never ended"
         assert status["error"].startswith("GCS refused the host's account") and "403" in status["error"]
         assert status["exit_code"] == 143  # its script got SIGTERM
+        # Attached, the run's owner hears the refusal itself (not "stopped sending
+        # heartbeats"): the same line as at the start, naming the account and the fix.
+        cli("fake", "grant", member, "roles/storage.objectAdmin")
+        attached = subprocess.Popen([sys.executable, "-m", "podctl", "run", "secure", str(SCRIPTS / "ticker.py"),
+                                     "600", "0.1"], env=cli.env, cwd=cli.tmp, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert attached.stdout is not None
+            for line in attached.stdout:
+                if "tick 3 " in line:
+                    break
+            cli("fake", "grant", member, "roles/storage.objectAdmin", "--revoke")
+            out, err = attached.communicate(timeout=120)
+        finally:
+            attached.kill()
+            attached.wait()
+        ended = err.strip().splitlines()[-1]  # after the run's own notices (bundle, started)
+        assert attached.returncode == 1 and "Traceback" not in err and err.count("error:") == 1, err
+        for words in (f"podctl: error: the nodes' service account {member.split(':')[1]}",
+                      "storage.objects.create denied", f"podctl fake grant {member} roles/storage.objectAdmin",
+                      "still up"):
+            assert words in ended, err
+        assert "stopped sending heartbeats" not in err
     finally:
         cli("down", "secure", "--yes", check=False)
         stop_fake_and_check(cli)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from podctl.cloud.oslogin import OsLogin, enabled
 from podctl.errors import PermissionDeniedError
@@ -79,6 +80,22 @@ def test_os_login_off_gives_the_metadata_keys_back(cli):
     assert _user_seen(cli("run", "osl", SCRIPT, "USER")) == "podctl"  # detected off: as before
 
 
+def test_each_user_logs_in_to_their_own_home_as_the_login_profile_says(cli):
+    """A TPU VM gives every user /home/USER: the OS Login user and podctl's own user
+    (ssh-keys metadata) do not share one home, and neither sees what the other left."""
+    said = 'echo "HOME=$HOME PWD=$PWD"; ls; echo mine > left-by-$USER'
+    cli("fake", "inject", "os-login")
+    on = cli("exec", "osl", "--", "bash", "-c", said).stdout
+    profile = requests.get(f"{cli.json('fake', 'status')['tpu_api']}/v1/users/{FAKE_ACCOUNT}/loginProfile",
+                           params={"projectId": "fake-project"}, timeout=10).json()
+    home = profile["posixAccounts"][0]["homeDirectory"]
+    assert home == f"/home/{POSIX_USER}"
+    assert f"/host-0000{home} PWD=" in on and on.count(f"/host-0000{home}") == 2, on
+    cli("fake", "inject", "os-login", "--off")
+    off = cli("exec", "osl", "--", "bash", "-c", said).stdout
+    assert "/host-0000/home/podctl PWD=" in off and f"left-by-{POSIX_USER}" not in off, off
+
+
 def test_a_refused_import_is_one_line_naming_the_role_and_the_fix(fake):
     with pytest.raises(PermissionDeniedError) as refused:
         OsLogin(fake.url, fake.url, "someone@else.example").import_key("fake-project", "ssh-ed25519 AAAA")
@@ -90,7 +107,6 @@ def test_a_refused_import_is_one_line_naming_the_role_and_the_fix(fake):
 
 
 def test_the_fake_os_login_api_answers_in_its_shapes(fake):
-    import requests
 
     from podctl.cloud.sshkey import ensure_ssh_key
 

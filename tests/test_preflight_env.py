@@ -6,6 +6,9 @@ differs from the client's, so the versions said can only come from the hosts' lo
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ from pathlib import Path
 import jax
 
 from tests.conftest import Podctl, assert_one_line_error
+from tests.test_fake_hosts import alive, eventually
 
 HOSTS_JAX = "0.9.2"  # older than the client's jax; needs Python >= 3.11
 CLIENT_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -105,6 +109,23 @@ def test_bad_preflight_environment_options_are_one_line(tmp_path):
     assert_one_line_error(_preflight(cli, "--python", "2.7", str(work / "tiny.py")), 2, "--python 2.7")
 
 
+def test_a_requirements_file_that_is_no_file_or_malformed_says_what_to_fix_in_the_users_file(tmp_path):
+    cli = Podctl(tmp_path)
+    tiny = str(_workdir(tmp_path, None) / "tiny.py")
+    assert_one_line_error(_preflight(cli, "--requirements", "/dev/null", tiny), 2,
+                          "--requirements '/dev/null' is not a regular file", "give a requirements file",
+                          "--client-env")
+    bare = tmp_path / "mine.txt"
+    bare.write_text("--index-url\njax[${PODCTL_JAX_EXTRA}]\n")  # pip would read `jax...` as the URL
+    assert_one_line_error(_preflight(cli, "--requirements", str(bare), tiny), 2,
+                          "mine.txt: `--index-url` has no value", "`--index-url VALUE`", "remove the line")
+    # what only uv sees is said of the user's file, not of podctl's temporary copy
+    bare.write_text("jax[${PODCTL_JAX_EXTRA}]\n--no-binary :bogus:\n")
+    proc = _preflight(cli, "--requirements", str(bare), tiny)
+    assert_one_line_error(proc, 2, "in `mine.txt`", ":bogus:")
+    assert "podctl-lock-" not in proc.stderr
+
+
 def test_requirements_that_need_a_newer_python_than_the_image_get_the_current_one(tmp_path):
     """jax 0.7 and later need Python 3.11: the image's 3.10 cannot take them, and the hosts
     get the current CPython instead of a refusal."""
@@ -116,3 +137,47 @@ def test_requirements_that_need_a_newer_python_than_the_image_get_the_current_on
     assert plan.python == env_lock.CURRENT_PYTHON
     assert plan.version_of("jax") == HOSTS_JAX
     assert any(f"do not resolve for the image's Python {env_lock.IMAGE_PYTHON}" in note for note in plan.notes)
+
+
+def _uv_children(parent: int) -> list[int]:
+    """The `uv pip compile` processes whose parent is PARENT."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat[1]) == parent and b"compile" in argv and any(a.endswith(b"uv") for a in argv[:1]):
+            found.append(int(name))
+    return found
+
+
+def test_a_sigkilled_preflight_leaves_no_uv_running(tmp_path):
+    """uv resolves against an index that takes the connection and never answers (uv would
+    wait UV_HTTP_TIMEOUT, 600 s here): podctl is SIGKILLed while its uv children wait,
+    and they end with it (podctl/children.py), the image's Python and the current one's both."""
+    cli = Podctl(tmp_path)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        index = f"http://127.0.0.1:{silent.getsockname()[1]}/simple"
+        work = _workdir(tmp_path, f"--index-url {index}\njax[${{PODCTL_JAX_EXTRA}}]\n")
+        podctl = subprocess.Popen([sys.executable, "-m", "podctl", "preflight", "--slice", "v5p-8",
+                                   str(work / "tiny.py")], env={**cli.env, "UV_HTTP_TIMEOUT": "600"},
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, cwd=tmp_path)
+        uvs: list[int] = []
+        try:
+            assert eventually(lambda: len(uvs.extend(_uv_children(podctl.pid)) or set(uvs)) >= 2, 60), \
+                "podctl never started its two uv resolutions"
+            podctl.kill()
+            podctl.wait()
+            assert eventually(lambda: not any(alive(pid) for pid in uvs), 30), \
+                f"uv outlived the SIGKILLed podctl: {[pid for pid in uvs if alive(pid)]}"
+        finally:
+            podctl.kill()
+            podctl.wait()
+            for pid in uvs:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)

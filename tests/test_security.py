@@ -78,7 +78,7 @@ def fake_dir(cli: Podctl) -> Path:
 
 
 def host_home(cli: Podctl) -> Path:
-    return next(fake_dir(cli).glob("hosts/*/*/sec/host-0000"))
+    return next(fake_dir(cli).glob("hosts/*/*/sec/host-0000/home/podctl"))  # podctl's own user
 
 
 def test_hostile_names_args_env_and_setup_reach_the_script_byte_exact(podctl, tmp_path):
@@ -155,9 +155,9 @@ def test_state_files_and_keys_are_private(podctl, tmp_path):
     for path in private:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     for directory in (config / "ssh", config / "known_hosts", state, state / "hosts", state / "gcs",
-                      host_home(podctl)):
+                      host_home(podctl), host_home(podctl).parents[1]):  # the home, the host
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
-    node_dir = host_home(podctl).parent
+    node_dir = host_home(podctl).parents[2]  # NODE/host-0000/home/podctl
     assert stat.S_IMODE((node_dir / ".ssh_host_ed25519_key").stat().st_mode) == 0o600
 
 

@@ -87,6 +87,25 @@ def rate_limited(project: str) -> ApiError:
     ])
 
 
+def exists(projects: dict[str, dict], own_project: str, project: str) -> bool:
+    """Whether the fake has PROJECT: a known one, the daemon's own, or one the admin API
+    added, unless the admin API made it not exist."""
+    switches = projects.get(project, {})
+    known = project in KNOWN_PROJECTS or project == own_project or bool(switches)
+    return known and switches.get("exists", True)
+
+
+def require_project(projects: dict[str, dict], own_project: str, project: str, permission: str) -> None:
+    """A change to PROJECT's own settings (its metadata: Compute Engine's PERMISSION) refused
+    as Google refuses a project that does not exist, with the projects the fake has."""
+    if exists(projects, own_project, project):
+        return
+    have = sorted({*KNOWN_PROJECTS, own_project, *(p for p, s in projects.items() if s.get("exists", True))})
+    raise ApiError(403, "PERMISSION_DENIED",
+                   f"Permission '{permission}' denied on resource '//compute.googleapis.com/projects/"
+                   f"{project}' (or it may not exist); the fake cloud's projects: {', '.join(have)}.")
+
+
 def project_of(path: str) -> str | None:
     found = _PROJECT.match(path)
     return found.group(1) if found else None
@@ -102,8 +121,7 @@ def check(projects: dict[str, dict], own_project: str, call: str, path: str) -> 
         return
     resource = path.split(":", 1)[0]
     switches = projects.get(project, {})
-    known = project in KNOWN_PROJECTS or project == own_project or bool(switches)
-    if not known or not switches.get("exists", True):
+    if not exists(projects, own_project, project):
         raise denied(call, resource)
     if not switches.get("api_enabled", True):
         raise service_disabled(project)

@@ -26,6 +26,7 @@ from pathlib import Path
 from collections.abc import Iterator
 
 from podctl.errors import FakeCloudError
+from podctl.settings import switch
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.gcs import DEFAULT_BUCKET
 
@@ -125,8 +126,8 @@ def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None 
             _terminate(int(current["pid"]))
         _info_path(state_dir).unlink(missing_ok=True)
         scale = time_scale or float(os.environ.get("PODCTL_FAKE_TIME_SCALE", DEFAULT_TIME_SCALE))
-        if secure is None and os.environ.get(SECURE_VAR):
-            secure = os.environ[SECURE_VAR] not in ("0", "false")
+        if secure is None:
+            secure = switch(os.environ.get(SECURE_VAR), SECURE_VAR)
         log = open(state_dir / "daemon.log", "ab")  # noqa: SIM115 (the daemon's, closed below)
         os.chmod(state_dir / "daemon.log", 0o600)
         process = subprocess.Popen(

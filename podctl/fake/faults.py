@@ -189,9 +189,13 @@ def _crash_loop(cloud: FakeCloud, args: dict) -> dict:
 
 
 def _os_login(cloud: FakeCloud, args: dict) -> dict:
-    from podctl.fake import oslogin
+    from podctl.fake import access, oslogin
 
-    return oslogin.set_enabled(cloud.world, args["project"] or cloud.project, not args["off"])
+    project = args["project"] or cloud.project
+    # Google's projects.setCommonInstanceMetadata on a project nobody has: refused, not made up
+    access.require_project(cloud.world.projects, cloud.project, project,
+                           "compute.projects.setCommonInstanceMetadata")
+    return oslogin.set_enabled(cloud.world, project, not args["off"])
 
 
 # ---- the table ------------------------------------------------------------------------

@@ -202,11 +202,11 @@ class ShellSession(asyncssh.SSHServerSession):
         assert self.chan is not None
         chan = self.chan
         argv = [BASH, "-c", self.command] if self.command is not None else [BASH]
-        env = self.host.environment(self.user, chan.get_environment())
         try:
+            env = self.host.environment(self.user, chan.get_environment())
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=self.host.home, env=env, start_new_session=True,
+                stderr=asyncio.subprocess.PIPE, cwd=env["HOME"], env=env, start_new_session=True,
                 preexec_fn=(uts_preexec(self.host.hostname, str(self.host.node.directory / "etc-hosts"))
                             if os.geteuid() == 0 else None))
         except OSError as e:

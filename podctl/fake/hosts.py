@@ -23,8 +23,10 @@ Linux only. A process that wipes its own environment escapes; nothing else does.
 On disk, under the hosts root (HOSTS_ROOT/<project>/<zone>/<node-id>/):
 `.ssh_host_ed25519_key` (one host key per node, kept across daemon restarts),
 `.node-id` (the node's unique id: a re-created node gets a fresh directory and
-key) and `host-NNNN/`, each host's HOME. A node's directory goes when it leaves
-the world.
+key) and `host-NNNN/`, each host's own: `home/USER/`, the HOME of each user who
+logs in (podctl's own user, an OS Login POSIX user: /home/USER as the profile's
+homeDirectory says), and `tmp/`, the host's /tmp. A node's directory goes when it
+leaves the world.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -56,6 +59,7 @@ TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
 # A TPU VM's login PATH (Ubuntu's default): the image's python3, nothing of podctl's.
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
 JAX_COORDINATOR_PORT = 8482
+_POSIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")  # useradd's NAME_REGEX (Ubuntu's default)
 MACHINE_NETWORK_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
                         "http_proxy", "https_proxy", "no_proxy")
 _KEY_FILE = ".ssh_host_ed25519_key"
@@ -148,14 +152,25 @@ class Host:
         return f"{host}:{port}"
 
     @property
-    def home(self) -> Path:
+    def root(self) -> Path:
+        """The host's own directory: what its users' homes and its /tmp are under."""
         return self.node.directory / f"host-{self.index:04d}"
+
+    def home_of(self, user: str) -> Path:
+        """USER's home on this host, ROOT/home/USER: each user their own, as the OS Login
+        profile's homeDirectory (oslogin.home_directory) and Ubuntu give every user."""
+        if not _POSIX_USER.match(user):
+            # the guest agent makes no account for such a name; nobody can log in as one
+            raise OSError(f"no user {user!r} on this host")
+        home = self.root / oslogin.home_directory(user).lstrip("/")
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return home
 
     def environment(self, user: str, client_env: Mapping[str, str]) -> dict[str, str]:
         """What a command sees: the host's identity, never the daemon's own env."""
-        home = self.home
+        home, tmp = self.home_of(user), self.root / "tmp"  # /tmp is the host's, shared by its users
         env = dict(self.node.base_env)
-        env.update({"HOME": str(home), "USER": user, "LOGNAME": user, "TMPDIR": str(home / "tmp"),
+        env.update({"HOME": str(home), "USER": user, "LOGNAME": user, "TMPDIR": str(tmp),
                     "HOSTNAME": self.hostname, "TPU_WORKER_ID": str(self.index), TOKEN_VAR: self.token,
                     # google-auth and podctl's agent find the metadata server by this name,
                     # tensorstore (orbax's arrays: the node's token for GCS) by the older one
@@ -166,10 +181,10 @@ class Host:
                     # the one port the firewall admits at external addresses (sitecustomize.py)
                     "PODCTL_FAKE_SSH_PORT": str(self.port),
                     # libtpu's /tmp/libtpu_lockfile, in this host's own /tmp (sitecustomize.py)
-                    "PODCTL_FAKE_LIBTPU_LOCKFILE": str(home / "tmp" / "libtpu_lockfile")})
+                    "PODCTL_FAKE_LIBTPU_LOCKFILE": str(tmp / "libtpu_lockfile")})
         # Like Ubuntu's sshd (AcceptEnv LANG LC_*): a client may set only the locale.
         env.update({k: v for k, v in client_env.items() if k == "LANG" or k.startswith("LC_")})
-        (home / "tmp").mkdir(parents=True, exist_ok=True)
+        tmp.mkdir(exist_ok=True)
         return env
 
     def vanish(self, grace: float = 0.0) -> None:
@@ -385,7 +400,7 @@ class HostManager:
                 _, ssh_sock, meta_sock = self.plan.take(str(endpoints[i].get("ipAddress") or ""))
                 host = Host(nh, i, ssh_sock, meta_sock, f"{self.prefix}.{secrets.token_hex(8)}")
                 nh.hosts.append(host)
-                host.home.mkdir(exist_ok=True, mode=0o700)
+                host.root.mkdir(exist_ok=True, mode=0o700)
                 nh.by_socket[(host.address, host.port)] = host
                 if external:
                     wanted = str((endpoints[i].get("accessConfig") or {}).get("externalIp") or "")

@@ -22,6 +22,7 @@ agent do).
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from podctl.settings import FAKE_ACCOUNT, FAKE_USER_TOKEN
 USER_TOKEN = FAKE_USER_TOKEN
 USER = f"user:{FAKE_ACCOUNT}"  # the fake's one user (oslogin.py too), its projects' owner
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"
+_EMAIL = re.compile(r"^[^@\s:]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")  # NAME@DOMAIN.TLD
 _READ_SCOPES = frozenset(SCOPE_PREFIX + s for s in (
     "cloud-platform", "cloud-platform.read-only", "devstorage.read_only",
     "devstorage.read_write", "devstorage.full_control"))
@@ -122,8 +124,11 @@ def bind(policy: dict, bucket: str, member: str, role: str, *, remove: bool = Fa
     add-iam-policy-binding` (remove-) does."""
     if role not in ROLES:
         raise ValueError(f"the fake knows the roles {sorted(ROLES)}, not {role!r}")
-    if not member.startswith(("serviceAccount:", "user:", "group:")):
-        raise ValueError(f"a member is serviceAccount:EMAIL or user:EMAIL, not {member!r}")
+    kind, _, email = member.partition(":")
+    if kind not in ("serviceAccount", "user", "group") or not _EMAIL.match(email):
+        # IAM's 400 INVALID_ARGUMENT for a member it cannot parse, with what to pass
+        raise ValueError(f"Invalid member: {member!r}; a member is user:EMAIL, serviceAccount:EMAIL "
+                         "or group:EMAIL (e.g. user:bob@example.com).")
     members = policy.setdefault("buckets", {}).setdefault(bucket, {}).setdefault(role, [])
     if remove and member in members:
         members.remove(member)

@@ -43,6 +43,12 @@ def posix_username(email: str) -> str:
     return re.sub(r"[^a-z0-9]", "_", email.lower())
 
 
+def home_directory(user: str) -> str:
+    """The profile's `homeDirectory` for POSIX USER, which the hosts give USER too
+    (hosts.Host.home_of): /home/USER, as on a TPU VM's Ubuntu."""
+    return f"/home/{user}"
+
+
 def _number(text: str, base: int) -> int:
     return base + zlib.crc32(text.encode()) % base
 
@@ -97,7 +103,7 @@ def _profile(world: World, email: str, project: str | None) -> dict:
     if project:
         profile["posixAccounts"] = [{
             "primary": True, "username": user, "uid": number, "gid": number,
-            "homeDirectory": f"/home/{user}", "operatingSystemType": "LINUX", "accountId": project,
+            "homeDirectory": home_directory(user), "operatingSystemType": "LINUX", "accountId": project,
             "name": f"users/{email}/projects/{project}"}]
     return profile
 

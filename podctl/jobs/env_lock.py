@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podctl import children
 from podctl.errors import RequirementsError
 from podctl.settings import state_dir
 
@@ -56,10 +57,15 @@ _VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's rule for requirements files
 _COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's: `#` at a line's start or after whitespace
 _INCLUDE = re.compile(r"^(-r|--requirement|-c|--constraint)(?:\s+|=)(.+)$")
 _INDEX = re.compile(r"^(-i|--index-url|--extra-index-url|-f|--find-links|--trusted-host)(?:\s+|=)(.+)$")
+# An option that takes a value, alone on its line: pip and uv would read the next line as
+# its value (`--index-url` then `jax`: "Invalid URL ... jax"), so it is refused here
+_BARE_OPTION = re.compile(r"^(-i|--index-url|--extra-index-url|-f|--find-links|--trusted-host|-r|"
+                          r"--requirement|-c|--constraint)$")
 _EDITABLE = re.compile(r"^(-e|--editable)(\s|=)")
 _LOCAL = re.compile(r"^(\.{1,2}/|/|~|file:)|@\s*file:|^[^\s;@=<>!~]+\.(whl|tar\.gz|zip)$")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)")
 _UV_TIMEOUT = 600.0
+_TMP_FILE = re.compile(r"[^\s`'\"]*podctl-lock-[^/\s]*/(requirements\.in|constraints\.txt)")
 REQUIREMENTS = "requirements.txt"  # a workdir's, found without --requirements
 
 
@@ -109,6 +115,9 @@ def _lines(path: Path, environ: dict[str, str], seen: set[Path]) -> tuple[list[s
         line = _COMMENT.sub("", raw).strip()
         if not line:
             continue
+        if _BARE_OPTION.match(line):
+            raise RequirementsError(f"{path.name}: `{line}` has no value; put its value on the "
+                                    f"same line (`{line} VALUE`) or remove the line.")
         if found := _INCLUDE.match(line):
             included = path.parent / found.group(2).strip()
             if not included.is_file():
@@ -153,6 +162,18 @@ def requirements_file(given: Path | None, root: Path | None) -> Path | None:
     return None
 
 
+def check_file(path: Path, given: Path | None, otherwise: str = "") -> None:
+    """PATH, the run's requirements (GIVEN: --requirements as typed), must be a file to
+    read: not missing, and not a device, a directory or a pipe (/dev/null is no empty list)."""
+    what = f"--requirements {str(given)!r}" if given is not None else str(path)
+    if not path.exists():
+        raise RequirementsError(f"{what}: no such file; give a requirements file{otherwise}.")
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file (a device or a pipe)"
+        raise RequirementsError(f"{what} is {kind}; give a requirements file (pip's format, "
+                                f"e.g. requirements.txt){otherwise}.")
+
+
 def uv_binary() -> str:
     """The uv that podctl depends on (a static binary in the `uv` wheel)."""
     try:
@@ -163,8 +184,9 @@ def uv_binary() -> str:
 
 
 def compile_lock(requirements: list[str], constraints: list[str], index: tuple[str, ...],
-                 python: str) -> str:
-    """`uv pip compile` for the hosts' platform and PYTHON: one `name==version` a line."""
+                 python: str, source: str = "the requirements") -> str:
+    """`uv pip compile` for the hosts' platform and PYTHON: one `name==version` a line.
+    SOURCE names the user's file in uv's errors, instead of the flattened copy uv reads."""
     with tempfile.TemporaryDirectory(prefix="podctl-lock-") as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(requirements) + "\n")
@@ -176,14 +198,14 @@ def compile_lock(requirements: list[str], constraints: list[str], index: tuple[s
             con.write_text("\n".join(constraints) + "\n")
             argv += ["--constraint", str(con)]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=_UV_TIMEOUT,
-                                  stdin=subprocess.DEVNULL)
+            done = children.run(argv, timeout=_UV_TIMEOUT, stdin=subprocess.DEVNULL)  # ends with podctl
         except subprocess.TimeoutExpired as e:
             raise RequirementsError(f"resolving the requirements took over {_UV_TIMEOUT:.0f} s; "
                                     "pin the main packages and try again.") from e
     if done.returncode != 0:
         lines = [ln.strip() for ln in done.stderr.strip().splitlines() if ln.strip()]
         why = " ".join(lines[:3]) if lines else f"uv exited {done.returncode}"
+        why = _TMP_FILE.sub(source, why)  # uv names our temporary copy, which the user never saw
         raise RequirementsError(f"the requirements cannot be resolved for Python {python} on the "
                                 f"hosts: {why[:400]}")
     return "\n".join(line for line in done.stdout.splitlines() if line.strip()) + "\n"
@@ -228,7 +250,7 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
 
         def attempt(version: str) -> str | RequirementsError:
             try:
-                return compile_lock(requirements, constraints, index, version)
+                return compile_lock(requirements, constraints, index, version, path.name)
             except RequirementsError as e:
                 return e
 
@@ -254,7 +276,7 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
             notes.append(f"the image's Python {IMAGE_PYTHON} would get {older}: the hosts get CPython "
                          f"{CURRENT_PYTHON} (installed by uv); pin versions or pass --python to choose")
     else:
-        lock = compile_lock(requirements, constraints, index, python)
+        lock = compile_lock(requirements, constraints, index, python, path.name)
     jax = locked_versions(lock).get("jax")
     key = env_key(lock, python)
     notes.append(f"environment {key[:12]}: Python {python}, {len(locked_versions(lock))} "

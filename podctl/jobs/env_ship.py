@@ -42,9 +42,7 @@ async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, r
             if python is not None:
                 notice(f"--python {python}: the run has no requirements, so the hosts' python3 runs it")
             return None, {}
-        if not path.is_file():
-            raise InvalidValueError(f"--requirements {str(requirements)!r}: no such file; give a "
-                                    "requirements file.")
+        env_lock.check_file(path, requirements)
         plan = await asyncio.to_thread(env_lock.plan, path, jax_extra=jax_extra, python=python,
                                        relock=relock)
     for note in plan.notes:

@@ -221,11 +221,13 @@ class Job:
 
     async def follow(self) -> RunResult:
         reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts,
-                           notice=self.notice)
+                           notice=self.notice, explain=self._refusal)
         stopping: asyncio.Future | None = None
 
         async def on_status(status: HostStatus) -> None:
             nonlocal stopping
+            if status.error is not None and status.error == reader.refusal:
+                return  # said once, as the run's error, below
             if status.exit_code != 0 and not status.stopped and stopping is None:
                 what = status.error or f"exit code {status.exit_code}"
                 self.notice(f"{host_name(status.host, status.process)} failed ({what})")
@@ -255,7 +257,24 @@ class Job:
         self.record.exit_code, self.record.ended = code, time.time()
         self.record.failed_host = failed.host if failed else None
         await self._write_record()
+        if reader.refusal is not None:  # the role went mid-run: said as a refusal at the start is
+            raise StoragePermissionError(reader.refusal)
         return RunResult(self.run_id, code, failed, statuses)
+
+    async def _refusal(self) -> str | None:
+        """Why the hosts went quiet, if it is GCS refusing the nodes' account: worker 0
+        asked again as before the start (identity.py), so the line is the same one,
+        naming the account, the permission denied and the fix."""
+        try:
+            await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name,
+                                             run_id=self.run_id, slice_name=self.request.info.name,
+                                             slice_type=self.request.info.accelerator_type,
+                                             fake=self.request.fake_cloud)
+        except StoragePermissionError as e:
+            return str(e)
+        except Exception:  # noqa: BLE001 (no answer is no explanation: the silence is said as such)
+            return None
+        return None
 
     async def stop(self) -> None:
         """Ctrl-C: stop the run on every host, and say so in its record."""

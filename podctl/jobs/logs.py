@@ -19,11 +19,16 @@ from podctl.jobs.host_label import ProcessMarks
 from podctl.jobs.run_files import EXIT_HOST_LOST, HOST_LOST_SECONDS, split_lines
 from podctl.jobs.run_record import HostStatus
 from podctl.storage import Storage, StorageUnavailable
+from podctl.vocabulary import HEARTBEAT_SECONDS
 
 __all__ = ["LogReader", "LineSink", "EXIT_HOST_LOST", "HOST_LOST_SECONDS", "split_lines"]
 
 LineSink = Callable[[int, str], None]
 STATUS_SECONDS = 1.0
+# A host whose beat is this late is asked why (`explain`) before HOST_LOST_SECONDS: an
+# agent that GCS refuses can write neither its status nor its beat, so its silence is
+# all GCS shows of a refusal, and only the host can say what it was.
+OVERDUE_SECONDS = 1.5 * HEARTBEAT_SECONDS
 
 
 @dataclass
@@ -38,7 +43,8 @@ class LogReader:
     """Polls one run's objects; prints new lines of the chosen hosts through SINK."""
 
     def __init__(self, storage: Storage, run_id: str, num_hosts: int, sink: LineSink,
-                 hosts: set[int] | None = None, notice: Callable[[str], None] | None = None):
+                 hosts: set[int] | None = None, notice: Callable[[str], None] | None = None,
+                 explain: Callable[[], Awaitable[str | None]] | None = None):
         self.storage = storage
         self.run_id = run_id
         self.num_hosts = num_hosts
@@ -49,6 +55,10 @@ class LogReader:
         self.marks = ProcessMarks()  # each line goes out with its host's JAX process index
         self.started = time.time()  # no host is lost before HOST_LOST_SECONDS after this
         self.deadline: float | None = None  # (monotonic) end the follow by then: `end_by`
+        # Asked when hosts go quiet: the line that says why (GCS refuses the nodes'
+        # account: identity.py's), which ends the run's silent hosts at once; None: no idea
+        self.explain = explain
+        self.refusal: str | None = None  # what explain said, once it said something
 
     def shown(self, host: int) -> bool:
         return self.hosts is None or host in self.hosts
@@ -84,6 +94,16 @@ class LogReader:
         """Hosts with no status whose agent stopped beating (or never started)."""
         return run_files.silent_hosts(self.num_hosts, self.progress.statuses,
                                       self.progress.heartbeats, self.started, now)
+
+    async def _explained(self, now: float) -> str | None:
+        """EXPLAIN's line when a host without a status is late with its beat."""
+        if self.explain is None or self.refusal is not None:
+            return self.refusal
+        late = [h for h in range(self.num_hosts) if h not in self.progress.statuses
+                and now - max(self.progress.heartbeats.get(h, self.started), self.started) > OVERDUE_SECONDS]
+        if late:
+            self.refusal = await self.explain()
+        return self.refusal
 
     @property
     def done(self) -> bool:
@@ -160,6 +180,9 @@ class LogReader:
             gone = await run_files.gone_reason(self.storage, self.run_id)
             lost = ([h for h in range(self.num_hosts) if h not in self.progress.statuses]
                     if gone is not None else self.lost_hosts(now))
+            why = gone or await self._explained(now) or run_files.SILENT
+            if self.refusal is not None:  # every host has the nodes' one account: all are shut out
+                lost = [h for h in range(self.num_hosts) if h not in self.progress.statuses]
             for host in lost:  # the next poll reports them, reads the last lines, and ends
-                self.progress.statuses[host] = run_files.lost_status(host, now, gone or run_files.SILENT)
+                self.progress.statuses[host] = run_files.lost_status(host, now, why)
         return None

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from podctl.errors import ConfigError, RequirementsError
 from podctl.jobs import env_lock
-from podctl import pythons
+from podctl import children, pythons
 from podctl.jobs.run_spec import RunSpec
 from podctl.preflight import CompileEnv
 from podctl.settings import state_dir
@@ -47,9 +47,7 @@ def compile_env(spec: RunSpec, *, client: bool = False,
     if path is None:
         return CompileEnv.this_machine("the run has no requirements file: its hosts get no "
                                        "environment of podctl's")
-    if not path.is_file():
-        raise RequirementsError(f"--requirements {str(requirements)!r}: no such file; give a "
-                                "requirements file.")
+    env_lock.check_file(path, requirements, ", or pass --client-env to compile with this machine's jax")
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return CompileEnv.this_machine(f"libtpu is built for Linux x86_64, not "
                                        f"{platform.system()} {platform.machine()}")
@@ -111,8 +109,7 @@ def _built(plan: env_lock.EnvPlan, path: Path, notice: Callable[[str], None]) ->
 
 def _uv(argv: list[str], timeout: float, error: Callable[[str], Exception]) -> None:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        done = children.run(argv, timeout=timeout, stdin=subprocess.DEVNULL)  # ends with podctl
     except subprocess.TimeoutExpired as e:
         raise error(f"uv took over {timeout:.0f} s") from e
     if done.returncode != 0:

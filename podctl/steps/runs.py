@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.types import SliceInfo
-from podctl.errors import InvalidValueError, NotFoundError
+from podctl.errors import InvalidValueError, NotFoundError, StoragePermissionError
 from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
@@ -204,6 +204,8 @@ async def follow_run(job: Job) -> RunResult:
     failure here stops the run on every host."""
     try:
         return await job.follow()
+    except StoragePermissionError:
+        raise  # the role went mid-run: every agent ended its script itself; the record says failed
     except BaseException:
         await job.stop()
         raise
