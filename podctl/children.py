@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from podctl.vocabulary import EXIT_KILLED
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -45,7 +47,7 @@ def _dies_with(parent: int) -> Callable[[], None]:
         if _PRCTL is not None:
             _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the line above took
-            os._exit(137)
+            os._exit(EXIT_KILLED)
 
     return preexec
 
