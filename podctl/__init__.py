@@ -14,7 +14,14 @@ CLI's start) stays fast; see podctl.api for the objects' methods.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
+
+# asyncssh 2.24 names cryptography's DSA classes at import, and cryptography 47+ warns on
+# each name: ten lines on stderr before every command's output (and before a one-line
+# error), about a key type podctl never uses. Nothing a user can act on, so it is silenced
+# here, for asyncssh's modules only, wherever podctl is imported (CLI, fake hosts, tests).
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")
 
 __all__ = ["connect", "Cloud", "Slice", "Run", "Checkpoint", "PodctlError", "plan", "frontier"]
 
