@@ -27,7 +27,7 @@ from podctl.cloud import describe  # noqa: E402
 from podctl.cloud.connect import api_for_endpoint  # noqa: E402
 from podctl.fake.server import fake_cloud  # noqa: E402
 from podctl.queue.provision import parent_of  # noqa: E402
-from podctl.queue.store import Entry, Store, db_path  # noqa: E402
+from podctl.queue.entry import Entry  # noqa: E402
 from podctl.queue.tick import tick  # noqa: E402
 from tests.queue_support import Queue  # noqa: E402
 
@@ -66,18 +66,18 @@ def main() -> None:
         queue = Queue(cloud, api, home)
         add_raw(queue, args.entries - args.changing, "0" * 64)
         t0 = time.perf_counter()
-        tick(queue.ctx, queue.state_dir)  # asks for every queued resource
-        tick(queue.ctx, queue.state_dir)  # sees them WAITING_FOR_RESOURCES
+        tick(queue.ctx, queue.store)  # asks for every queued resource
+        tick(queue.ctx, queue.store)  # sees them WAITING_FOR_RESOURCES
         setup = time.perf_counter() - t0
         add_raw(queue, args.changing, "0" * 64)
 
         admin.reset_stats()
         t0 = time.perf_counter()
-        result = tick(queue.ctx, queue.state_dir)
+        result = tick(queue.ctx, queue.store)
         ours_s = time.perf_counter() - t0
         ours = admin.stats()
 
-        with Store(db_path(queue.state_dir)) as store:
+        with queue.store() as store:
             entries = store.entries()
         admin.reset_stats()
         t0 = time.perf_counter()

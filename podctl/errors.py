@@ -35,6 +35,7 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
     │   └── HostKeyError             a host's SSH key changed since podctl pinned it
     ├── QueueError                   the queue of runs (`podctl queue`) cannot be used
     │   ├── QueueDatabaseError       queue.db is corrupt, or from a newer podctl: never overwritten
+    │   ├── QueueUnreachableError    the team's PostgreSQL queue cannot be reached (or refuses the login)
     │   ├── QueueBusyError           a tick holds the queue's lock (cancel waits for it, then gives up)
     │   └── NoSuchEntryError         no queue entry with that id
     ├── BudgetExceededError          a budget was reached: the run stopped, the slice deleted
@@ -205,6 +206,10 @@ class QueueError(PodctlError):
 
 
 class QueueDatabaseError(QueueError):
+    pass
+
+
+class QueueUnreachableError(QueueError):
     pass
 
 

@@ -203,6 +203,17 @@ def resolve_zone(*, backend: str | None = None, zone: str | None = None,
     return _zone(zone, env, toml, _fallback(_backend(backend, env, toml), env))
 
 
+def _account(backend: str, env: Mapping[str, str]) -> str | None:
+    return env.get("CLOUDSDK_CORE_ACCOUNT") or (
+        FAKE_ACCOUNT if backend == "fake" else read_gcloud_config(env).get("account"))
+
+
+def resolve_account(*, backend: str | None = None, env: Mapping[str, str] = os.environ,
+                    cwd: Path | None = None) -> str | None:
+    """The account alone (no project needed: `queue ls --mine` asks who you are)."""
+    return _account(_backend(backend, env, read_podctl_toml(cwd or Path.cwd())), env)
+
+
 def resolve(*, backend: str | None = None, project: str | None = None, zone: str | None = None,
             bucket: str | None = None, env: Mapping[str, str] = os.environ,
             cwd: Path | None = None) -> Settings:
@@ -230,8 +241,7 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
             raise InvalidValueError(f"{bucket!r} is not a GCS bucket name (3-63 lowercase letters, "
                                     "digits, -, _ and .).")
     tpu_endpoint = endpoint_override("tpu", env, toml) if backend == "gcp" else None
-    account = env.get("CLOUDSDK_CORE_ACCOUNT") or (
-        FAKE_ACCOUNT if backend == "fake" else read_gcloud_config(env).get("account"))
+    account = _account(backend, env)
     return Settings(backend=backend, project=project, zone=zone,
                     config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket,
                     tpu_endpoint=tpu_endpoint, oslogin=_oslogin(env, toml), account=account)

@@ -33,6 +33,7 @@ from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.connect import api_for_endpoint
 from podctl.cloud.wait import WaitPolicy
 from podctl.fake.server import fake_cloud
+from tests.pg_support import pg_server, pg_url  # noqa: F401 (fixtures: a real PostgreSQL)
 
 PROJECT = "test-project"
 ZONE = "us-central1-a"

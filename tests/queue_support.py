@@ -16,7 +16,9 @@ from podctl.queue import tick as ticking
 from podctl.queue.context import TickContext
 from podctl.queue.log import configure
 from podctl.queue.machine import needs_cleanup
-from podctl.queue.store import Entry, Store, db_path
+from podctl.queue.entry import Entry
+from podctl.queue.interface import QueueStore
+from podctl.queue.place import open_store
 from podctl.settings import FAKE_BUCKET, Settings
 from podctl.steps import RunSpec
 from podctl.steps.session import Session
@@ -44,8 +46,8 @@ class Clock:
 
 
 class Queue:
-    def __init__(self, fake: Any, api: Any, home: Path):
-        self.fake, self.api = fake, api
+    def __init__(self, fake: Any, api: Any, home: Path, url: str | None = None):
+        self.fake, self.api, self.url = fake, api, url  # url: a PostgreSQL queue; None: SQLite
         self.state_dir = home / "state"
         self.clock = Clock()
         self.out = io.StringIO()
@@ -58,11 +60,11 @@ class Queue:
                                storages={FAKE_BUCKET: self.storage})
         self.ctx = TickContext(self.session, log=configure(self.out, tty=False), now=self.clock)
 
-    def store(self) -> Store:
-        return Store(db_path(self.state_dir))
+    def store(self) -> QueueStore:
+        return open_store(self.state_dir, self.url)
 
     def add(self, script: str, *args: str, slice_type: str = "v5p-8", workdir: Path | None = None,
-            **options: Any) -> Entry:
+            owner: str = "alice@example.com", **options: Any) -> Entry:
         spec = RunSpec(script=SCRIPTS / script if workdir is None else workdir / script,
                        args=args, workdir=workdir, env=options.pop("env", {}))
         request = adding.AddRequest(slice_type=slice_type, spec=spec, **options)
@@ -70,10 +72,10 @@ class Queue:
         digest, inside = run_sync(adding.bundle_now(self.session, request, lambda text: None))
         with self.store() as store:
             return adding.add(store, request, project=PROJECT, zone=ZONE, bucket=FAKE_BUCKET,
-                              bundle_hash=digest, script=inside)
+                              bundle_hash=digest, script=inside, owner=owner)
 
     def tick(self) -> ticking.PassResult:
-        return ticking.tick(self.ctx, self.state_dir)
+        return ticking.tick(self.ctx, self.store)
 
     def entries(self) -> dict[int, Entry]:
         with self.store() as store:

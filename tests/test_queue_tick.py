@@ -8,9 +8,11 @@ import pytest
 from tests.queue_support import Queue
 
 
-@pytest.fixture
-def queue(fake, api, isolated) -> Queue:
-    return Queue(fake, api, isolated)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def queue(request, fake, api, isolated) -> Queue:
+    """The same queue on either store: SQLite in the state dir, or a real PostgreSQL."""
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    return Queue(fake, api, isolated, url=url)
 
 
 def test_three_entries_run_to_success_over_repeated_ticks(queue):
@@ -170,7 +172,7 @@ def test_cancel(queue, fake, when):
     entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, tier="queued")
     queue.until(lambda es: es[entry.id].state == when, when)
     assert not fake.admin.is_empty()
-    e = tick.cancel(queue.ctx, queue.state_dir, entry.id)
+    e = tick.cancel(queue.ctx, queue.store, entry.id)
     assert e.state == "cancelled"
     e = queue.settle()[entry.id]
     assert e.state == "cancelled" and e.attempts[0]["outcome"] == "cancelled"

@@ -13,13 +13,16 @@ _VERBS = {"delete": "deleted", "keep": "kept", "leave": "not podctl's"}
 
 
 def _queue_owners(state_dir: Any) -> Any:
-    """This machine's run queue, whose entries' slices gc leaves (no queue.db: none)."""
-    from podctl.queue.store import Store, db_path
+    """The run queue (the team's PostgreSQL one, else this machine's queue.db), whose
+    entries' slices gc leaves; None when there is no queue."""
+    from podctl.queue.place import open_store, queue_url
+    from podctl.queue.store import db_path
     from podctl.steps.collect import QueueOwners
 
-    if not db_path(state_dir).exists():
+    url = queue_url()
+    if not url and not db_path(state_dir).exists():
         return None
-    with Store(db_path(state_dir)) as store:
+    with open_store(state_dir, url) as store:
         return QueueOwners(store.token, store.entries())
 
 

@@ -41,17 +41,36 @@ def _state_dir() -> Path:
     return settings.state_dir()
 
 
-def _store() -> Any:
-    from podctl.queue.store import Store, db_path
+def _opener() -> Any:
+    """Opens the queue's store: PostgreSQL at PODCTL_QUEUE_URL or podctl.toml's queue_url,
+    else SQLite in the state dir. The URL is checked now (a bad one: exit 2)."""
+    from podctl.queue.place import open_store, queue_url
 
-    return Store(db_path(_state_dir()))
+    url, state_dir = queue_url(), _state_dir()
+    if url:
+        from podctl.queue.pgstore import check_url
+
+        check_url(url)
+    return lambda: open_store(state_dir, url)
+
+
+def _store() -> Any:
+    return _opener()()
+
+
+def _me(ctx: Context) -> str:
+    from podctl.queue.entry import default_owner
+    from podctl.settings import resolve_account
+
+    return default_owner(resolve_account(backend=ctx.backend))
 
 
 @queue.command(cls=ScriptCommand)
 @click.option("--slice", "slice_type", required=True, metavar="TYPE", help=slice_help())
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--priority", default=0, show_default=True, type=int, help="Higher runs first.")
+@click.option("--priority", default="normal", show_default=True, metavar="high|normal|low|N",
+              help="Higher starts first (high=100, normal=0, low=-100, or any whole number).")
 @click.option("--spot", is_flag=True, help="A spot queued resource (cheaper; may be preempted).")
 @click.option("--queued", is_flag=True, help="An on-demand queued resource, which waits for capacity.")
 @click.option("--valid-for", default=None, metavar="DURATION",
@@ -76,7 +95,7 @@ def _store() -> Any:
 @click.option("--bucket", default=None, help="GCS bucket for the bundle and the run's files.")
 @json_option
 @pass_context
-def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], priority: int,
+def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], priority: str,
         spot: bool, queued: bool, valid_for: str | None, max_hours: float | None,
         max_cost: float | None, max_attempts: int, name: str | None, env_pairs: tuple[str, ...],
         env_files: tuple[Path, ...],
@@ -90,6 +109,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         from podctl.durations import parse_duration
         from podctl.errors import InvalidValueError
         from podctl.queue import add as adding
+        from podctl.queue.entry import default_owner, parse_priority
         from podctl.steps import RunSpec, Session, parse_env
 
         if spot and queued:
@@ -99,7 +119,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         spec = RunSpec(script=script, args=tuple(args), workdir=workdir,
                        env=parse_env(list(env_pairs), env_files))
         request = adding.AddRequest(
-            slice_type=slice_type, spec=spec, name=name, priority=priority,
+            slice_type=slice_type, spec=spec, name=name, priority=parse_priority(priority),
             tier="spot" if spot else "queued" if queued else "on-demand",
             valid_for=parse_duration(valid_for, "--valid-for") if valid_for else None,
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
@@ -115,7 +135,8 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             digest, inside = run_sync(adding.bundle_now(
                 Session(settings), request, lambda text: click.echo(f"podctl: {text}", err=True)))
             entry = adding.add(store, request, project=settings.project, zone=settings.zone,
-                               bucket=bucket_name, bundle_hash=digest, script=inside)
+                               bucket=bucket_name, bundle_hash=digest, script=inside,
+                               owner=default_owner(settings.account))
         if as_json:
             emit_json(entry.to_json())
         else:
@@ -126,29 +147,42 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
 
 
 def _row(e: Any) -> str:
+    from podctl.queue.entry import priority_word
+
     code = "-" if e.exit_code is None else str(e.exit_code)
     slice_state = ((e.current() or {}).get("slice_state") or "") if e.state == "provisioning" else ""
-    state = e.state + (f" ({slice_state})" if slice_state else "")
-    return (f"{e.id:>5}  {shown(e.name)[:24]:24s} {e.accelerator_type:10s} {e.tier:9s} {e.priority:>4}  "
-            f"{shown(state):36s} {e.attempt}/{e.max_attempts}  exit {code:>3s}  {e.run_id or ''}")
+    state = e.state + (f" ({slice_state})" if slice_state else "") + (
+        " (waits: quota)" if e.state == "pending" and e.waiting else "")
+    line = (f"{e.id:>5}  {shown(e.name)[:24]:24s} {shown(e.owner)[:24]:24s} {e.accelerator_type:10s} "
+            f"{e.tier:9s} {priority_word(e.priority):>6}  {shown(state):36s} {e.attempt}/{e.max_attempts}"
+            f"  exit {code:>3s}  {e.run_id or ''}")
+    if e.state == "pending" and e.waiting:
+        line += "\n       " + shown(e.waiting)
+    return line
 
 
 @queue.command(name="ls")
+@click.option("--mine", is_flag=True, help="Only the entries you added (your gcloud account, else OS user).")
 @json_option
-def ls(as_json: bool) -> None:
-    """The queue's entries, highest priority first (--json: all fields, env keys only)."""
+@pass_context
+def ls(ctx: Context, mine: bool, as_json: bool) -> None:
+    """Everyone's entries, highest priority first (--json: all fields, env keys only)."""
 
     def action() -> None:
         from podctl.cli.render import emit_json
 
         with _store() as store:
             entries = store.entries()
+        if mine:
+            me = _me(ctx)
+            entries = [e for e in entries if e.owner == me]
         if as_json:
             emit_json([e.to_json() for e in entries])
         elif not entries:
-            click.echo("the queue is empty (`podctl queue add --slice v5p-8 train.py`)")
+            click.echo("no entries of yours (`podctl queue ls` shows everyone's)" if mine else
+                       "the queue is empty (`podctl queue add --slice v5p-8 train.py`)")
         else:
-            click.echo(f"{'ID':>5}  {'NAME':24s} {'SLICE':10s} {'TIER':9s} {'PRIO':>4}  "
+            click.echo(f"{'ID':>5}  {'NAME':24s} {'OWNER':24s} {'SLICE':10s} {'TIER':9s} {'PRIO':>6}  "
                        f"{'STATE':36s} TRY  EXIT      RUN")
             for e in entries:
                 click.echo(_row(e))
@@ -168,7 +202,10 @@ def show(entry_id: int, as_json: bool) -> None:
         from podctl.cli.render import emit_json
 
         with _store() as store:
-            data = store.get(entry_id).to_json()
+            entry = store.get(entry_id)
+        data = entry.to_json()
+        # the spend so far: chip-hours its slices held (READY to end), and their price
+        data["chip_hours"] = round(entry.chip_hours(0.0, time.time()), 2)
         if as_json:
             emit_json(data)
             return
@@ -216,7 +253,7 @@ def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -
         with _store() as store:
             before = store.get(entry_id)  # NoSuchEntryError before anything connects
         log = queue_log.configure(sys.stderr)
-        entry = tick.cancel(_tick_context(ctx, log, project, zone), _state_dir(), entry_id)
+        entry = tick.cancel(_tick_context(ctx, log, project, zone), _opener(), entry_id)
         if before.terminal:  # its slices were cleaned up all the same
             raise QueueError(f"entry {entry.id} had already ended ({entry.state}); nothing to cancel.")
         click.echo(f"entry {entry.id} is {entry.state}")
@@ -234,18 +271,23 @@ def tick_cmd(ctx: Context, interval: str | None, project: str | None, zone: str 
         from podctl.durations import parse_duration
         from podctl.queue import log as queue_log
         from podctl.queue import tick
-        from podctl.queue.store import Store, db_path
-
         seconds = parse_duration(interval, "--loop") if interval else None
-        Store(db_path(_state_dir())).close()  # a bad db: exit 1 before the cloud is touched
+        opener = _opener()
+        # a bad or unreachable queue: exit 1 before the cloud is touched (once it has
+        # started, a loop rides out a database that goes away for a while)
+        opener().close()
         log = queue_log.configure()
         context = _tick_context(ctx, log, project, zone)
         if seconds is None:
-            tick.tick(context, _state_dir())
+            tick.tick(context, opener)
         else:
-            tick.loop(context, _state_dir(), seconds)
+            tick.loop(context, opener, seconds)
 
     guarded(action)
 
+
+from podctl.cli import queue_admin  # noqa: E402 (the quota, team and migrate commands join the group)
+
+queue_admin.register(queue)
 
 COMMANDS = (queue,)

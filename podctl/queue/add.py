@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from podctl import cost, steps
 from podctl.errors import InvalidValueError
-from podctl.queue.store import Entry, Store
+from podctl.queue.entry import Entry
+from podctl.queue.interface import QueueStore
 from podctl.topology import parse_slice
 
 
@@ -67,12 +68,12 @@ async def bundle_now(session: steps.Session, request: AddRequest,
     return await steps.ship_bundle(session, request.spec, notice)
 
 
-def add(store: Store, request: AddRequest, *, project: str, zone: str, bucket: str,
-        bundle_hash: str, script: str) -> Entry:
+def add(store: QueueStore, request: AddRequest, *, project: str, zone: str, bucket: str,
+        bundle_hash: str, script: str, owner: str) -> Entry:
     entry = Entry(id=0, name=request.name or Path(script).stem, accelerator_type=request.slice_type,
                   project=project, zone=zone, bucket=bucket, script=script,
                   bundle_hash=bundle_hash, args=list(request.spec.args), env=dict(request.spec.env),
                   priority=request.priority, tier=request.tier, valid_for=request.valid_for,
                   max_hours=request.max_hours, max_cost=request.max_cost,
-                  max_attempts=request.max_attempts, preflight=request.preflight)
+                  max_attempts=request.max_attempts, preflight=request.preflight, owner=owner)
     return store.add(entry)

@@ -16,7 +16,8 @@ from typing import Any
 from collections.abc import Callable
 
 from podctl.cloud.tpu_client import TpuApi
-from podctl.queue.store import Entry
+from podctl.queue.entry import Entry
+from podctl.queue.interface import Quota
 from podctl.settings import Settings
 from podctl.steps.session import Session
 
@@ -29,6 +30,8 @@ class TickContext:
     log: Any
     now: Callable[[], float] = time.time
     kill_at: str | None = None
+    # podctl.toml's [queue.quotas] and [queue.teams] (the queue's own win over them)
+    toml_shares: tuple[list[Quota], dict[str, str]] = field(default_factory=lambda: ([], {}))
     # one session per (project, zone, bucket) that entries name, sharing SESSION's clients
     _places: dict[tuple[str, str, str], Session] = field(default_factory=dict)
 
@@ -56,4 +59,7 @@ class TickContext:
     def connect(cls, settings: Settings, log: Any) -> TickContext:
         """The tick's context over a steps.Session: the same clients, key and pins as
         every other command (entries name their own project, zone and bucket)."""
-        return cls(Session.open(settings), log, kill_at=os.environ.get(KILL_ENV) or None)
+        from podctl.queue.place import toml_shares
+
+        return cls(Session.open(settings), log, kill_at=os.environ.get(KILL_ENV) or None,
+                   toml_shares=toml_shares())

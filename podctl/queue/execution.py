@@ -12,7 +12,7 @@ from pathlib import Path
 
 from podctl import steps
 from podctl.cloud.types import SliceInfo
-from podctl.queue.store import Entry
+from podctl.queue.entry import Entry
 from podctl.queue.context import TickContext
 
 

@@ -30,7 +30,8 @@ from podctl.errors import (
 )
 from podctl.queue import execution, entry_names, provision
 from podctl.queue.provision import parent_of
-from podctl.queue.store import Entry, Store
+from podctl.queue.entry import Entry
+from podctl.queue.interface import QueueStore
 from podctl.failures import dead_state, infrastructure_reason
 from podctl.queue.cloud_view import World, lost_reason
 from podctl.cost import slice_hourly_cost
@@ -60,7 +61,7 @@ def hourly_cost(entry: Entry) -> float | None:
 
 
 class Machine:
-    def __init__(self, ctx: TickContext, store: Store, world: World):
+    def __init__(self, ctx: TickContext, store: QueueStore, world: World):
         self.ctx, self.store, self.world, self.log = ctx, store, world, ctx.log
         self.changed = 0  # entries that changed state in this pass
 

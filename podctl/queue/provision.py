@@ -9,7 +9,7 @@ from podctl.cloud.create import CreationOutcome
 from podctl.cloud.types import SliceInfo
 from podctl.errors import NotFoundError
 from podctl.queue import entry_names
-from podctl.queue.store import Entry
+from podctl.queue.entry import Entry
 from podctl.steps.session import Session
 
 

@@ -12,83 +12,23 @@ only towards the hosts' configs. `Entry.to_json()` lists their keys, never value
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterable
 
 from podctl.errors import NoSuchEntryError, QueueDatabaseError
+from podctl.queue.entry import COLUMNS, STATES, TERMINAL, TIERS, Entry, decode, encode
+from podctl.queue.interface import Quota
+from podctl.queue.lock import QueueLock
+
+__all__ = ["Store", "Entry", "STATES", "TERMINAL", "TIERS", "db_path", "DB_NAME"]
 
 DB_NAME = "queue.db"
-STATES = ("pending", "provisioning", "starting", "running", "succeeded", "failed", "cancelled")
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-TIERS = ("on-demand", "spot", "queued")  # a node; a spot queued resource; an on-demand one
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_JSON_FIELDS = {"args", "env", "attempts", "preflight"}
-
-
-@dataclass
-class Entry:
-    id: int
-    name: str
-    accelerator_type: str
-    project: str
-    zone: str
-    bucket: str
-    script: str  # the script's path inside the bundle
-    bundle_hash: str
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    priority: int = 0
-    tier: str = "on-demand"
-    valid_for: int | None = None  # seconds a queued resource may wait for capacity
-    max_hours: float | None = None
-    max_cost: float | None = None
-    max_attempts: int = 3
-    state: str = "pending"
-    attempt: int = 0  # 0 until the first slice is asked for
-    slice_name: str | None = None
-    run_id: str | None = None
-    operation: str | None = None  # the current node creation's long-running operation
-    attempts: list[dict[str, Any]] = field(default_factory=list)  # one record per attempt
-    created: float = 0.0
-    updated: float = 0.0
-    started: float | None = None  # the current attempt's run started
-    ended: float | None = None
-    next_try_at: float = 0.0
-    backoff: int = 0  # stockouts / quota refusals in a row
-    last_error: str | None = None
-    exit_code: int | None = None
-    cost: float | None = None
-    preflight: dict[str, Any] | None = None  # `queue add --preflight`'s report (podctl/preflight.py)
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL
-
-    @property
-    def queued(self) -> bool:
-        return self.tier in ("spot", "queued")
-
-    def current(self) -> dict[str, Any] | None:
-        return self.attempts[-1] if self.attempts and self.attempts[-1]["attempt"] == self.attempt else None
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["env_keys"] = sorted(data.pop("env"))  # values never leave through here
-        data["run_ids"] = [a["run_id"] for a in self.attempts if a.get("run_id")]
-        return data
-
-    def __repr__(self) -> str:  # a stray repr() in a log must not carry env values
-        return f"Entry(id={self.id}, name={self.name!r}, state={self.state!r}, attempt={self.attempt})"
-
-
-_COLUMNS = [f.name for f in fields(Entry)]
 
 
 def _v1(conn: sqlite3.Connection) -> None:
@@ -111,8 +51,16 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE entries ADD COLUMN preflight TEXT")  # JSON, or NULL: none made
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    """Who and how much: each entry's owner and why it waits; quotas and teams."""
+    conn.execute("ALTER TABLE entries ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+    conn.execute("ALTER TABLE entries ADD COLUMN waiting TEXT")
+    conn.execute("CREATE TABLE quotas (name TEXT PRIMARY KEY, chip_hours_week REAL, max_chips INTEGER)")
+    conn.execute("CREATE TABLE teams (member TEXT PRIMARY KEY, team TEXT NOT NULL)")
+
+
 # version -> the function that brings a database from version-1 to it
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 
@@ -151,6 +99,7 @@ def _check_header(path: Path) -> None:
 class Store:
     def __init__(self, path: Path):
         self.path = path
+        self.where = str(path)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if path.exists():
             _check_header(path)
@@ -211,19 +160,15 @@ class Store:
 
     @staticmethod
     def _row(row: sqlite3.Row) -> Entry:
-        data = {k: row[k] for k in row.keys()}  # noqa: SIM118 (a Row iterates its values)
-        for key in _JSON_FIELDS:
-            data[key] = None if data[key] is None else json.loads(data[key])
-        return Entry(**data)
+        return decode({k: row[k] for k in row.keys()})  # noqa: SIM118 (a Row iterates its values)
 
-    @staticmethod
-    def _encode(key: str, value: Any) -> Any:
-        return json.dumps(value) if key in _JSON_FIELDS and value is not None else value
+    def tick_lock(self) -> QueueLock:
+        return QueueLock(self.path.parent)
 
     def add(self, entry: Entry) -> Entry:
         now = time.time()
         entry.created = entry.updated = entry.created or now
-        values = {k: self._encode(k, getattr(entry, k)) for k in _COLUMNS if k != "id"}
+        values = {k: encode(k, getattr(entry, k)) for k in COLUMNS if k != "id"}
         cursor = self.conn.execute(
             f"INSERT INTO entries ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
             list(values.values()))
@@ -254,15 +199,55 @@ class Store:
         still EXPECT_STATE (default: ENTRY's): False when another process moved it."""
         expect = expect_state or entry.state
         changes["updated"] = time.time()
-        unknown = set(changes) - set(_COLUMNS)
+        unknown = set(changes) - set(COLUMNS)
         if unknown:
             raise ValueError(f"unknown entry fields {sorted(unknown)}")
         sets = ", ".join(f"{k} = ?" for k in changes)
         cursor = self.conn.execute(
             f"UPDATE entries SET {sets} WHERE id = ? AND state = ?",
-            [self._encode(k, v) for k, v in changes.items()] + [entry.id, expect])
+            [encode(k, v) for k, v in changes.items()] + [entry.id, expect])
         if cursor.rowcount != 1:
             return False
         for key, value in changes.items():
             setattr(entry, key, value)
         return True
+
+    def import_entry(self, entry: Entry) -> Entry:
+        """ENTRY as it is, its id included (`queue migrate`)."""
+        values = {k: encode(k, getattr(entry, k)) for k in COLUMNS}
+        self.conn.execute(f"INSERT INTO entries ({', '.join(values)}) VALUES "
+                          f"({', '.join('?' * len(values))})", list(values.values()))
+        return entry
+
+    def set_token(self, token: str) -> None:
+        self.conn.execute("UPDATE meta SET value = ? WHERE key = 'token'", (token,))
+        self.token = token
+
+    # ---- quotas and teams ------------------------------------------------------------
+
+    def quotas(self) -> list[Quota]:
+        rows = self.conn.execute("SELECT * FROM quotas ORDER BY name").fetchall()
+        return [Quota(r["name"], r["chip_hours_week"], r["max_chips"]) for r in rows]
+
+    def set_quota(self, quota: Quota) -> None:
+        if quota.chip_hours_week is None and quota.max_chips is None:
+            self.conn.execute("DELETE FROM quotas WHERE name = ?", (quota.name,))
+            return
+        self.conn.execute("INSERT INTO quotas VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                          "chip_hours_week = excluded.chip_hours_week, max_chips = excluded.max_chips",
+                          (quota.name, quota.chip_hours_week, quota.max_chips))
+
+    def teams(self) -> dict[str, str]:
+        return {r["member"]: r["team"] for r in self.conn.execute("SELECT * FROM teams")}
+
+    def set_team(self, team: str, members: list[str]) -> None:
+        """TEAM is exactly MEMBERS from now on (none: the team is no more)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("DELETE FROM teams WHERE team = ?", (team,))
+            self.conn.executemany("INSERT INTO teams VALUES (?, ?) ON CONFLICT (member) DO UPDATE "
+                                  "SET team = excluded.team", [(m, team) for m in members])
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise

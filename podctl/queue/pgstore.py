@@ -1,0 +1,324 @@
+"""The queue in PostgreSQL (`queue_url = "postgresql://..."`): a team's one queue, which
+any number of `podctl queue tick` on any number of machines work on as one.
+
+Its tables live in their own schema, `podctl`, so the queue can share a database:
+
+    podctl.meta     key/value: the queue's token, the schema version
+    podctl.entries  one row per entry (the columns of queue/entry.py's Entry)
+    podctl.quotas   chip-hours per week and chips at once, per owner or team
+    podctl.teams    member -> team
+
+Concurrency is the database's:
+  - every statement runs in its own transaction (autocommit), and every state change
+    is one compare-and-set UPDATE (`WHERE id = .. AND state = ..`): of two ticks that
+    raced, one moves the entry and the other sees it moved;
+  - ticks take turns through a session advisory lock (`pg_try_advisory_lock`), which
+    the server frees when the holder's connection ends; a SIGKILLed tick's lock is
+    gone as soon as the kernel closes its socket, and `idle_session_timeout` frees one
+    whose machine vanished without closing it;
+  - a slice is asked for under a deterministic name after its intent is committed, so
+    a second create of one attempt is refused by the TPU API and adopted (the cloud
+    call's idempotency key is the name).
+Schema changes run under a transaction-level advisory lock, once, however many podctl
+processes start at the same moment.
+
+psycopg's errors are translated here: a server that cannot be reached (or refuses the
+login) is QueueUnreachableError, anything else the database says QueueDatabaseError;
+the URL's password never appears in either.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from podctl.errors import (
+    ConfigError, NoSuchEntryError, QueueDatabaseError, QueueError, QueueUnreachableError,
+)
+from podctl.queue.entry import COLUMNS, Entry, decode, encode
+from podctl.queue.interface import Quota
+
+SCHEME = ("postgresql://", "postgres://")
+TICK_LOCK_KEY = 0x706F64_7469636B  # "podtick": the one tick lock of the queue in this database
+MIGRATE_LOCK_KEY = 0x706F64_6D696772  # "podmigr"
+# A tick's connection idle this long (its machine gone without a FIN) is closed by the
+# server, freeing the tick lock; a live tick is never idle for a tenth of it.
+IDLE_SESSION_TIMEOUT = "10min"
+CONNECT_TIMEOUT = 10  # seconds
+
+
+def _v1(cur: Any) -> None:
+    cur.execute("CREATE TABLE podctl.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    cur.execute("INSERT INTO podctl.meta VALUES ('token', %s)", (secrets.token_hex(3),))
+    cur.execute("""CREATE TABLE podctl.entries (
+        id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, accelerator_type TEXT NOT NULL,
+        project TEXT NOT NULL, zone TEXT NOT NULL, bucket TEXT NOT NULL, script TEXT NOT NULL,
+        bundle_hash TEXT NOT NULL, args TEXT NOT NULL, env TEXT NOT NULL, priority BIGINT NOT NULL,
+        tier TEXT NOT NULL, valid_for BIGINT, max_hours DOUBLE PRECISION,
+        max_cost DOUBLE PRECISION, max_attempts BIGINT NOT NULL, state TEXT NOT NULL,
+        attempt BIGINT NOT NULL, slice_name TEXT, run_id TEXT, operation TEXT,
+        attempts TEXT NOT NULL, created DOUBLE PRECISION NOT NULL,
+        updated DOUBLE PRECISION NOT NULL, started DOUBLE PRECISION, ended DOUBLE PRECISION,
+        next_try_at DOUBLE PRECISION NOT NULL, backoff BIGINT NOT NULL, last_error TEXT,
+        exit_code BIGINT, cost DOUBLE PRECISION, preflight TEXT,
+        owner TEXT NOT NULL DEFAULT '', waiting TEXT)""")
+    cur.execute("CREATE INDEX entries_state ON podctl.entries (state, priority DESC, id)")
+    cur.execute("CREATE TABLE podctl.quotas (name TEXT PRIMARY KEY, "
+                "chip_hours_week DOUBLE PRECISION, max_chips BIGINT)")
+    cur.execute("CREATE TABLE podctl.teams (member TEXT PRIMARY KEY, team TEXT NOT NULL)")
+
+
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+def shown_url(url: str) -> str:
+    """URL without its password, for messages: postgresql://USER@HOST:PORT/DB."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(url)
+    except Exception:  # noqa: BLE001 (an unparseable URL is shown as its scheme alone)
+        return url.split("://", 1)[0] + "://..."
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    host = str(parts.get("host") or "localhost")
+    if host.startswith("/"):
+        host = f"[{host}]"  # a Unix socket directory
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{host}{port}/{parts.get('dbname') or ''}"
+
+
+def check_url(url: str, name: str = "queue_url") -> None:
+    """A URL psycopg can use, or ConfigError (exit 2) saying what one looks like."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    if not url.startswith(SCHEME):
+        raise ConfigError(f"{name} must be a PostgreSQL URL, postgresql://USER@HOST:PORT/DATABASE "
+                          f"(got {url.split('://', 1)[0] + '://...' if '://' in url else 'no URL'}).")
+    try:
+        conninfo_to_dict(url)
+    except Exception as e:  # psycopg.ProgrammingError; its text may quote the password
+        raise ConfigError(f"{name} is not a valid PostgreSQL URL ({type(e).__name__}); write it as "
+                          "postgresql://USER@HOST:PORT/DATABASE (password in ~/.pgpass or "
+                          "PGPASSWORD).") from None
+
+
+class PgStore:
+    def __init__(self, url: str):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        check_url(url)
+        self.url, self.where = url, shown_url(url)
+        self._psycopg = psycopg
+        try:
+            self.conn = psycopg.connect(url, autocommit=True, row_factory=dict_row,
+                                        connect_timeout=CONNECT_TIMEOUT, application_name="podctl")
+        except psycopg.Error as e:
+            raise QueueUnreachableError(
+                f"cannot reach the queue database {self.where}: {_first_line(e)}. Check queue_url "
+                "(or PODCTL_QUEUE_URL), the network path to it and the credentials.") from None
+        try:
+            with self._errors():
+                self.conn.execute(f"SET idle_session_timeout = '{IDLE_SESSION_TIMEOUT}'")
+                self._migrate()
+                row = self._one("SELECT value FROM podctl.meta WHERE key = 'token'")
+                assert row is not None  # the first migration writes it
+                self.token = row["value"]
+        except BaseException:
+            self.conn.close()
+            raise
+
+    # ---- plumbing ----------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        psycopg = self._psycopg
+        try:
+            yield
+        except QueueError:
+            raise
+        except psycopg.OperationalError as e:  # the connection, the server going away
+            raise QueueUnreachableError(
+                f"lost the queue database {self.where}: {_first_line(e)}; run the command again "
+                "(`queue tick --loop` carries on by itself).") from None
+        except psycopg.Error as e:
+            raise QueueDatabaseError(f"the queue database {self.where} refused: {_first_line(e)}") from None
+
+    def _all(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        with self._errors():
+            return self.conn.execute(sql, list(params)).fetchall()
+
+    def _one(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
+        with self._errors():
+            return self.conn.execute(sql, list(params)).fetchone()
+
+    def _run(self, sql: str, params: Iterable[Any] = ()) -> int:
+        with self._errors():
+            return self.conn.execute(sql, list(params)).rowcount
+
+    def _migrate(self) -> None:
+        with self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_KEY,))
+            self.conn.execute("CREATE SCHEMA IF NOT EXISTS podctl")
+            found = self.conn.execute("SELECT to_regclass('podctl.meta') AS t").fetchone()
+            exists = found is not None and found["t"] is not None
+            version = 0
+            if exists:
+                row = self.conn.execute("SELECT value FROM podctl.meta WHERE key = 'schema'").fetchone()
+                version = int(row["value"]) if row else 1
+            if version > SCHEMA_VERSION:
+                raise QueueDatabaseError(f"the queue database {self.where} has schema {version}; "
+                                         f"this podctl knows up to {SCHEMA_VERSION}: upgrade podctl.")
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[target](self.conn)
+            if version < SCHEMA_VERSION:
+                self.conn.execute("INSERT INTO podctl.meta VALUES ('schema', %s) ON CONFLICT (key) "
+                                  "DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PgStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def tick_lock(self) -> AdvisoryLock:
+        return AdvisoryLock(self)
+
+    # ---- entries -------------------------------------------------------------------------
+
+    def add(self, entry: Entry) -> Entry:
+        entry.created = entry.updated = entry.created or time.time()
+        values = {k: encode(k, getattr(entry, k)) for k in COLUMNS if k != "id"}
+        row = self._one(f"INSERT INTO podctl.entries ({', '.join(values)}) VALUES "
+                        f"({', '.join(['%s'] * len(values))}) RETURNING id", values.values())
+        assert row is not None  # RETURNING gives the row
+        entry.id = row["id"]
+        return entry
+
+    def import_entry(self, entry: Entry) -> Entry:
+        values = {k: encode(k, getattr(entry, k)) for k in COLUMNS}
+        self._run(f"INSERT INTO podctl.entries ({', '.join(values)}) VALUES "
+                  f"({', '.join(['%s'] * len(values))})", values.values())
+        # the next new entry's id comes after the imported ones
+        self._one("SELECT setval(pg_get_serial_sequence('podctl.entries', 'id'), "
+                  "(SELECT max(id) FROM podctl.entries))")
+        return entry
+
+    def set_token(self, token: str) -> None:
+        self._run("UPDATE podctl.meta SET value = %s WHERE key = 'token'", (token,))
+        self.token = token
+
+    def get(self, entry_id: int) -> Entry:
+        row = (self._one("SELECT * FROM podctl.entries WHERE id = %s", (entry_id,))
+               if 0 < entry_id < 2 ** 63 else None)
+        if row is None:
+            raise NoSuchEntryError(f"no queue entry {entry_id}; `podctl queue ls` lists them.")
+        return decode(row)
+
+    def entries(self, states: Iterable[str] | None = None) -> list[Entry]:
+        """By priority (highest first), then in the order they were added."""
+        if states is None:
+            rows = self._all("SELECT * FROM podctl.entries ORDER BY priority DESC, id")
+        else:
+            rows = self._all("SELECT * FROM podctl.entries WHERE state = ANY(%s) "
+                             "ORDER BY priority DESC, id", (list(states),))
+        return [decode(r) for r in rows]
+
+    def update(self, entry: Entry, expect_state: str | None = None, **changes: Any) -> bool:
+        """Write CHANGES to ENTRY (in memory too), only if its state in the database is
+        still EXPECT_STATE (default: ENTRY's): False when another process moved it."""
+        expect = expect_state or entry.state
+        changes["updated"] = time.time()
+        unknown = set(changes) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown entry fields {sorted(unknown)}")
+        sets = ", ".join(f"{k} = %s" for k in changes)
+        count = self._run(f"UPDATE podctl.entries SET {sets} WHERE id = %s AND state = %s",
+                          [encode(k, v) for k, v in changes.items()] + [entry.id, expect])
+        if count != 1:
+            return False
+        for key, value in changes.items():
+            setattr(entry, key, value)
+        return True
+
+    # ---- quotas and teams ------------------------------------------------------------------
+
+    def quotas(self) -> list[Quota]:
+        return [Quota(r["name"], r["chip_hours_week"], r["max_chips"])
+                for r in self._all("SELECT * FROM podctl.quotas ORDER BY name")]
+
+    def set_quota(self, quota: Quota) -> None:
+        if quota.chip_hours_week is None and quota.max_chips is None:
+            self._run("DELETE FROM podctl.quotas WHERE name = %s", (quota.name,))
+            return
+        self._run("INSERT INTO podctl.quotas VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+                  "chip_hours_week = excluded.chip_hours_week, max_chips = excluded.max_chips",
+                  (quota.name, quota.chip_hours_week, quota.max_chips))
+
+    def teams(self) -> dict[str, str]:
+        return {r["member"]: r["team"] for r in self._all("SELECT * FROM podctl.teams")}
+
+    def set_team(self, team: str, members: list[str]) -> None:
+        with self._errors(), self.conn.transaction():
+            self.conn.execute("DELETE FROM podctl.teams WHERE team = %s", (team,))
+            for member in members:
+                self.conn.execute("INSERT INTO podctl.teams VALUES (%s, %s) ON CONFLICT (member) "
+                                  "DO UPDATE SET team = excluded.team", (member, team))
+
+
+class AdvisoryLock:
+    """The queue's tick lock: a session advisory lock on the store's own connection, so
+    that it ends with the connection (the process dying, the network failing)."""
+
+    def __init__(self, store: PgStore):
+        self.store = store
+        self.held = False
+
+    def acquire(self, wait: float = 0.0) -> bool:
+        deadline = time.monotonic() + wait
+        while True:
+            row = self.store._one("SELECT pg_try_advisory_lock(%s) AS got", (TICK_LOCK_KEY,))
+            if row is not None and row["got"]:
+                self.held = True
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
+    def release(self) -> None:
+        if self.held and not self.store.conn.closed:
+            try:
+                self.store._one("SELECT pg_advisory_unlock(%s)", (TICK_LOCK_KEY,))
+            except QueueUnreachableError:
+                pass  # the connection is gone, and the lock with it
+        self.held = False
+
+    def hold(self, wait: float, what: str) -> AdvisoryLock:
+        from podctl.errors import QueueBusyError
+
+        if not self.acquire(wait):
+            raise QueueBusyError(f"a `podctl queue tick` holds the queue in {self.store.where} (more "
+                                 f"than {wait:g} s); try {what} again in a moment.")
+        return self
+
+    @property
+    def path(self) -> str:  # what a log line names, as the flock's path
+        return f"{self.store.where} (advisory lock)"
+
+    def __enter__(self) -> AdvisoryLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
