@@ -98,6 +98,11 @@ def test_queue_ls_and_show_print_a_names_escapes_newlines_and_bidi_overrides_as_
     (["show", "1234567890123456789012345678901"], 1, ["no queue entry 1234567890123456789012345678901"]),
     (["cancel", "1234567890123456789012345678901"], 1, ["no queue entry"]),
     (["tick", "--loop", "soon"], 2, ["not a duration"]),
+    (["add", "--slice", "v5p-8", "--priority", "urgent", str(SCRIPTS / "show_env.py")], 2,
+     ["--priority takes high, normal, low or a whole number", "'urgent'"]),
+    (["quota", "set", "alice@example.com"], 2, ["give --chip-hours-week and/or --max-chips"]),
+    (["quota", "set", "alice@example.com", "--max-chips", "-1"], 2, ["--max-chips must be 0 or more"]),
+    (["migrate", "--to", "sqlite:///x.db"], 2, ["--to must be a PostgreSQL URL"]),
 ])
 def test_bad_queue_input(q, args, code, words):
     assert_one_line_error(q("queue", *args, check=False), code, *words)
@@ -113,7 +118,9 @@ def test_a_bad_database_is_refused_and_left_as_it_is(q, damage):
         with sqlite3.connect(q.db) as conn:
             conn.execute("CREATE TABLE future (x)")
             conn.execute("PRAGMA user_version = 7")
-        words = ["has schema 7; this podctl knows up to 2: upgrade podctl"]
+        from podctl.queue.store import SCHEMA_VERSION
+
+        words = [f"has schema 7; this podctl knows up to {SCHEMA_VERSION}: upgrade podctl"]
     before = q.db.read_bytes()
     for args in (["ls"], ["tick"], ["show", "1"],
                  ["add", "--slice", "v5p-8", str(SCRIPTS / "show_env.py")]):
