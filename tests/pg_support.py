@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -75,9 +75,21 @@ MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 
+def _driver() -> Any:
+    """psycopg, or a ConfigError that says how to get it (it is an extra of podctl's)."""
+    try:
+        import psycopg
+        import psycopg.conninfo
+        import psycopg.rows
+    except ImportError as e:
+        raise ConfigError(f"a PostgreSQL queue needs psycopg 3 ({e}): pip install 'podctl[postgres]' "
+                          "on every machine that uses the queue.") from None
+    return psycopg
+
+
 def shown_url(url: str) -> str:
     """URL without its password, for messages: postgresql://USER@HOST:PORT/DB."""
-    from psycopg.conninfo import conninfo_to_dict
+    conninfo_to_dict = _driver().conninfo.conninfo_to_dict
 
     try:
         parts = conninfo_to_dict(url)
@@ -93,11 +105,10 @@ def shown_url(url: str) -> str:
 
 def check_url(url: str, name: str = "queue_url") -> None:
     """A URL psycopg can use, or ConfigError (exit 2) saying what one looks like."""
-    from psycopg.conninfo import conninfo_to_dict
-
     if not url.startswith(SCHEME):
         raise ConfigError(f"{name} must be a PostgreSQL URL, postgresql://USER@HOST:PORT/DATABASE "
                           f"(got {url.split('://', 1)[0] + '://...' if '://' in url else 'no URL'}).")
+    conninfo_to_dict = _driver().conninfo.conninfo_to_dict
     try:
         conninfo_to_dict(url)
     except Exception as e:  # psycopg.ProgrammingError; its text may quote the password
@@ -108,14 +119,11 @@ def check_url(url: str, name: str = "queue_url") -> None:
 
 class PgStore:
     def __init__(self, url: str):
-        import psycopg
-        from psycopg.rows import dict_row
-
         check_url(url)
+        psycopg = self._psycopg = _driver()
         self.url, self.where = url, shown_url(url)
-        self._psycopg = psycopg
         try:
-            self.conn = psycopg.connect(url, autocommit=True, row_factory=dict_row,
+            self.conn = psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row,
                                         connect_timeout=CONNECT_TIMEOUT, application_name="podctl")
         except psycopg.Error as e:
             raise QueueUnreachableError(
