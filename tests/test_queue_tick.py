@@ -260,3 +260,46 @@ def test_a_stopped_queued_run_is_not_retried_when_its_slice_is_then_preempted(qu
     e = queue.settle()[entry.id]
     assert (e.state, e.attempt) == ("cancelled", 1) and e.last_error == "stopped by `podctl stop`"
     assert _creates(fake) == 1
+
+
+def _printed(queue, run_id: str) -> list[str]:
+    from podctl._sync import run_sync
+    from podctl.jobs.logs import LogReader
+
+    lines: list[str] = []
+    run_sync(LogReader(queue.storage, run_id, 1, lambda host, line: lines.append(line)).follow(follow=False))
+    return lines
+
+
+def test_a_higher_priority_preempts_a_running_lower_one_which_resumes_from_its_checkpoint(queue):
+    from podctl.queue.interface import Quota
+
+    with queue.store() as store:
+        store.set_quota(Quota("alice@example.com", max_chips=4))  # one v5p-8 at a time
+    low = queue.add("resumable_steps.py", "40", name="ablation", priority=-100)
+    queue.until(lambda es: es[low.id].state == "running" and len(_printed(queue, es[low.id].run_id)) > 5,
+                "running and stepping")
+    urgent = queue.add("many_lines.py", "3", name="urgent", priority=100)
+    queue.tick()  # preemption off (the default): the urgent entry waits, the ablation runs on
+    es = queue.entries()
+    assert es[urgent.id].state == "pending" and es[urgent.id].waiting.startswith("quota: ")
+    assert es[low.id].state == "running" and "preempting" not in es[low.id].attempts[-1]
+
+    queue.ctx.preempt = True  # [queue] preempt = true
+    es = queue.until(lambda es: es[urgent.id].state == "running", "urgent running")
+    assert es[low.id].state == "pending"  # requeued at its place, not failed
+    assert es[low.id].attempts[0]["outcome"] == "preempted"
+    assert es[low.id].attempts[0]["error"] == f"preempted for entry {urgent.id} (higher priority)"
+    assert es[low.id].max_attempts == 4  # a preemption uses up none of its 3 attempts
+    es = queue.settle(limit=120)
+    assert (es[urgent.id].state, es[low.id].state, es[low.id].attempt) == ("succeeded", "succeeded", 2)
+    first, second = (_printed(queue, a["run_id"]) for a in es[low.id].attempts)
+    saved = int(first[-1].removeprefix("checkpoint at "))
+    assert first[0] == "start at 0" and second[0] == f"start at {saved}"
+    steps = [int(line.split()[1]) for line in first + second if line.startswith("step ")]
+    assert sorted(set(steps)) == list(range(1, 41))  # no step lost
+    assert steps[-1] == 40 and len(steps) <= 41  # at most the one in flight done twice
+    # the urgent run held the chips only after the ablation's first attempt let them go
+    assert es[urgent.id].attempts[0]["requested"] >= es[low.id].attempts[0]["ended"]
+    moves = [(ev["entry"], ev["to"]) for ev in queue.events() if ev["event"] == "transition"]
+    assert moves.index((low.id, "pending")) < moves.index((urgent.id, "provisioning"))

@@ -152,7 +152,8 @@ def _row(e: Any) -> str:
     code = "-" if e.exit_code is None else str(e.exit_code)
     slice_state = ((e.current() or {}).get("slice_state") or "") if e.state == "provisioning" else ""
     state = e.state + (f" ({slice_state})" if slice_state else "") + (
-        " (waits: quota)" if e.state == "pending" and e.waiting else "")
+        " (waits: quota)" if e.state == "pending" and e.waiting else "") + (
+        " (preempting)" if e.state == "running" and (e.current() or {}).get("preempting") else "")
     line = (f"{e.id:>5}  {shown(e.name)[:24]:24s} {shown(e.owner)[:24]:24s} {e.accelerator_type:10s} "
             f"{e.tier:9s} {priority_word(e.priority):>6}  {shown(state):36s} {e.attempt}/{e.max_attempts}"
             f"  exit {code:>3s}  {e.run_id or ''}")

@@ -32,6 +32,7 @@ class TickContext:
     kill_at: str | None = None
     # podctl.toml's [queue.quotas] and [queue.teams] (the queue's own win over them)
     toml_shares: tuple[list[Quota], dict[str, str]] = field(default_factory=lambda: ([], {}))
+    preempt: bool = False  # [queue] preempt = true: a higher priority may preempt (shares.py)
     # one session per (project, zone, bucket) that entries name, sharing SESSION's clients
     _places: dict[tuple[str, str, str], Session] = field(default_factory=dict)
 
@@ -59,7 +60,7 @@ class TickContext:
     def connect(cls, settings: Settings, log: Any) -> TickContext:
         """The tick's context over a steps.Session: the same clients, key and pins as
         every other command (entries name their own project, zone and bucket)."""
-        from podctl.queue.place import toml_shares
+        from podctl.queue.place import toml_preempt, toml_shares
 
         return cls(Session.open(settings), log, kill_at=os.environ.get(KILL_ENV) or None,
-                   toml_shares=toml_shares())
+                   toml_shares=toml_shares(), preempt=toml_preempt())

@@ -66,6 +66,14 @@ async def stop(ctx: TickContext, entry: Entry, info: SliceInfo | None, why: str)
     await close_record(session, entry, "stopped", None, why)
 
 
+async def ask_to_checkpoint(ctx: TickContext, entry: Entry, info: SliceInfo) -> None:
+    """SIGTERM the run's script on every host, as podctl's stop does: the training
+    template saves a checkpoint and exits. No wait and no record change: the tick
+    looks again next pass (the queue's preemption)."""
+    assert entry.run_id
+    await steps.signal_stop(ctx.session_for(entry), info, entry.run_id)
+
+
 async def close_record(session: steps.Session, entry: Entry, state: str, exit_code: int | None,
                        why: str | None = None) -> None:
     """Write the run's end into its record (`podctl runs` reads it), unless an earlier

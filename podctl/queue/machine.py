@@ -39,6 +39,9 @@ from podctl.queue.context import TickContext
 
 BACKOFF_BASE = 60.0  # seconds after the first stockout; doubles, capped, with 10 % jitter
 BACKOFF_MAX = 3600.0
+# A preempted run's time to checkpoint and exit after its SIGTERM, as `budget`'s grace:
+# past it the attempt ends all the same (its slice's deletion stops what is left).
+PREEMPT_GRACE = 300.0
 START_TRIES = 3  # a slice whose hosts refuse the run this many ticks in a row is given up
 
 
@@ -238,6 +241,9 @@ class Machine:
     async def watch(self, e: Entry, info: SliceInfo) -> None:
         session = self.ctx.session_for(e)
         state = await execution.read(session, e, len(info.hosts))
+        if (e.current() or {}).get("preempting"):
+            await self.preempting(e, info, state)
+            return
         if ((state.done and state.exit_code) or state.lost) and await self.stopped_by_owner(
                 e, info, state.exit_code):
             return
@@ -267,6 +273,50 @@ class Machine:
                               stop=True)
         elif cost is not None and cost != e.cost:
             self.store.update(e, cost=cost)
+
+    # ---- preemption (shares.py chooses; off unless [queue] preempt = true) --------------
+
+    async def preempt(self, e: Entry, info: SliceInfo, for_entry: Entry) -> None:
+        """Begin preempting running E for FOR_ENTRY: the intent first, then the SIGTERM
+        that makes it checkpoint; `preempting` ends it on a later pass."""
+        attempts = [dict(a) for a in e.attempts]
+        attempts[-1].update(preempting=self.ctx.now(), preempted_for=for_entry.id)
+        if not self.store.update(e, expect_state="running", attempts=attempts):
+            return
+        self.log.info("preempting", entry=e.id, run_id=e.run_id, priority=e.priority,
+                      for_entry=for_entry.id, for_priority=for_entry.priority)
+        self.ctx.phase("preempting-intent")
+        await self.signal_checkpoint(e, info)
+
+    async def signal_checkpoint(self, e: Entry, info: SliceInfo) -> None:
+        try:
+            await execution.ask_to_checkpoint(self.ctx, e, info)
+        except (JobError, CloudError, PermissionDeniedError) as err:  # next pass tries again
+            self.log.warning("preempt_signal_failed", entry=e.id, run_id=e.run_id, error=str(err))
+            return
+        attempts = [dict(a) for a in e.attempts]
+        attempts[-1]["signalled"] = True
+        self.store.update(e, expect_state="running", attempts=attempts)
+
+    async def preempting(self, e: Entry, info: SliceInfo, state: Any) -> None:
+        """E was asked to checkpoint: once its hosts have ended (or the grace is over),
+        the attempt ends `preempted` and E goes back to pending at its place (its id and
+        priority), its next attempt resuming from its checkpoints. A preemption never
+        uses up one of E's --max-attempts."""
+        current = e.current() or {}
+        if not current.get("signalled"):  # a tick died between the intent and the signal
+            await self.signal_checkpoint(e, info)
+        over = self.ctx.now() - float(current["preempting"]) > PREEMPT_GRACE
+        if not (state.done or state.lost or over):
+            return
+        why = f"preempted for entry {current.get('preempted_for')} (higher priority)"
+        await execution.close_record(self.ctx.session_for(e), e, "stopped", state.exit_code, why)
+        attempts = self.end_attempt(e, "preempted", why)
+        if self.move(e, "pending", why, attempts=attempts, attempt=e.attempt + 1,
+                     max_attempts=e.max_attempts + 1, slice_name=None, run_id=None,
+                     operation=None, started=None, next_try_at=self.ctx.now(), backoff=0,
+                     last_error=None):
+            await self.cleanup(e)
 
     async def finish(self, e: Entry, info: SliceInfo | None, outcome: str, why: str | None, *,
                      exit_code: int | None = None, stop: bool = False) -> None:

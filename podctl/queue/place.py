@@ -8,6 +8,9 @@ podctl.toml may also carry the queue's quotas and teams (the queue's own, set wi
 
     queue_url = "postgresql://podctl@10.1.2.3/podctl"
 
+    [queue]
+    preempt = true      # a higher priority held back by a chips quota preempts lower ones
+
     [queue.quotas."alice@example.com"]
     chip_hours_week = 2000
     max_chips = 64
@@ -56,13 +59,28 @@ def _number(value: Any, what: str, whole: bool) -> float | int | None:
     return value
 
 
-def toml_shares(cwd: Path | None = None) -> tuple[list[Quota], dict[str, str]]:
-    """The quotas and the team members ([queue.quotas], [queue.teams]) of podctl.toml."""
+def _queue_table(cwd: Path | None) -> dict:
     from podctl.settings import load_podctl_toml
 
     table = load_podctl_toml(cwd or Path.cwd()).get("queue", {})
     if not isinstance(table, dict):
         raise ConfigError("[queue] in podctl.toml must be a table.")
+    unknown = set(table) - {"preempt", "quotas", "teams"}
+    if unknown:
+        raise ConfigError(f"[queue] in podctl.toml takes preempt, quotas and teams (not "
+                          f"{', '.join(sorted(unknown))}).")
+    return table
+
+
+def toml_preempt(cwd: Path | None = None) -> bool:
+    from podctl.settings import switch
+
+    return bool(switch(_queue_table(cwd).get("preempt"), "[queue] preempt"))
+
+
+def toml_shares(cwd: Path | None = None) -> tuple[list[Quota], dict[str, str]]:
+    """The quotas and the team members ([queue.quotas], [queue.teams]) of podctl.toml."""
+    table = _queue_table(cwd)
     quotas = []
     for name, q in (table.get("quotas") or {}).items():
         if not isinstance(q, dict) or set(q) - {"chip_hours_week", "max_chips"}:

@@ -9,6 +9,12 @@ tick pass from the entries themselves (no usage table to drift from them).
     READY to its end (or now while it runs); an entry with --max-hours would pass the
     weekly quota if its hours at that cap do; without a cap it starts while its owner
     is under the quota.
+  - Preemption (`[queue] preempt = true` in the ticking machine's podctl.toml; off by
+    default): a due entry held back by a chips-at-once quota may take the chips of
+    running entries of lower priority under that same quota, lowest priority first,
+    then the most recently started: `victims()` names them only if together they free
+    enough (a weekly chip-hour quota is not freed by stopping anything). What happens
+    to them (checkpoint, stop, requeue) is the state machine's (machine.py).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class Ledger:
         self.shares, self.now = shares, now
         self.week: dict[str, float] = defaultdict(float)  # chip-hours in the last 7 days
         self.chips: dict[str, int] = defaultdict(int)  # chips held now
+        self.blocked: dict[int, str] = {}  # entry id -> the chips-at-once quota it waits on
         for e in entries:
             used = e.chip_hours(now - WEEK, now)
             for name in shares.groups(e.owner):
@@ -67,6 +74,7 @@ class Ledger:
                 continue
             who = name if name == e.owner else f"team {name}"
             if quota.max_chips is not None and self.chips[name] + e.chips > quota.max_chips:
+                self.blocked[e.id] = name
                 return (f"quota: {who} holds {self.chips[name]} of {quota.max_chips} chips at once; "
                         f"this needs {e.chips}")
             if quota.chip_hours_week is not None:
@@ -79,3 +87,30 @@ class Ledger:
         for name in self.shares.groups(e.owner):
             self.chips[name] += e.chips
         return None
+
+    def victims(self, e: Entry, entries: Iterable[Entry]) -> list[Entry]:
+        """The running entries whose preemption would let E (just refused by `admit`
+        for a chips-at-once quota) start; [] when none, or not enough, rank below it."""
+        name = self.blocked.get(e.id)
+        if name is None:
+            return []
+        limit = self.shares.quotas[name].max_chips
+        assert limit is not None  # blocked only by a chips-at-once quota
+        under = [r for r in entries if r.state == "running" and name in self.shares.groups(r.owner)]
+        leaving = sum(r.chips for r in under if preempting(r))
+        need = self.chips[name] + e.chips - limit - leaving
+        if need <= 0:
+            return []  # chips on their way back already: E starts once they are
+        chosen = []
+        for r in sorted((r for r in under if r.priority < e.priority and not preempting(r)),
+                        key=lambda r: (r.priority, -(r.started or 0.0))):
+            if need <= 0:
+                break
+            chosen.append(r)
+            need -= r.chips
+        return chosen if need <= 0 else []
+
+
+def preempting(e: Entry) -> bool:
+    """E's current attempt is being preempted: asked to checkpoint and stop."""
+    return bool((e.current() or {}).get("preempting"))

@@ -55,6 +55,16 @@ def _needs_world(e: Entry) -> bool:
     return not e.terminal and e.state != "pending"
 
 
+async def _preempt_for(ctx: TickContext, machine: Machine, ledger: Ledger, e: Entry,
+                       active: list[Entry]) -> None:
+    """With `[queue] preempt = true`: make room for E, which its quota holds back, by
+    preempting running entries of lower priority under that quota (shares.victims)."""
+    for victim in ledger.victims(e, active):
+        info = machine.world.get(parent_of(victim), victim.slice_name)
+        if info is not None and info.ready:
+            await machine.preempt(victim, info, e)
+
+
 def _admitted(ctx: TickContext, store: QueueStore, ledger: Ledger, e: Entry) -> bool:
     """A due pending entry may start only within its owner's (and team's) quotas; one
     that may not says why in its `waiting`, which `queue ls` shows."""
@@ -82,6 +92,8 @@ async def run_pass(ctx: TickContext, store: QueueStore) -> PassResult:
             await machine.cleanup(e)
         if _admitted(ctx, store, ledger, e):
             await machine.step(e)
+        elif ctx.preempt:
+            await _preempt_for(ctx, machine, ledger, e, active)
     from podctl.gc import reap_queue_leftovers  # this queue's dead slices no entry owns
     await reap_queue_leftovers(ctx.api, store.token, store.entries(), world.slices, ctx.log)
     return PassResult(True, len(active), machine.changed, ctx.api.total_calls - calls_before)
