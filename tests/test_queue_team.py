@@ -162,3 +162,47 @@ def test_a_bad_or_unreachable_queue_database_is_one_line_without_its_password(te
     proc = team(*args, check=False, env={"PODCTL_QUEUE_URL": url})
     assert_one_line_error(proc, code, words)
     assert "hunter2" not in proc.stderr + proc.stdout
+
+
+def test_tick_loop_rides_out_the_database_going_away_and_finishes_the_run(tmp_path: Path):
+    """A server of its own, stopped under a running `tick --loop` and started again: the
+    loop logs the lost database and carries on; the entry it was running ends once."""
+    import tempfile
+
+    import pgserver
+
+    data = tempfile.mkdtemp(prefix="podctl-pg-outage-")
+    server = pgserver.get_server(data, cleanup_mode="stop")
+    cli = QueueCli(tmp_path)
+    cli.env.update(PODCTL_BACKEND="fake", PODCTL_QUEUE_URL=server.get_uri())
+    log = tmp_path / "ticker.log"
+    ticker = None
+    try:
+        entry = _add(cli, ALICE, str(SCRIPTS / "many_lines.py"), "4")
+        cli("fake", "start")
+        ticker = _ticker(cli, log)
+        deadline = time.monotonic() + 90
+        while cli.entries()[0]["state"] != "running":
+            assert time.monotonic() < deadline and ticker.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.3)
+        server.cleanup()  # the database goes away under the loop
+        deadline = time.monotonic() + 60
+        while '"tick_failed"' not in log.read_text():
+            assert time.monotonic() < deadline and ticker.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.3)
+        assert_one_line_error(cli("queue", "ls", check=False), 1, "cannot reach the queue database")
+        server = pgserver.get_server(data, cleanup_mode="delete")  # back, same data
+        deadline = time.monotonic() + 90
+        while (e := cli.entries()[0])["state"] not in TERMINAL:
+            assert time.monotonic() < deadline and ticker.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.3)
+        assert (e["id"], e["state"], e["attempt"]) == (entry["id"], "succeeded", 1)
+        assert cli.admin().stats()["by_call"]["nodes.create"] == 1
+    finally:
+        if ticker is not None:
+            ticker.send_signal(signal.SIGTERM)
+            ticker.wait(timeout=60)
+        cli.env["PODCTL_QUEUE_URL"] = server.get_uri()
+        cli.settle()
+        stop_fake_and_check(cli)
+        server.cleanup()
