@@ -184,7 +184,7 @@ def all_of(*keepers: Keep | None) -> Keep:
 
 
 class QueueEntry(Protocol):
-    """What gc reads of a queue entry (podctl.queue.store.Entry, a layer above)."""
+    """What gc reads of a queue entry (podctl.queue.entry.Entry, a layer above)."""
 
     @property
     def id(self) -> int: ...

@@ -121,6 +121,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl budget check               delete slices over their budget (run it from cron)
     podctl gc [--dry-run]             delete podctl's FAILED, SUSPENDED, expired, PREEMPTED leftovers
     podctl queue add|ls|show|cancel|tick   queued runs, moved along by `queue tick` from cron
+    podctl queue quota|team|migrate   a team's queue: quotas, teams, SQLite into PostgreSQL
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
     podctl demo                       the whole lifecycle on the fake cloud (CPU-bound: ~45 s idle)
     """

@@ -23,7 +23,8 @@ Notice = Callable[[str], None]
 
 @dataclass(frozen=True)
 class QueueOwners:
-    """The run queue of this machine: its token and its entries (podctl.queue.store.Entry)."""
+    """The run queue (this machine's, or the team's in PostgreSQL): its token and its entries
+    (podctl.queue.entry.Entry)."""
 
     token: str
     entries: Iterable[gc.QueueEntry]
