@@ -252,8 +252,11 @@ def _nearest(gen: Generation, size: int) -> str:
     return ", ".join(f"{gen.key}-{n}" for n in near)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_slice(name: str) -> SliceType:
-    """`KEY-N` -> SliceType; a bad name raises InvalidSliceError naming valid sizes."""
+    """`KEY-N` -> SliceType; a bad name raises InvalidSliceError naming valid sizes.
+    Cached (the catalog is read once; a SliceType is frozen): a list of 1,000 slices, or a
+    queue tick over 1,000 entries, parses the same few names again and again."""
     text = name.strip().lower()
     match = _NAME.match(text)
     if not match:
