@@ -66,7 +66,7 @@ def test_stray_child_through_the_queue_finishes_and_cancel_ends_it(kit, api, iso
 
     held = queue.add("stray_child.py", "300", name="stray-cancel")
     queue.until(lambda es: es[held.id].state == "running", "running")
-    tick.cancel(queue.ctx, queue.state_dir, held.id)
+    tick.cancel(queue.ctx, queue.store, held.id)
     entry = queue.settle()[held.id]
     assert entry.state == "cancelled" and left_alive(entry.run_id) == []
     kit.record("queue", "stray child, queue cancel", "cancels", f"entry {entry.state}; none left")
