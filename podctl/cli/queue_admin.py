@@ -152,6 +152,7 @@ def migrate(url: str) -> None:
     queue.db.migrated, so a tick here can no longer run it twice."""
 
     def action() -> None:
+        from podctl.cli.queue_cmds import _state_dir
         from podctl.queue.migrate import migrate_sqlite
         from podctl.queue.pgstore import check_url
 
@@ -162,12 +163,6 @@ def migrate(url: str) -> None:
                    "(password in ~/.pgpass or PGPASSWORD) on every machine that uses the queue.")
 
     guarded(action)
-
-
-def _state_dir() -> Any:
-    from podctl import settings
-
-    return settings.state_dir()
 
 
 def register(group: click.Group) -> None:

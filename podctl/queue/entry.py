@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -96,6 +97,15 @@ class Entry:
 
 
 COLUMNS = tuple(f.name for f in fields(Entry))
+
+
+def stamped(changes: dict[str, Any]) -> dict[str, Any]:
+    """CHANGES to an entry, checked to be its fields, with its `updated` time: what a
+    store's compare-and-set `update` writes (and then sets on the entry in memory)."""
+    unknown = set(changes) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown entry fields {sorted(unknown)}")
+    return {**changes, "updated": time.time()}
 
 
 def encode(key: str, value: Any) -> Any:

@@ -38,7 +38,7 @@ from typing import Any
 from podctl.errors import (
     ConfigError, NoSuchEntryError, QueueDatabaseError, QueueError, QueueUnreachableError,
 )
-from podctl.queue.entry import COLUMNS, Entry, decode, encode
+from podctl.queue.entry import COLUMNS, Entry, decode, encode, stamped
 from podctl.queue.interface import Quota
 
 SCHEME = ("postgresql://", "postgres://")
@@ -243,17 +243,13 @@ class PgStore:
         """Write CHANGES to ENTRY (in memory too), only if its state in the database is
         still EXPECT_STATE (default: ENTRY's): False when another process moved it."""
         expect = expect_state or entry.state
-        changes["updated"] = time.time()
-        unknown = set(changes) - set(COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown entry fields {sorted(unknown)}")
+        changes = stamped(changes)
         sets = ", ".join(f"{k} = %s" for k in changes)
         count = self._run(f"UPDATE podctl.entries SET {sets} WHERE id = %s AND state = %s",
                           [encode(k, v) for k, v in changes.items()] + [entry.id, expect])
         if count != 1:
             return False
-        for key, value in changes.items():
-            setattr(entry, key, value)
+        vars(entry).update(changes)
         return True
 
     # ---- quotas and teams ------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 from collections.abc import Callable, Iterable
 
 from podctl.errors import NoSuchEntryError, QueueDatabaseError
-from podctl.queue.entry import COLUMNS, STATES, TERMINAL, TIERS, Entry, decode, encode
+from podctl.queue.entry import COLUMNS, STATES, TERMINAL, TIERS, Entry, decode, encode, stamped
 from podctl.queue.interface import Quota
 from podctl.queue.lock import QueueLock
 
@@ -198,18 +198,14 @@ class Store:
         """Write CHANGES to ENTRY (in memory too), only if its state in the database is
         still EXPECT_STATE (default: ENTRY's): False when another process moved it."""
         expect = expect_state or entry.state
-        changes["updated"] = time.time()
-        unknown = set(changes) - set(COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown entry fields {sorted(unknown)}")
+        changes = stamped(changes)
         sets = ", ".join(f"{k} = ?" for k in changes)
         cursor = self.conn.execute(
             f"UPDATE entries SET {sets} WHERE id = ? AND state = ?",
             [encode(k, v) for k, v in changes.items()] + [entry.id, expect])
         if cursor.rowcount != 1:
             return False
-        for key, value in changes.items():
-            setattr(entry, key, value)
+        vars(entry).update(changes)
         return True
 
     def import_entry(self, entry: Entry) -> Entry:
