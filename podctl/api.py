@@ -16,6 +16,7 @@ The steps are `podctl.steps`' (one Session, the same steps the CLI takes).
 
 from __future__ import annotations
 
+import asyncio
 import html
 import threading
 from collections import deque
@@ -352,13 +353,18 @@ class Run:
                 self._supervisor, code = None, supervised.exit_code
                 self.recovered = supervised.recovered
             elif self._job is not None:
+                job, self._job = self._job, None
                 try:
-                    result = self.cloud._loop.run(steps.follow_run(self._job), poll=poll)
-                except KeyboardInterrupt:  # as Ctrl-C in the CLI: the run stops on every host
-                    self._job = None
+                    result = self.cloud._loop.run(steps.follow_run(job), poll=poll)
+                except (KeyboardInterrupt, asyncio.CancelledError):
+                    # As Ctrl-C in the CLI: the run stops on every host. follow_run stops it
+                    # itself once it ran, but a Ctrl-C that came before this wait began (the
+                    # caller's task cancelled, in a notebook) can cancel it before its first
+                    # step, and then nothing did: stop it here too (a second stop is a no-op).
+                    self.cloud._run(_stop_job(job))
                     self.cloud._run(_stop_elsewhere(self.cloud.session, self.slice_name, self.run_id))
                     raise
-                self._job, code = None, result.exit_code
+                code = result.exit_code
             else:
                 def keep(host: int, line: str) -> None:
                     self.lines.append((host, line))
@@ -470,6 +476,14 @@ class Run:
 async def _stop_elsewhere(session: steps.Session, slice_name: str, run_id: str) -> None:
     """Stop a run this object did not start (`podctl stop RUN_ID` does the same)."""
     await steps.stop_run(session, run_id, wait=False, by=STOPPED_BY)
+
+
+async def _stop_job(job: Job) -> None:
+    """Stop JOB on every host over its own connections, then close them."""
+    try:
+        await job.stop()
+    finally:
+        await job.close()
 
 
 async def _request_stop(session: steps.Session, run_id: str) -> None:

@@ -325,3 +325,28 @@ def test_ctrl_c_inside_asyncio_run_during_run_wait_stops_the_run_on_every_host(d
     assert started.proc.returncode == 3 and out.splitlines()[-1] == "interrupted", err
     assert left_alive(run_id) == []
     assert {r["run_id"]: r for r in daemon.cli.json("runs")}[run_id]["state"] == "stopped"
+
+
+# The Ctrl-C lands after run() returned and before wait() began (asyncio.run's own
+# handler takes it and cancels the cell's task): the wait that follows still stops the
+# run on every host before the cell ends, as a Ctrl-C during the wait does.
+# BUSY: podctl's loop is held up meanwhile (as on a loaded machine), so that the wait's
+# cancel reaches its task before that task's first step.
+_NOTEBOOK_CTRL_C_BEFORE_WAIT = _NOTEBOOK_WAIT.replace("        run.wait()", """\
+        import os, signal, time
+        if sys.argv[3] == "busy":
+            cloud._loop.loop.call_soon_threadsafe(time.sleep, 1.0)
+        os.kill(os.getpid(), signal.SIGINT)
+        run.wait()""")
+
+
+@pytest.mark.parametrize("loop", ["busy", "idle"])
+def test_ctrl_c_inside_asyncio_run_just_before_run_wait_stops_the_run_on_every_host(daemon, run_slice, loop):
+    assert "os.kill" in _NOTEBOOK_CTRL_C_BEFORE_WAIT
+    proc = subprocess.run([sys.executable, "-c", _NOTEBOOK_CTRL_C_BEFORE_WAIT, run_slice,
+                           str(SCRIPTS / "ticker.py"), loop], env=daemon.cli.env, cwd=daemon.cli.tmp,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+    run_id, *_ = proc.stdout.splitlines()
+    assert proc.returncode == 3 and proc.stdout.splitlines()[-1] == "interrupted", proc.stderr
+    assert left_alive(run_id) == []
+    assert {r["run_id"]: r for r in daemon.cli.json("runs")}[run_id]["state"] == "stopped"
