@@ -45,6 +45,11 @@ def test_every_name_is_the_one_runs_in_buckets_were_written_with():
     assert run_layout.status_prefix(RUN) == f"{r}/status/"
     assert run_layout.status_object(RUN, 511) == f"{r}/status/host-0511.json"
     assert run_layout.stop_request_object(RUN) == f"{r}/control/stop.json"
+    assert run_layout.halt_request_object(RUN) == f"{r}/control/halt.json"
+    assert run_layout.stacks_request_object(RUN) == f"{r}/control/stacks.json"
+    assert run_layout.launch_object(RUN) == f"{r}/launch.json"
+    assert (run_layout.RUN_POINTER_KEY, run_layout.BOOT_KEY, run_layout.GUEST_NAMESPACE, run_layout.WATCH_DIR) == (
+        "podctl-run", "podctl-boot", "podctl", ".podctl/watch")
     assert run_layout.profile_request_object(RUN) == f"{r}/control/profile.json"
     assert run_layout.profile_acks_prefix(RUN, "P1") == f"{r}/control/acks/P1/"
     assert run_layout.profile_ack_object(RUN, "P1", 2) == f"{r}/control/acks/P1/host-0002.json"

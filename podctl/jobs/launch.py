@@ -19,6 +19,7 @@ from typing import Any
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import JobError
+from podctl.jobs import host_config as host_config_module
 from podctl.jobs import run_layout
 from podctl.jobs.ssh import Fleet, Target
 from podctl.vocabulary import HEARTBEAT_SECONDS
@@ -28,11 +29,12 @@ HOST_COMMAND_SECONDS = 30.0  # a stop or a stacks request on one host: a host th
 MEGASCALE_PORT = 8080
 AGENT_FILE = Path(__file__).with_name("agent.py")
 
-# What the agent's zip holds: agent.py, its siblings, and the two standard-library modules
-# it shares with podctl (metric_line.py: a script's records; run_layout.py: every GCS name).
+# What the agent's zip holds: agent.py, its siblings, and the standard-library modules
+# it shares with podctl (metric_line.py: a script's records; run_layout.py: every GCS name;
+# host_config.py: a host's config from launch.json, which the host's watcher runs).
 AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py", "agent_control.py", "agent_logs.py",
                  "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "metric_line.py",
-                 "run_layout.py")
+                 "run_layout.py", "host_config.py")
 _AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
 
 # Run on the host as `python3 -c BOOT RUN_DIR` by the system interpreter of a fresh
@@ -114,29 +116,31 @@ def targets_for(info: SliceInfo, ssh_port: int | None) -> list[Target]:
     return targets
 
 
-def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha: str) -> dict[str, Any]:
-    same_slice = [t for t in targets if t.slice_index == target.slice_index]
-    first = targets[0]
-    slices = len({t.slice_index for t in targets})
-    slice_env = {}
-    if slices > 1:
-        slice_env = {"MEGASCALE_COORDINATOR_ADDRESS": f"{first.peer_address}:{MEGASCALE_PORT}",
-                     "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(target.slice_index),
-                     "MEGASCALE_PORT": str(MEGASCALE_PORT)}
+def launch_config(spec: JobSpec, targets: list[Target], agent_sha: str) -> dict[str, Any]:
+    """The run-wide config (launch.json in GCS: --env values included, so never in metadata):
+    every JobSpec field as a host's config uses it, and per host only [slice_index, worker,
+    peer_address]; host_config.for_host derives each host's config from it."""
+    for position, target in enumerate(targets):
+        if target.index != position:
+            raise JobError(f"{target.name} is at position {position} of the run's hosts")
     return {
+        "v": host_config_module.LAUNCH_VERSION,
         "run_id": spec.run_id, "bucket": spec.bucket, "project": spec.project,
-        "host": target.index, "process_id": target.index, "num_processes": len(targets),
-        # between hosts, internal addresses: the firewall drops the rest (targets_for)
-        "worker_id": target.worker, "worker_hostnames": [t.peer_address for t in same_slice],
-        "coordinator": f"{first.peer_address}:{spec.coordinator_port}",
+        "hosts": [[t.slice_index, t.worker, t.peer_address] for t in targets],
+        "coordinator_port": spec.coordinator_port, "megascale_port": MEGASCALE_PORT,
         "checkpoint_dir": spec.checkpoint_dir or run_layout.checkpoint_dir(spec.bucket, spec.run_id),
         "script": spec.script, "args": list(spec.args), "command": list(spec.command),
-        "env": dict(spec.env), "slice_env": slice_env, "setup": spec.setup,
+        "env": dict(spec.env), "setup": spec.setup,
         "bundle_hash": spec.bundle_hash, "bundle_object": spec.bundle_object,
         "agent_sha": agent_sha, "agent_object": run_layout.agent_object(agent_sha),
         "flush_seconds": spec.flush_seconds, "heartbeat_seconds": HEARTBEAT_SECONDS,
         "environment": spec.environment,
     }
+
+
+def host_config(spec: JobSpec, target: Target, targets: list[Target], agent_sha: str) -> dict[str, Any]:
+    """TARGET's config, as the watcher derives it on the host from launch.json."""
+    return host_config_module.for_host(launch_config(spec, targets, agent_sha), target.index)
 
 
 def run_dir(run_id: str) -> str:

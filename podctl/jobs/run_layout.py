@@ -7,10 +7,13 @@ Python 3.10 (it runs on the hosts' python3): it imports nothing at all.
 
     gs://BUCKET/podctl/runs/RUN_ID/
         run.json                                  the record (RunRecord; runs.py)
+        launch.json                               the run-wide config the hosts' watchers start from
         logs/host-NNNN/NNNNNN.log                 a host's lines, in numbered chunks from 1
         heartbeat/host-NNNN.json                  the host's agent is alive
         status/host-NNNN.json                     the host's end: exit code, when, why
         control/stop.json                         the owner's stop (final)
+        control/halt.json                         a stop that --recover may relaunch after
+        control/stacks.json                       a request for the script's stacks
         control/profile.json                      `podctl profile`'s request
         control/acks/ID/host-NNNN.json            each host's answer to profile request ID
         profiles/plugins/profile/ID/host-NNNN.*   the traces (a TensorBoard log directory)
@@ -33,6 +36,11 @@ which is number order up to 999999 (later ones grow a digit); readers parse the 
 On each host the run has a directory of its own, ~/.podctl/runs/RUN_ID/ (HOST_RUNS_DIR),
 where the launcher (launch.py, over SSH) and the agent meet: CONFIG_FILE, PID_FILE,
 STOP_FILE, STATUS_FILE below.
+
+A slice podctl made carries a startup script (boot_script.py) that starts a watcher on
+every host (host_watch.py); a run starts when its pointer lands in the node's metadata
+under RUN_POINTER_KEY (JSON: the bucket, launch_object, hashes, first host), and the
+watcher reports in guest attributes under GUEST_NAMESPACE.
 
 These names are what runs already in buckets were written with: they never change.
 """
@@ -76,6 +84,12 @@ def run_prefix(run_id: str) -> str:
 
 def record_object(run_id: str) -> str:
     return f"{run_prefix(run_id)}/run.json"
+
+
+def launch_object(run_id: str) -> str:
+    """The run-wide config (launch.launch_config; --env values included) that each host's
+    watcher derives its own config from (host_config.for_host)."""
+    return f"{run_prefix(run_id)}/launch.json"
 
 
 def index_object(run_id: str) -> str:
@@ -175,6 +189,17 @@ def stop_request_object(run_id: str) -> str:
     return f"{control_prefix(run_id)}stop.json"
 
 
+def halt_request_object(run_id: str) -> str:
+    """A stop that is not the owner's final word ({"grace": seconds or null, "by"}): the
+    agents stop the script as for stop.json, but --recover may relaunch the run after it."""
+    return f"{control_prefix(run_id)}halt.json"
+
+
+def stacks_request_object(run_id: str) -> str:
+    """A request for the script's stacks ({"id"}): each new id is one capture (as SIGUSR1)."""
+    return f"{control_prefix(run_id)}stacks.json"
+
+
 def profile_request_object(run_id: str) -> str:
     """`podctl profile`'s request ({"id", "steps", "hosts", "requested"}); a new one
     replaces the last."""
@@ -249,6 +274,14 @@ CONFIG_FILE = "config.json"  # the run's config for this host, written over SSH 
 PID_FILE = "agent.pid"  # the agent's pid, written once it can take a stop
 STOP_FILE = "stop"  # podctl's stop marker; its text, if any: the script's grace in seconds
 STATUS_FILE = "status.json"  # the host's end, as uploaded (a run that has one has ended)
+
+
+# ---- a slice's node metadata and guest attributes (boot_script.py, host_watch.py) ------
+
+RUN_POINTER_KEY = "podctl-run"  # node metadata: the run to start (JSON, no secrets)
+BOOT_KEY = "podctl-boot"  # node metadata: the startup script's version (boot_script.BOOT_VERSION)
+GUEST_NAMESPACE = "podctl"  # guest attributes: podctl/watch (the watcher), podctl/run, podctl/state
+WATCH_DIR = ".podctl/watch"  # under a non-root host user's home: the watcher's file, lock and log
 
 
 # ---- shared by every run: by content hash --------------------------------------------
