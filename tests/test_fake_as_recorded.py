@@ -73,12 +73,15 @@ def test_the_server_fills_in_what_google_fills_in(http, fake):
 def test_update_has_field_mask_semantics(http, fake):
     body = {**NODE, "labels": {"team": "lm"}, "description": "d"}
     _done(http, fake, http("POST", f"{PARENT}/nodes", body, nodeId="upd").json())
-    # a masked field absent from the body is cleared; one not masked is kept
-    http("PATCH", f"{PARENT}/nodes/upd", {"description": "new"}, updateMask="labels,description")
+    # a masked field absent from the body is cleared; one not masked is kept (a patch is an
+    # operation, answered first without `done`; the node changes when it is done)
+    op = http("PATCH", f"{PARENT}/nodes/upd", {"description": "new"}, updateMask="labels,description").json()
+    assert "done" not in op and op["metadata"]["verb"] == "update"
+    assert _done(http, fake, op)["response"]["description"] == "new"
     node = http("GET", f"{PARENT}/nodes/upd").json()
     assert "labels" not in node and node["description"] == "new"
-    http("PATCH", f"{PARENT}/nodes/upd", {"networkConfig": {"enableExternalIps": True}},
-         updateMask="network_config.enable_external_ips")
+    _done(http, fake, http("PATCH", f"{PARENT}/nodes/upd", {"networkConfig": {"enableExternalIps": True}},
+                           updateMask="network_config.enable_external_ips").json())
     assert http("GET", f"{PARENT}/nodes/upd").json()["networkConfig"]["enableExternalIps"] is True
     bad = http("PATCH", f"{PARENT}/nodes/upd", {"runtimeVersion": "x"}, updateMask="runtimeVersion")
     _status(bad, 400, "INVALID_ARGUMENT")

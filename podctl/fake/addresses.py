@@ -52,6 +52,14 @@ def _try_bind(address: str, port: int) -> socket.socket | None:
     return sock
 
 
+def bind_again(address: str, port: int) -> socket.socket:
+    """A listening socket on ADDRESS:PORT again (a host's SSH after `no-ssh --off`)."""
+    sock = _try_bind(address, port)
+    if sock is None:
+        raise OSError(f"cannot bind {address}:{port} again")
+    return sock
+
+
 def many_loopbacks() -> bool:
     """True where 127.0.0.2 can be bound (Linux), False where only 127.0.0.1 can (macOS)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

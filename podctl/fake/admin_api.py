@@ -25,8 +25,10 @@
                                             cut-ssh, drop-host, gcs-outage, fail-calls, ...):
                                             the table names each one's arguments
     GET  /admin/faults                      that table, as JSON
-    GET  /admin/hosts                       live fake hosts: {node: {ports, alive, connections, sessions}},
-                                            and the preempted nodes still in their grace
+    GET  /admin/hosts                       live fake hosts: {node: {ports, alive, connections, sessions,
+                                            no_ssh, workers: [{worker, alive, boots, ssh_total,
+                                            sessions_total}]}}, and the preempted nodes still in
+                                            their grace
     POST /admin/reset                       forget everything (world, switches, GCS objects)
 """
 

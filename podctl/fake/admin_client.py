@@ -77,9 +77,19 @@ class FakeAdmin:
         self._call("POST", "advance", {"seconds": seconds})
 
     def hosts(self) -> dict:
-        """{"nodes": {node name: {ports, alive, connections, sessions}}, "host_latency": s,
+        """{"nodes": {node name: {ports, alive, connections, sessions, no_ssh, workers: [per
+        host: worker, alive, boots, ssh_total, sessions_total]}}, "host_latency": s,
         "in_grace": [preempted nodes whose processes are not yet SIGKILLed]}."""
         return self._call("GET", "hosts")
+
+    def host_stats(self, name: str) -> list[dict]:
+        """Per host of live node NAME (full name or id), in worker order: {"worker",
+        "alive", "boots" (startup-scripts run), "ssh_total" (SSH connections accepted),
+        "sessions_total" (commands run)}; [] while the node has no live hosts."""
+        for full, node in self.hosts()["nodes"].items():
+            if name in (full, full.rsplit("/", 1)[-1]):
+                return node["workers"]
+        return []
 
     def reset(self) -> None:
         self._call("POST", "reset", {})

@@ -198,6 +198,31 @@ def _os_login(cloud: FakeCloud, args: dict) -> dict:
     return oslogin.set_enabled(cloud.world, project, not args["off"])
 
 
+def _no_ssh(cloud: FakeCloud, args: dict) -> dict:
+    node = find_node(cloud, args["name"])
+    if args["off"]:
+        node.pop("_no_ssh", None)
+    else:
+        node["_no_ssh"] = True  # on the world's node: it outlives its hosts (maintenance)
+    if cloud.hosts is not None:
+        cloud.hosts.apply_no_ssh(node["name"])
+    return {"name": node["name"], "no_ssh": not args["off"]}
+
+
+def _reboot(cloud: FakeCloud, args: dict) -> dict:
+    node = find_node(cloud, args["name"])
+    if cloud.hosts is None:
+        raise precondition("the fake cloud's hosts are not running")
+    if args["worker"] is not None and not 0 <= args["worker"] < int(node.get("_hosts", 1)):
+        raise invalid(f"{node['name']} has workers 0 to {int(node.get('_hosts', 1)) - 1}, "
+                      f"not {args['worker']}")
+    try:
+        workers = cloud.hosts.reboot(node["name"], args["worker"])
+    except LookupError as e:
+        raise precondition(str(e.args[0])) from e
+    return {"rebooted": workers}
+
+
 # ---- the table ------------------------------------------------------------------------
 
 NAME = Arg("name", "node", "A node (or, where it says so, a queued resource): full name or id.",
@@ -319,6 +344,19 @@ FAULTS += (
           _os_login, lambda a, r: f"project {r['project']}: OS Login " + (
               "off; hosts take ssh-keys metadata again" if a["off"] else
               "on (enable-oslogin=TRUE); hosts take only keys imported through OS Login")),
+)
+FAULTS += (
+    Fault("no-ssh", "a node's hosts take no SSH connection (port 22 closed: refused), as under "
+          "OS Login without a key or with internal IPs only; it outlives maintenance; --off ends it",
+          (NAME, Arg("off", "flag", "SSH again.", default=False, flag="--off")),
+          _no_ssh, lambda a, r: f"{r['name']}: " + (
+              "SSH answers again" if a["off"] else "no SSH (connections refused) until --off")),
+    Fault("reboot", "a node's hosts (or one: --worker) reboot: SSH connections cut, processes "
+          "killed, the startup-script runs again (a maintenance without the notice)",
+          (NAME, Arg("worker", "worker", "Only this worker (default: every host).", default=None,
+                     flag="--worker", metavar="N")),
+          _reboot, lambda a, r: f"{a['name']}: rebooted worker(s) "
+                                f"{','.join(map(str, r['rebooted'])) or 'none'}"),
 )
 BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
 

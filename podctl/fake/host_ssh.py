@@ -97,6 +97,9 @@ class SshServer(asyncssh.SSHServer):
             conn.abort()  # the host vanished while this connection waited to be accepted
             return
         self.host.conns.add(conn)
+        from podctl.fake.hosts import count
+
+        count(self.node.node, "ssh_total", self.host.index)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.host is not None and self.conn is not None:
@@ -219,6 +222,9 @@ class ShellSession(asyncssh.SSHServerSession):
             self._finish(say_and_exit)
             return
         self.host.sessions.add(self)
+        from podctl.fake.hosts import count
+
+        count(self.host.node.node, "sessions_total", self.host.index)
         try:
             if not self.host.alive:
                 self.kill()  # the host vanished while bash was starting

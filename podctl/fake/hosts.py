@@ -51,9 +51,10 @@ from collections.abc import Callable, Iterable, Mapping
 import asyncssh
 
 from podctl import topology
-from podctl.fake import addresses, iam, image_python, oslogin
+from podctl.fake import addresses, boot, iam, image_python, oslogin
 from podctl.fake.host_ssh import ShellSession, SshServer, authorized_keys, public_blob
 from podctl.fake.metadata import MetadataServer, hostname
+from podctl.fake.node_fields import host_metadata
 
 TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
 # A TPU VM's login PATH (Ubuntu's default): the image's python3, nothing of podctl's.
@@ -117,12 +118,29 @@ def kill_tagged(match: Callable[[str], bool], sig: int = signal.SIGKILL) -> int:
     return len(sent)
 
 
+COUNTERS = ("boots", "ssh_total", "sessions_total")
+
+
+def count(node: dict, counter: str, worker: int) -> None:
+    """One more of COUNTER (COUNTERS) for WORKER, kept on the world's node: it outlives
+    the host (a maintenance, a reboot) and goes with the node."""
+    table = node.setdefault(f"_{counter}", {})
+    table[str(worker)] = int(table.get(str(worker), 0)) + 1
+
+
+def host_counters(node: dict, worker: int) -> dict[str, int]:
+    """{"worker": W, "boots": startup-scripts run, "ssh_total": SSH connections
+    accepted, "sessions_total": commands (channels) run}."""
+    return {"worker": worker, **{c: int((node.get(f"_{c}") or {}).get(str(worker), 0))
+                                 for c in COUNTERS}}
+
+
 class Host:
     """One VM of a node: its port, its listener, its live connections and commands."""
 
     __slots__ = ("node", "index", "sock", "port", "address", "meta_sock", "meta_where", "meta_site", "acceptor",
                  "token", "alive", "conns", "sessions", "grace", "hostname", "external", "ext_sock",
-                 "ext_acceptor")
+                 "ext_acceptor", "ext_port")
 
     def __init__(self, node: NodeHosts, index: int, sock: socket.socket, meta_sock: socket.socket,
                  token: str):
@@ -132,6 +150,7 @@ class Host:
         self.external: str | None = None
         self.ext_sock: socket.socket | None = None
         self.ext_acceptor: asyncssh.SSHAcceptor | None = None
+        self.ext_port = 0
         self.meta_sock = meta_sock
         self.meta_site: Any = None  # the metadata server's aiohttp site, while it serves
         self.meta_where: tuple[str, int] = tuple(meta_sock.getsockname()[:2])
@@ -224,6 +243,10 @@ class NodeHosts:
         self.by_socket: dict[tuple[str, int], Host] = {}
         self.base_env: dict[str, str] = {}
         self._keys: tuple[Any, frozenset] = (None, frozenset())
+        # Set (and replaced) when the metadata its hosts see changes: wakes the metadata
+        # servers' hanging GETs (metadata.py); metadata_seq is the world's count it follows
+        self.changed = asyncio.Event()
+        self.metadata_seq = int(node.get("_metadata_seq", 0))
         self.options = asyncssh.SSHServerConnectionOptions(
             server_host_keys=[key], server_factory=partial(SshServer, self), encoding=None,
             allow_pty=False, x11_forwarding=False, agent_forwarding=False, login_timeout=60)
@@ -232,7 +255,7 @@ class NodeHosts:
         """(user, key) pairs that may log in: with OS Login on for the node (oslogin.py),
         only keys imported into OS Login profiles, each for its POSIX username, and the
         node's `ssh-keys` are ignored, as a TPU VM's guest agent does; else `ssh-keys`."""
-        metadata = self.node.get("metadata")
+        metadata = host_metadata(self.node)  # a patched key works once it has propagated
         world = self.manager.world
         project = self.name.split("/")[1]
         if world is not None and oslogin.enabled(world, project, metadata):
@@ -243,8 +266,14 @@ class NodeHosts:
             self._keys = (text, authorized_keys(metadata))
         return self._keys[1]
 
+    def notify(self) -> None:
+        """Wake every hanging GET of this node's metadata servers (they look again)."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
     async def listen(self) -> None:
         await asyncio.gather(*(self._listen(host) for host in self.hosts))
+        boot.boot_node(self)  # the hosts are up: their startup-script runs (boot.py)
 
     async def _listen(self, host: Host) -> None:
         if not host.alive:
@@ -260,6 +289,16 @@ class NodeHosts:
         if not host.alive:
             host.close_metadata()
             host.sock.close()
+            return
+        await self.serve_ssh(host)
+
+    async def serve_ssh(self, host: Host) -> None:
+        """SSH on the host's sockets; with the node's `no-ssh` fault on, none: its
+        sockets are closed, so a connection is refused (faults.py)."""
+        if self.node.get("_no_ssh"):
+            for sock in (host.sock, host.ext_sock):
+                if sock is not None:
+                    sock.close()
             return
         try:
             acceptor = await asyncssh.listen(sock=host.sock, options=self.options, backlog=_BACKLOG)
@@ -332,6 +371,11 @@ class HostManager:
                 if ready.get(name) is not nh.node or ready[name].get("id") != nh.id]
         if gone:
             self._vanish(gone, world)
+        for nh in self.nodes.values():
+            seq = int(nh.node.get("_metadata_seq", 0))
+            if seq != nh.metadata_seq:  # a patched map reached the hosts (world.py)
+                nh.metadata_seq = seq
+                nh.notify()
         for name, node in ready.items():
             if name not in self.nodes and self.failed.get(name) != node.get("id"):
                 try:
@@ -355,6 +399,7 @@ class HostManager:
             grace = world.preempt_grace(node) if preempted else 0.0
             for host in nh.hosts:
                 host.vanish(grace)
+            nh.notify()  # their hanging metadata GETs end now
             if grace > 0:
                 self._notice(nh, grace)
             else:
@@ -405,6 +450,7 @@ class HostManager:
                 if external:
                     wanted = str((endpoints[i].get("accessConfig") or {}).get("externalIp") or "")
                     host.external, host.ext_sock = self.plan.take_external(wanted)
+                    host.ext_port = host.ext_sock.getsockname()[1]
                     nh.by_socket[tuple(host.ext_sock.getsockname()[:2])] = host
         except OSError:
             for host in nh.hosts:
@@ -519,6 +565,51 @@ class HostManager:
             conn.abort()
         return len(conns)
 
+    def reboot(self, node_name: str, worker: int | None = None) -> list[int]:
+        """Host WORKER of a READY node (every live host: None) reboots: its SSH
+        connections cut, every process it started killed, then its startup-script runs
+        again (boot.py). Its addresses, listeners and metadata server stay. Returns the
+        workers rebooted."""
+        if worker is not None:
+            hosts = [self.host(node_name, worker)]
+        else:
+            nh = self.nodes.get(node_name)
+            if nh is None:
+                raise LookupError(f"{node_name} has no live hosts (it is not READY)")
+            hosts = [h for h in nh.hosts if h.alive]
+        for host in hosts:
+            for conn in list(host.conns):
+                conn.abort()
+            for session in list(host.sessions):
+                session.kill()
+        kill_tagged(frozenset(h.token for h in hosts).__contains__)
+        boot.boot_hosts(hosts)
+        return [h.index for h in hosts]
+
+    def apply_no_ssh(self, node_name: str) -> None:
+        """The node's `no-ssh` switch (world node `_no_ssh`) on its live hosts now:
+        listeners closed (connections refused; those open stay), or opened again."""
+        nh = self.nodes.get(node_name)
+        if nh is None:
+            return  # not READY: its hosts read the switch when they come up
+        off = bool(nh.node.get("_no_ssh"))
+        for host in nh.hosts:
+            if not host.alive:
+                continue
+            if off:
+                for acceptor in (host.acceptor, host.ext_acceptor):
+                    if acceptor is not None:
+                        acceptor.close()
+                host.acceptor = host.ext_acceptor = None
+                for sock in (host.sock, host.ext_sock):
+                    if sock is not None:
+                        sock.close()
+            elif host.acceptor is None:
+                host.sock = addresses.bind_again(host.address, host.port)
+                if host.external is not None:
+                    host.ext_sock = addresses.bind_again(host.external, host.ext_port)
+                self.track(asyncio.ensure_future(nh.serve_ssh(host)))
+
     # ---- guest attributes (the metadata server writes, getGuestAttributes reads) ----
 
     def guest(self, node_name: str, worker: int) -> dict[str, dict[str, str]]:
@@ -540,7 +631,10 @@ class HostManager:
                        "external_addresses": [h.external for h in nh.hosts],
                        "alive": sum(h.alive for h in nh.hosts),
                        "connections": sum(len(h.conns) for h in nh.hosts),
-                       "sessions": sum(len(h.sessions) for h in nh.hosts)}
+                       "sessions": sum(len(h.sessions) for h in nh.hosts),
+                       "no_ssh": bool(nh.node.get("_no_ssh")),
+                       "workers": [host_counters(nh.node, h.index) | {"alive": h.alive}
+                                   for h in nh.hosts]}
                 for name, nh in self.nodes.items()}
 
     async def close(self) -> None:

@@ -22,6 +22,7 @@ host may PUT and the TPU API's getGuestAttributes then returns (World.guest_attr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import zlib
@@ -31,6 +32,7 @@ from aiohttp import web
 
 from podctl import topology
 from podctl.fake import maintenance
+from podctl.fake.node_fields import host_metadata
 
 if TYPE_CHECKING:
     from podctl.fake.hosts import Host, HostManager
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 PREFIX = "/computeMetadata/v1/"
 _FLAVOR = {"Metadata-Flavor": "Google"}
 TOKEN_SECONDS = 3599
+LEAF_POLL = 0.2  # s between looks of a hanging GET on a leaf (one that moves with the clock)
+DIRECTORY_POLL = 1.0  # s between looks of one on a directory, beside the node's wake-ups
 
 
 def hostname(node: dict, worker: int) -> str:
@@ -66,13 +70,14 @@ def tree(host: Host) -> dict[str, Any]:
     endpoints = node.get("networkEndpoints", [])
     names = [hostname(node, i) for i in range(len(nh.hosts))]
     workers = ",".join(f"{names[i]}:{i}:{ep.get('ipAddress', '')}" for i, ep in enumerate(endpoints))
-    attributes = {str(k): str(v) for k, v in (node.get("metadata") or {}).items()}
+    metadata = host_metadata(node)  # a patch reaches the hosts after its propagation delay
+    attributes = {str(k): str(v) for k, v in metadata.items()}
     attributes.update({
         "agent-worker-number": str(host.index),
         "accelerator-type": str(node.get("acceleratorType", "")),
         "worker-network-endpoints": workers,
         "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in sorted(tpu_env(host, project).items())),
-        "ssh-keys": str((node.get("metadata") or {}).get("ssh-keys", "")),
+        "ssh-keys": str(metadata.get("ssh-keys", "")),
     })
     email, scopes = identity(node)
     account = {"email": email, "aliases": "default", "scopes": "\n".join(scopes)}
@@ -218,41 +223,72 @@ class MetadataServer:
         value = _lookup(tree(host), parts)
         if value is None:
             return _not_found()
-        if isinstance(value, dict):
-            if request.query.get("recursive") == "true":
-                return web.json_response(_recursive(value), headers=_FLAVOR)
-            if not path.endswith("/"):  # GCE redirects a directory without its slash
-                raise web.HTTPMovedPermanently(request.path + "/", headers=_FLAVOR)
-            return _text("".join(f"{k}/\n" if isinstance(v, dict) else f"{k}\n" for k, v in value.items()))
-        if request.query.get("alt") == "json":
-            return web.json_response(value, headers=_FLAVOR)
-        return _text(value)
+        if isinstance(value, dict) and request.query.get("recursive") != "true" and not path.endswith("/"):
+            raise web.HTTPMovedPermanently(request.path + "/", headers=_FLAVOR)  # as GCE does
+        return _answer(request, value)
 
 
     async def _wait_for_change(self, request: web.Request, host: Host, parts: list[str]) -> web.Response:
-        """GCE's hanging GET: answer when the value's ETag differs from `last_etag` (at
-        once if it differs already; without one, from the value now), or after
-        `timeout_sec` with the value as it is. Only leaves (the keys podctl watches)."""
-        def etag() -> tuple[str, str | None]:
-            value = _lookup(tree(host), parts) if host.alive else None
-            text = value if isinstance(value, str) else None
-            return f"{zlib.crc32((text or '').encode()):08x}", text
+        """GCE's hanging GET, on a leaf or a directory (`recursive=true&alt=json`, as
+        Google's guest agent watches `instance/attributes/`): answer when the value's ETag
+        differs from `last_etag` (at once if it differs already, as for `NONE`; without
+        one, from the value now), or after `timeout_sec` with the value as it is and its
+        ETag. A node's hosts are woken when the metadata they see changes
+        (NodeHosts.notify); leaves that move with the clock (maintenance-event) are
+        looked at again every LEAF_POLL s, directories every DIRECTORY_POLL s."""
+        recursive = request.query.get("recursive") == "true"
 
-        tag, text = etag()
+        def look() -> Any:
+            return _lookup(tree(host), parts) if host.alive else None
+
+        value = look()
+        tag = etag(value, recursive)
         last = request.query.get("last_etag") or tag
         try:
             timeout = min(float(request.query.get("timeout_sec", "300")), 3600.0)
         except ValueError:
             return _text("timeout_sec must be a number of seconds\n", 400)
+        poll = DIRECTORY_POLL if isinstance(value, dict) else LEAF_POLL
         deadline = time.monotonic() + timeout
-        while tag == last and time.monotonic() < deadline and host.alive:
-            await asyncio.sleep(0.2)
-            tag, text = etag()
-        if text is None:
+        while value is not None and tag == last and host.alive:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(host.node.changed.wait(), min(poll, left))
+            value = look()
+            tag = etag(value, recursive)
+        if value is None:
             return _not_found()
-        response = _text(text)
-        response.headers["ETag"] = tag
-        return response
+        return _answer(request, value)
+
+
+def etag(value: Any, recursive: bool) -> str:
+    """The fake's ETag of a metadata value: crc32 (8 hex digits) of what a GET answers
+    (a leaf's text; a directory's recursive JSON, keys sorted, or its listing)."""
+    return f"{zlib.crc32(_body(value, recursive).encode()):08x}"
+
+
+def _body(value: Any, recursive: bool) -> str:
+    if isinstance(value, str):
+        return value
+    if recursive:
+        return json.dumps(_recursive(value), sort_keys=True, separators=(",", ":"))
+    return "".join(f"{k}/\n" if isinstance(v, dict) else f"{k}\n" for k, v in (value or {}).items())
+
+
+def _answer(request: web.Request, value: Any) -> web.Response:
+    """VALUE as a GET answers it (JSON with `recursive=true` or `alt=json`, else text),
+    with its ETag header."""
+    recursive = request.query.get("recursive") == "true"
+    if isinstance(value, dict) and recursive:
+        response = web.json_response(_recursive(value), headers=_FLAVOR)
+    elif isinstance(value, str) and request.query.get("alt") == "json":
+        response = web.json_response(value, headers=_FLAVOR)
+    else:
+        response = _text(_body(value, False))
+    response.headers["ETag"] = etag(value, recursive)
+    return response
 
 
 # Directories whose keys are the user's (attributes, guest attributes) or names (service

@@ -6,6 +6,14 @@ from __future__ import annotations
 import re
 
 from podctl.fake import access
+from podctl.fake.apierror import invalid
+
+# Compute Engine's metadata limits (Metadata.items): a key matches [a-zA-Z0-9-_]+ and is
+# under 128 bytes, a value at most 256 KiB, all keys and values together under 512 KB.
+_METADATA_KEY = re.compile(r"^[a-zA-Z0-9_-]+$")
+METADATA_KEY_BYTES = 128
+METADATA_VALUE_BYTES = 262144
+METADATA_TOTAL_BYTES = 512 * 1024
 
 _SCOPES = [
     "https://www.googleapis.com/auth/devstorage.read_write",
@@ -39,3 +47,35 @@ def server_filled(project: str, zone: str, node: dict) -> dict:
 def camel(path: str) -> str:
     """A FieldMask path as JSON or proto names it -> lowerCamelCase (network_config.x -> networkConfig.x)."""
     return ".".join(re.sub(r"_([a-z])", lambda m: m.group(1).upper(), part) for part in path.split("."))
+
+
+def check_metadata(metadata: object) -> None:
+    """A node's metadata map as a create or a patch sends it: 400 INVALID_ARGUMENT
+    past Compute Engine's limits (README: the same limits on the TPU API are assumed)."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise invalid("Invalid JSON payload received. 'metadata' must be a map of strings")
+    total = 0
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise invalid(f"Invalid value at 'node.metadata[{key}]' (TYPE_STRING): {value!r}")
+        size = len(key.encode())
+        if not _METADATA_KEY.fullmatch(key) or size >= METADATA_KEY_BYTES:
+            raise invalid(f"Invalid metadata key {key[:140]!r}: a key is 1 to "
+                          f"{METADATA_KEY_BYTES - 1} bytes of letters, digits, '-' and '_'")
+        if len(value.encode()) > METADATA_VALUE_BYTES:
+            raise invalid(f"Metadata value of {key!r} is {len(value.encode())} bytes; "
+                          f"at most {METADATA_VALUE_BYTES} are allowed")
+        total += size + len(value.encode())
+    if total >= METADATA_TOTAL_BYTES:
+        raise invalid(f"Metadata of {total} bytes (keys and values together); it must be under "
+                      f"{METADATA_TOTAL_BYTES}")
+
+
+def host_metadata(node: dict) -> dict:
+    """The node's metadata as its hosts see it now: a patched map reaches them
+    `timings.metadata_propagation` after the patch is done (world._metadata_propagated)."""
+    if "_host_metadata" in node:
+        return node["_host_metadata"] or {}
+    return node.get("metadata") or {}

@@ -31,6 +31,7 @@ from podctl import topology
 from podctl.errors import InvalidSliceError
 from podctl.fake import label_rules, maintenance, node_fields, placement_check, queued, wire
 from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
+from podctl.fake.node_fields import check_metadata
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
 # What a v5p zone offers (gcloud compute tpus tpu-vm versions list,
@@ -78,6 +79,10 @@ class Timings:
     # preemption's SIGTERM to every process of the node's hosts and their SIGKILL,
     # since a checkpoint save in that notice takes real time (hosts.py).
     preempt_grace: float = 10.0
+    node_update: float = 5.0  # nodes.patch's operation runs this long (the fake's guess)
+    # A patched metadata map reaches the hosts' metadata servers (and their sshd) this long
+    # after the patch's operation is done (gcloud retries SSH for it; the delay is a guess)
+    metadata_propagation: float = 2.0
 
 
 @dataclass
@@ -269,6 +274,7 @@ class World:
         if zone not in slice_type.generation.zones:
             raise invalid(f"Accelerator type {slice_type.name} is not available in zone {zone}")
         label_rules.check(body.get("labels", {}))
+        check_metadata(body.get("metadata"))
         node = {k: v for k, v in body.items() if k in _NODE_FIELDS}
         node.update(node_fields.server_filled(project, zone, node))
         node.update({
@@ -372,28 +378,36 @@ class World:
         return op
 
     def update_node(self, name: str, body: dict, update_mask: str) -> dict:
-        """FieldMask semantics: each masked field takes the body's value, and a masked
-        field the body leaves out is cleared."""
+        """nodes.patch: a long-running operation that changes the node when it is done,
+        `timings.node_update` simulated seconds later (refused while another update of
+        the node runs, or when the node is not READY). FieldMask semantics: each masked
+        field takes the body's value, and a masked field the body leaves out is cleared."""
         node = self.get_node(name)
         paths = [node_fields.camel(p.strip()) for p in update_mask.split(",") if p.strip()]
         if not paths or set(paths) - _UPDATE_PATHS:
             raise invalid(f"update_mask must name some of {sorted(_UPDATE_PATHS)}, got {update_mask!r}")
         if "labels" in paths:
             label_rules.check(body.get("labels") or {})
+        if "metadata" in paths:
+            check_metadata(body.get("metadata"))
+        if node["state"] != "READY":
+            raise precondition(f"Node {name} is {node['state']}, not READY; it cannot be updated now")
+        running = self.operations.get((node.get("_update") or {}).get("op", ""))
+        if running is not None and not running["done"]:
+            raise ApiError(409, "ABORTED", (
+                f"The node {name} is being updated by operation {running['name']}; "
+                "try again when it is done"))
+        changes: dict[str, Any] = {}
         for path in paths:
             if path == "networkConfig.enableExternalIps":
-                value = (body.get("networkConfig") or {}).get("enableExternalIps")
-                network = node.setdefault("networkConfig", {})
-                if value:
-                    network["enableExternalIps"] = True
-                else:
-                    network.pop("enableExternalIps", None)
+                changes[path] = bool((body.get("networkConfig") or {}).get("enableExternalIps"))
             elif body.get(path) not in (None, "", [], {}):
-                node[path] = body[path]
+                changes[path] = body[path]
             else:
-                node.pop(path, None)
+                changes[path] = None  # cleared
         op = self.new_operation(name.rpartition("/nodes/")[0], "update", name)
-        self.finish(op["name"], response={"@type": _NODE_TYPE, **node})
+        node["_update"] = {"op": op["name"], "changes": changes}
+        self.schedule(self.timings.node_update, "node_updated", f"{name}#{op['name']}")
         return op
 
     def stop_node(self, name: str) -> dict:
@@ -505,8 +519,51 @@ def _node_deleted(world: World, name: str) -> None:
     if node is None:
         return
     world.finish(node.get("_create_op"), error=(10, f"Node {name} was deleted while it was created"))
+    world.finish((node.get("_update") or {}).get("op"), error=(10, f"Node {name} was deleted while it was updated"))
     for op in node.get("_delete_ops", []):
         world.finish(op)
+
+
+def _node_updated(world: World, target: str) -> None:
+    """A patch's operation is done: its fields change now; a metadata change reaches
+    the hosts `timings.metadata_propagation` later (until then they see the old map:
+    node_fields.host_metadata)."""
+    name, _, op_name = target.partition("#")
+    node = world.nodes.get(name)
+    if node is None or (node.get("_update") or {}).get("op") != op_name:
+        return  # deleted since
+    update = node.pop("_update")
+    before = dict(node.get("metadata") or {})
+    for path, value in update["changes"].items():
+        if path == "networkConfig.enableExternalIps":
+            network = node.setdefault("networkConfig", {})
+            if value:
+                network["enableExternalIps"] = True
+            else:
+                network.pop("enableExternalIps", None)
+        elif value is None:
+            node.pop(path, None)
+        else:
+            node[path] = value
+    after = dict(node.get("metadata") or {})
+    if after != before:
+        node.setdefault("_host_metadata", before)
+        node.setdefault("_metadata_queue", []).append(after)
+        world.schedule(world.timings.metadata_propagation, "metadata_propagated", name)
+    world.finish(update["op"], response={"@type": _NODE_TYPE, **node})
+
+
+def _metadata_propagated(world: World, name: str) -> None:
+    """The oldest patched map not yet on the hosts reaches them."""
+    node = world.nodes.get(name)
+    queue = (node or {}).get("_metadata_queue")
+    if node is None or not queue:
+        return
+    node["_host_metadata"] = queue.pop(0)
+    if not queue:
+        node.pop("_metadata_queue", None)
+        node.pop("_host_metadata", None)  # the hosts see node["metadata"] again
+    node["_metadata_seq"] = int(node.get("_metadata_seq", 0)) + 1  # hosts.py wakes the waits
 
 
 def _node_stopped(world: World, name: str) -> None:
@@ -542,6 +599,8 @@ _HANDLERS: dict[str, Callable[[World, str], None]] = {
     "node_stockout": _node_stockout,
     "node_deleted": _node_deleted,
     "node_stopped": _node_stopped,
+    "node_updated": _node_updated,
+    "metadata_propagated": _metadata_propagated,
     "node_started": _node_started,
     "preempt": _preempt_event,
     **{kind: _queued_event(kind) for kind in ("qr_accepted", "qr_active", "qr_suspended", "qr_deleted")},

@@ -1,0 +1,109 @@
+"""A fake host's boot: its node's `startup-script`, run as GCE's
+google-startup-scripts.service runs it at every boot of a TPU VM.
+
+Each time a node's hosts come up (creation, the end of a maintenance, nodes.start, a
+daemon restart, the `reboot` fault) every live host runs the `startup-script` value of
+the node's metadata, as its hosts see it (node_fields.host_metadata), if there is one:
+`/bin/bash FILE`, FILE being the script written to the host's directory
+(`host-NNNN/startup-script`), from the host's `/` (its directory), with the environment
+an SSH session on the host gets (hosts.Host.environment: GCE_METADATA_HOST,
+STORAGE_EMULATOR_HOST, TPU_WORKER_ID, ...) for the user `root`, whose HOME is the host's
+`/root` (`host-NNNN/root/`). Its output (and its children's) is appended to
+`host-NNNN/startup-script.log`, the fake's serial console. It carries the host's
+token (hosts.TOKEN_VAR), so everything it starts, detached or not, dies with the host
+(preemption, delete, maintenance, reboot).
+
+Approximate: the script runs as the daemon's own user, not uid 0 (a script that checks
+its euid sees that; `useradd`, setuid and writes to the machine's / fail). The boots
+are not waited for: each host's script starts in a task of its own, a node without a
+startup-script costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from typing import TYPE_CHECKING
+
+from podctl.fake.host_ssh import BASH, kill_group, uts_preexec
+from podctl.fake.node_fields import host_metadata
+
+if TYPE_CHECKING:
+    from podctl.fake.hosts import Host, NodeHosts
+
+SCRIPT_KEY = "startup-script"
+SCRIPT_FILE = "startup-script"
+LOG_FILE = "startup-script.log"
+USER = "root"
+log = logging.getLogger(__name__)
+
+
+def script_of(node: dict) -> str | None:
+    """The node's startup-script as its hosts see it; None when it has none."""
+    script = host_metadata(node).get(SCRIPT_KEY)
+    return script if isinstance(script, str) and script.strip() else None
+
+
+def boot_node(nh: NodeHosts) -> int:
+    """Every live host of NH runs the node's startup-script (not waited for). Returns
+    how many started one (0, at no cost, without a script)."""
+    return boot_hosts([h for h in nh.hosts if h.alive])
+
+
+def boot_hosts(hosts: list[Host]) -> int:
+    if not hosts:
+        return 0
+    script = script_of(hosts[0].node.node)
+    if script is None:
+        return 0
+    manager = hosts[0].node.manager
+    for host in hosts:
+        count_boot(host)
+        manager.track(asyncio.ensure_future(_run(host, script)))
+    return len(hosts)
+
+
+def count_boot(host: Host) -> None:
+    """The host's `boots` counter (hosts.count: on the world's node, it outlives the host)."""
+    from podctl.fake.hosts import count
+
+    count(host.node.node, "boots", host.index)
+
+
+def environment(host: Host) -> dict[str, str]:
+    env = host.environment(USER, {})
+    home = host.root / "root"
+    home.mkdir(exist_ok=True, mode=0o700)
+    env["HOME"] = str(home)
+    return env
+
+
+async def _run(host: Host, script: str) -> None:
+    if not host.alive:
+        return
+    try:
+        path = host.root / SCRIPT_FILE
+        path.write_text(script)
+        path.chmod(0o700)
+        env = environment(host)
+        with open(host.root / LOG_FILE, "ab") as out:
+            proc = await asyncio.create_subprocess_exec(
+                BASH, str(path), stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                stderr=asyncio.subprocess.STDOUT, cwd=str(host.root), env=env,
+                start_new_session=True,
+                preexec_fn=(uts_preexec(host.hostname, str(host.node.directory / "etc-hosts"))
+                            if os.geteuid() == 0 else None))
+    except OSError as e:
+        log.warning("fake host %s/%d cannot run its startup-script: %s", host.node.name, host.index, e)
+        with contextlib.suppress(OSError), open(host.root / LOG_FILE, "a") as out:
+            out.write(f"fake host: cannot run the startup-script: {e}\n")
+        return
+    if not host.alive:  # it went while bash was starting; the manager's scan may have missed it
+        from podctl.fake.hosts import kill_tagged
+
+        kill_group(proc.pid, signal.SIGKILL)
+        kill_tagged(host.token.__eq__)
+    await proc.wait()  # reaped here; nobody waits for this task
