@@ -6,7 +6,7 @@ import time
 
 from google.cloud import tpu_v2
 
-from podctl.cloud.types import Host, NodeInfo, SliceInfo, Tier
+from podctl.cloud.types import GuestEntry, Host, NodeInfo, SliceInfo, Tier
 from podctl.errors import InvalidSliceError
 from podctl.topology import parse_slice
 
@@ -45,7 +45,16 @@ def node_info(node: tpu_v2.Node, slice_index: int = 0) -> NodeInfo:
         queued_resource=short(node.queued_resource) if node.queued_resource else None,
         symptoms=tuple(_symptom(s) for s in node.symptoms),
         os_login=node.metadata.get("enable-oslogin"),
+        metadata=dict(node.metadata),
     )
+
+
+def guest_entries(response: tpu_v2.GetGuestAttributesResponse) -> list[list[GuestEntry]]:
+    """getGuestAttributes' answer: one list of entries per GuestAttributes, in the order the
+    API gives them (one per worker, in worker order: the message has no worker field)."""
+    return [[GuestEntry(namespace=item.namespace, key=item.key, value=item.value)
+             for item in attributes.query_value.items]
+            for attributes in response.guest_attributes]
 
 
 def _symptom(symptom: tpu_v2.Symptom) -> str:

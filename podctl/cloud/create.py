@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from google.cloud import tpu_v2
 
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.describe import Kind
+from podctl.cloud.node_metadata import check_metadata
 from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceSpec
-from podctl.errors import NotFoundError
+from podctl.errors import InvalidValueError, NotFoundError
 
 # Every queued resource carries a validity window, so that a request forgotten in a
 # queue (a client killed, a cron entry removed) fails on its own instead of turning
@@ -28,6 +30,22 @@ class CreateRequest:
     labels: dict[str, str]
     ssh_keys: str  # the node's `ssh-keys` metadata
     placement: Placement = Placement()  # reservation, network, service account, tags
+    # More node metadata beside `ssh-keys` (e.g. a startup script and its version): keys
+    # and values as Compute Engine limits them; `ssh-keys` is the field above, not one of these.
+    extra_metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.extra_metadata:
+            return
+        if "ssh-keys" in self.extra_metadata:
+            raise InvalidValueError("extra metadata may not name ssh-keys: the slice's keys are "
+                                    "CreateRequest.ssh_keys.")
+        check_metadata(self.metadata, self.name)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The node's metadata: EXTRA_METADATA and `ssh-keys` (which wins)."""
+        return {**self.extra_metadata, "ssh-keys": self.ssh_keys}
 
 
 @dataclass(frozen=True)
@@ -43,7 +61,7 @@ def node_template(request: CreateRequest) -> tpu_v2.Node:
         accelerator_type=spec.slice_type.name,
         runtime_version=spec.runtime_version,
         labels=request.labels,
-        metadata={"ssh-keys": request.ssh_keys},
+        metadata=request.metadata,
         description=f"podctl {spec.describe()}",
     )
     request.placement.apply_to_node(node)

@@ -16,15 +16,17 @@ import email.utils
 import time
 from collections import Counter
 from typing import Any, TypeVar
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import requests
 from google.cloud import tpu_v2
 
 from podctl.cloud import operations
+from podctl.cloud.convert import guest_entries
 from podctl.cloud.operations import Operation
-from podctl.cloud.translate import translate
-from podctl.errors import ConfigError, TransientError
+from podctl.cloud.translate import translate, translate_metadata_update
+from podctl.cloud.types import GuestEntry
+from podctl.errors import ConfigError, PodctlError, TransientError
 from podctl.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -93,7 +95,9 @@ class TpuApi:
             session.close()
 
     async def _call(self, method: str, what: str, fn: Callable[..., T], /, *args: Any,
-                    mutates: bool = False, **kwargs: Any) -> T:
+                    mutates: bool = False,
+                    translator: Callable[[BaseException, str], PodctlError] = translate,
+                    **kwargs: Any) -> T:
         async def once() -> T:
             self.calls[method] += 1
             call = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
@@ -107,7 +111,7 @@ class TpuApi:
                         await call
                 raise
             except Exception as e:  # translated below; nothing else escapes
-                raise translate(e, what) from e
+                raise translator(e, what) from e
 
         try:
             return await self.retry.retrying(TransientError, self._sleep)(once)
@@ -150,6 +154,31 @@ class TpuApi:
         return await self._call("nodes.patch", f"updating {name}", operations.send,
                                 self.client, "PATCH", name, params={"updateMask": "labels"},
                                 body={"labels": dict(labels)}, mutates=True, timeout=CALL_TIMEOUT)
+
+    async def update_node_metadata(self, name: str, metadata: Mapping[str, str]) -> Operation:
+        """PATCH the node's metadata with updateMask=metadata: METADATA is the whole map, which
+        replaces the node's (the API has no fingerprint and documents no per-key mask: gcloud's
+        `tpu-vm ssh` sends the map it read with one key changed). A 409 (another update of the
+        node in flight) is an AlreadyExistsError; 403 and 400 say what was refused in one line
+        (translate_metadata_update). Read-modify-write with retries: node_metadata.py."""
+        def translator(e: BaseException, what: str) -> PodctlError:
+            return translate_metadata_update(e, what, name)
+
+        return await self._call("nodes.patch", f"updating the metadata of {name}", operations.send,
+                                self.client, "PATCH", name, params={"updateMask": "metadata"},
+                                body={"metadata": dict(metadata)}, mutates=True,
+                                translator=translator, timeout=CALL_TIMEOUT)
+
+    async def get_guest_attributes(self, name: str, query_path: str = "",
+                                   worker_ids: Sequence[int | str] | None = None) -> list[list[GuestEntry]]:
+        """nodes.getGuestAttributes: what the node's hosts published under QUERY_PATH
+        ("", "NAMESPACE/" or "NAMESPACE/KEY"), one list per worker (WORKER_IDS, or all), in
+        worker order as the API answers (its GuestAttributes carry no worker field)."""
+        request = tpu_v2.GetGuestAttributesRequest(
+            name=name, query_path=query_path, worker_ids=[str(w) for w in worker_ids or ()])
+        response = await self._call("nodes.getGuestAttributes", f"reading the guest attributes of {name}",
+                                    self.client.get_guest_attributes, request=request, retry=None)
+        return guest_entries(response)
 
     # ---- queued resources -----------------------------------------------------------
 

@@ -22,8 +22,9 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
 from podctl.errors import (
-    ApiDisabledError, AlreadyExistsError, CloudError, ConfigError, NotFoundError, PermissionDeniedError,
-    PodctlError, QuotaExceededError, SliceLostError, StockoutError, TransientError,
+    ApiDisabledError, AlreadyExistsError, CloudError, ConfigError, InvalidValueError, NotFoundError,
+    PermissionDeniedError, PodctlError, QuotaExceededError, SliceLostError, StockoutError,
+    TransientError,
 )
 
 _URL_PREFIX = re.compile(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ")
@@ -101,6 +102,51 @@ def translate_operation_error(e: BaseException, what: str, zone: str) -> PodctlE
         return SliceLostError(f"the slice was lost while {what} ({_message(e)}); try again, "
                               "or ask through a queued resource (--queued).")
     return translate(e, what)
+
+
+UPDATE_PERMISSION = "tpu.nodes.update"
+METADATA_LIMITS = ("a key is 1 to 127 bytes of letters, digits, '-' and '_', a value at most "
+                   "256 KiB, all keys and values together under 512 KB")
+
+
+def translate_metadata_update(e: BaseException, what: str, node: str) -> PodctlError:
+    """An error of a nodes.patch of NODE's metadata (the call's, or its finished operation's),
+    met while doing WHAT -> a PodctlError in one line: 409 or ABORTED (another update of
+    the node is in flight) stays an AlreadyExistsError, which node_metadata retries; 403 names
+    tpu.nodes.update; 400 names the metadata limits, or says the node is not READY."""
+    if not isinstance(e, gexc.GoogleAPICallError) or isinstance(e, (gexc.Conflict, gexc.AlreadyExists)):
+        return translate(e, what)
+    text = _message(e)
+    if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
+        reason, _ = _error_info(e)
+        if reason == "SERVICE_DISABLED":
+            return translate(e, what)
+        return PermissionDeniedError(
+            f"permission {UPDATE_PERMISSION} denied on {node} while {what}: ask for a role that "
+            f"has it (roles/tpu.admin), `gcloud projects add-iam-policy-binding PROJECT "
+            f"--member=user:YOU --role=roles/tpu.admin`.")
+    if _status(e) == "FAILED_PRECONDITION":
+        return CloudError(f"{node} cannot be updated now while {what} ({text.rstrip('.')}): a node's "
+                          "metadata changes only while it is READY.")
+    if isinstance(e, gexc.BadRequest):
+        return InvalidValueError(f"Cloud TPU refused the metadata of {node} while {what} "
+                                 f"({text.rstrip('.')}): {METADATA_LIMITS}.")
+    return translate(e, what)
+
+
+def _status(e: gexc.GoogleAPICallError) -> str | None:
+    """The google.rpc status name of E: from the HTTP answer's body when there is one (a 400
+    is BadRequest to api-core whatever its status), else from the exception's class."""
+    response = getattr(e, "response", None)
+    if response is not None and hasattr(response, "json"):
+        try:
+            status = response.json().get("error", {}).get("status")
+        except (ValueError, AttributeError):
+            status = None
+        if isinstance(status, str):
+            return status
+    code = getattr(e, "grpc_status_code", None)
+    return getattr(code, "name", None) if code is not None else None
 
 
 def _error_info(e: gexc.GoogleAPICallError) -> tuple[str | None, dict]:

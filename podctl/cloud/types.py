@@ -18,6 +18,11 @@ from podctl.topology import MultiSlice, SliceType, parse_multislice, parse_topol
 Tier = Literal["on-demand", "spot", "guaranteed"]
 TIERS: tuple[Tier, ...] = ("on-demand", "spot", "guaranteed")
 
+# The node metadata key that says which startup script (the boot watcher) the slice carries:
+# its version, or absent on a slice made before it or not by podctl. The same string as
+# jobs/run_layout.BOOT_KEY (cloud may not import jobs; tests/test_node_metadata.py holds them equal).
+BOOT_METADATA_KEY = "podctl-boot"
+
 # States in which a slice holds chips and bills (or may soon).
 BILLABLE_STATES = {"CREATING", "READY", "PREEMPTED", "STOPPING", "STARTING", "RESTARTING",
                    "REPAIRING", "PROVISIONING", "ACTIVE", "SUSPENDING"}
@@ -96,6 +101,23 @@ class NodeInfo:
     queued_resource: str | None  # the short id of the queued resource that owns it
     symptoms: tuple[str, ...] = ()  # Node.symptoms: "HBM_OUT_OF_MEMORY on worker 1: details"
     os_login: str | None = None  # the node's own `enable-oslogin` metadata, if it has one (oslogin.py)
+    # The node's whole metadata map as read (nodes.get/list): what a read-modify-write of
+    # it starts from (node_metadata.py). Readable by anyone with tpu.nodes.get: no secrets.
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def boot_version(self) -> str | None:
+        """The node's `podctl-boot` metadata (the boot watcher's version), None without one."""
+        return self.metadata.get(BOOT_METADATA_KEY)
+
+
+@dataclass(frozen=True)
+class GuestEntry:
+    """One guest attribute a host published (nodes.getGuestAttributes' queryValue.items)."""
+
+    namespace: str
+    key: str
+    value: str
 
 
 @dataclass(frozen=True)
