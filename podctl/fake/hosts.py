@@ -629,6 +629,8 @@ class HostManager:
     def describe(self) -> dict[str, Any]:
         return {name: {"addresses": [h.address for h in nh.hosts], "ports": [h.port for h in nh.hosts],
                        "external_addresses": [h.external for h in nh.hosts],
+                       # each host's metadata server (its GCE_METADATA_HOST), as HOST:PORT
+                       "metadata": [h.metadata_host for h in nh.hosts],
                        "alive": sum(h.alive for h in nh.hosts),
                        "connections": sum(len(h.conns) for h in nh.hosts),
                        "sessions": sum(len(h.sessions) for h in nh.hosts),

@@ -225,7 +225,7 @@ class MetadataServer:
             return _not_found()
         if isinstance(value, dict) and request.query.get("recursive") != "true" and not path.endswith("/"):
             raise web.HTTPMovedPermanently(request.path + "/", headers=_FLAVOR)  # as GCE does
-        return _answer(request, value)
+        return _answer(request, value, parts)
 
 
     async def _wait_for_change(self, request: web.Request, host: Host, parts: list[str]) -> web.Response:
@@ -242,7 +242,7 @@ class MetadataServer:
             return _lookup(tree(host), parts) if host.alive else None
 
         value = look()
-        tag = etag(value, recursive)
+        tag = etag(value, recursive, parts)
         last = request.query.get("last_etag") or tag
         try:
             timeout = min(float(request.query.get("timeout_sec", "300")), 3600.0)
@@ -257,37 +257,46 @@ class MetadataServer:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(host.node.changed.wait(), min(poll, left))
             value = look()
-            tag = etag(value, recursive)
+            tag = etag(value, recursive, parts)
         if value is None:
             return _not_found()
-        return _answer(request, value)
+        return _answer(request, value, parts)
 
 
-def etag(value: Any, recursive: bool) -> str:
-    """The fake's ETag of a metadata value: crc32 (8 hex digits) of what a GET answers
-    (a leaf's text; a directory's recursive JSON, keys sorted, or its listing)."""
-    return f"{zlib.crc32(_body(value, recursive).encode()):08x}"
+def etag(value: Any, recursive: bool, parts: list[str]) -> str:
+    """The fake's ETag of the metadata value at PARTS: crc32 (8 hex digits) of what a GET
+    answers (a leaf's text; a directory's recursive JSON, keys sorted, or its listing)."""
+    return f"{zlib.crc32(_body(value, recursive, parts).encode()):08x}"
 
 
-def _body(value: Any, recursive: bool) -> str:
+def _verbatim(parts: list[str]) -> int:
+    """How many levels below PARTS keep their keys verbatim under `recursive=true`
+    (instance/attributes/ itself: its keys are the user's)."""
+    level = 0
+    for part in parts:
+        level = level - 1 if level else _VERBATIM.get(part, 0)
+    return level
+
+
+def _body(value: Any, recursive: bool, parts: list[str]) -> str:
     if isinstance(value, str):
         return value
     if recursive:
-        return json.dumps(_recursive(value), sort_keys=True, separators=(",", ":"))
+        return json.dumps(_recursive(value, _verbatim(parts)), sort_keys=True, separators=(",", ":"))
     return "".join(f"{k}/\n" if isinstance(v, dict) else f"{k}\n" for k, v in (value or {}).items())
 
 
-def _answer(request: web.Request, value: Any) -> web.Response:
-    """VALUE as a GET answers it (JSON with `recursive=true` or `alt=json`, else text),
-    with its ETag header."""
+def _answer(request: web.Request, value: Any, parts: list[str]) -> web.Response:
+    """VALUE (at PARTS) as a GET answers it (JSON with `recursive=true` or `alt=json`,
+    else text), with its ETag header."""
     recursive = request.query.get("recursive") == "true"
     if isinstance(value, dict) and recursive:
-        response = web.json_response(_recursive(value), headers=_FLAVOR)
+        response = web.json_response(_recursive(value, _verbatim(parts)), headers=_FLAVOR)
     elif isinstance(value, str) and request.query.get("alt") == "json":
         response = web.json_response(value, headers=_FLAVOR)
     else:
-        response = _text(_body(value, False))
-    response.headers["ETag"] = etag(value, recursive)
+        response = _text(_body(value, False, parts))
+    response.headers["ETag"] = etag(value, recursive, parts)
     return response
 
 
