@@ -132,7 +132,7 @@ def test_409s_are_retried_with_backoff_for_60_s_then_one_clear_error():
         now[0] += seconds
 
     api = _Busy()
-    with pytest.raises(CloudError, match=r"still being updated by someone else after 60 s") as e:
+    with pytest.raises(CloudError, match=r"gave up setting k on node busy after 60 s: another update of the node") as e:
         asyncio.run(node_metadata.set_key(api, _node("busy"), "k", "v",  # type: ignore[arg-type]
                                           clock=Clock(now=lambda: now[0], sleep=sleep)))
     assert "\n" not in str(e.value) and not isinstance(e.value, AlreadyExistsError)
@@ -145,6 +145,8 @@ def test_refusals_are_one_line_that_says_what_to_do(api, fake):
     async def go():
         info = await _up(api, "deny8")
         node = info.nodes[0]
+        with pytest.raises(InvalidValueError, match="512 KB"):  # the API's own check of the limits
+            await api.update_node_metadata(_node("deny8"), {**node.metadata, "bad key": "v"})
         patches = api.calls["nodes.patch"]
         with pytest.raises(InvalidValueError, match="256 KiB"):
             await node_metadata.set_key(api, _node("deny8"), "big", "x" * 262145, current=node.metadata)
@@ -158,6 +160,10 @@ def test_refusals_are_one_line_that_says_what_to_do(api, fake):
         finally:
             fake.admin.set_project(PROJECT, denied=[])
         assert "tpu.nodes.update" in str(e.value) and "\n" not in str(e.value)
+        await asyncio.to_thread(lambda: api.client.stop_node(request={"name": _node("deny8")}).result(timeout=30))
+        with pytest.raises(CloudError, match="only while it is READY") as e:
+            await node_metadata.set_key(api, _node("deny8"), "k", "v", current=node.metadata)
+        assert "STOPPED" in str(e.value) and "\n" not in str(e.value)
         await _down(api, "deny8")
 
     asyncio.run(go())
@@ -212,6 +218,12 @@ def test_guest_attributes_come_one_list_per_worker_in_worker_order(api, fake):
         assert await api.get_guest_attributes(name, "podctl/watch", worker_ids=[1]) == [
             [GuestEntry("podctl", "watch", "ready v1 0")]]
         assert api.calls["nodes.getGuestAttributes"] == 2
+        # only worker 1 has something under podctl/state: with the host count, it is said whose
+        _publish(fake, name, 1, "podctl/state", "up")
+        assert await node_metadata.guest_attributes(api, name, "podctl/state", workers=2) == [
+            [], [GuestEntry("podctl", "state", "up")]]
+        both = await node_metadata.guest_attributes(api, name, "podctl/watch", workers=2)
+        assert both == [[GuestEntry("podctl", "watch", "ready v1 0")]] * 2
         await _down(api, "guest16")
 
     asyncio.run(go())

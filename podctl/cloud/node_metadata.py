@@ -59,19 +59,21 @@ _turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Turns]] 
 
 
 def check_metadata(metadata: Mapping[str, str], node: str) -> None:
-    """Refuse, before any call, a map past the metadata limits (InvalidValueError, one line)."""
+    """Refuse, before any call, a map past the metadata limits (InvalidValueError, one line
+    naming NODE, a short node id)."""
     total = 0
     for key, value in metadata.items():
         size = len(key.encode())
         if not _KEY.fullmatch(key) or size >= KEY_BYTES:
-            raise InvalidValueError(f"metadata key {key[:140]!r} of {node} is refused: {METADATA_LIMITS}.")
+            raise InvalidValueError(f"metadata key {key[:140]!r} of node {node} is refused: "
+                                    f"{METADATA_LIMITS}.")
         value_size = len(value.encode())
         if value_size > VALUE_BYTES:
-            raise InvalidValueError(f"metadata value of {key!r} on {node} is {value_size} bytes, past "
-                                    f"the limit: {METADATA_LIMITS}.")
+            raise InvalidValueError(f"metadata value of {key!r} on node {node} is {value_size} bytes, "
+                                    f"past the limit: {METADATA_LIMITS}.")
         total += size + value_size
     if total >= TOTAL_BYTES:
-        raise InvalidValueError(f"the metadata of {node} would be {total} bytes, past the limit: "
+        raise InvalidValueError(f"the metadata of node {node} would be {total} bytes, past the limit: "
                                 f"{METADATA_LIMITS}.")
 
 
@@ -83,7 +85,7 @@ async def set_key(api: TpuApi, node_name: str, key: str, value: str, *,
     read with nodes.get when None) plus KEY, then (WAIT) its operation waited for. Returns
     the map written. No call when the map already holds KEY=VALUE."""
     return await _update(api, node_name, lambda m: {**m, key: value}, current,
-                         f"setting {key} in the metadata of {node_name}", wait, policy, clock)
+                         f"setting {key} on node {_short(node_name)}", wait, policy, clock)
 
 
 async def remove_key(api: TpuApi, node_name: str, key: str, *,
@@ -92,13 +94,29 @@ async def remove_key(api: TpuApi, node_name: str, key: str, *,
     """Remove KEY from the metadata of NODE_NAME, as set_key sets one; no call when the map
     has no KEY. Returns the map written."""
     return await _update(api, node_name, lambda m: {k: v for k, v in m.items() if k != key}, current,
-                         f"removing {key} from the metadata of {node_name}", wait, policy, clock)
+                         f"removing {key} from node {_short(node_name)}", wait, policy, clock)
 
 
-async def guest_attributes(api: TpuApi, node_name: str, query_path: str = "") -> list[list[GuestEntry]]:
+async def guest_attributes(api: TpuApi, node_name: str, query_path: str = "", *,
+                           workers: int | None = None) -> list[list[GuestEntry]]:
     """What each host of NODE_NAME published under QUERY_PATH ("NAMESPACE/" or
-    "NAMESPACE/KEY"), one list per worker in worker order (TpuApi.get_guest_attributes)."""
-    return await api.get_guest_attributes(node_name, query_path)
+    "NAMESPACE/KEY"), one list per worker in worker order (TpuApi.get_guest_attributes).
+
+    The answer's entries name no worker: Google documents one per worker, but an answer
+    that leaves out the workers with nothing under QUERY_PATH (as the fake's does) cannot
+    say whose is whose. With WORKERS (the node's host count), such an answer (fewer lists
+    than workers) is asked again worker by worker, one call each, so that list i is always
+    worker i's."""
+    got = await api.get_guest_attributes(node_name, query_path)
+    if workers is None or len(got) == workers:
+        return got
+    each = await asyncio.gather(*(api.get_guest_attributes(node_name, query_path, worker_ids=[w])
+                                  for w in range(workers)))
+    return [answer[0] if answer else [] for answer in each]
+
+
+def _short(node_name: str) -> str:
+    return node_name.rsplit("/", 1)[-1]
 
 
 def _turns_of(node_name: str) -> _Turns:
@@ -128,7 +146,7 @@ async def _update(api: TpuApi, node_name: str, change: Callable[[dict[str, str]]
             wanted = change(read)
             if wanted == read:
                 return wanted
-            check_metadata(wanted, node_name)
+            check_metadata(wanted, _short(node_name))
             try:
                 operation = await api.update_node_metadata(node_name, wanted)
                 if wait:
@@ -140,9 +158,9 @@ async def _update(api: TpuApi, node_name: str, change: Callable[[dict[str, str]]
                 left = deadline - clock.now()
                 if left <= 0:
                     raise CloudError(
-                        f"{node_name} was still being updated by someone else after "
-                        f"{CONFLICT_SECONDS:g} s of retries while {what} (another podctl, or gcloud "
-                        "adding an SSH key): try again in a minute.") from e
+                        f"gave up {what} after {CONFLICT_SECONDS:g} s: another update of the node "
+                        "(another podctl, or gcloud adding an SSH key) was still in flight; try "
+                        "again in a minute.") from e
                 await clock.sleep(min(delay * (0.5 + random.random() / 2), left))
                 delay = min(delay * 2, _BACKOFF[1])
                 read = None  # the other update may have changed the map: read it again

@@ -116,21 +116,24 @@ def translate_metadata_update(e: BaseException, what: str, node: str) -> PodctlE
     tpu.nodes.update; 400 names the metadata limits, or says the node is not READY."""
     if not isinstance(e, gexc.GoogleAPICallError) or isinstance(e, (gexc.Conflict, gexc.AlreadyExists)):
         return translate(e, what)
-    text = _message(e)
+    text = _message(e).rstrip(".")
+    short = node.rsplit("/", 1)[-1]
     if isinstance(e, (gexc.PermissionDenied, gexc.Forbidden)):
         reason, _ = _error_info(e)
         if reason == "SERVICE_DISABLED":
             return translate(e, what)
+        found = _PROJECT_IN.search(node)
+        project = found.group(1) if found else "PROJECT"
         return PermissionDeniedError(
-            f"permission {UPDATE_PERMISSION} denied on {node} while {what}: ask for a role that "
-            f"has it (roles/tpu.admin), `gcloud projects add-iam-policy-binding PROJECT "
-            f"--member=user:YOU --role=roles/tpu.admin`.")
+            f"permission {UPDATE_PERMISSION} denied on node {short} (project {project}), which "
+            f"podctl needs to write the node's metadata: ask for a role that has it, e.g. `gcloud "
+            f"projects add-iam-policy-binding {project} --member=user:YOU --role=roles/tpu.admin`.")
     if _status(e) == "FAILED_PRECONDITION":
-        return CloudError(f"{node} cannot be updated now while {what} ({text.rstrip('.')}): a node's "
-                          "metadata changes only while it is READY.")
+        return CloudError(f"node {short} cannot be updated now ({text}): its metadata changes only "
+                          "while it is READY.")
     if isinstance(e, gexc.BadRequest):
-        return InvalidValueError(f"Cloud TPU refused the metadata of {node} while {what} "
-                                 f"({text.rstrip('.')}): {METADATA_LIMITS}.")
+        return InvalidValueError(f"Cloud TPU refused the metadata of node {short} ({text}); the "
+                                 f"limits: {METADATA_LIMITS}.")
     return translate(e, what)
 
 
