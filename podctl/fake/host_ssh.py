@@ -1,8 +1,9 @@
 """The SSH side of a fake host: who may log in, and how a command runs.
 
 One `SshServer` per connection decides auth against the node's `ssh-keys`
-metadata, read live (so `nodes.update` of the metadata takes effect at once, as
-on GCE), or, with OS Login on, against the keys imported into OS Login (oslogin.py).
+metadata as its hosts see it (node_fields.host_metadata: a `nodes.patch` reaches them
+`timings.metadata_propagation` after its operation is done, as gcloud's retries expect),
+or, with OS Login on, against the keys imported into OS Login (oslogin.py).
 One `ShellSession` per channel runs `bash -c COMMAND` (or `bash` for a shell) in its own
 process group, pumps stdin/stdout/stderr with flow control both ways, and reports
 the exit status, or the signal that killed it, as sshd does. The command's process

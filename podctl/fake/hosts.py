@@ -20,10 +20,17 @@ processes (setsid, nohup) are found by a token that each host puts into the
 environment of everything it starts (TOKEN_VAR), by scanning /proc/*/environ;
 Linux only. A process that wipes its own environment escapes; nothing else does.
 
+When a node's hosts are up (listening), each runs the node's `startup-script` (boot.py),
+as at every boot of a TPU VM; the `reboot` fault kills a host's processes and runs it
+again, and the `no-ssh` fault (the world node's `_no_ssh`, so it outlives the hosts)
+closes their SSH listeners. Per host, `boots`, `ssh_total` and `sessions_total` count
+on the world's node (count, host_counters) and show in describe().
+
 On disk, under the hosts root (HOSTS_ROOT/<project>/<zone>/<node-id>/):
 `.ssh_host_ed25519_key` (one host key per node, kept across daemon restarts),
 `.node-id` (the node's unique id: a re-created node gets a fresh directory and
-key) and `host-NNNN/`, each host's own: `home/USER/`, the HOME of each user who
+key) and `host-NNNN/`, each host's own (its `/`: `startup-script`, `startup-script.log`,
+`root/`, root's HOME, boot.py): `home/USER/`, the HOME of each user who
 logs in (podctl's own user, an OS Login POSIX user: /home/USER as the profile's
 homeDirectory says), and `tmp/`, the host's /tmp. A node's directory goes when it
 leaves the world.

@@ -11,11 +11,13 @@ line, directories with a trailing `/`) or, with `?recursive=true`, as JSON.
 Served: project/project-id and numeric-project-id; instance/ id, name, hostname, zone,
 preempted (`TRUE` once the node is preempted, during its notice), maintenance-event
 (`NONE`, or `TERMINATE_ON_HOST_MAINTENANCE` from 60 s before a maintenance) and
-upcoming-maintenance (JSON, 404 when none is planned; see maintenance.py), both with
-`?wait_for_change=true` (a hanging GET until the value changes, `last_etag`,
-`timeout_sec`), service-accounts/default/ (email, scopes, token), attributes/ (the node's
+upcoming-maintenance (JSON, 404 when none is planned; see maintenance.py),
+`?wait_for_change=true` on any of them, leaves and directories (a hanging GET until the
+value changes, `last_etag`, `timeout_sec`; every answer carries an `ETag`, crc32 of the
+answer's body), service-accounts/default/ (email, scopes, token), attributes/ (the node's
 metadata, the TPU VM attributes agent-worker-number, accelerator-type,
-worker-network-endpoints, tpu-env), and guest-attributes/NAMESPACE/KEY, which the
+worker-network-endpoints, tpu-env; a patched map shows here only
+`timings.metadata_propagation` after its patch is done), and guest-attributes/NAMESPACE/KEY, which the
 host may PUT and the TPU API's getGuestAttributes then returns (World.guest_attributes).
 """
 
