@@ -33,7 +33,7 @@ from tests.conftest import FAST_RETRY, Podctl, stop_fake_and_check
 RUNTIME = "v2-alpha-tpuv5"
 SCALE = 10.0  # simulated seconds per real second in this file
 # Simulated seconds: creation 0.3 s, a patch 0.2 s, its propagation 1.5 s (real)
-TIMINGS = {"time_scale": SCALE, "node_create": 3.0, "node_delete": 1.0, "node_stop": 1.0,
+TIMINGS = {"time_scale": SCALE, "node_create": 3.0, "node_delete": 1.0, "node_stop": 1.0, "node_start": 3.0,
            "node_update": 2.0, "metadata_propagation": 15.0}
 SCRIPT = """#!/bin/bash
 echo "boot $TPU_WORKER_ID $USER $PWD $HOME $GCE_METADATA_HOST" >> "$HOME/boots.txt"
@@ -139,6 +139,17 @@ def test_the_startup_script_runs_at_every_boot(cloud):
     plain = make("noscript")
     assert [h["boots"] for h in admin.host_stats("noscript")] == [0]
     assert not (host_dir(info, plain.name, 0) / "startup-script.log").exists()
+
+
+def test_a_stopped_node_boots_again_when_started(cloud):
+    cli, info, admin, client, make = cloud
+    node = make("startme", "v5p-8", {"startup-script": SCRIPT})
+    assert eventually(lambda: boots_seen(info, node.name, 1) == [1])
+    client.stop_node(request={"name": node.name}).result(timeout=30)
+    assert admin.host_stats("startme") == []  # no hosts while STOPPED
+    client.start_node(request={"name": node.name}).result(timeout=30)
+    assert eventually(lambda: boots_seen(info, node.name, 1) == [2])
+    assert [h["boots"] for h in admin.host_stats("startme")] == [2]
 
 
 def _ssh(address: str, port: int, key: asyncssh.SSHKey) -> str:
