@@ -173,6 +173,12 @@ def test_no_ssh_refuses_connections_outlives_maintenance_and_off_restores(cloud)
         with pytest.raises(ConnectionRefusedError):
             _ssh(address, port, key)
     assert admin.hosts()["nodes"][node.name]["no_ssh"] is True
+    cli("fake", "inject", "no-ssh", "nossh", "--off")  # back at once
+    assert eventually(lambda: _try(lambda: _ssh(*where[1], key)) == "up\n")
+    assert [h["ssh_total"] for h in admin.host_stats("nossh")] == [0, 2]
+    cli("fake", "inject", "no-ssh", "nossh")
+    with pytest.raises(ConnectionRefusedError):
+        _ssh(*where[1], key)
     admin.maintenance("nossh", after=0, window=5)
     assert eventually(lambda: node.name not in admin.hosts()["nodes"])  # down
     assert eventually(lambda: node.name in admin.hosts()["nodes"])  # and back
@@ -180,7 +186,7 @@ def test_no_ssh_refuses_connections_outlives_maintenance_and_off_restores(cloud)
     time.sleep(0.2)
     with pytest.raises(ConnectionRefusedError):
         _ssh(*where[0], key)
-    assert [h["ssh_total"] for h in admin.host_stats("nossh")] == [0, 1]  # none accepted
+    assert [h["ssh_total"] for h in admin.host_stats("nossh")] == [0, 2]  # none accepted
     assert "SSH answers again" in cli("fake", "inject", "no-ssh", "nossh", "--off").stdout
     assert eventually(lambda: _try(lambda: _ssh(*where[0], key)) == "up\n")
     assert [h["ssh_total"] for h in admin.host_stats("nossh")][0] >= 1

@@ -322,10 +322,11 @@ class NodeHosts:
                 log.warning("fake host %s/%d cannot serve SSH at its external address: %s",
                             self.name, host.index, e)
                 host.ext_sock.close()
-        if not host.alive:  # it vanished while asyncssh was starting
+        if not host.alive or self.node.get("_no_ssh"):  # it vanished (or no-ssh came) meanwhile
             for each in (host.acceptor, host.ext_acceptor):
                 if each is not None:
                     each.close()
+            host.acceptor = host.ext_acceptor = None
 
 
 class HostManager:
@@ -611,10 +612,14 @@ class HostManager:
                 for sock in (host.sock, host.ext_sock):
                     if sock is not None:
                         sock.close()
-            elif host.acceptor is None:
-                host.sock = addresses.bind_again(host.address, host.port)
-                if host.external is not None:
-                    host.ext_sock = addresses.bind_again(host.external, host.ext_port)
+            elif host.acceptor is None and host.sock.fileno() < 0:  # else: serve_ssh is on its way
+                try:
+                    host.sock = addresses.bind_again(host.address, host.port)
+                    if host.external is not None:
+                        host.ext_sock = addresses.bind_again(host.external, host.ext_port)
+                except OSError as e:
+                    log.warning("fake host %s/%d cannot take SSH again: %s", nh.name, host.index, e)
+                    continue
                 self.track(asyncio.ensure_future(nh.serve_ssh(host)))
 
     # ---- guest attributes (the metadata server writes, getGuestAttributes reads) ----
