@@ -13,8 +13,9 @@ STORAGE_EMULATOR_HOST, TPU_WORKER_ID, ...) for the user `root`, whose HOME is th
 token (hosts.TOKEN_VAR), so everything it starts, detached or not, dies with the host
 (preemption, delete, maintenance, reboot).
 
-Approximate: the script runs as the daemon's own user, not uid 0 (a script that checks
-its euid sees that; `useradd`, setuid and writes to the machine's / fail). The boots
+Approximate: the script runs as the daemon's own user, not the VM's root (uid 0 only
+where the daemon runs as root, and then the machine's: a script on a fake host, which
+PODCTL_FAKE_HOST=1 names, must not `useradd`, setuid or write outside its host). The boots
 are not waited for: each host's script starts in a task of its own, a node without a
 startup-script costs nothing.
 """
