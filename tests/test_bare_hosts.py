@@ -23,7 +23,8 @@ from podctl.fake import image_python
 from podctl.jobs import launch
 from tests.conftest import PARENT
 
-HOST_FILES = [Path(launch.__file__).with_name(n) for n in launch.AGENT_MODULES]
+# the agent's zip (host_config.py among it) and the watcher the startup script writes
+HOST_FILES = [Path(launch.__file__).with_name(n) for n in (*launch.AGENT_MODULES, "host_watch.py")]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 

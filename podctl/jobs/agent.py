@@ -154,6 +154,7 @@ class Agent:
         self.termed: int | None = None  # the script (pid) already sent SIGTERM
         self.maintenance: dict | None = None  # the maintenance that stopped the run, if one did
         self.stacks_asked = threading.Event()
+        self.control: agent_control.Control | None = None  # from main's start to the status
         self.process_index = agent_watch.ProcessIndex(run_dir)
         self.process_lock = threading.Lock()
 
@@ -459,9 +460,22 @@ class Agent:
         VM's preemption notice, a host going away) is a failure that fails the job fast."""
         return (self.run_dir / run_layout.STOP_FILE).exists()
 
+    def stop_asked(self) -> bool:
+        """A stop or halt came (signal, marker, or GCS through the control thread)."""
+        if self.stopping or (self.run_dir / run_layout.STOP_FILE).exists():
+            self.stopping = True
+        return self.stopping
+
+    def close_control(self) -> None:
+        """The control thread's end (its last traces and the XLA dump shipped), once."""
+        control, self.control = self.control, None
+        if control is not None:
+            control.close()
+
     def write_status(self, code: int, error: str | None = None) -> None:
         if (self.run_dir / run_layout.STATUS_FILE).exists():
             return
+        self.close_control()  # its last words before the lines close
         self.learn_process()  # a script that wrote its index and exited without a word since
         status = {"host": self.cfg["host"], "exit_code": code, "ended": time.time(),
                   "lines": self.logs.lines, "stopped": self.stopped_by_podctl, "error": error,
@@ -490,32 +504,36 @@ class Agent:
             self.stopping = True
         self.logs.start()
         self.logs.heartbeat(force=True)
+        # From the start: a stop (or halt) asked while the bundle or the environment is being
+        # fetched ends the run before its script starts; profile requests wait for the script.
+        self.control = agent_control.Control(self.cfg, self.bucket, self.run_dir, self.logs.line,
+                                             stacks=self.stacks_asked.set)
+        self.control.start()
         try:
-            tree = self.fetch_bundle() if self.cfg.get("bundle_hash") else self.run_dir
-            code = self.python_env()
-            if code:
-                return code
-            env = self.environment(tree)
-            code = self.setup(tree, env)
-            if code:
-                return code
-            if self.stopping or (self.run_dir / run_layout.STOP_FILE).exists():
-                self.stopping = True
-                code = 128 + signal.SIGTERM
-            else:
-                self.logs.phase = "running"
-                self.publish("running")
-                self.logs.heartbeat(force=True)
-                argv = self.cfg.get("command") or ["python3", self.cfg["script"], *self.cfg.get("args", [])]
-                watcher = agent_maintenance.watch(self.cfg, self.on_maintenance, agent_gcs.metadata_get)
-                control = agent_control.Control(self.cfg, self.bucket, self.run_dir, self.logs.line)
-                control.start()
-                try:
-                    code = self.run_process(argv, tree, env)
-                finally:
-                    control.close()
-                    if watcher is not None:
-                        watcher.stop()
+            try:
+                tree = self.fetch_bundle() if self.cfg.get("bundle_hash") else self.run_dir
+                code = self.python_env()
+                if code:
+                    return code
+                env = self.environment(tree)
+                code = 0 if self.stop_asked() else self.setup(tree, env)
+                if code:
+                    return code
+                if self.stop_asked():
+                    code = 128 + signal.SIGTERM
+                else:
+                    self.logs.phase = "running"
+                    self.publish("running")
+                    self.logs.heartbeat(force=True)
+                    argv = self.cfg.get("command") or ["python3", self.cfg["script"], *self.cfg.get("args", [])]
+                    watcher = agent_maintenance.watch(self.cfg, self.on_maintenance, agent_gcs.metadata_get)
+                    try:
+                        code = self.run_process(argv, tree, env)
+                    finally:
+                        if watcher is not None:
+                            watcher.stop()
+            finally:
+                self.close_control()
         except Exception as e:  # the agent's own failure: say so in the run's logs and status
             self.logs.line(f"[podctl] agent failed on {run_layout.host_tag(self.cfg['host'])}: {e!r}")
             code = EXIT_AGENT_FAILED

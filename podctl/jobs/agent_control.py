@@ -19,7 +19,15 @@ The owner's stop travels the same way: podctl/runs/RUN/control/stop.json ({"by",
 script exactly as `podctl stop` over SSH does (the `stop` marker with its grace, then
 SIGTERM to the agent itself), so a stop reaches the hosts without SSH: a budget check
 run by another identity, whose key is not on the slice, still gives the script its
-grace to checkpoint.
+grace to checkpoint. The agent polls from its own start, so a stop asked while the bundle
+or the environment is being fetched ends the run before its script starts.
+
+podctl/runs/RUN/control/halt.json ({"grace": seconds or null, "by"}) stops the script the
+same way (the marker with its grace, SIGTERM, SIGKILL after the grace) but is not the
+owner's final word: fail-fast, the stall watch and the budget write it, and `--recover`
+may relaunch the run after it (what the run's record says is podctl's business, not the
+agent's). podctl/runs/RUN/control/stacks.json ({"id"}): each new id asks the agent for
+the script's stacks, as SIGUSR1 does (agent_watch.capture_stacks), without SSH.
 
 `podctl run --xla-dump` sets PODCTL_XLA_DUMP=1: the script's XLA_FLAGS gain
 --xla_dump_to=A_LOCAL_DIR, and the agent uploads that folder to
@@ -58,9 +66,12 @@ def prepare_env(env: dict, cfg: dict, run_dir: Path) -> None:
 
 
 class Control:
-    """A thread that hands `podctl profile` requests to the script and ships its traces."""
+    """A thread that takes the owner's stop, halts and stacks requests, hands `podctl
+    profile` requests to the script and ships its traces. STACKS: called (from this
+    thread) for each new stacks request."""
 
-    def __init__(self, cfg: dict, bucket, run_dir: Path, say=None, poll_seconds: float = POLL_SECONDS):
+    def __init__(self, cfg: dict, bucket, run_dir: Path, say=None, poll_seconds: float = POLL_SECONDS,
+                 stacks=None):
         self.cfg, self.bucket, self.run_dir = cfg, bucket, run_dir
         self.run_id, self.host = cfg["run_id"], int(cfg["host"])
         self.dir = run_dir / "control"
@@ -68,11 +79,19 @@ class Control:
         self.poll_seconds = poll_seconds
         self.generation: str | None = None
         self.stop_seen = False
+        self.halt_seen = False
+        self.stacks = stacks or (lambda: None)
+        self.stacks_generation: str | None = None
+        self.stacks_id: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="podctl-control", daemon=True)
 
     def start(self) -> None:
+        """Take a stop or halt asked before the agent started at once (before it fetches
+        anything or starts the script), then poll every POLL_SECONDS in a thread."""
         self.dir.mkdir(exist_ok=True)
+        self._guarded(self.poll_stop)
+        self._guarded(self.poll_halt)
         self._thread.start()
 
     def close(self) -> None:
@@ -100,32 +119,63 @@ class Control:
 
     def poll(self) -> None:
         self.poll_stop()
+        self.poll_halt()
+        self.poll_stacks()
         self.poll_profile()
 
     def poll_stop(self) -> None:
         """The owner's stop through GCS: as launch.stop_command does over SSH."""
-        name = run_layout.stop_request_object(self.run_id)
-        if self.stop_seen or not self.bucket.stat(name):
-            return
+        if not self.stop_seen:
+            self.stop_seen = self._take_stop(run_layout.stop_request_object(self.run_id), "grace_seconds",
+                                             "stop")
+
+    def poll_halt(self) -> None:
+        """A halt through GCS (fail-fast, stall, budget): the script stops as for a stop."""
+        if not self.halt_seen:
+            self.halt_seen = self._take_stop(run_layout.halt_request_object(self.run_id), "grace", "halt")
+
+    def _take_stop(self, name: str, grace_key: str, what: str) -> bool:
+        """The request NAME, if there is one: the stop marker (its grace from GRACE_KEY) and
+        SIGTERM to the agent itself. -> whether it was there."""
+        if not self.bucket.stat(name):
+            return False
         try:
             request = json.loads(self.bucket.download(name))
         except ValueError:
             request = {}
-        grace = request.get("grace_seconds") if isinstance(request, dict) else None
+        grace = request.get(grace_key) if isinstance(request, dict) else None
         stop = self.run_dir / run_layout.STOP_FILE
-        if stop.exists():  # the stop came over SSH first: the agent has it already
-            self.stop_seen = True
-            return
+        if stop.exists():  # a stop came first (over SSH, or the other request): the agent has it
+            return True
         if isinstance(grace, (int, float)) and not isinstance(grace, bool) and math.isfinite(grace) \
                 and grace >= 0:
             stop.write_text(f"{float(grace)}\n")
         else:
             stop.touch()
-        self.stop_seen = True
         by = request.get("by") if isinstance(request, dict) else None
         by = by[:60] if isinstance(by, str) and by.isprintable() else None  # anyone's text
-        self.say(f"[podctl] stop asked through GCS{f' by {by}' if by else ''}: stopping the script")
+        self.say(f"[podctl] {what} asked through GCS{f' by {by}' if by else ''}: stopping the script")
         os.kill(os.getpid(), signal.SIGTERM)  # the agent's own handler: as an SSH stop
+        return True
+
+    def poll_stacks(self) -> None:
+        """A new stacks request id: the script's stacks, as SIGUSR1 asks for them."""
+        name = run_layout.stacks_request_object(self.run_id)
+        meta = self.bucket.stat(name)
+        version = str(meta.get("generation") or meta.get("updated")) if meta else None
+        if version is None or version == self.stacks_generation:
+            return
+        data = self.bucket.download(name)
+        self.stacks_generation = version
+        try:
+            request = json.loads(data)
+        except ValueError:
+            return
+        ident = request.get("id") if isinstance(request, dict) else None
+        if ident is None or str(ident) == self.stacks_id:
+            return
+        self.stacks_id = str(ident)
+        self.stacks()
 
     def poll_profile(self) -> None:
         name = run_layout.profile_request_object(self.run_id)

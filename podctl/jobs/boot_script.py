@@ -1,0 +1,73 @@
+"""The startup script every slice podctl makes carries: it starts the host's watcher.
+
+The guest environment runs a node's `startup-script` as root at every boot (and after a
+maintenance); this one writes host_watch.py (inlined: nothing is fetched, the script
+holds no secret and is the same for every slice) to /var/lib/podctl/ when root, else to
+~/.podctl/watch/ (0700), and starts it detached:
+- as root with systemd: `systemd-run --unit=podctl-watch --property=Restart=on-failure
+  --property=KillMode=process python3 /var/lib/podctl/host_watch.py /var/lib/podctl`
+  (a transient unit: systemd restarts a watcher that dies; KillMode=process, so that
+  a restart of the watcher leaves the agents it started running); its log is the
+  unit's journal (`journalctl -u podctl-watch`);
+- else: `setsid nohup python3 DIR/host_watch.py DIR &`, its output appended to
+  DIR/watch.log.
+A fake host (PODCTL_FAKE_HOST=1) takes the second path whoever runs it: the fake's
+hosts share one machine, and the fake runs every host's script as the same user.
+Running the script again is harmless: a second watcher finds the first's lock and
+exits at once (host_watch.lock), and a second `systemd-run` of a running unit fails
+and is ignored.
+
+`boot_metadata()` is what cloud/create merges into every node's metadata: the script,
+its version (`podctl-boot`: podctl starts runs through the watcher only on slices
+whose version it knows) and the guest attributes switch the watcher reports through.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from podctl.jobs import run_layout
+
+WATCH_SOURCE = Path(__file__).with_name("host_watch.py").read_text()
+_EOF = "PODCTL_HOST_WATCH_EOF"
+MAX_BYTES = 32 * 1024  # far under metadata's 256 KiB a value (design 26, F7)
+
+_TEMPLATE = r"""#!/bin/bash
+# podctl: start this host's watcher (podctl/jobs/boot_script.py). Static: no secrets.
+set -u
+if [ "$(id -u)" = 0 ] && [ -z "${PODCTL_FAKE_HOST:-}" ]; then
+  root=1; d=/var/lib/podctl
+else
+  root=; d="${HOME:-$(getent passwd "$(id -un)" | cut -d: -f6)}/WATCH_DIR"
+fi
+umask 077
+mkdir -p "$d" && chmod 700 "$d" || exit 1
+t="$d/host_watch.py.$$"
+cat > "$t" <<'EOF_MARK'
+WATCH_SOURCE
+EOF_MARK
+mv -f "$t" "$d/host_watch.py" || exit 1
+if [ -n "$root" ] && [ -d /run/systemd/system ] && command -v systemd-run > /dev/null; then
+  # a second run: the unit exists already, systemd-run fails, the watcher runs on
+  systemd-run --unit=podctl-watch --property=Restart=on-failure --property=KillMode=process \
+    python3 "$d/host_watch.py" "$d" > /dev/null 2>&1 || true
+else
+  cd "$d" || exit 1
+  setsid nohup python3 "$d/host_watch.py" "$d" >> "$d/watch.log" 2>&1 < /dev/null &
+fi
+exit 0
+"""
+
+if any(line.strip() == _EOF for line in WATCH_SOURCE.splitlines()):  # pragma: no cover
+    raise RuntimeError(f"host_watch.py holds the heredoc's end marker {_EOF}")
+
+BOOT_SCRIPT = (_TEMPLATE.replace("WATCH_DIR", run_layout.WATCH_DIR).replace("EOF_MARK", _EOF)
+               .replace("WATCH_SOURCE\n", WATCH_SOURCE if WATCH_SOURCE.endswith("\n") else WATCH_SOURCE + "\n"))
+BOOT_VERSION = hashlib.sha256(BOOT_SCRIPT.encode()).hexdigest()[:12]
+
+
+def boot_metadata() -> dict[str, str]:
+    """The node metadata every slice podctl creates carries (beside its ssh-keys)."""
+    return {"startup-script": BOOT_SCRIPT, run_layout.BOOT_KEY: BOOT_VERSION,
+            "enable-guest-attributes": "TRUE"}

@@ -1,0 +1,443 @@
+"""podctl's watcher: one per TPU VM host, started by the slice's startup script.
+
+Inlined in boot_script.BOOT_SCRIPT, written to /var/lib/podctl/ (root) or
+~/.podctl/watch/ and run with the host's system python3 (3.10, standard library only;
+it imports nothing from podctl: the names it shares with run_layout.py are copied below
+and a test holds them equal). It holds no credentials of its own.
+
+It long-polls the metadata server (`instance/attributes/?recursive=true` with
+`wait_for_change`, the ETag of the last answer; an idle host costs one hanging GET per
+TIMEOUT_SEC and nothing else) and, when the node's `podctl-run` key names a run this
+host has not started (a pointer: bucket, launch.json's object and hash, the agent's
+hash, the run's first host on this node), it starts the run's agent as podctl's SSH
+launch does (launch.start_command): once per run and host (the `started` marker), only
+with launch.json and the agent's zip that match the pointer's hashes, only when no other
+run holds the chips (owner.py's rule), the host's config derived by the zip's own
+host_config.py written 0600, and the agent detached in a session of its own so that it
+outlives the watcher. It says what it did in guest attributes: podctl/watch
+(`ready VERSION`) and podctl/run (`RUN started`, `RUN refused WHY`, `RUN busy OTHER`).
+
+At idle it holds no thread and imports only what the loop needs; the rest is imported
+when a pointer arrives. A second watcher on the same host exits at once (flock).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import sys
+import time
+
+# run_layout.py's names (test_host_watch holds them equal)
+RUN_POINTER_KEY = "podctl-run"
+BOOT_KEY = "podctl-boot"
+GUEST_NAMESPACE = "podctl"
+HOST_RUNS_DIR = ".podctl/runs"
+CONFIG_FILE = "config.json"
+PID_FILE = "agent.pid"
+STOP_FILE = "stop"
+STATUS_FILE = "status.json"
+AGENTS_DIR = ".podctl/agents"  # the agents' zips by hash, shared with launch.BOOT's cache
+# owner.LET_GO_SECONDS: how long a run asked to stop may take to let go of the chips
+LET_GO_SECONDS = 630.0
+
+POINTER_VERSION = 1
+TIMEOUT_SEC = 300  # the metadata server's hanging GET
+BACKOFF_SECONDS = (1.0, 60.0)  # after an error: from the first to the most, doubling
+LOCK_FILE = "watch.lock"
+PID_NAME = "watch.pid"
+MAX_GUEST_VALUE = 200
+
+
+def log(text: str) -> None:
+    sys.stderr.write(time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + text + "\n")
+    sys.stderr.flush()
+
+
+# ---- the metadata server -------------------------------------------------------------
+
+def metadata_host() -> str:
+    return os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
+
+
+def metadata(method: str, path: str, body: bytes | None = None,
+             timeout: float = 10.0) -> tuple[int, dict, bytes]:
+    """One request to computeMetadata/v1/PATH -> (status, headers lowercased, body)."""
+    host = metadata_host()
+    conn = http.client.HTTPConnection(host, timeout=timeout)
+    try:
+        conn.request(method, "/computeMetadata/v1/" + path, body=body,
+                     headers={"Metadata-Flavor": "Google"})
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def attributes(etag: str = "NONE", wait: bool = True) -> tuple[dict, str]:
+    """The node's attributes (every key, verbatim) and the answer's ETag. WAIT: answer
+    only once they differ from ETAG (NONE: at once), or after TIMEOUT_SEC."""
+    path = "instance/attributes/?recursive=true&alt=json"
+    if wait:
+        path += f"&wait_for_change=true&timeout_sec={TIMEOUT_SEC}&last_etag={etag}"
+    status, headers, data = metadata("GET", path, timeout=TIMEOUT_SEC + 30.0)
+    if status != 200:
+        raise OSError(f"the metadata server answered {status} to {path}")
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError("the attributes are not a JSON object")
+    return value, headers.get("etag") or etag
+
+
+def report(key: str, value: str) -> None:
+    """Guest attribute podctl/KEY = VALUE (getGuestAttributes shows it); best effort."""
+    try:
+        metadata("PUT", f"instance/guest-attributes/{GUEST_NAMESPACE}/{key}",
+                 value[:MAX_GUEST_VALUE].encode(), timeout=5.0)
+    except OSError as e:
+        log(f"guest attribute {key}: {e}")
+
+
+# ---- the pointer ---------------------------------------------------------------------
+
+def _safe_name(text: object) -> bool:
+    """A run id: one path component of letters, digits, '-', '_' and '.', not hidden."""
+    return (isinstance(text, str) and 0 < len(text) <= 128 and not text.startswith(".")
+            and all(c.isascii() and (c.isalnum() or c in "-_.") for c in text))
+
+
+def _hex64(text: object) -> bool:
+    return isinstance(text, str) and len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def parse_pointer(text: object) -> dict | None:
+    """The pointer in the node's `podctl-run` key, checked; None for none (an empty key
+    or one podctl cleared); ValueError naming what is wrong with a bad one."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if not isinstance(text, str):
+        raise ValueError("the pointer is not a string")
+    try:
+        p = json.loads(text)
+    except ValueError:
+        raise ValueError("the pointer is not JSON") from None
+    if not isinstance(p, dict):
+        raise ValueError("the pointer is not a JSON object")
+    if p.get("v") != POINTER_VERSION:
+        raise ValueError(f"pointer version {p.get('v')!r}, this watcher reads {POINTER_VERSION}")
+    if not _safe_name(p.get("run")):
+        raise ValueError("the pointer's run id is not a plain name")
+    for key in ("bucket", "launch", "agent_object"):
+        if not isinstance(p.get(key), str) or not p[key] or not p[key].isprintable():
+            raise ValueError(f"the pointer's {key} is not a name")
+    for key in ("sha256", "agent_sha"):
+        if not _hex64(p.get(key)):
+            raise ValueError(f"the pointer's {key} is not a sha256")
+    first = p.get("first_host")
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        raise ValueError("the pointer's first_host is not a host number")
+    return p
+
+
+def host_index(pointer: dict, attrs: dict) -> int:
+    """This host's index in the run: the node's first host + this VM's worker number."""
+    return int(pointer["first_host"]) + int(attrs["agent-worker-number"])
+
+
+# ---- the host's run directories ------------------------------------------------------
+
+def home() -> str:
+    return os.path.expanduser("~")
+
+
+def run_dir(run_id: str) -> str:
+    return os.path.join(home(), HOST_RUNS_DIR, run_id)
+
+
+def claim(run_id: str) -> bool:
+    """Make RUN_ID's `started` marker (mkdir: atomic, as launch.start_command(once=True));
+    False when the run was started here before (or has ended here: a stale pointer after
+    a reboot never restarts a run)."""
+    d = run_dir(run_id)
+    if os.path.exists(os.path.join(d, STATUS_FILE)):
+        return False
+    old = os.umask(0o077)
+    try:
+        os.makedirs(d, exist_ok=True)
+        os.mkdir(os.path.join(d, "started"))
+    except FileExistsError:
+        return False
+    finally:
+        os.umask(old)
+    return True
+
+
+def _alive_agent(pid_text: str, run_id: str) -> bool:
+    """PID_TEXT names a live process (not a zombie) whose command line is RUN_ID's agent."""
+    pid = pid_text.strip()
+    if not pid.isdigit():
+        return False
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next((line.split()[1] for line in f if line.startswith("State:")), "")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except (OSError, IndexError):
+        return False
+    return state not in ("", "Z", "X") and f"/{run_id}" in cmdline
+
+
+def others(run_id: str) -> dict[str, list[str]]:
+    """{"live": run ids, "stopping": run ids}: other runs whose agent is alive on this host
+    (owner.py's rule: a pid file, no status file, the process that run's agent; a stop
+    marker means it is letting go)."""
+    found: dict[str, list[str]] = {"live": [], "stopping": []}
+    root = os.path.join(home(), HOST_RUNS_DIR)
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return found
+    for other in names:
+        d = os.path.join(root, other)
+        if other == run_id or os.path.exists(os.path.join(d, STATUS_FILE)):
+            continue
+        try:
+            with open(os.path.join(d, PID_FILE)) as f:
+                pid = f.read()
+        except OSError:
+            continue
+        if _alive_agent(pid, other):
+            found["stopping" if os.path.exists(os.path.join(d, STOP_FILE)) else "live"].append(other)
+    return found
+
+
+def wait_for_the_chips(run_id: str, let_go_seconds: float = LET_GO_SECONDS,
+                       poll: float = 1.0) -> str | None:
+    """None once no other run holds this host's chips; else the run that does (a live one
+    at once, a stopping one after LET_GO_SECONDS)."""
+    deadline = time.monotonic() + let_go_seconds
+    while True:
+        found = others(run_id)
+        if found["live"]:
+            return found["live"][0]
+        if not found["stopping"]:
+            return None
+        if time.monotonic() > deadline:
+            return found["stopping"][0]
+        time.sleep(poll)
+
+
+# ---- GCS, with the metadata server's token (as launch.BOOT) --------------------------
+
+class Refused(Exception):
+    """Why this host does not start the run (said in podctl/run)."""
+
+
+def gcs_get(bucket: str, name: str) -> bytes:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    status, _, data = metadata("GET", "instance/service-accounts/default/token")
+    if status != 200:
+        raise Refused(f"no token from the metadata server ({status})")
+    token = json.loads(data)["access_token"]
+    gcs = (os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com").rstrip("/")
+    q = urllib.parse.quote
+    url = f"{gcs}/download/storage/v1/b/{q(bucket, safe='')}/o/{q(name, safe='')}?alt=media"
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+    last: Exception | None = None
+    for attempt in range(3):
+        try:
+            with urllib.request.urlopen(request, timeout=120) as r:
+                return r.read()
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403, 404):
+                raise Refused(f"GCS answered {e.code} for gs://{bucket}/{name}") from None
+            last = e
+        except OSError as e:
+            last = e
+        time.sleep(2.0 * (attempt + 1))
+    raise Refused(f"cannot read gs://{bucket}/{name}: {last}")
+
+
+def fetch_launch(pointer: dict) -> dict:
+    """launch.json, checked against the pointer's hash and naming the pointer's run."""
+    import hashlib
+
+    data = gcs_get(pointer["bucket"], pointer["launch"])
+    if hashlib.sha256(data).hexdigest() != pointer["sha256"]:
+        raise Refused("launch.json does not match the pointer's sha256")
+    launch = json.loads(data)
+    if not isinstance(launch, dict) or launch.get("run_id") != pointer["run"] \
+            or launch.get("agent_sha") != pointer["agent_sha"]:
+        raise Refused("launch.json names another run or agent than the pointer")
+    return launch
+
+
+def fetch_agent(pointer: dict) -> str:
+    """The agent's zip, from the host's cache or GCS, checked against the pointer's hash."""
+    import hashlib
+
+    sha = pointer["agent_sha"]
+    path = os.path.join(home(), AGENTS_DIR, sha + ".zip")
+    try:
+        with open(path, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() == sha:
+                return path
+    except OSError:
+        pass
+    data = gcs_get(pointer["bucket"], pointer["agent_object"])
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise Refused("the agent's zip does not match the pointer's agent_sha")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+def config_for(agent_zip: str, launch: dict, host: int) -> dict:
+    """host_config.for_host from the agent's own zip (the version the pointer names; a fresh
+    namespace each time, so a later run's agent brings its own)."""
+    import zipfile
+
+    with zipfile.ZipFile(agent_zip) as z:
+        source = z.read("host_config.py")
+    namespace: dict = {"__name__": "podctl_host_config"}
+    exec(compile(source, agent_zip + "/host_config.py", "exec"), namespace)
+    return namespace["for_host"](launch, host)
+
+
+def write_config(run_id: str, config: dict) -> str:
+    """The host's config in its run directory, 0600 (it holds the --env values)."""
+    d = run_dir(run_id)
+    path = os.path.join(d, CONFIG_FILE)
+    tmp = path + ".tmp"
+    old = os.umask(0o077)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(config, f)
+        os.replace(tmp, path)
+    finally:
+        os.umask(old)
+    return path
+
+
+def start_agent(agent_zip: str, run_id: str) -> None:
+    """`python3 ZIP RUN_DIR` in a session of its own, output to agent.out, stdin
+    /dev/null (launch.start_command's `setsid nohup`); `setsid -f` forks, so the agent
+    is nobody's child here and lives on when the watcher ends."""
+    import subprocess
+
+    d = run_dir(run_id)
+    old = os.umask(0o077)
+    try:
+        with open(os.path.join(d, "agent.out"), "ab") as out:
+            subprocess.run(["setsid", "-f", "python3", agent_zip, d], cwd=d, stdin=subprocess.DEVNULL,
+                           stdout=out, stderr=subprocess.STDOUT, check=True, timeout=30)
+    finally:
+        os.umask(old)
+
+
+def start(pointer: dict, attrs: dict) -> str | None:
+    """Start POINTER's run on this host if it has not been; -> what was reported, or None
+    when the run was started (or refused) here before."""
+    run_id = pointer["run"]
+    if not claim(run_id):
+        return None
+    try:
+        host = host_index(pointer, attrs)
+        launch = fetch_launch(pointer)
+        agent_zip = fetch_agent(pointer)
+        config = config_for(agent_zip, launch, host)
+        busy = wait_for_the_chips(run_id)
+        if busy is not None:
+            state = f"{run_id} busy {busy}"
+        else:
+            write_config(run_id, config)
+            start_agent(agent_zip, run_id)
+            state = f"{run_id} started"
+    except Refused as e:
+        state = f"{run_id} refused {e}"
+    except Exception as e:  # a bad launch.json, a full disk: said, and the watcher goes on
+        state = f"{run_id} refused {type(e).__name__}: {e}"
+    log(state)
+    report("run", state)
+    return state
+
+
+def on_attributes(attrs: dict) -> str | None:
+    """What one answer of the metadata server asks of this host."""
+    try:
+        pointer = parse_pointer(attrs.get(RUN_POINTER_KEY))
+    except ValueError as e:
+        log(f"ignoring the pointer: {e}")
+        return None
+    if pointer is None:
+        return None
+    return start(pointer, attrs)
+
+
+# ---- the loop ------------------------------------------------------------------------
+
+def lock(directory: str):
+    """The host's one watcher: a lock held for the process's life, or None if another has it."""
+    import fcntl
+
+    f = open(os.path.join(directory, LOCK_FILE), "a")  # noqa: SIM115 (held for the process's life)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    with open(os.path.join(directory, PID_NAME), "w") as p:
+        p.write(str(os.getpid()))
+    return f
+
+
+def watch(version: str | None = None) -> None:
+    """Forever: wait for the node's attributes to change, act on the pointer."""
+    etag, delay, said_ready = "NONE", BACKOFF_SECONDS[0], False
+    while True:
+        failed = False
+        try:
+            attrs, etag = attributes(etag)
+            delay = BACKOFF_SECONDS[0]
+        except Exception as e:  # the server restarting, a network hiccup: back off, never exit
+            log(f"metadata: {type(e).__name__}: {e}; again in {delay:.0f} s")
+            failed, etag = True, "NONE"
+            try:  # a server without directory waits still answers a plain read
+                attrs, _ = attributes(wait=False)
+            except Exception:
+                attrs = None
+        if attrs is not None:
+            if not said_ready:
+                said_ready = True
+                report("watch", f"ready {version or attrs.get(BOOT_KEY) or 'unknown'}")
+            try:
+                on_attributes(attrs)
+            except Exception as e:  # never exit: the next change may be the one that works
+                log(f"pointer: {type(e).__name__}: {e}")
+        if failed:
+            time.sleep(delay)
+            delay = min(delay * 2, BACKOFF_SECONDS[1])
+
+
+def main(argv: list[str]) -> int:
+    directory = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    held = lock(directory)
+    if held is None:
+        log("another watcher holds this host's lock; exiting")
+        return 0
+    log(f"watching {metadata_host()} for {RUN_POINTER_KEY} (pid {os.getpid()})")
+    watch()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

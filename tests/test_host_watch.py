@@ -1,0 +1,289 @@
+"""The host's watcher (host_watch.py): what it reads of the pointer, the once-only marker,
+the chips' owner, and a run started through it on a fake host, end to end: launch.json
+and the agent's zip from GCS (hash-checked), the config 0600, the agent detached, and
+that agent taking stop.json before its script, stacks.json and halt.json while it runs.
+
+The watcher's loop waits on the metadata directory (`wait_for_change`); the fake hosts
+learn directory waits in another change, so the end-to-end tests here call the step the
+loop takes for each answer (`on_attributes`) on the host, over SSH, with a plain read."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncssh
+import pytest
+from google.cloud import storage, tpu_v2
+from google.protobuf import field_mask_pb2
+
+from podctl.jobs import host_config, host_watch, launch, owner, run_layout
+from podctl.jobs.launch import JobSpec
+from podctl.jobs.ssh import Target
+from podctl.settings import FAKE_BUCKET
+from tests.conftest import PARENT, user_credentials
+
+SHA = "ab" * 32
+
+
+def _pointer(**over) -> dict:
+    p = {"v": 1, "run": "r-1", "bucket": "b", "launch": run_layout.launch_object("r-1"), "sha256": SHA,
+         "agent_sha": SHA, "agent_object": run_layout.agent_object(SHA), "first_host": 2}
+    p.update(over)
+    return p
+
+
+# ---- pieces, without a host ------------------------------------------------------------
+
+def test_the_watcher_uses_run_layouts_and_owners_names():
+    assert (host_watch.RUN_POINTER_KEY, host_watch.BOOT_KEY, host_watch.GUEST_NAMESPACE) == (
+        run_layout.RUN_POINTER_KEY, run_layout.BOOT_KEY, run_layout.GUEST_NAMESPACE)
+    assert (host_watch.HOST_RUNS_DIR, host_watch.CONFIG_FILE, host_watch.PID_FILE, host_watch.STOP_FILE,
+            host_watch.STATUS_FILE) == (run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.PID_FILE,
+                                        run_layout.STOP_FILE, run_layout.STATUS_FILE)
+    assert host_watch.LET_GO_SECONDS == owner.LET_GO_SECONDS
+    assert 'Path.home() / ".podctl" / "agents"' in launch.BOOT and host_watch.AGENTS_DIR == ".podctl/agents"
+
+
+def test_the_watcher_imports_little_at_idle():
+    code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); import host_watch; "
+            "print(sorted(m for m in set(sys.modules) - before if not m.startswith('_')))")
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(Path(host_watch.__file__).parent)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    loaded = set(eval(done.stdout))
+    assert "host_watch" in loaded
+    # (http.client brings ssl and urllib.parse; the rest waits for a pointer)
+    assert not loaded & {"hashlib", "zipfile", "subprocess", "urllib.request", "threading"}
+
+
+def test_a_pointer_is_read_checked_and_placed():
+    p = _pointer()
+    assert host_watch.parse_pointer(json.dumps(p)) == p
+    assert host_watch.parse_pointer(None) is None and host_watch.parse_pointer(" ") is None
+    assert host_watch.host_index(p, {"agent-worker-number": "3"}) == 5
+    for bad in ("{", "[]", json.dumps(_pointer(v=2)), json.dumps(_pointer(run="../x")),
+                json.dumps(_pointer(run=".hidden")), json.dumps(_pointer(run="a/b")),
+                json.dumps(_pointer(sha256="AB" * 32)), json.dumps(_pointer(agent_sha="ab")),
+                json.dumps(_pointer(first_host=True)), json.dumps(_pointer(first_host=-1)),
+                json.dumps(_pointer(bucket=""))):
+        with pytest.raises(ValueError):
+            host_watch.parse_pointer(bad)
+    assert host_watch.on_attributes({"podctl-run": "not json"}) is None  # said, and ignored
+    assert host_watch.on_attributes({}) is None
+
+
+def test_a_run_is_claimed_once_and_never_after_its_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert host_watch.claim("r-1") is True
+    d = tmp_path / run_layout.HOST_RUNS_DIR / "r-1"
+    assert (d / "started").is_dir() and d.stat().st_mode & 0o777 == 0o700
+    assert host_watch.claim("r-1") is False  # a second pointer, a rerun, a reboot
+    (tmp_path / run_layout.HOST_RUNS_DIR / "r-2").mkdir()
+    (tmp_path / run_layout.HOST_RUNS_DIR / "r-2" / run_layout.STATUS_FILE).write_text("{}")
+    assert host_watch.claim("r-2") is False  # ended here (a marker lost with a disk is not enough)
+
+
+def test_the_chips_rule_is_owners(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    runs = tmp_path / run_layout.HOST_RUNS_DIR
+    other = runs / "other"
+    other.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(other)])
+    try:
+        assert host_watch.others("mine") == {"live": [], "stopping": []}  # no pid file yet
+        (other / run_layout.PID_FILE).write_text(str(proc.pid))
+        assert host_watch.others("mine") == {"live": ["other"], "stopping": []}
+        assert host_watch.others("other") == {"live": [], "stopping": []}  # itself
+        assert host_watch.wait_for_the_chips("mine", let_go_seconds=5) == "other"  # at once
+        (other / run_layout.STOP_FILE).touch()
+        started = time.monotonic()
+        assert host_watch.wait_for_the_chips("mine", let_go_seconds=0.3, poll=0.05) == "other"
+        assert time.monotonic() - started >= 0.3
+        (runs / "third").mkdir()
+        (runs / "third" / run_layout.PID_FILE).write_text(str(proc.pid))  # not its agent: ignored
+        assert host_watch.others("mine") == {"live": [], "stopping": ["other"]}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert host_watch.wait_for_the_chips("mine", let_go_seconds=5) is None  # gone
+    (other / run_layout.PID_FILE).write_text("12x")
+    assert host_watch.others("mine") == {"live": [], "stopping": []}
+
+
+# ---- on a fake host ------------------------------------------------------------------
+
+@pytest.fixture
+def host(fake, api):
+    """A READY v5p-8 (one host) with the watcher's file in its user's home."""
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    pub = key.export_public_key().decode().strip()
+    node = tpu_v2.Node(accelerator_type="v5p-8", runtime_version="v2-alpha-tpuv5",
+                       metadata={"ssh-keys": f"podctl:{pub} podctl"})
+    created = api.client.create_node(parent=PARENT, node_id="watch8", node=node).result(timeout=30)
+    gcs = storage.Client(project="p", credentials=user_credentials(),
+                         client_options={"api_endpoint": fake.gcs_url}).bucket(FAKE_BUCKET)
+    h = Host(api.client, created, key, fake.hosts.ssh_port, gcs)
+    try:
+        h.home = Path(h.sh("echo $HOME").strip())
+        watch = h.home / run_layout.WATCH_DIR
+        watch.mkdir(parents=True)
+        (watch / "host_watch.py").write_text(Path(host_watch.__file__).read_text())
+        yield h
+    finally:
+        api.client.delete_node(name=created.name).result(timeout=30)  # its processes die with it
+
+
+class Host:
+    def __init__(self, client, node, key, port, gcs):
+        self.client, self.node, self.key, self.port, self.gcs = client, node, key, port, gcs
+        self.home = Path()
+        data, self.agent_sha = launch.agent_source()
+        gcs.blob(run_layout.agent_object(self.agent_sha)).upload_from_string(data)
+
+    def sh(self, command: str) -> str:
+        async def go():
+            ep = self.node.network_endpoints[0]
+            async with asyncssh.connect(ep.ip_address, self.port, username="podctl", client_keys=[self.key],
+                                        known_hosts=None, agent_path=None) as conn:
+                return await conn.run(command, check=False)
+        done = asyncio.run(go())
+        assert done.exit_status == 0, f"{command[:60]}: {done.stderr}"
+        return done.stdout
+
+    def publish(self, run_id: str, command: tuple[str, ...], **pointer) -> tuple[dict, dict]:
+        """launch.json in GCS and the pointer in the node's metadata -> (launch, pointer)."""
+        ip = self.node.network_endpoints[0].ip_address
+        spec = JobSpec(run_id=run_id, bucket=FAKE_BUCKET, project="test-project", command=command,
+                       env={"SECRET": "s3cret"}, flush_seconds=0.2)
+        cfg = launch.launch_config(spec, [Target(0, 0, 0, ip, 22, ip)], self.agent_sha)
+        data = json.dumps(cfg).encode()
+        self.gcs.blob(run_layout.launch_object(run_id)).upload_from_string(data)
+        p = {"v": 1, "run": run_id, "bucket": FAKE_BUCKET, "launch": run_layout.launch_object(run_id),
+             "sha256": hashlib.sha256(data).hexdigest(), "agent_sha": self.agent_sha,
+             "agent_object": run_layout.agent_object(self.agent_sha), "first_host": 0, **pointer}
+        metadata = {**dict(self.node.metadata), run_layout.RUN_POINTER_KEY: json.dumps(p)}
+        self.client.update_node(node=tpu_v2.Node(name=self.node.name, metadata=metadata),
+                                update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
+        return cfg, p
+
+    def step(self, run_id: str) -> str:
+        """On the host: once the pointer for RUN_ID shows in its metadata, the loop's step."""
+        code = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); import host_watch as w\n"
+                "for _ in range(200):\n"
+                "    attrs, _ = w.attributes(wait=False)\n"
+                "    p = attrs.get('podctl-run')\n"
+                "    if p and json.loads(p)['run'] == sys.argv[2]: break\n"
+                "    time.sleep(0.05)\n"
+                "print(w.on_attributes(attrs))\n")
+        return self.sh(f"python3 -c {shlex.quote(code)} ~/{run_layout.WATCH_DIR} {run_id}").strip()
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.home / run_layout.HOST_RUNS_DIR / run_id
+
+    def status(self, run_id: str, seconds: float = 60.0) -> dict:
+        blob = self.gcs.blob(run_layout.status_object(run_id, 0))
+        deadline = time.monotonic() + seconds
+        while not blob.exists():
+            assert time.monotonic() < deadline, f"no status for {run_id}"
+            time.sleep(0.2)
+        return json.loads(blob.download_as_bytes())
+
+    def lines(self, run_id: str) -> str:
+        return "".join(b.download_as_bytes().decode() for b in
+                       self.gcs.client.list_blobs(FAKE_BUCKET, prefix=run_layout.log_prefix(run_id, 0)))
+
+    def guest(self, key: str) -> str:
+        found = self.client.get_guest_attributes(request={"name": self.node.name, "query_path": "podctl/"})
+        return {i.key: i.value for g in found.guest_attributes for i in g.query_value.items}.get(key, "")
+
+
+def _eventually(check, seconds: float = 30.0):
+    deadline = time.monotonic() + seconds
+    while not (value := check()):
+        assert time.monotonic() < deadline, "not in time"
+        time.sleep(0.2)
+    return value
+
+
+def test_a_pointer_starts_the_agent_once_detached_which_takes_stacks_and_halt_requests(host):
+    run = "watch-run-1"
+    cfg, _ = host.publish(run, ("bash", "-c", "echo up; sleep 120"))
+    assert host.step(run) == f"{run} started"
+    assert host.guest("run") == f"{run} started"
+    d = host.run_dir(run)
+    config = d / run_layout.CONFIG_FILE
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert json.loads(config.read_text()) == host_config.for_host(cfg, 0)
+    pid = int(_eventually(lambda: (d / run_layout.PID_FILE).exists() and (d / run_layout.PID_FILE).read_text()))
+    assert os.getsid(pid) == pid  # a session of its own, nobody's child: it outlives the watcher
+    assert _eventually(lambda: "up" in host.lines(run).splitlines())
+    assert host.step(run) == "None"  # the same pointer again: once only
+    assert (host.home / host_watch.AGENTS_DIR / f"{host.agent_sha}.zip").exists()  # cached
+
+    # stacks.json: a capture, as SIGUSR1 asks for one (within the control poll)
+    host.gcs.blob(run_layout.stacks_request_object(run)).upload_from_string(json.dumps({"id": "s1"}))
+    stacks = _eventually(lambda: list(host.gcs.client.list_blobs(FAKE_BUCKET,
+                                                                 prefix=run_layout.stacks_prefix(run))))
+    assert stacks[0].name.endswith("/host-0000.txt") and b"script pid" in stacks[0].download_as_bytes()
+
+    # halt.json: the script stops as an SSH stop stops it, grace from the request
+    host.gcs.blob(run_layout.halt_request_object(run)).upload_from_string(
+        json.dumps({"grace": 7, "by": "stall watch"}))
+    status = host.status(run)
+    assert status["exit_code"] == 143 and status["stopped"] is True
+    assert (d / run_layout.STOP_FILE).read_text().strip() == "7.0"
+    assert "halt asked through GCS by stall watch" in host.lines(run)
+
+
+def test_a_stop_asked_before_the_agent_started_ends_the_run_before_its_script(host):
+    run = "watch-run-2"
+    host.gcs.blob(run_layout.stop_request_object(run)).upload_from_string(
+        json.dumps({"by": "alice", "grace_seconds": 5}))
+    host.publish(run, ("bash", "-c", "echo SCRIPT-RAN"))
+    assert host.step(run) == f"{run} started"
+    status = host.status(run)
+    assert status["exit_code"] == 143 and status["stopped"] is True
+    lines = host.lines(run)
+    assert "SCRIPT-RAN" not in lines and "stop asked through GCS by alice" in lines
+
+
+def test_a_hash_mismatch_or_a_busy_host_is_refused_and_said(host):
+    run = "watch-run-3"
+    host.publish(run, ("true",), sha256="0" * 64)
+    assert host.step(run) == f"{run} refused launch.json does not match the pointer's sha256"
+    assert host.guest("run") == f"{run} refused launch.json does not match the pointer's sha256"
+    assert not (host.run_dir(run) / run_layout.CONFIG_FILE).exists()
+
+    # a launch.json and pointer that agree on an agent hash the zip's bytes do not have
+    run = "watch-run-5"
+    data = b"not the agent"
+    host.gcs.blob(run_layout.agent_object("f" * 64)).upload_from_string(data)
+    cfg, p = host.publish(run, ("true",))
+    cfg["agent_sha"], cfg["agent_object"] = "f" * 64, run_layout.agent_object("f" * 64)
+    launch_data = json.dumps(cfg).encode()
+    host.gcs.blob(run_layout.launch_object(run)).upload_from_string(launch_data)
+    bad = {**p, "agent_sha": "f" * 64, "agent_object": run_layout.agent_object("f" * 64),
+           "sha256": hashlib.sha256(launch_data).hexdigest()}
+    metadata = {**dict(host.node.metadata), run_layout.RUN_POINTER_KEY: json.dumps(bad)}
+    host.client.update_node(node=tpu_v2.Node(name=host.node.name, metadata=metadata),
+                            update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
+    assert host.step(run) == f"{run} refused the agent's zip does not match the pointer's agent_sha"
+
+    # another run's live agent holds the chips: refused, naming it
+    other = host.run_dir("other-run")
+    host.sh(f"mkdir -p {other} && cd {other} && "
+            "(setsid python3 -c 'import time; time.sleep(300)' \"$PWD\" > /dev/null 2>&1 < /dev/null & "
+            f"echo $! > {run_layout.PID_FILE})")
+    run = "watch-run-6"
+    host.publish(run, ("bash", "-c", "echo SCRIPT-RAN"))
+    assert host.step(run) == f"{run} busy other-run"
+    assert host.guest("run") == f"{run} busy other-run"
+    assert not (host.run_dir(run) / run_layout.CONFIG_FILE).exists()
