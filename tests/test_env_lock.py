@@ -53,7 +53,9 @@ def test_r_and_c_lines_are_followed_and_index_options_kept_apart_from_the_requir
     path = reqs(tmp_path, "# top\n-r sub/base.txt\njax[${PODCTL_JAX_EXTRA}]\n"
                 "--extra-index-url https://me:s3cret@pkgs.example.com/simple\n")
     requirements, constraints, index = env_lock.read_requirements(path, "cpu")
-    assert requirements == ["six", "jax[cpu]"] and constraints == ["six==1.17.0"]
+    # the fake's CPU hosts also take the jax bound they run under (env_lock.CPU_HOST_CONSTRAINTS)
+    assert requirements == ["six", "jax[cpu]"] and constraints == ["six==1.17.0", *env_lock.CPU_HOST_CONSTRAINTS]
+    assert env_lock.read_requirements(path, "tpu")[1] == ["six==1.17.0"]  # a TPU VM's jax is the user's
     assert index == ("--extra-index-url", "https://me:s3cret@pkgs.example.com/simple")
 
 

@@ -88,6 +88,13 @@ class EnvPlan:
                 "uv": uv_tool}
 
 
+# The fake's hosts stand in for TPU chips with CPU devices, their collectives over Gloo.
+# jax 0.12 (one Gloo rank per device) hangs in the first step of a multi-process run under
+# podctl's agent (both processes wait in the step's collectives, for ever); jax 0.11 runs.
+# Only the fake's CPU hosts take this bound; a TPU VM's jax is the user's to choose.
+CPU_HOST_CONSTRAINTS = ("jax<0.12", "jaxlib<0.12")
+
+
 def jax_extra_for(backend: str) -> str:
     """What `${PODCTL_JAX_EXTRA}` means on the hosts: TPU wheels on Google, CPU on the fake's."""
     return "cpu" if backend == "fake" else "tpu"
@@ -148,6 +155,8 @@ def read_requirements(path: Path, jax_extra: str) -> tuple[list[str], list[str],
     `${PODCTL_JAX_EXTRA}` is the hosts' ("tpu" on a TPU VM, "cpu" on the fake's)."""
     environ = {**os.environ, "PODCTL_JAX_EXTRA": jax_extra}
     requirements, constraints, index = _lines(path, environ, set())
+    if jax_extra == "cpu":
+        constraints = [*constraints, *CPU_HOST_CONSTRAINTS]
     return requirements, constraints, tuple(index)
 
 
