@@ -16,7 +16,7 @@ A label enforces nothing by itself; a podctl process has to be watching:
   its max cost.
 
 Acting is the same everywhere: the run is asked to checkpoint and stop (SIGTERM
-through `launch.stop_agents`, which the training template answers by saving a
+through the run's channel, a halt), which the training template answers by saving a
 checkpoint), podctl waits a bounded grace period for the hosts to end, then
 deletes the slice and says so. A `budget check` that cannot reach the hosts over
 SSH (another identity: its key is not on the slice) asks through GCS instead
@@ -44,7 +44,6 @@ from podctl.errors import BudgetExceededError, InvalidValueError
 from podctl.cloud import describe
 from podctl.cloud.wait import wait_until
 from podctl.errors import CloudError
-from podctl.jobs import launch
 from podctl.jobs import run_record
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.stop import stop_runs
@@ -216,7 +215,7 @@ async def watch_budget(follow: Awaitable[T], *, api: TpuApi, parent: str, job: J
     notice(f"budget reached ({why}): stopping run {job.run_id}, deleting slice {info.name}")
 
     with contextlib.suppress(Exception):  # a host that is gone has nothing to stop
-        await launch.stop_agents(job.fleet, job.run_id)
+        await job.channel.halt(job.run_id)
     if not await _settled(task, grace_seconds):
         notice(f"run {job.run_id} did not stop within {grace_seconds:.0f}s; deleting anyway")
         task.cancel()

@@ -80,6 +80,9 @@ class Settings:
     # in podctl.toml: never, as podctl before it, so that a test can show what that meets)
     oslogin: bool = True
     account: str | None = None  # who podctl is to OS Login: gcloud's account (gcp), the fake's user
+    # How runs reach their hosts when `run --via` does not say (PODCTL_VIA, or via = "..." in
+    # podctl.toml): ssh (a session per host), boot (the slice's watchers: no SSH), auto.
+    via: str = "ssh"
 
     def require_bucket(self) -> str:
         if not self.bucket:
@@ -180,6 +183,17 @@ def _oslogin(env: Mapping[str, str], toml: dict) -> bool:
     return True if on is None else on
 
 
+VIAS = ("auto", "boot", "ssh")
+
+
+def _via(env: Mapping[str, str], toml: dict) -> str:
+    via = env.get("PODCTL_VIA") or toml.get("via") or "ssh"
+    if via not in VIAS:
+        where = "PODCTL_VIA" if env.get("PODCTL_VIA") else "via (podctl.toml)"
+        raise InvalidValueError(f"{where}={via!r}: use auto, boot or ssh.")
+    return str(via)
+
+
 def _backend(backend: str | None, env: Mapping[str, str], toml: dict) -> str:
     backend = backend or env.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
     if backend not in BACKENDS:
@@ -244,4 +258,5 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
     account = _account(backend, env)
     return Settings(backend=backend, project=project, zone=zone,
                     config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket,
-                    tpu_endpoint=tpu_endpoint, oslogin=_oslogin(env, toml), account=account)
+                    tpu_endpoint=tpu_endpoint, oslogin=_oslogin(env, toml), account=account,
+                    via=_via(env, toml))

@@ -71,6 +71,10 @@ def _notice(text: str) -> None:
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
 @click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
+@click.option("--via", type=click.Choice(["auto", "boot", "ssh"]), default=None,
+              help="How the run reaches its hosts: boot (the slice's watchers, one metadata "
+                   "patch per node, no SSH), ssh (a session per host), auto (boot where the "
+                   "slice has podctl's watcher). Default: PODCTL_VIA, else ssh.")
 @click.option("--resume", default=None, metavar="RUN_ID",
               help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
 @click.option("--recover", default=0, show_default=True, type=click.IntRange(0, 100), metavar="N",
@@ -109,7 +113,7 @@ def _notice(text: str) -> None:
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
         requirements: Path | None, python: str | None, relock: bool, hosts_text: str, detach: bool,
-        keep_going: bool, resume: str | None, recover: int, retry_errors: bool,
+        keep_going: bool, via: str | None, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, on_stall: str, stall_after: str | None,
         stall_startup: str | None, on_slow_host: str,
         slow_host_after: str, preflight: bool,
@@ -161,7 +165,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
                                   **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
                              setup=setup, requirements=requirements, python=python, relock=relock)
         options = steps.RunOptions(spec, hosts=hosts_text, fail_fast=not keep_going, resume=resume,
-                                   detach=detach)
+                                   detach=detach, via=via)
         session = steps.Session.open(ctx.settings(project, zone, bucket))
         if preflight:  # before anything is uploaded or started
             from podctl.cli.preflight_cmds import compile_checked

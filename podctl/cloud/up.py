@@ -43,6 +43,8 @@ class UpRequest:
     # The name is the default one, made from the owner's identity: a slice of that name
     # labelled with another owner is not this user's to reuse.
     named_for_owner: bool = False
+    # More node metadata beside ssh-keys: the watcher's startup-script (jobs/boot_script.py)
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def create_request_of(request: UpRequest, labels: dict[str, str]) -> create_step
     owner and a token of its own; the queue's ask gives the queue's)."""
     return create_step.CreateRequest(parent=request.parent, name=request.name, spec=request.spec,
                                      labels=dict(labels), ssh_keys=request.ssh_keys,
-                                     placement=request.placement)
+                                     placement=request.placement, extra_metadata=dict(request.metadata))
 
 
 async def check_zone(api: TpuApi, parent: str, slice_type: topology.SliceType) -> None:

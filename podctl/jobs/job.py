@@ -1,6 +1,7 @@
 """A run from start to end: bundle, agents on every host, logs followed, exit code.
 
-    prepare (bundle + agent in GCS, run.json) -> start (SSH fan-out) ->
+    prepare (bundle + agent in GCS, run.json) -> start (the channel: SSH fan-out, or
+    one metadata patch per node for the slice's watchers) ->
     follow (logs and status from GCS; fail fast; Ctrl-C stops every host) -> record
 
 `podctl exec` is the light sibling: a plain command on the hosts over SSH, its
@@ -23,7 +24,8 @@ from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
-from podctl.jobs import bundle, env_ship, identity, launch, owner, run_layout, run_record
+from podctl.jobs import bundle, env_ship, identity, launch, run_layout, run_record
+from podctl.jobs.channel import Channel, SshChannel
 from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.run_spec import RunSpec
@@ -140,6 +142,7 @@ class Job:
         self.targets: list[Target] = launch.targets_for(info, request.ssh_port)
         self.run_id = request.run_id or run_record.new_run_id(info.name)
         self.fleet = Fleet(self.targets, private_key, pins, user=user)
+        self.channel: Channel = SshChannel(self.fleet)
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
         self.starting = False  # agents may be running: a stop must reach them
@@ -161,20 +164,22 @@ class Job:
         root: Path | None = None
         if not request.bundle_hash:
             root, script = spec.bundle_root()  # bad input first
-        if not self.fleet.connections:
-            await self.fleet.open()
-        await owner.wait_for_the_chips(self.fleet, self.run_id, request.info.name)
-        # before anything is uploaded for the hosts: a node that cannot use the bucket fails here
-        try:
-            await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name,
-                                             run_id=self.run_id, slice_name=request.info.name,
-                                             slice_type=request.info.accelerator_type,
-                                             fake=request.fake_cloud)
-        except StoragePermissionError:
-            # GCS answers 403 for a bucket that does not exist too ("or it may not
-            # exist"): a mistyped --bucket is no matter of the nodes' roles
+        await self.channel.claim(self.run_id, request.info.name)
+        # Before anything is uploaded for the hosts: a node that cannot use the bucket fails
+        # here. (Through the watchers, a host says so itself: `refused GCS answered 403`.)
+        if self.channel.name == "ssh":
+            try:
+                await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name,
+                                                 run_id=self.run_id, slice_name=request.info.name,
+                                                 slice_type=request.info.accelerator_type,
+                                                 fake=request.fake_cloud)
+            except StoragePermissionError:
+                # GCS answers 403 for a bucket that does not exist too ("or it may not
+                # exist"): a mistyped --bucket is no matter of the nodes' roles
+                await self.storage.require_bucket()
+                raise
+        else:
             await self.storage.require_bucket()
-            raise
         if request.bundle_hash:
             script, bundle_hash = spec.script.as_posix(), request.bundle_hash
         else:
@@ -192,7 +197,7 @@ class Job:
             run_id=self.run_id, slice_name=info.name, project=self.project, zone=self.zone,
             num_hosts=len(self.targets), kind="script", script=script, args=list(spec.args),
             env_keys=spec.env_keys, bundle_hash=bundle_hash, created=time.time(),
-            extra={"bucket": self.storage.bucket_name,
+            extra={"bucket": self.storage.bucket_name, "via": self.channel.name,
                    "accelerator_type": info.accelerator_type,  # chips after the slice is gone
                    # The slice's identity (its createTime): a later slice of the same name
                    # is another slice, and this run's record is not its run.
@@ -211,10 +216,8 @@ class Job:
             checkpoint_dir=request.checkpoint_dir, environment=environment)
 
     async def start(self, spec: launch.JobSpec) -> None:
-        if not self.fleet.connections:
-            await self.fleet.open()
         self.starting = True
-        await launch.start_agents(self.fleet, spec, self.agent_sha, once=self.request.run_id is not None)
+        await self.channel.start(spec, self.agent_sha, once=self.request.run_id is not None)
         assert self.record is not None
         self.record.state = "running"
         await self._write_record()
@@ -235,8 +238,8 @@ class Job:
                     self.notice("stopping the other hosts (fail-fast)")
                     # In the background: the reader goes on reading their ends meanwhile,
                     # and a host that does not answer cannot hold it.
-                    stopping = asyncio.ensure_future(launch.stop_agents(
-                        self.fleet, self.run_id, grace_seconds=FAIL_FAST_GRACE_SECONDS))
+                    stopping = asyncio.ensure_future(self.channel.halt(
+                        self.run_id, grace_seconds=FAIL_FAST_GRACE_SECONDS))
                     reader.end_by(FAIL_FAST_WAIT_SECONDS)
 
         try:
@@ -265,6 +268,8 @@ class Job:
         """Why the hosts went quiet, if it is GCS refusing the nodes' account: worker 0
         asked again as before the start (identity.py), so the line is the same one,
         naming the account, the permission denied and the fix."""
+        if self.channel.name != "ssh":
+            return None  # no SSH to ask through: the silence is said as such
         try:
             await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name,
                                              run_id=self.run_id, slice_name=self.request.info.name,
@@ -278,15 +283,15 @@ class Job:
 
     async def stop(self) -> None:
         """Ctrl-C: stop the run on every host, and say so in its record."""
-        if self.fleet.connections and self.starting:
-            await launch.stop_agents(self.fleet, self.run_id)
+        if self.starting:
+            await self.channel.halt(self.run_id)
         if self.record is not None:
             self.record.state, self.record.ended = "stopped", time.time()
             with contextlib.suppress(Exception):
                 await self._write_record()
 
     async def close(self) -> None:
-        await self.fleet.close()
+        await self.channel.close()
 
 
 async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins, command: list[str],

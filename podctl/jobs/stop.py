@@ -97,13 +97,19 @@ async def stop_runs(storage: Storage, info: SliceInfo, records: list[RunRecord],
     await run_files.request_stop(storage, [i for r in records for i in (r.run_id, live[r.run_id])],
                                  by=stopped_by, grace_seconds=grace_seconds)
     wait = grace_seconds
-    try:
-        await signal_runs(info, list(live.values()), access, grace_seconds)
-    except (PodctlError, OSError) as e:
+    if all(r.extra.get("via") == "boot" for r in records):
+        # started through the slice's watchers: the hosts are not asked over SSH (which may be
+        # closed to them); every agent reads the request within its poll
         if wait is not None:
             wait += GCS_STOP_MARGIN_SECONDS
-        notice(f"could not reach the hosts of {info.name} over SSH ({e}); asked them to stop "
-               f"through GCS (their agents read it within {agent_control.POLL_SECONDS:.0f} s)")
+    else:
+        try:
+            await signal_runs(info, list(live.values()), access, grace_seconds)
+        except (PodctlError, OSError) as e:
+            if wait is not None:
+                wait += GCS_STOP_MARGIN_SECONDS
+            notice(f"could not reach the hosts of {info.name} over SSH ({e}); asked them to stop "
+                   f"through GCS (their agents read it within {agent_control.POLL_SECONDS:.0f} s)")
     for record in records:
         await wait_ended(storage, live[record.run_id], record.num_hosts,
                          grace_seconds=wait, clock=clock)

@@ -21,9 +21,12 @@ from typing import Any
 from collections.abc import Callable
 
 from podctl.vocabulary import LIVE_RUN_STATES
+from podctl.settings import VIAS
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError, StoragePermissionError
 from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
+from podctl.cloud.sshkey import SSH_USER
+from podctl.jobs.boot_channel import BootChannel, usable_on
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
 from podctl.jobs.job import Job, RunRequest, RunResult, exec_on_hosts, parse_hosts
@@ -64,8 +67,14 @@ class RunOptions:
     # tells whether an earlier try got it going.
     once: bool = False
     run_id: str | None = None
+    # How the run reaches its hosts: "boot" (one metadata patch per node, for the watcher
+    # every slice podctl makes carries; no SSH), "ssh" (a session per host), "auto" (boot
+    # where the slice carries a watcher this podctl knows, else ssh); None: the settings'.
+    via: str | None = None
 
     def __post_init__(self) -> None:
+        if self.via is not None and self.via not in VIAS:
+            raise InvalidValueError(f"--via {self.via!r}: expected one of {', '.join(VIAS)}.")
         if self.bundle_hash is None:  # a relaunch's script is a path inside its bundle
             self.spec.check()
         if self.resume is not None and not valid_run_id(self.resume):
@@ -157,10 +166,31 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
                          resumed_from=options.resume, bundle_hash=options.bundle_hash,
                          run_id=options.run_id, detach=options.detach,
                          record_extra=dict(options.extra))
+    via = choose_via(info, options.via, session.settings.via)
+    user = await session.ssh_user(info) if via == "ssh" else SSH_USER
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
-              notice=notice, user=await session.ssh_user(info))
+              notice=notice, user=user)
+    if via == "boot":
+        job.channel = BootChannel(session.api, session.storage, parent=session.settings.parent, info=info,
+                                  targets=job.targets, notice=notice)
     return job
+
+
+def choose_via(info: SliceInfo, asked: str | None, configured: str) -> str:
+    """"boot" or "ssh" for a run on INFO: ASKED (--via), else CONFIGURED (the settings'
+    `via`); auto is boot where every node carries a watcher this podctl knows (a slice
+    made by another podctl, or not by podctl, has none) and ssh elsewhere."""
+    via = asked or configured
+    if via == "ssh":
+        return via
+    if usable_on(info):
+        return "boot"
+    if via == "boot":
+        raise InvalidValueError(f"slice {info.name} carries no podctl watcher this version knows "
+                                "(made by another podctl, or not by podctl): start with --via ssh, "
+                                "or make it again with `podctl up`.")
+    return "ssh"
 
 
 async def launch_job(job: Job, *, notice: Notice, once: bool = False) -> Job:

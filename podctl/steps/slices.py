@@ -28,6 +28,7 @@ from podctl.cloud.connect import compute_reader
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
 from podctl.cloud.sshkey import ensure_ssh_key
+from podctl.jobs import boot_script
 from podctl.cloud.types import SliceInfo, SliceSpec, Tier
 from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
@@ -81,7 +82,9 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
                      ssh_keys=ensure_ssh_key(settings.config_dir).metadata_entry, owner=names.owner(),
                      wait=options.wait, policy=WaitPolicy(timeout=wait_seconds),
                      labels=dict(options.labels), placement=placement,
-                     named_for_owner=options.name is None)
+                     named_for_owner=options.name is None,
+                     # every slice carries the host watcher: runs may reach it without SSH
+                     metadata=boot_script.boot_metadata())
 
 
 async def up(session: Session, request: UpRequest, progress: Progress | None = None) -> UpResult:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from podctl.vocabulary import HEARTBEAT_SECONDS
 from podctl.errors import UsageError
-from podctl.jobs import launch, run_files
+from podctl.jobs import run_files
 from podctl.jobs.job import Job
 from podctl.jobs.host_label import host_name
 from podctl.steps.stall import follow_checking, read_beats
@@ -177,6 +177,6 @@ async def watch_slow_hosts(follow: Awaitable[T], *, storage: Storage, job: Job,
                    f"{watch.policy.after:.0f} s; checkpointing and ending the attempt to "
                    "make the slice again on other hardware (--on-slow-host recover)")
             with contextlib.suppress(Exception):  # the agents' own grace: time to checkpoint
-                await launch.stop_agents(job.fleet, job.run_id)
+                await job.channel.halt(job.run_id)
 
     return await follow_checking(follow, every, check)

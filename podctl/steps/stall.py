@@ -30,7 +30,7 @@ from typing import TypeVar
 from collections.abc import Awaitable, Callable
 
 from podctl.errors import UsageError
-from podctl.jobs import launch, metric_line, run_files, run_layout
+from podctl.jobs import metric_line, run_files, run_layout
 from podctl.jobs.job import Job
 from podctl.jobs.host_label import host_name
 from podctl.storage import Storage, StorageError
@@ -179,7 +179,7 @@ async def report(storage: Storage, job: Job, watch: StallWatch, quiet: float,
         notice(f"run {run_id}: {said}")
     began = time.time()
     with contextlib.suppress(Exception):  # a host that is gone has no stacks to give
-        await launch.ask_for_stacks(job.fleet, run_id)
+        await job.channel.stacks(run_id)
     prefix = run_layout.stacks_prefix(run_id)
     got: set[int] = set()
     while time.time() - began < STACKS_WAIT_SECONDS and len(got) < num_hosts:
@@ -237,6 +237,6 @@ async def watch_stall(follow: Awaitable[T], *, storage: Storage, job: Job, watch
         if watch.policy.action != "wait":
             notice(f"run {job.run_id}: ending it on every host (--on-stall {watch.policy.action})")
             with contextlib.suppress(Exception):
-                await launch.stop_agents(job.fleet, job.run_id, grace_seconds=KILL_GRACE_SECONDS)
+                await job.channel.halt(job.run_id, grace_seconds=KILL_GRACE_SECONDS)
 
     return await follow_checking(follow, POLL_SECONDS, check)

@@ -1,0 +1,195 @@
+"""A run's requests through the nodes' metadata and GCS: no SSH, no inbound connection.
+
+    start: launch.json to GCS (the run-wide config, --env values included) -> one
+           nodes.patch per node setting `podctl-run` to a pointer (bucket, object,
+           hashes, the node's first host: no secrets) -> every host's watcher
+           (host_watch.py, started by the slice's startup-script) fetches both,
+           checks their hashes and starts the agent -> podctl waits for every
+           host's first heartbeat in GCS
+    halt:  control/halt.json (the agents poll control/ every agent_control.POLL_SECONDS)
+    stacks: control/stacks.json, a fresh id per capture
+
+A slice carries a watcher when podctl made it (boot_script.boot_metadata, in every
+create); `usable_on` says whether this podctl knows the watcher's version. A start
+that does not come up says per host why, from what the watchers published as guest
+attributes (podctl/watch, podctl/run): no watcher, refused (a hash, a GCS answer),
+busy (another run holds the chips).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+
+from podctl.cloud import node_metadata
+from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
+from podctl.errors import JobError, PodctlError
+from podctl.jobs import boot_script, launch, run_layout
+from podctl.jobs.ssh import Target
+from podctl.storage import Storage
+
+# From the patches to every host's agent beating: the metadata's propagation to the
+# hosts (Google: "some time"; gcloud retries SSH for 50 s after its key's patch), the
+# watcher's two GCS reads, the agent's start. Past it, the start fails, naming why.
+START_SECONDS = 180.0
+GUEST_CHECK_SECONDS = 20.0  # while waiting: what the watchers said, at most this often
+POLL_SECONDS = 1.0
+# The watchers whose pointers this podctl writes (their BOOT_VERSION): a slice made by
+# another version of podctl is started over SSH.
+COMPATIBLE_BOOTS = frozenset({boot_script.BOOT_VERSION})
+POINTER_VERSION = 1
+Notice = Callable[[str], None]
+
+
+def usable_on(info: SliceInfo) -> bool:
+    """Every node of INFO carries a watcher this podctl can start runs through."""
+    return bool(info.nodes) and all(n.boot_version in COMPATIBLE_BOOTS for n in info.nodes)
+
+
+def first_hosts(info: SliceInfo, targets: list[Target]) -> list[tuple[NodeInfo, int]]:
+    """Each node with the run's index of its worker 0 (a watcher's host is that index plus
+    its own worker number): the targets are the slice's hosts in node order."""
+    out, position = [], 0
+    for node in info.nodes:
+        for worker, host in enumerate(node.hosts):
+            target = targets[position + worker]
+            if target.worker != host.worker or host.worker != worker:
+                raise JobError(f"node {node.name}'s hosts are not in worker order; start the run "
+                               "with --via ssh.")
+        out.append((node, position))
+        position += len(node.hosts)
+    if position != len(targets):
+        raise JobError(f"slice {info.name} has {len(targets)} hosts but its nodes list {position}")
+    return out
+
+
+class BootChannel:
+    """Through the nodes' metadata (one patch per node) and the run's control objects."""
+
+    name = "boot"
+
+    def __init__(self, api: TpuApi, storage: Storage, *, parent: str, info: SliceInfo,
+                 targets: list[Target], notice: Notice, start_seconds: float = START_SECONDS):
+        self.api, self.storage, self.parent = api, storage, parent
+        self.nodes = first_hosts(info, targets)
+        self.targets, self.notice = targets, notice
+        self.start_seconds = start_seconds
+        self.patches = 0  # nodes.patch calls made (the benchmark's count)
+
+    def _node_path(self, node: NodeInfo) -> str:
+        return f"{self.parent}/nodes/{node.name}"
+
+    async def claim(self, run_id: str, slice_name: str) -> None:
+        """Nothing to do from here: each watcher checks its host's chips before it starts the
+        agent (owner.py's rule) and says `busy` when another run holds them."""
+
+    async def start(self, spec: launch.JobSpec, agent_sha: str, *, once: bool) -> None:
+        """launch.json, then the pointers, then every host's first heartbeat. ONCE needs
+        nothing more: a watcher starts a run id once only, and the same pointer again
+        costs no call."""
+        run_id = spec.run_id
+        data = json.dumps(launch.launch_config(spec, self.targets, agent_sha), sort_keys=True).encode()
+        launch_object = run_layout.launch_object(run_id)
+        await self.storage.upload_bytes(launch_object, data, content_type="application/json")
+        digest = hashlib.sha256(data).hexdigest()
+
+        async def point(node: NodeInfo, first: int) -> None:
+            pointer = json.dumps({
+                "v": POINTER_VERSION, "run": run_id, "bucket": spec.bucket, "launch": launch_object,
+                "sha256": digest, "agent_sha": agent_sha, "agent_object": run_layout.agent_object(agent_sha),
+                "first_host": first}, sort_keys=True, separators=(",", ":"))
+            if node.metadata.get(run_layout.RUN_POINTER_KEY) != pointer:
+                self.patches += 1
+            # Not waited for: the hosts' heartbeats are the proof, and a refused patch's
+            # operation is read by the next write to the node.
+            await node_metadata.set_key(self.api, self._node_path(node), run_layout.RUN_POINTER_KEY,
+                                        pointer, current=node.metadata, wait=False)
+
+        await asyncio.gather(*(point(node, first) for node, first in self.nodes))
+        await self._wait_started(run_id)
+
+    async def _wait_started(self, run_id: str) -> None:
+        began = time.monotonic()
+        next_check = began + GUEST_CHECK_SECONDS
+        num_hosts = len(self.targets)
+        while True:
+            beating = await self._beating(run_id)
+            if len(beating) >= num_hosts:
+                return
+            now = time.monotonic()
+            if now - began > self.start_seconds or now >= next_check:
+                why = await self._why_not(run_id, beating)
+                refused = {h: w for h, w in why.items() if not w.startswith(("waiting", "started"))}
+                if refused or now - began > self.start_seconds:
+                    shown = refused or why
+                    lines = "; ".join(f"host {h:04d}: {w}" for h, w in sorted(shown.items())[:3])
+                    more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
+                    raise JobError(f"run {run_id} did not start on {len(shown)} of {num_hosts} hosts "
+                                   f"through the slice's watchers: {lines}{more}. Try --via ssh.")
+                next_check = now + GUEST_CHECK_SECONDS
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def _beating(self, run_id: str) -> set[int]:
+        """The hosts whose agent has written a heartbeat or a status (it started, maybe ended)."""
+        found: set[int] = set()
+        for prefix in (run_layout.heartbeat_prefix(run_id), run_layout.status_prefix(run_id)):
+            for item in await self.storage.list(prefix):
+                try:
+                    found.add(run_layout.host_of(item.name))
+                except ValueError:
+                    continue
+        return found
+
+    async def _why_not(self, run_id: str, beating: set[int]) -> dict[int, str]:
+        """Per host not beating: what its watcher published (podctl/watch, podctl/run)."""
+        why: dict[int, str] = {}
+        for node, first in self.nodes:
+            waiting = [w for w in range(len(node.hosts)) if first + w not in beating]
+            if not waiting:
+                continue
+            try:
+                said = await node_metadata.guest_attributes(self.api, self._node_path(node),
+                                                            f"{run_layout.GUEST_NAMESPACE}/",
+                                                            workers=len(node.hosts))
+            except PodctlError as e:
+                said = [[] for _ in node.hosts]
+                for w in waiting:
+                    why[first + w] = f"waiting (its guest attributes could not be read: {e})"
+                continue
+            for w in waiting:
+                why[first + w] = _explain(run_id, said[w] if w < len(said) else [])
+        return why
+
+    async def halt(self, run_id: str, grace_seconds: float | None = None) -> None:
+        body = {"grace": grace_seconds, "by": "podctl", "requested": time.time()}
+        await self.storage.upload_bytes(run_layout.halt_request_object(run_id),
+                                        json.dumps(body).encode(), content_type="application/json")
+
+    async def stacks(self, run_id: str) -> None:
+        await self.storage.upload_bytes(run_layout.stacks_request_object(run_id),
+                                        json.dumps({"id": uuid.uuid4().hex}).encode(),
+                                        content_type="application/json")
+
+    async def close(self) -> None:
+        """No connections to close."""
+
+
+def _explain(run_id: str, entries: list[GuestEntry]) -> str:
+    said = {e.key: e.value for e in entries if e.namespace == run_layout.GUEST_NAMESPACE}
+    run = said.get("run", "")
+    if run.startswith(f"{run_id} "):
+        state = run[len(run_id) + 1:]
+        if state.startswith("refused"):
+            return state
+        if state.startswith("busy"):
+            return f"busy: run {state[5:]} holds its chips (`podctl stop` it, or wait)"
+        return f"started ({state}), but its agent has written nothing to GCS yet"
+    if "watch" not in said:
+        return ("no watcher answers (its startup-script did not run or its watcher died; "
+                "`podctl exec NAME -- cat ~/.podctl/watch/watch.log` shows why)")
+    return f"waiting (watcher {said['watch']}; the run's pointer not seen yet)"

@@ -1,0 +1,155 @@
+"""A run started through the slice's watchers (`run --via boot`): one nodes.patch per node,
+no SSH at all, against the fake daemon, whose hosts run every node's startup-script at boot
+(the watcher) and whose `no-ssh` fault closes port 22 as OS Login without a key or an
+internal-IPs-only slice does."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from podctl.fake.admin_client import FakeAdmin
+from podctl.cloud.types import Host, NodeInfo, SliceInfo
+from podctl.errors import InvalidValueError
+from podctl.jobs import boot_script, launch, run_layout
+from podctl.jobs.boot_channel import first_hosts
+from podctl.steps.runs import choose_via
+from podctl.cloud.connect import api_for_endpoint
+from tests.conftest import FAST_RETRY, Podctl, assert_one_line_error, slice_on_daemon
+
+SCRIPTS = Path(__file__).parent / "scripts"
+NAME = "boot16"
+
+
+@pytest.fixture
+def podctl(tmp_path: Path):
+    with slice_on_daemon(Podctl(tmp_path), "v5p-16", NAME) as cli:
+        yield cli
+
+
+def _admin(cli: Podctl) -> FakeAdmin:
+    return FakeAdmin(json.loads(cli("fake", "status", "--json").stdout)["admin"])
+
+
+def _node_metadata(cli: Podctl) -> dict[str, str]:
+    """The node's whole metadata map, as anyone with tpu.nodes.get reads it."""
+    info = json.loads(cli("fake", "status", "--json").stdout)
+    client = api_for_endpoint(info["tpu_api"], retry=FAST_RETRY).client
+    node = client.get_node(name=f"projects/{info['project']}/locations/{info['zone']}/nodes/{NAME}")
+    return dict(node.metadata)
+
+
+def _eventually(check, timeout: float = 60.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.3)
+    return check()
+
+
+def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_keeps_secrets_out_of_metadata(
+        podctl):
+    admin = _admin(podctl)
+    metadata = _node_metadata(podctl)
+    assert metadata[run_layout.BOOT_KEY] == boot_script.BOOT_VERSION  # every slice podctl makes
+    assert "startup-script" in metadata
+    # each host's watcher says it is ready (guest attribute podctl/watch)
+    assert _eventually(lambda: [h["boots"] for h in admin.host_stats(NAME)] == [1, 1])
+    podctl("fake", "inject", "no-ssh", NAME)
+    before = [(h["ssh_total"], h["sessions_total"]) for h in admin.host_stats(NAME)]
+    admin.reset_stats()
+    secret = "s3cr3t-" + secrets.token_hex(8)
+    proc = podctl("run", NAME, "--via", "boot", "--hosts", "all", "--env", f"TOKEN={secret}",
+                  str(SCRIPTS / "show_env.py"), "TOKEN", "TPU_WORKER_ID", timeout=240)
+    assert f'[host 0000] ENV {{"TOKEN": "{secret}", "TPU_WORKER_ID": "0"}}' in proc.stdout, proc.stderr
+    assert f'[host 0001] ENV {{"TOKEN": "{secret}", "TPU_WORKER_ID": "1"}}' in proc.stdout, proc.stderr
+    assert secret not in proc.stderr
+    # one nodes.patch for the node, and not one SSH connection to either host
+    calls = admin.stats()["by_call"]
+    assert calls.get("nodes.patch", 0) == 1, calls
+    assert [(h["ssh_total"], h["sessions_total"]) for h in admin.host_stats(NAME)] == before
+    # the secret is in no metadata value, nor in what the hosts publish
+    metadata = _node_metadata(podctl)
+    pointer = json.loads(metadata[run_layout.RUN_POINTER_KEY])
+    assert all(secret not in value for value in metadata.values())
+    status = podctl.json("status", NAME)
+    assert secret not in json.dumps(status)
+    runs = podctl.json("runs")
+    assert runs[0]["run_id"] == pointer["run"] and runs[0]["state"] == "succeeded"
+    # `logs` reads it back from GCS as for any run
+    logs = podctl("logs", pointer["run"], "--host", "1")
+    assert '"TPU_WORKER_ID": "1"' in logs.stdout
+
+
+def test_stop_and_a_killed_client_under_no_ssh(podctl):
+    podctl("fake", "inject", "no-ssh", NAME)
+    # a client killed after the start leaves the run going; `logs --follow` re-attaches
+    client = subprocess.Popen([sys.executable, "-m", "podctl", "run", NAME, "--via", "boot", "--hosts", "all",
+                               str(SCRIPTS / "ticker.py"), "40", "0.1"],
+                              env=podctl.env, cwd=podctl.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert _eventually(lambda: "tick 1 of 40" in json.dumps(podctl.json("runs")) or bool(
+            podctl.json("runs") and podctl.json("runs")[0]["state"] == "running"), 120)
+    finally:
+        client.send_signal(signal.SIGKILL)
+        client.wait(30)
+    run_id = podctl.json("runs")[0]["run_id"]
+    follow = podctl("logs", run_id, "--follow", "--host", "1", timeout=120)
+    assert "tick 40 of 40" in follow.stdout
+    assert podctl.json("runs")[0]["state"] in ("running", "succeeded")
+    # `podctl stop` of a run started through the watchers: through GCS, no SSH tried
+    detached = podctl("run", NAME, "--via", "boot", "--detach", "--hosts", "all",
+                      str(SCRIPTS / "ticker.py"), "600", "0.5", timeout=240)
+    run_id = next(w for w in detached.stdout.split() if w.startswith(NAME + "-"))
+    stopped = podctl("stop", run_id, timeout=180)
+    assert "SSH" not in stopped.stderr, stopped.stderr
+    record = next(r for r in podctl.json("runs") if r["run_id"] == run_id)
+    assert record["state"] == "stopped"
+
+
+def _slice(*boot_versions: str | None) -> SliceInfo:
+    nodes = tuple(
+        NodeInfo(name=f"n{k}", state="READY", health=None, accelerator_type="v5p-16", topology="2x2x2",
+                 hosts=(Host(k, 0, f"10.0.{k}.2", 22), Host(k, 1, f"10.0.{k}.3", 22)), spot=False, created=0.0,
+                 labels={}, queued_resource=None,
+                 metadata={} if v is None else {run_layout.BOOT_KEY: v})
+        for k, v in enumerate(boot_versions))
+    return SliceInfo(name="s", project="p", zone="z", kind="node", state="READY", accelerator_type="v5p-16",
+                     topology="2x2x2", num_slices=len(nodes), tier="on-demand", created=0.0, labels={}, nodes=nodes)
+
+
+def test_which_path_a_run_takes():
+    ours, old, none = boot_script.BOOT_VERSION, "0123456789ab", None
+    assert choose_via(_slice(ours), None, "ssh") == "ssh"  # the settings' default, this stop
+    assert choose_via(_slice(ours), "boot", "ssh") == "boot"
+    assert choose_via(_slice(ours, ours), None, "auto") == "boot"  # multislice: every node has it
+    # auto: SSH where a node carries no watcher, or one this podctl does not know
+    assert choose_via(_slice(ours, none), "auto", "ssh") == "ssh"
+    assert choose_via(_slice(old), None, "auto") == "ssh"
+    assert choose_via(_slice(none), "ssh", "boot") == "ssh"
+    with pytest.raises(InvalidValueError, match="--via ssh"):
+        choose_via(_slice(old), "boot", "ssh")
+    with pytest.raises(InvalidValueError, match="--via ssh"):
+        choose_via(_slice(ours, none), None, "boot")
+
+
+def test_each_node_knows_its_first_host():
+    info = _slice(boot_script.BOOT_VERSION, boot_script.BOOT_VERSION)
+    targets = launch.targets_for(info, 22)
+    assert [(n.name, first) for n, first in first_hosts(info, targets)] == [("n0", 0), ("n1", 2)]
+
+
+def test_bad_via_is_refused_in_one_line(podctl):
+    proc = podctl("run", NAME, "--via", "bogus", str(SCRIPTS / "show_env.py"), check=False)
+    assert_one_line_error(proc, 2, "bogus")
+    proc = podctl("run", NAME, str(SCRIPTS / "show_env.py"), env={"PODCTL_VIA": "carrier-pigeon"}, check=False)
+    assert_one_line_error(proc, 2, "PODCTL_VIA", "auto, boot or ssh")
