@@ -22,7 +22,7 @@ from podctl.jobs import boot_script, launch, run_layout
 from podctl.jobs.boot_channel import first_hosts
 from podctl.steps.runs import choose_via
 from podctl.cloud.connect import api_for_endpoint
-from tests.conftest import FAST_RETRY, Podctl, assert_one_line_error, slice_on_daemon
+from tests.conftest import FAST_RETRY, Podctl, assert_one_line_error, slice_on_daemon, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parent / "scripts"
 NAME = "boot16"
@@ -153,3 +153,39 @@ def test_bad_via_is_refused_in_one_line(podctl):
     assert_one_line_error(proc, 2, "bogus")
     proc = podctl("run", NAME, str(SCRIPTS / "show_env.py"), env={"PODCTL_VIA": "carrier-pigeon"}, check=False)
     assert_one_line_error(proc, 2, "PODCTL_VIA", "auto, boot or ssh")
+
+
+@pytest.mark.host_env
+def test_a_multi_host_jax_run_with_ssh_closed_survives_preemption_through_the_new_slices_watchers(tmp_path):
+    """The issue's check: a multi-host JAX program started through the watchers on a no-ssh
+    slice, preempted, recovered onto a slice made again, whose watchers come up by
+    themselves; no SSH session on either slice's hosts."""
+    from tests.test_recovery import TEMPLATE, TINY, run_with_fault
+
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    try:
+        cli("fake", "start")
+        admin = _admin(cli)
+        cli("up", "--slice", "v5p-16", "--name", "brec")
+        cli("fake", "inject", "no-ssh", "brec")
+
+        def preempt(err):
+            assert sum(h["ssh_total"] for h in admin.host_stats("brec")) == 0
+            admin.preempt("brec")
+
+        code, log, out = run_with_fault(
+            cli, ["run", "brec", "--via", "boot", "--recover", "1", "--json", str(TEMPLATE), *TINY,
+                  "--steps", "16", "--checkpoint-every", "4"], '"kind": "checkpoint", "step": 4', preempt)
+        assert code == 0, log[-4000:]
+        result = json.loads(out)
+        first, second = result["attempts"]
+        assert result["recoveries"] == 1 and second["last_step"] == 16 and second["start_step"] >= 4
+        assert "creating brec again" in log
+        # the slice made again carries the watcher, and its run came through it
+        assert [h["boots"] for h in admin.host_stats("brec")] == [1, 1]
+        assert sum(h["ssh_total"] for h in admin.host_stats("brec")) == 0
+        cli("down", "brec", "--yes")
+    finally:
+        cli("down", "brec", "--yes", check=False)
+        stop_fake_and_check(cli)
