@@ -63,6 +63,8 @@ def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_kee
     assert "startup-script" in metadata
     # each host's watcher says it is ready (guest attribute podctl/watch)
     assert _eventually(lambda: [h["boots"] for h in admin.host_stats(NAME)] == [1, 1])
+    assert _eventually(lambda: podctl.json("status", NAME)["watchers"] == {NAME: ["ready", "ready"]})
+    assert "watchers  2/2 ready" in podctl("status", NAME).stdout.splitlines()
     podctl("fake", "inject", "no-ssh", NAME)
     before = [(h["ssh_total"], h["sessions_total"]) for h in admin.host_stats(NAME)]
     admin.reset_stats()
@@ -82,6 +84,7 @@ def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_kee
     assert all(secret not in value for value in metadata.values())
     status = podctl.json("status", NAME)
     assert secret not in json.dumps(status)
+    assert status["watchers"] == {NAME: [f"ready, {pointer['run']} started"] * 2}
     runs = podctl.json("runs")
     assert runs[0]["run_id"] == pointer["run"] and runs[0]["state"] == "succeeded"
     # `logs` reads it back from GCS as for any run

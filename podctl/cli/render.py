@@ -74,8 +74,10 @@ def slice_table(slices: Iterable[SliceInfo], costs: dict[str, Any] | None = None
     _console().print(table)
 
 
-def slice_detail(info: SliceInfo, maintenance: dict[str, str] | None = None) -> None:
-    """INFO, a row per field; MAINTENANCE: node -> its upcoming maintenance, in words."""
+def slice_detail(info: SliceInfo, maintenance: dict[str, str] | None = None,
+                 watchers: str | None = None) -> None:
+    """INFO, a row per field; MAINTENANCE: node -> its upcoming maintenance, in words;
+    WATCHERS: the hosts' podctl watchers, in words (`run --via boot` starts through them)."""
     rows = [
         ("name", info.name),
         ("kind", info.kind),
@@ -98,6 +100,8 @@ def slice_detail(info: SliceInfo, maintenance: dict[str, str] | None = None) -> 
         rows.insert(4, ("maintenance", "; ".join(
             f"{node}: {said}" if len(info.nodes) > 1 else said
             for node, said in sorted(maintenance.items()))))
+    if watchers:
+        rows.append(("watchers", watchers))
     if info.error:
         rows.append(("error", info.error))
     if info.valid_until:

@@ -170,9 +170,9 @@ def status(ctx: Context, name: str, project: str | None, zone: str | None, as_js
 
         found = run_sync(slice_status(_open(ctx, project, zone), name))
         if as_json:
-            emit_json({**found.info.to_json(), "maintenance": found.maintenance})
+            emit_json({**found.info.to_json(), "maintenance": found.maintenance, "watchers": found.watchers})
         else:
-            slice_detail(found.info, found.maintenance_said())
+            slice_detail(found.info, found.maintenance_said(), found.watchers_said())
 
     guarded(action)
 

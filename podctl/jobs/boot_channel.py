@@ -193,3 +193,31 @@ def _explain(run_id: str, entries: list[GuestEntry]) -> str:
         return ("no watcher answers (its startup-script did not run or its watcher died; "
                 "`podctl exec NAME -- cat ~/.podctl/watch/watch.log` shows why)")
     return f"waiting (watcher {said['watch']}; the run's pointer not seen yet)"
+
+
+async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str, list[str]]:
+    """Node -> per worker, what its watcher says: "ready", "ready, RUN started" (its last
+    run), or "none" (no watcher answers); {} for a slice without podctl's watcher or not
+    ready. One getGuestAttributes per node; a node whose attributes cannot be read is left out."""
+    if not info.ready or not all(n.boot_version for n in info.nodes):
+        return {}
+
+    async def one(node: NodeInfo) -> tuple[str, list[str]] | None:
+        try:
+            said = await node_metadata.guest_attributes(api, f"{parent}/nodes/{node.name}",
+                                                        f"{run_layout.GUEST_NAMESPACE}/",
+                                                        workers=len(node.hosts))
+        except PodctlError:
+            return None
+        states = []
+        for worker in range(len(node.hosts)):
+            entries = {e.key: e.value for e in (said[worker] if worker < len(said) else [])
+                       if e.namespace == run_layout.GUEST_NAMESPACE}
+            if "watch" not in entries:
+                states.append("none")
+            else:
+                states.append("ready" + (f", {entries['run']}" if entries.get("run") else ""))
+        return node.name, states
+
+    found = await asyncio.gather(*(one(n) for n in info.nodes))
+    return dict(f for f in found if f is not None)

@@ -28,7 +28,7 @@ from podctl.cloud.connect import compute_reader
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
 from podctl.cloud.sshkey import ensure_ssh_key
-from podctl.jobs import boot_script
+from podctl.jobs import boot_channel, boot_script
 from podctl.cloud.types import SliceInfo, SliceSpec, Tier
 from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
@@ -255,6 +255,20 @@ class SliceStatus:
 
     info: SliceInfo
     maintenance: dict[str, dict]  # node -> its upcomingMaintenance (v2alpha1), as --json shows it
+    # node -> per worker, its watcher's word (jobs/boot_channel.watcher_states); {}: no watchers
+    watchers: dict[str, list[str]] = field(default_factory=dict)
+
+    def watchers_said(self) -> str | None:
+        """'2/2 ready', or '1/2 ready (none on n1 worker 1)'; None without watchers."""
+        if not self.watchers:
+            return None
+        states = [(node, w, s) for node, each in sorted(self.watchers.items()) for w, s in enumerate(each)]
+        missing = [f"{node} worker {w}" if len(self.watchers) > 1 else f"worker {w}"
+                   for node, w, s in states if s == "none"]
+        said = f"{len(states) - len(missing)}/{len(states)} ready"
+        if missing:
+            said += f" (none on {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''})"
+        return said
 
     def maintenance_said(self) -> dict[str, str]:
         """Node -> its maintenance in words ('PENDING SCHEDULED 2026-12-03T17:00:00Z to ...')."""
@@ -264,4 +278,5 @@ class SliceStatus:
 async def slice_status(session: Session, name: str) -> SliceStatus:
     info = await describe_slice(session, name)
     # v2alpha1 only (cloud/maintenance_info.py): any failure there is no maintenance shown
-    return SliceStatus(info, await maintenance_info.upcoming(session.api, info))
+    return SliceStatus(info, await maintenance_info.upcoming(session.api, info),
+                       await boot_channel.watcher_states(session.api, session.settings.parent, info))
