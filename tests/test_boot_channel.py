@@ -192,3 +192,24 @@ def test_a_multi_host_jax_run_with_ssh_closed_survives_preemption_through_the_ne
     finally:
         cli("down", "brec", "--yes", check=False)
         stop_fake_and_check(cli)
+
+
+def test_a_queued_run_starts_through_the_watcher_when_the_ticker_says_so(tmp_path):
+    """`PODCTL_VIA=boot podctl queue tick`: the queue's slice carries the watcher, and the
+    entry's run starts with one nodes.patch (the queue keeps no --via of its own yet)."""
+    from tests.test_queue import QueueCli
+
+    q = QueueCli(tmp_path)
+    q.env.update(PODCTL_BACKEND="fake", PODCTL_VIA="boot")
+    try:
+        added = json.loads(q("queue", "add", "--slice", "v5p-8", "--json", str(SCRIPTS / "show_env.py"),
+                             "TPU_WORKER_ID").stdout)
+        q("fake", "start")
+        entries = q.settle(limit=180)
+        (entry,) = [e for e in entries if e["id"] == added["id"]]
+        assert entry["state"] == "succeeded", entry
+        assert q.admin().stats()["by_call"].get("nodes.patch", 0) == 1
+        run_id = entry["attempts"][-1]["run_id"]
+        assert '"TPU_WORKER_ID": "0"' in q("logs", run_id).stdout
+    finally:
+        stop_fake_and_check(q)
