@@ -188,7 +188,7 @@ def _explain(run_id: str, entries: list[GuestEntry]) -> str:
             return state
         if state.startswith("busy"):
             return f"busy: run {state[5:]} holds its chips (`podctl stop` it, or wait)"
-        return f"started ({state}), but its agent has written nothing to GCS yet"
+        return "its watcher started the agent, which has written nothing to GCS yet"
     if "watch" not in said:
         return ("no watcher answers (its startup-script did not run or its watcher died; "
                 "`podctl exec NAME -- cat ~/.podctl/watch/watch.log` shows why)")
