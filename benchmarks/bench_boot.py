@@ -47,14 +47,16 @@ def one_run(env: dict, name: str, via: str, script: Path) -> tuple[float, float]
                              str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, stdin=subprocess.DEVNULL)
     started = None
+    said = []
     assert proc.stderr is not None
     for line in proc.stderr:
+        said.append(line)
         if started is None and "started on all" in line:
             started = time.monotonic() - began
     proc.wait(timeout=1800)
     ended = time.monotonic() - began
     if proc.returncode != 0 or started is None:
-        raise SystemExit(f"run --via {via} exited {proc.returncode}")
+        raise SystemExit(f"run --via {via} exited {proc.returncode}:\n{''.join(said[-10:])}")
     return started, ended
 
 

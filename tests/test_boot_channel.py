@@ -217,15 +217,25 @@ def test_a_queued_run_starts_through_the_watcher_when_the_ticker_says_so(tmp_pat
 
 def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words():
     from podctl.cloud.types import GuestEntry
-    from podctl.jobs.boot_channel import _explain
+    from podctl.jobs.boot_channel import FATAL, _explain
 
     def said(**kv: str) -> list[GuestEntry]:
         return [GuestEntry(run_layout.GUEST_NAMESPACE, k, v) for k, v in kv.items()]
 
-    assert _explain("r1", []).startswith("no watcher answers")
-    assert _explain("r1", said(watch="ready abc")).startswith("waiting (watcher ready abc")
-    assert _explain("r1", said(watch="ready abc", run="r0 started")).startswith("waiting")  # an older run's
+    def kind(*args):
+        return _explain(*args)[0]
+
+    def text(*args):
+        return _explain(*args)[1]
+
+    assert kind("r1", []) == "none" and text("r1", []).startswith("no watcher answers")
+    assert kind("r1", said(watch="ready abc")) == "waiting"
+    assert text("r1", said(watch="ready abc")).startswith("waiting (watcher ready abc")
+    assert kind("r1", said(watch="ready abc", run="r0 started")) == "waiting"  # an older run's
     assert _explain("r1", said(watch="ready", run="r1 refused GCS answered 403 for gs://b/x")) == (
-        "refused GCS answered 403 for gs://b/x")
-    assert _explain("r1", said(watch="ready", run="r1 busy r0")).startswith("busy: run r0 holds its chips")
-    assert _explain("r1", said(watch="ready", run="r1 started")).startswith("its watcher started the agent")
+        "refused", "refused GCS answered 403 for gs://b/x")
+    assert kind("r1", said(watch="ready", run="r1 busy r0")) == "busy"
+    assert text("r1", said(watch="ready", run="r1 busy r0")).startswith("busy: run r0 holds its chips")
+    # a host whose agent was started, but is slow to write (512 agents on a busy machine), is no failure
+    assert kind("r1", said(watch="ready", run="r1 started")) == "started"
+    assert {"refused", "busy"} == set(FATAL)

@@ -124,9 +124,9 @@ class BootChannel:
             now = time.monotonic()
             if now - began > self.start_seconds or now >= next_check:
                 why = await self._why_not(run_id, beating)
-                refused = {h: w for h, w in why.items() if not w.startswith(("waiting", "started"))}
+                refused = {h: text for h, (kind, text) in why.items() if kind in FATAL}
                 if refused or now - began > self.start_seconds:
-                    shown = refused or why
+                    shown = refused or {h: text for h, (_, text) in why.items()}
                     lines = "; ".join(f"host {h:04d}: {w}" for h, w in sorted(shown.items())[:3])
                     more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
                     raise JobError(f"run {run_id} did not start on {len(shown)} of {num_hosts} hosts "
@@ -145,9 +145,10 @@ class BootChannel:
                     continue
         return found
 
-    async def _why_not(self, run_id: str, beating: set[int]) -> dict[int, str]:
-        """Per host not beating: what its watcher published (podctl/watch, podctl/run)."""
-        why: dict[int, str] = {}
+    async def _why_not(self, run_id: str, beating: set[int]) -> dict[int, tuple[str, str]]:
+        """Per host not beating: what its watcher published (podctl/watch, podctl/run), as
+        _explain says it."""
+        why: dict[int, tuple[str, str]] = {}
         for node, first in self.nodes:
             waiting = [w for w in range(len(node.hosts)) if first + w not in beating]
             if not waiting:
@@ -159,7 +160,7 @@ class BootChannel:
             except PodctlError as e:
                 said = [[] for _ in node.hosts]
                 for w in waiting:
-                    why[first + w] = f"waiting (its guest attributes could not be read: {e})"
+                    why[first + w] = ("waiting", f"waiting (its guest attributes could not be read: {e})")
                 continue
             for w in waiting:
                 why[first + w] = _explain(run_id, said[w] if w < len(said) else [])
@@ -179,20 +180,25 @@ class BootChannel:
         """No connections to close."""
 
 
-def _explain(run_id: str, entries: list[GuestEntry]) -> str:
+FATAL = frozenset({"refused", "busy"})  # a start that will not come up by waiting longer
+
+
+def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
+    """A host's watcher's words about RUN_ID -> (kind: refused, busy, started, none or
+    waiting; what to tell the user)."""
     said = {e.key: e.value for e in entries if e.namespace == run_layout.GUEST_NAMESPACE}
     run = said.get("run", "")
     if run.startswith(f"{run_id} "):
         state = run[len(run_id) + 1:]
         if state.startswith("refused"):
-            return state
+            return "refused", state
         if state.startswith("busy"):
-            return f"busy: run {state[5:]} holds its chips (`podctl stop` it, or wait)"
-        return "its watcher started the agent, which has written nothing to GCS yet"
+            return "busy", f"busy: run {state[5:]} holds its chips (`podctl stop` it, or wait)"
+        return "started", "its watcher started the agent, which has written nothing to GCS yet"
     if "watch" not in said:
-        return ("no watcher answers (its startup-script did not run or its watcher died; "
-                "`podctl exec NAME -- cat ~/.podctl/watch/watch.log` shows why)")
-    return f"waiting (watcher {said['watch']}; the run's pointer not seen yet)"
+        return "none", ("no watcher answers (its startup-script did not run or its watcher died; "
+                        "`podctl exec NAME -- cat ~/.podctl/watch/watch.log` shows why)")
+    return "waiting", f"waiting (watcher {said['watch']}; the run's pointer not seen yet)"
 
 
 async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str, list[str]]:
