@@ -43,6 +43,7 @@ POLL_SECONDS = 1.0
 # another version of podctl is started over SSH.
 COMPATIBLE_BOOTS = frozenset({boot_script.BOOT_VERSION})
 POINTER_VERSION = 1
+STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no watcher) up to this many
 Notice = Callable[[str], None]
 
 
@@ -114,18 +115,24 @@ class BootChannel:
         await self._wait_started(run_id)
 
     async def _wait_started(self, run_id: str) -> None:
+        """Until every host's agent beats. The watchers' words are read (one call per node)
+        only when no new host began beating for GUEST_CHECK_SECONDS, and at the deadline
+        (then worker by worker where a node's answer leaves workers out, to name them)."""
         began = time.monotonic()
         next_check = began + GUEST_CHECK_SECONDS
-        num_hosts = len(self.targets)
+        num_hosts, seen = len(self.targets), 0
         while True:
             beating = await self._beating(run_id)
             if len(beating) >= num_hosts:
                 return
             now = time.monotonic()
-            if now - began > self.start_seconds or now >= next_check:
-                why = await self._why_not(run_id, beating)
+            if len(beating) > seen:  # progress: nothing to diagnose yet
+                seen, next_check = len(beating), now + GUEST_CHECK_SECONDS
+            late = now - began > self.start_seconds
+            if late or now >= next_check:
+                why = await self._why_not(run_id, beating, each_worker=late)
                 refused = {h: text for h, (kind, text) in why.items() if kind in FATAL}
-                if refused or now - began > self.start_seconds:
+                if refused or late:
                     shown = refused or {h: text for h, (_, text) in why.items()}
                     lines = "; ".join(f"host {h:04d}: {w}" for h, w in sorted(shown.items())[:3])
                     more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
@@ -145,9 +152,12 @@ class BootChannel:
                     continue
         return found
 
-    async def _why_not(self, run_id: str, beating: set[int]) -> dict[int, tuple[str, str]]:
+    async def _why_not(self, run_id: str, beating: set[int], *,
+                       each_worker: bool) -> dict[int, tuple[str, str]]:
         """Per host not beating: what its watcher published (podctl/watch, podctl/run), as
-        _explain says it."""
+        _explain says it. A node's answer that leaves workers out cannot say whose entries
+        are whose: with EACH_WORKER its workers are asked one by one, else its hosts count
+        as waiting (the call per worker is for the diagnosis at the deadline only)."""
         why: dict[int, tuple[str, str]] = {}
         for node, first in self.nodes:
             waiting = [w for w in range(len(node.hosts)) if first + w not in beating]
@@ -156,14 +166,17 @@ class BootChannel:
             try:
                 said = await node_metadata.guest_attributes(self.api, self._node_path(node),
                                                             f"{run_layout.GUEST_NAMESPACE}/",
-                                                            workers=len(node.hosts))
+                                                            workers=len(node.hosts) if each_worker else None)
             except PodctlError as e:
-                said = [[] for _ in node.hosts]
                 for w in waiting:
                     why[first + w] = ("waiting", f"waiting (its guest attributes could not be read: {e})")
                 continue
+            if len(said) != len(node.hosts):
+                for w in waiting:
+                    why[first + w] = ("waiting", "waiting (its node's guest attributes leave workers out)")
+                continue
             for w in waiting:
-                why[first + w] = _explain(run_id, said[w] if w < len(said) else [])
+                why[first + w] = _explain(run_id, said[w])
         return why
 
     async def halt(self, run_id: str, grace_seconds: float | None = None) -> None:
@@ -209,12 +222,17 @@ async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str,
         return {}
 
     async def one(node: NodeInfo) -> tuple[str, list[str]] | None:
+        workers = len(node.hosts)
         try:
+            # Worker by worker only where an answer that leaves workers out costs few calls
             said = await node_metadata.guest_attributes(api, f"{parent}/nodes/{node.name}",
                                                         f"{run_layout.GUEST_NAMESPACE}/",
-                                                        workers=len(node.hosts))
+                                                        workers=workers if workers <= STATUS_EACH_WORKER else None)
         except PodctlError:
             return None
+        if len(said) != workers:  # whose entries are whose cannot be told: counted, not placed
+            ready = sum(1 for entries in said if any(e.key == "watch" for e in entries))
+            return node.name, ["ready"] * ready + ["none"] * (workers - ready)
         states = []
         for worker in range(len(node.hosts)):
             entries = {e.key: e.value for e in (said[worker] if worker < len(said) else [])
