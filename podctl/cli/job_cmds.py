@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from podctl.vocabulary import EXIT_HOST_LOST
+from podctl.settings import VIAS
 from podctl.cli.common import Context, ScriptCommand, exit_interrupted, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
@@ -71,7 +72,7 @@ def _notice(text: str) -> None:
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
 @click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
-@click.option("--via", type=click.Choice(["auto", "boot", "ssh"]), default=None,
+@click.option("--via", type=click.Choice(VIAS), default=None,
               help="How the run reaches its hosts: boot (the slice's watchers, one metadata "
                    "patch per node, no SSH), ssh (a session per host), auto (boot where the "
                    "slice has podctl's watcher). Default: PODCTL_VIA, else ssh.")

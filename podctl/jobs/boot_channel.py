@@ -23,13 +23,12 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable
 
 from podctl.cloud import node_metadata
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
 from podctl.errors import JobError, PodctlError
-from podctl.jobs import boot_script, launch, run_layout
+from podctl.jobs import boot_script, launch, run_files, run_layout
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
 
@@ -44,7 +43,6 @@ POLL_SECONDS = 1.0
 COMPATIBLE_BOOTS = frozenset({boot_script.BOOT_VERSION})
 POINTER_VERSION = 1
 STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no watcher) up to this many
-Notice = Callable[[str], None]
 
 
 def usable_on(info: SliceInfo) -> bool:
@@ -75,12 +73,11 @@ class BootChannel:
     name = "boot"
 
     def __init__(self, api: TpuApi, storage: Storage, *, parent: str, info: SliceInfo,
-                 targets: list[Target], notice: Notice, start_seconds: float = START_SECONDS):
+                 targets: list[Target], start_seconds: float = START_SECONDS):
         self.api, self.storage, self.parent = api, storage, parent
         self.nodes = first_hosts(info, targets)
-        self.targets, self.notice = targets, notice
+        self.targets = targets
         self.start_seconds = start_seconds
-        self.patches = 0  # nodes.patch calls made (the benchmark's count)
 
     def _node_path(self, node: NodeInfo) -> str:
         return f"{self.parent}/nodes/{node.name}"
@@ -104,8 +101,6 @@ class BootChannel:
                 "v": POINTER_VERSION, "run": run_id, "bucket": spec.bucket, "launch": launch_object,
                 "sha256": digest, "agent_sha": agent_sha, "agent_object": run_layout.agent_object(agent_sha),
                 "first_host": first}, sort_keys=True, separators=(",", ":"))
-            if node.metadata.get(run_layout.RUN_POINTER_KEY) != pointer:
-                self.patches += 1
             # Not waited for: the hosts' heartbeats are the proof, and a refused patch's
             # operation is read by the next write to the node.
             await node_metadata.set_key(self.api, self._node_path(node), run_layout.RUN_POINTER_KEY,
@@ -143,14 +138,8 @@ class BootChannel:
 
     async def _beating(self, run_id: str) -> set[int]:
         """The hosts whose agent has written a heartbeat or a status (it started, maybe ended)."""
-        found: set[int] = set()
-        for prefix in (run_layout.heartbeat_prefix(run_id), run_layout.status_prefix(run_id)):
-            for item in await self.storage.list(prefix):
-                try:
-                    found.add(run_layout.host_of(item.name))
-                except ValueError:
-                    continue
-        return found
+        ended = {run_layout.host_of(o.name) for o in await self.storage.list(run_layout.status_prefix(run_id))}
+        return set(await run_files.read_heartbeats(self.storage, run_id)) | ended
 
     async def _why_not(self, run_id: str, beating: set[int], *,
                        each_worker: bool) -> dict[int, tuple[str, str]]:
@@ -196,10 +185,15 @@ class BootChannel:
 FATAL = frozenset({"refused", "busy"})  # a start that will not come up by waiting longer
 
 
+def _words(entries: list[GuestEntry]) -> dict[str, str]:
+    """What one host's watcher published: key -> value (podctl/watch, podctl/run)."""
+    return {e.key: e.value for e in entries if e.namespace == run_layout.GUEST_NAMESPACE}
+
+
 def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
     """A host's watcher's words about RUN_ID -> (kind: refused, busy, started, none or
     waiting; what to tell the user)."""
-    said = {e.key: e.value for e in entries if e.namespace == run_layout.GUEST_NAMESPACE}
+    said = _words(entries)
     run = said.get("run", "")
     if run.startswith(f"{run_id} "):
         state = run[len(run_id) + 1:]
@@ -231,12 +225,10 @@ async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str,
         except PodctlError:
             return None
         if len(said) != workers:  # whose entries are whose cannot be told: counted, not placed
-            ready = sum(1 for entries in said if any(e.key == "watch" for e in entries))
+            ready = sum(1 for entries in said if "watch" in _words(entries))
             return node.name, ["ready"] * ready + ["none"] * (workers - ready)
         states = []
-        for worker in range(len(node.hosts)):
-            entries = {e.key: e.value for e in (said[worker] if worker < len(said) else [])
-                       if e.namespace == run_layout.GUEST_NAMESPACE}
+        for entries in map(_words, said):
             if "watch" not in entries:
                 states.append("none")
             else:
