@@ -86,6 +86,15 @@ class BootChannel:
         """Nothing to do from here: each watcher checks its host's chips before it starts the
         agent (owner.py's rule) and says `busy` when another run holds them."""
 
+    async def check_access(self, run_id: str) -> None:
+        """The bucket exists; the nodes' access is each watcher's to say (it reads launch.json
+        with its node's token: `refused GCS answered 403`, said at the start)."""
+        await self.storage.require_bucket()
+
+    async def explain_silence(self, run_id: str) -> str | None:
+        """No host to ask without SSH: the silence is said as such."""
+        return None
+
     async def start(self, spec: launch.JobSpec, agent_sha: str, *, once: bool) -> None:
         """launch.json, then the pointers, then every host's first heartbeat. ONCE needs
         nothing more: a watcher starts a run id once only, and the same pointer again

@@ -24,7 +24,7 @@ from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
-from podctl.jobs import bundle, env_ship, identity, launch, run_layout, run_record
+from podctl.jobs import bundle, env_ship, launch, run_layout, run_record
 from podctl.jobs.channel import Channel, SshChannel
 from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
@@ -142,7 +142,7 @@ class Job:
         self.targets: list[Target] = launch.targets_for(info, request.ssh_port)
         self.run_id = request.run_id or run_record.new_run_id(info.name)
         self.fleet = Fleet(self.targets, private_key, pins, user=user)
-        self.channel: Channel = SshChannel(self.fleet)
+        self.channel: Channel = SshChannel(self.fleet, storage, info, fake=request.fake_cloud)
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
         self.starting = False  # agents may be running: a stop must reach them
@@ -167,19 +167,7 @@ class Job:
         await self.channel.claim(self.run_id, request.info.name)
         # Before anything is uploaded for the hosts: a node that cannot use the bucket fails
         # here. (Through the watchers, a host says so itself: `refused GCS answered 403`.)
-        if self.channel.name == "ssh":
-            try:
-                await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name,
-                                                 run_id=self.run_id, slice_name=request.info.name,
-                                                 slice_type=request.info.accelerator_type,
-                                                 fake=request.fake_cloud)
-            except StoragePermissionError:
-                # GCS answers 403 for a bucket that does not exist too ("or it may not
-                # exist"): a mistyped --bucket is no matter of the nodes' roles
-                await self.storage.require_bucket()
-                raise
-        else:
-            await self.storage.require_bucket()
+        await self.channel.check_access(self.run_id)
         if request.bundle_hash:
             script, bundle_hash = spec.script.as_posix(), request.bundle_hash
         else:
@@ -265,21 +253,9 @@ class Job:
         return RunResult(self.run_id, code, failed, statuses)
 
     async def _refusal(self) -> str | None:
-        """Why the hosts went quiet, if it is GCS refusing the nodes' account: worker 0
-        asked again as before the start (identity.py), so the line is the same one,
-        naming the account, the permission denied and the fix."""
-        if self.channel.name != "ssh":
-            return None  # no SSH to ask through: the silence is said as such
-        try:
-            await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name,
-                                             run_id=self.run_id, slice_name=self.request.info.name,
-                                             slice_type=self.request.info.accelerator_type,
-                                             fake=self.request.fake_cloud)
-        except StoragePermissionError as e:
-            return str(e)
-        except Exception:  # noqa: BLE001 (no answer is no explanation: the silence is said as such)
-            return None
-        return None
+        """Why the hosts went quiet, if it is GCS refusing the nodes' account (the channel's
+        word: over SSH, worker 0 asked again as before the start)."""
+        return await self.channel.explain_silence(self.run_id)
 
     async def stop(self) -> None:
         """Ctrl-C: stop the run on every host, and say so in its record."""
