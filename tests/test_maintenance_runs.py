@@ -35,11 +35,15 @@ def _run(podctl: Podctl, name: str, *extra: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_recover_waits_out_maintenance_and_loses_no_step(podctl):
+def test_recover_waits_out_maintenance_and_loses_no_step_through_the_watchers_with_ssh_closed(podctl):
+    """The hosts come back from the window by themselves: their startup-script starts the
+    watcher again, and the next attempt starts through it (one nodes.patch), no SSH."""
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     podctl("up", "--slice", "v5p-16", "--name", "mnt")
-    code, out, log = _run(podctl, "mnt", "--recover", "1")
+    podctl("fake", "inject", "no-ssh", "mnt")
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    code, out, log = _run(podctl, "mnt", "--via", "boot", "--recover", "1")
     assert code == 0, log[-4000:]
     result = json.loads(out)
     first, second = result["attempts"]
@@ -51,6 +55,10 @@ def test_recover_waits_out_maintenance_and_loses_no_step(podctl):
     # started from exactly there.
     assert second["start_step"] == first["last_step"] >= 4
     assert second["last_step"] == 24 and result["steps_lost"] == 0
+    # both hosts booted again after the window, and no one reached them over SSH
+    assert [h["boots"] for h in admin.host_stats("mnt")] == [2, 2]
+    assert sum(h["ssh_total"] for h in admin.host_stats("mnt")) == 0
+    assert admin.stats()["by_call"].get("nodes.patch", 0) == 2  # one pointer an attempt
     podctl("down", "mnt", "--yes")
 
 
@@ -58,7 +66,7 @@ def test_without_recover_a_run_stops_cleanly_and_says_how_to_resume(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     podctl("up", "--slice", "v5p-16", "--name", "mnt")
-    code, out, log = _run(podctl, "mnt")
+    code, out, log = _run(podctl, "mnt", "--via", "ssh")  # the SSH path's agent reads the notice too
     assert code == 143, log[-4000:]
     result = json.loads(out)
     assert set(result["hosts"].values()) == {143}  # every host saved and stopped
