@@ -264,8 +264,9 @@ def run_slice(daemon: Daemon) -> Iterator[str]:
     daemon.cli("down", "sigrun", "--yes")
 
 
-def _run_stopped_by(daemon: Daemon, slice_name: str, mode: str, sig: signal.Signals) -> None:
-    started = Started(daemon, mode, podctl_argv("run", slice_name, str(SCRIPTS / "ticker.py"), "3000", "0.1"))
+def _run_stopped_by(daemon: Daemon, slice_name: str, mode: str, sig: signal.Signals, via: str = "ssh") -> None:
+    started = Started(daemon, mode, podctl_argv("run", slice_name, "--via", via, str(SCRIPTS / "ticker.py"),
+                                                "3000", "0.1"))
     assert started.proc.stderr is not None
     run_id = None
     for line in started.proc.stderr:
@@ -295,6 +296,19 @@ def test_a_stop_signal_ends_run_and_every_process_of_it_on_the_hosts(daemon, run
 
 def test_sigterm_to_a_foreground_run_exits_143_with_the_run_stopped(daemon, run_slice):
     _run_stopped_by(daemon, run_slice, "foreground", SIGTERM)
+
+
+# Through the watchers, a stop is the halt request in GCS that every agent polls for: no
+# connection to the hosts is open when the signal lands, and none is opened for it.
+@pytest.mark.parametrize("mode,sig", [
+    pytest.param("foreground", SIGINT, id="foreground-SIGINT"),
+    pytest.param("background", SIGTERM, id="background-SIGTERM"),
+    pytest.param("setsid", SIGHUP, id="setsid-SIGHUP"),
+])
+def test_a_stop_signal_ends_a_run_started_through_the_watchers_on_every_host(daemon, run_slice, mode, sig):
+    sessions = sum(h["sessions_total"] for h in daemon.admin.host_stats(run_slice))
+    _run_stopped_by(daemon, run_slice, mode, sig, via="boot")
+    assert sum(h["sessions_total"] for h in daemon.admin.host_stats(run_slice)) == sessions
 
 
 _NOTEBOOK_WAIT = """
