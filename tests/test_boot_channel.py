@@ -239,3 +239,40 @@ def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words(
     # a host whose agent was started, but is slow to write (512 agents on a busy machine), is no failure
     assert kind("r1", said(watch="ready", run="r1 started")) == "started"
     assert {"refused", "busy"} == set(FATAL)
+
+
+def test_a_start_where_no_watcher_ever_answered_fails_early_naming_the_hosts(fake, api):
+    """A slice that says it carries the watcher (its podctl-boot version) but whose hosts
+    never ran it (no startup-script: as an image without the guest environment's script
+    runner, or guest attributes off) fails past no_watcher_seconds, not at the start's
+    deadline, naming each host and what to do."""
+    import asyncio
+
+    from google.cloud import tpu_v2
+
+    from podctl.cloud.convert import slice_from_node
+    from podctl.errors import JobError
+    from podctl.jobs.boot_channel import BootChannel, usable_on
+    from podctl.settings import FAKE_BUCKET
+    from podctl.storage import RetryPolicy as StorageRetry, Storage
+    from tests.conftest import PARENT
+
+    node = tpu_v2.Node(accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5",
+                       metadata={run_layout.BOOT_KEY: boot_script.BOOT_VERSION, "enable-guest-attributes": "TRUE"})
+    created = api.client.create_node(parent=PARENT, node_id="nowatch", node=node).result(timeout=30)
+    try:
+        info = slice_from_node(created)
+        assert usable_on(info) and len(info.hosts) == 2
+        storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url,
+                                  retry=StorageRetry(attempts=2, initial=0.01, maximum=0.02, jitter=0.01))
+        channel = BootChannel(api, storage, parent=PARENT, info=info, targets=launch.targets_for(info, 22))
+        channel.guest_check_seconds, channel.no_watcher_seconds, channel.start_seconds = 0.5, 2.0, 120.0
+        began = time.monotonic()
+        with pytest.raises(JobError) as failed:
+            asyncio.run(channel._wait_started("nowatch-r1"))
+        assert time.monotonic() - began < channel.start_seconds  # ended early, not at the deadline
+        said = str(failed.value)
+        assert "did not start on 2 of 2 hosts" in said and "Try --via ssh" in said, said
+        assert "host 0000: no watcher answers" in said and "host 0001: no watcher answers" in said, said
+    finally:
+        api.client.delete_node(name=created.name).result(timeout=30)

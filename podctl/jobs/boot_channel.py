@@ -37,6 +37,11 @@ from podctl.storage import Storage
 # watcher's two GCS reads, the agent's start. Past it, the start fails, naming why.
 START_SECONDS = 180.0
 GUEST_CHECK_SECONDS = 20.0  # while waiting: what the watchers said, at most this often
+# A host where no watcher ever said a word this long after the pointers were written will
+# not start by waiting longer (its startup-script did not run, or guest attributes are
+# off): the start fails then rather than at START_SECONDS. (A watcher on a slice just
+# made writes its first word within seconds of its boot; a slice is READY by then.)
+NO_WATCHER_SECONDS = 90.0
 POLL_SECONDS = 1.0
 # The watchers whose pointers this podctl writes (their BOOT_VERSION): a slice made by
 # another version of podctl is started over SSH.
@@ -72,12 +77,15 @@ class BootChannel:
 
     name = "boot"
 
+    start_seconds = START_SECONDS
+    no_watcher_seconds = NO_WATCHER_SECONDS
+    guest_check_seconds = GUEST_CHECK_SECONDS
+
     def __init__(self, api: TpuApi, storage: Storage, *, parent: str, info: SliceInfo,
-                 targets: list[Target], start_seconds: float = START_SECONDS):
+                 targets: list[Target]):
         self.api, self.storage, self.parent = api, storage, parent
         self.nodes = first_hosts(info, targets)
         self.targets = targets
-        self.start_seconds = start_seconds
 
     def _node_path(self, node: NodeInfo) -> str:
         return f"{self.parent}/nodes/{node.name}"
@@ -120,10 +128,12 @@ class BootChannel:
 
     async def _wait_started(self, run_id: str) -> None:
         """Until every host's agent beats. The watchers' words are read (one call per node)
-        only when no new host began beating for GUEST_CHECK_SECONDS, and at the deadline
-        (then worker by worker where a node's answer leaves workers out, to name them)."""
+        only when no new host began beating for guest_check_seconds, and at the deadline
+        (then worker by worker where a node's answer leaves workers out, to name them).
+        A refusal, a busy host, or (past no_watcher_seconds) a host with no watcher ends
+        the wait at once."""
         began = time.monotonic()
-        next_check = began + GUEST_CHECK_SECONDS
+        next_check = began + self.guest_check_seconds
         num_hosts, seen = len(self.targets), 0
         while True:
             beating = await self._beating(run_id)
@@ -131,18 +141,19 @@ class BootChannel:
                 return
             now = time.monotonic()
             if len(beating) > seen:  # progress: nothing to diagnose yet
-                seen, next_check = len(beating), now + GUEST_CHECK_SECONDS
+                seen, next_check = len(beating), now + self.guest_check_seconds
             late = now - began > self.start_seconds
             if late or now >= next_check:
                 why = await self._why_not(run_id, beating, each_worker=late)
-                refused = {h: text for h, (kind, text) in why.items() if kind in FATAL}
+                fatal = FATAL | ({"none"} if now - began >= self.no_watcher_seconds else set())
+                refused = {h: text for h, (kind, text) in why.items() if kind in fatal}
                 if refused or late:
                     shown = refused or {h: text for h, (_, text) in why.items()}
                     lines = "; ".join(f"host {h:04d}: {w}" for h, w in sorted(shown.items())[:3])
                     more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
                     raise JobError(f"run {run_id} did not start on {len(shown)} of {num_hosts} hosts "
                                    f"through the slice's watchers: {lines}{more}. Try --via ssh.")
-                next_check = now + GUEST_CHECK_SECONDS
+                next_check = now + self.guest_check_seconds
             await asyncio.sleep(POLL_SECONDS)
 
     async def _beating(self, run_id: str) -> set[int]:
@@ -169,7 +180,9 @@ class BootChannel:
                 for w in waiting:
                     why[first + w] = ("waiting", f"waiting (its guest attributes could not be read: {e})")
                 continue
-            if len(said) != len(node.hosts):
+            if not said:  # no host of the node ever published a word: none has a watcher
+                said = [[] for _ in node.hosts]
+            elif len(said) != len(node.hosts):
                 for w in waiting:
                     why[first + w] = ("waiting", "waiting (its node's guest attributes leave workers out)")
                 continue
