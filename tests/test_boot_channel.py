@@ -238,7 +238,10 @@ def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words(
     assert text("r1", said(watch="ready", run="r1 busy r0")).startswith("busy: run r0 holds its chips")
     # a host whose agent was started, but is slow to write (512 agents on a busy machine), is no failure
     assert kind("r1", said(watch="ready", run="r1 started")) == "started"
-    assert {"refused", "busy"} == set(FATAL)
+    assert {"denied", "refused", "busy"} == set(FATAL)
+    assert _explain("r1", said(watch="ready", access="r1 write 403 storage.objects.create sa@p -")) == (
+        "denied", "write 403 storage.objects.create sa@p -")
+    assert kind("r1", said(watch="ready", access="r0 write 403 p sa@p -")) == "waiting"  # an older run's
 
 
 def test_a_start_where_no_watcher_ever_answered_fails_early_naming_the_hosts(fake, api):

@@ -49,6 +49,28 @@ def test_the_watcher_uses_run_layouts_and_owners_names():
             host_watch.STATUS_FILE) == (run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.PID_FILE,
                                         run_layout.STOP_FILE, run_layout.STATUS_FILE)
     assert host_watch.LET_GO_SECONDS == owner.LET_GO_SECONDS
+    from podctl.jobs import identity
+    assert host_watch.WRITE_SCOPES == identity.WRITE_SCOPES
+
+
+def test_a_denial_word_fits_a_guest_attribute_and_reads_back_as_identitys_access():
+    """What host 0 says in podctl/access reads back (boot_channel.denied_access) as what
+    identity.py's check over SSH finds, the write scope kept first when the list is cut."""
+    from podctl.jobs import identity
+    from podctl.jobs.boot_channel import denied_access
+
+    scopes = [identity.SCOPE_PREFIX + s for s in
+              ("logging.write", "monitoring.write", "servicecontrol", "service.management.readonly",
+               "trace.append", "devstorage.read_only", "userinfo.email", "cloud-platform")]
+    email = "123456789012-compute@developer.gserviceaccount.com"
+    word = host_watch.denial_word("r-1", ("write", 403, "storage.objects.create"), email, scopes)
+    assert len(word) <= host_watch.MAX_GUEST_VALUE and word.startswith("r-1 write 403 ")
+    access = denied_access(word[len("r-1 "):])
+    assert (access.email, access.refused, access.status, access.permission) == (
+        email, "write", 403, "storage.objects.create")
+    assert access.can_write  # cloud-platform came first, so the cut kept it
+    line = identity.refusal(access, bucket="b", slice_name="s", slice_type="v5p-8")
+    assert line is not None and "roles/storage.objectAdmin" in line and email in line
     assert 'Path.home() / ".podctl" / "agents"' in launch.BOOT and host_watch.AGENTS_DIR == ".podctl/agents"
 
 

@@ -164,6 +164,47 @@ def test_fake_start_not_secure_sets_a_secure_fake_back_as_older_organisations(tm
         stop_fake_and_check(cli)
 
 
+def test_through_the_watchers_a_secure_project_fails_the_run_with_the_same_line_as_over_ssh(tmp_path):
+    """`run --via boot` with SSH closed: host 0's watcher asks GCS as worker 0 does over
+    SSH, and the run fails in the same one line (the account, the role, the fix), soon,
+    with nothing left running; once granted, the run goes. (The bundle is uploaded first:
+    the check is host 0's, once its pointer has come.)"""
+
+    from tests.test_stray_child import left_alive
+
+    run_ids: list[str] = []
+
+    def refused(proc, *words: str) -> None:
+        run_ids.extend(line.split()[2] for line in proc.stderr.splitlines() if line.startswith("podctl: run "))
+        assert proc.returncode == 1, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("podctl: error: ") and all(w in last for w in words), proc.stderr
+        assert "Traceback" not in proc.stderr and "did not start" not in proc.stderr
+
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    try:
+        cli("fake", "start", "--secure")
+        cli("up", "--slice", "v5p-8", "--name", "bsecure")
+        cli("fake", "inject", "no-ssh", "bsecure")
+        script = _script(tmp_path)
+        proc = cli("run", "bsecure", "--via", "boot", str(script), check=False, timeout=90)
+        refused(proc, "roles/storage.objectAdmin", "storage.objects.create denied",
+                "podctl fake grant serviceAccount:", "still up")
+        member = "serviceAccount:" + proc.stderr.split("podctl fake grant serviceAccount:")[1].split()[0]
+        cli("fake", "grant", member, "roles/storage.objectAdmin")
+        proc = cli("run", "bsecure", "--via", "boot", str(script), check=False, timeout=90)
+        refused(proc, "storage.buckets.get denied", "roles/storage.legacyBucketReader")
+        cli("fake", "grant", member, "roles/storage.legacyBucketReader")
+        done = cli("run", "bsecure", "--via", "boot", str(script), check=False, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "hello from 0" in done.stdout
+        assert len(run_ids) == 2 and all(left_alive(r) == [] for r in run_ids)  # the refused left nothing running
+    finally:
+        cli("down", "bsecure", "--yes", check=False)
+        stop_fake_and_check(cli)
+
+
 def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted(tmp_path):
     cli = Podctl(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"

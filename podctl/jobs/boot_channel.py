@@ -27,8 +27,8 @@ import uuid
 from podctl.cloud import node_metadata
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
-from podctl.errors import JobError, PodctlError
-from podctl.jobs import boot_script, launch, run_files, run_layout
+from podctl.errors import JobError, PodctlError, StoragePermissionError
+from podctl.jobs import boot_script, identity, launch, run_files, run_layout
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
 
@@ -37,6 +37,7 @@ from podctl.storage import Storage
 # watcher's two GCS reads, the agent's start. Past it, the start fails, naming why.
 START_SECONDS = 180.0
 GUEST_CHECK_SECONDS = 20.0  # while waiting: what the watchers said, at most this often
+FIRST_CHECK_SECONDS = 5.0  # the first look: a refusal (the nodes' account, a busy host) is said soon
 # A host where no watcher ever said a word this long after the pointers were written will
 # not start by waiting longer (its startup-script did not run, or guest attributes are
 # off): the start fails then rather than at START_SECONDS. (A watcher on a slice just
@@ -80,10 +81,13 @@ class BootChannel:
     start_seconds = START_SECONDS
     no_watcher_seconds = NO_WATCHER_SECONDS
     guest_check_seconds = GUEST_CHECK_SECONDS
+    first_check_seconds = FIRST_CHECK_SECONDS
 
     def __init__(self, api: TpuApi, storage: Storage, *, parent: str, info: SliceInfo,
-                 targets: list[Target]):
+                 targets: list[Target], fake: bool = False):
         self.api, self.storage, self.parent = api, storage, parent
+        self.info = info
+        self.fake = fake  # the fake backend: a denied node's fix is `podctl fake grant`
         self.nodes = first_hosts(info, targets)
         self.targets = targets
 
@@ -117,7 +121,8 @@ class BootChannel:
             pointer = json.dumps({
                 "v": POINTER_VERSION, "run": run_id, "bucket": spec.bucket, "launch": launch_object,
                 "sha256": digest, "agent_sha": agent_sha, "agent_object": run_layout.agent_object(agent_sha),
-                "first_host": first}, sort_keys=True, separators=(",", ":"))
+                "first_host": first, "access": run_layout.identity_check_object(run_id)},
+                sort_keys=True, separators=(",", ":"))
             # Not waited for: the hosts' heartbeats are the proof, and a refused patch's
             # operation is read by the next write to the node.
             await node_metadata.set_key(self.api, self._node_path(node), run_layout.RUN_POINTER_KEY,
@@ -133,7 +138,7 @@ class BootChannel:
         A refusal, a busy host, or (past no_watcher_seconds) a host with no watcher ends
         the wait at once."""
         began = time.monotonic()
-        next_check = began + self.guest_check_seconds
+        next_check = began + self.first_check_seconds
         num_hosts, seen = len(self.targets), 0
         while True:
             beating = await self._beating(run_id)
@@ -145,6 +150,7 @@ class BootChannel:
             late = now - began > self.start_seconds
             if late or now >= next_check:
                 why = await self._why_not(run_id, beating, each_worker=late)
+                self._raise_if_denied(why)
                 fatal = FATAL | ({"none"} if now - began >= self.no_watcher_seconds else set())
                 refused = {h: text for h, (kind, text) in why.items() if kind in fatal}
                 if refused or late:
@@ -155,6 +161,21 @@ class BootChannel:
                                    f"through the slice's watchers: {lines}{more}. Try --via ssh.")
                 next_check = now + self.guest_check_seconds
             await asyncio.sleep(POLL_SECONDS)
+
+    def _raise_if_denied(self, why: dict[int, tuple[str, str]]) -> None:
+        """Host 0's watcher found GCS denying the nodes' account: the line identity.py says
+        over SSH (the account, what is missing, the fix), as a StoragePermissionError."""
+        word = next((text for kind, text in why.values() if kind == "denied"), None)
+        if word is None:
+            return
+        access = denied_access(word)
+        line = identity.refusal(access, bucket=self.storage.bucket_name, slice_name=self.info.name,
+                                slice_type=self.info.accelerator_type, fake=self.fake)
+        if line is None:  # not an identity matter after all: said with the others' words
+            return
+        raise StoragePermissionError(line, without_slice=identity.refusal(
+            access, bucket=self.storage.bucket_name, slice_name=self.info.name,
+            slice_type=self.info.accelerator_type, fake=self.fake, slice_kept=False))
 
     async def _beating(self, run_id: str) -> set[int]:
         """The hosts whose agent has written a heartbeat or a status (it started, maybe ended)."""
@@ -204,7 +225,19 @@ class BootChannel:
         """No connections to close."""
 
 
-FATAL = frozenset({"refused", "busy"})  # a start that will not come up by waiting longer
+FATAL = frozenset({"denied", "refused", "busy"})  # a start that will not come up by waiting longer
+
+
+def denied_access(word: str) -> identity.NodeAccess:
+    """podctl/access's "STEP STATUS PERMISSION EMAIL SCOPES" (host_watch.denial_word) ->
+    what identity.refusal reads; scopes are the short names the watcher could fit."""
+    parts = word.split(" ", 4) + [""] * 5
+    step, status, permission, email, scopes = parts[:5]
+    return identity.NodeAccess(
+        email="" if email == "-" else email,
+        scopes=tuple(f"{identity.SCOPE_PREFIX}{s}" for s in scopes.split(",") if s and s != "-"),
+        refused=step or None, status=int(status) if status.isdigit() else 0,
+        message=f"Permission '{permission}' denied" if permission else "")
 
 
 def _words(entries: list[GuestEntry]) -> dict[str, str]:
@@ -213,9 +246,12 @@ def _words(entries: list[GuestEntry]) -> dict[str, str]:
 
 
 def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
-    """A host's watcher's words about RUN_ID -> (kind: refused, busy, started, none or
-    waiting; what to tell the user)."""
+    """A host's watcher's words about RUN_ID -> (kind: denied (GCS denied the nodes'
+    account: its podctl/access word), refused, busy, started, none or waiting; what to
+    tell the user)."""
     said = _words(entries)
+    if said.get("access", "").startswith(f"{run_id} "):
+        return "denied", said["access"][len(run_id) + 1:]
     run = said.get("run", "")
     if run.startswith(f"{run_id} "):
         state = run[len(run_id) + 1:]

@@ -14,8 +14,11 @@ launch does (launch.start_command): once per run and host (the `started` marker)
 with launch.json and the agent's zip that match the pointer's hashes, only when no other
 run holds the chips (owner.py's rule), the host's config derived by the zip's own
 host_config.py written 0600, and the agent detached in a session of its own so that it
-outlives the watcher. It says what it did in guest attributes: podctl/watch
-(`ready VERSION`) and podctl/run (`RUN started`, `RUN refused WHY`, `RUN busy OTHER`).
+outlives the watcher. The run's host 0 first asks GCS, as identity.py does over SSH,
+whether the node's account may write, read, delete and read the bucket's metadata. It
+says what it did in guest attributes: podctl/watch (`ready VERSION`), podctl/run (`RUN
+started`, `RUN refused WHY`, `RUN busy OTHER`) and, on host 0 when GCS denied the node,
+podctl/access (`RUN STEP STATUS PERMISSION EMAIL SCOPES`).
 
 At idle it holds no thread and imports only what the loop needs; the rest is imported
 when a pointer arrives. A second watcher on the same host exits at once (flock).
@@ -138,6 +141,9 @@ def parse_pointer(text: object) -> dict | None:
     first = p.get("first_host")
     if not isinstance(first, int) or isinstance(first, bool) or first < 0:
         raise ValueError("the pointer's first_host is not a host number")
+    access = p.get("access")  # optional: the object the run's host 0 checks access with
+    if access is not None and (not isinstance(access, str) or not access or not access.isprintable()):
+        raise ValueError("the pointer's access is not a name")
     return p
 
 
@@ -235,19 +241,25 @@ class Refused(Exception):
     """Why this host does not start the run (said in podctl/run)."""
 
 
+def _token() -> str:
+    status, _, data = metadata("GET", "instance/service-accounts/default/token")
+    if status != 200:
+        raise Refused(f"no token from the metadata server ({status})")
+    return json.loads(data)["access_token"]
+
+
+def _gcs() -> str:
+    return (os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com").rstrip("/")
+
+
 def gcs_get(bucket: str, name: str) -> bytes:
     import urllib.error
     import urllib.parse
     import urllib.request
 
-    status, _, data = metadata("GET", "instance/service-accounts/default/token")
-    if status != 200:
-        raise Refused(f"no token from the metadata server ({status})")
-    token = json.loads(data)["access_token"]
-    gcs = (os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com").rstrip("/")
     q = urllib.parse.quote
-    url = f"{gcs}/download/storage/v1/b/{q(bucket, safe='')}/o/{q(name, safe='')}?alt=media"
-    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+    url = f"{_gcs()}/download/storage/v1/b/{q(bucket, safe='')}/o/{q(name, safe='')}?alt=media"
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + _token()})
     last: Exception | None = None
     for attempt in range(3):
         try:
@@ -261,6 +273,65 @@ def gcs_get(bucket: str, name: str) -> bytes:
             last = e
         time.sleep(2.0 * (attempt + 1))
     raise Refused(f"cannot read gs://{bucket}/{name}: {last}")
+
+
+# What the run's host 0 asks before it starts, as identity.py's check over SSH asks
+# worker 0: a node whose account or scopes keep it from writing (objectViewer alone), or
+# from reading the bucket's metadata (orbax's saves need storage.buckets.get), would
+# start an agent whose every upload fails, unseen. -> (step, status, permission) of the
+# first call GCS refused with 401/403, or None.
+ACCESS_STEPS = ("write", "read", "delete", "bucket")
+WRITE_SCOPES = ("cloud-platform", "devstorage.read_write", "devstorage.full_control")  # identity.py's
+_PERMISSIONS = {"write": "storage.objects.create", "read": "storage.objects.get",
+                "delete": "storage.objects.delete", "bucket": "storage.buckets.get"}
+
+
+def access_denied(bucket: str, name: str) -> tuple[str, int, str] | None:
+    import re
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    b, o = urllib.parse.quote(bucket, safe=""), urllib.parse.quote(name, safe="")
+    gcs, auth = _gcs(), {"Authorization": "Bearer " + _token()}
+    calls = {"write": (f"{gcs}/upload/storage/v1/b/{b}/o?uploadType=media&name={o}", b"podctl", "POST"),
+             "read": (f"{gcs}/download/storage/v1/b/{b}/o/{o}?alt=media", None, "GET"),
+             "delete": (f"{gcs}/storage/v1/b/{b}/o/{o}", None, "DELETE"),
+             "bucket": (f"{gcs}/storage/v1/b/{b}?fields=name", None, "GET")}
+    for step in ACCESS_STEPS:
+        url, data, method = calls[step]
+        headers = dict(auth, **({"Content-Type": "text/plain"} if data else {}))
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers),
+                                        timeout=30) as r:
+                r.read()
+        except urllib.error.HTTPError as e:
+            if e.code not in (401, 403):
+                return None  # not a matter of identity (GCS down, ...): the agent will say
+            found = re.search(r"Permission '([\w.]+)'", e.read()[:2000].decode("utf-8", "replace"))
+            return step, e.code, found.group(1) if found else _PERMISSIONS[step]
+        except OSError:
+            return None
+    return None
+
+
+def account() -> tuple[str, list[str]]:
+    """The node's service account's email and scopes, from the metadata server."""
+    status, _, data = metadata("GET", "instance/service-accounts/default/?recursive=true")
+    if status != 200:
+        return "", []
+    found = json.loads(data)
+    return str(found.get("email", "")), [str(s) for s in found.get("scopes") or []]
+
+
+def denial_word(run_id: str, denied: tuple[str, int, str], email: str, scopes: list[str]) -> str:
+    """podctl/access: RUN STEP STATUS PERMISSION EMAIL SCOPES (the scopes' last words,
+    comma-joined, cut to fit a guest attribute): what identity.refusal needs."""
+    step, status, permission = denied
+    head = f"{run_id} {step} {status} {permission} {email or '-'} "
+    names = sorted((s.rsplit("/", 1)[-1] for s in scopes), key=lambda n: n not in WRITE_SCOPES)
+    short = ",".join(names) or "-"  # the scopes that can write first: they survive the cut
+    return head + short[:max(1, MAX_GUEST_VALUE - len(head))]
 
 
 def fetch_launch(pointer: dict) -> dict:
@@ -352,6 +423,11 @@ def start(pointer: dict, attrs: dict) -> str | None:
         return None
     try:
         host = host_index(pointer, attrs)
+        if host == 0 and pointer.get("access"):  # the run's host 0 asks for all, once
+            denied = access_denied(pointer["bucket"], pointer["access"])
+            if denied is not None:
+                report("access", denial_word(run_id, denied, *account()))
+                raise Refused(f"GCS denied the node's account {denied[2]} ({denied[1]})")
         launch = fetch_launch(pointer)
         agent_zip = fetch_agent(pointer)
         config = config_for(agent_zip, launch, host)

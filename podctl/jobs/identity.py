@@ -30,7 +30,7 @@ from podctl.settings import FAKE_BUCKET
 
 CHECK_SECONDS = 60.0  # the three calls take well under a second; a host's network may not
 WRITE_SCOPES = ("cloud-platform", "devstorage.read_write", "devstorage.full_control")
-_SCOPE_PREFIX = "https://www.googleapis.com/auth/"
+SCOPE_PREFIX = "https://www.googleapis.com/auth/"
 
 # Run on worker 0 as `python3 -c CHECK BUCKET OBJECT` (the image's Python 3.10, standard
 # library only). Prints one JSON line: the account, its scopes and the first call refused
@@ -93,7 +93,7 @@ class NodeAccess:
 
     @property
     def can_write(self) -> bool:
-        return any(_SCOPE_PREFIX + s in self.scopes for s in WRITE_SCOPES)
+        return any(SCOPE_PREFIX + s in self.scopes for s in WRITE_SCOPES)
 
     @property
     def permission(self) -> str:
@@ -129,7 +129,7 @@ def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str
         return None  # not a matter of identity (GCS down, a network): the agents will say
     still_up = (f"; slice {slice_name} is still up (`podctl down {slice_name}` stops its bill)"
                 if slice_kept else "")
-    short = ",".join(s.removeprefix(_SCOPE_PREFIX) for s in access.scopes) or "none"
+    short = ",".join(s.removeprefix(SCOPE_PREFIX) for s in access.scopes) or "none"
     if not access.can_write or "scope" in access.message.lower():
         account = ("" if access.email.endswith("-compute@developer.gserviceaccount.com")
                    else f" --service-account {access.email}")

@@ -173,7 +173,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
               notice=notice, user=user)
     if via == "boot":
         job.channel = BootChannel(session.api, session.storage, parent=session.settings.parent, info=info,
-                                  targets=job.targets)
+                                  targets=job.targets, fake=request.fake_cloud)
     return job
 
 
