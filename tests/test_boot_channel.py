@@ -113,6 +113,12 @@ def test_stop_and_a_killed_client_under_no_ssh(podctl):
     detached = podctl("run", NAME, "--via", "boot", "--detach", "--hosts", "all",
                       str(SCRIPTS / "ticker.py"), "600", "0.5", timeout=240)
     run_id = next(w for w in detached.stdout.split() if w.startswith(NAME + "-"))
+    # another run meanwhile: the watchers say busy, and podctl says it as the SSH path does
+    second = podctl("run", NAME, "--via", "boot", str(SCRIPTS / "show_env.py"), check=False, timeout=120)
+    assert second.returncode == 1, second.stderr
+    last = second.stderr.strip().splitlines()[-1]
+    assert last == (f"podctl: error: slice {NAME} is busy with run {run_id} (one TPU owner per host): "
+                    f"wait for it, or `podctl stop {run_id}` first."), second.stderr
     stopped = podctl("stop", run_id, timeout=180)
     assert "SSH" not in stopped.stderr, stopped.stderr
     record = next(r for r in podctl.json("runs") if r["run_id"] == run_id)
@@ -235,7 +241,7 @@ def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words(
     assert _explain("r1", said(watch="ready", run="r1 refused GCS answered 403 for gs://b/x")) == (
         "refused", "refused GCS answered 403 for gs://b/x")
     assert kind("r1", said(watch="ready", run="r1 busy r0")) == "busy"
-    assert text("r1", said(watch="ready", run="r1 busy r0")).startswith("busy: run r0 holds its chips")
+    assert text("r1", said(watch="ready", run="r1 busy r0")) == "r0"  # said as owner.busy_line
     # a host whose agent was started, but is slow to write (512 agents on a busy machine), is no failure
     assert kind("r1", said(watch="ready", run="r1 started")) == "started"
     assert {"denied", "refused", "busy"} == set(FATAL)

@@ -27,8 +27,8 @@ import uuid
 from podctl.cloud import node_metadata
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
-from podctl.errors import JobError, PodctlError, StoragePermissionError
-from podctl.jobs import boot_script, identity, launch, run_files, run_layout
+from podctl.errors import JobError, PodctlError, SliceBusyError, StoragePermissionError
+from podctl.jobs import boot_script, identity, launch, owner, run_files, run_layout
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
 
@@ -150,7 +150,7 @@ class BootChannel:
             late = now - began > self.start_seconds
             if late or now >= next_check:
                 why = await self._why_not(run_id, beating, each_worker=late)
-                self._raise_if_denied(why)
+                self._raise_if_refused(why)
                 fatal = FATAL | ({"none"} if now - began >= self.no_watcher_seconds else set())
                 refused = {h: text for h, (kind, text) in why.items() if kind in fatal}
                 if refused or late:
@@ -162,9 +162,13 @@ class BootChannel:
                 next_check = now + self.guest_check_seconds
             await asyncio.sleep(POLL_SECONDS)
 
-    def _raise_if_denied(self, why: dict[int, tuple[str, str]]) -> None:
-        """Host 0's watcher found GCS denying the nodes' account: the line identity.py says
-        over SSH (the account, what is missing, the fix), as a StoragePermissionError."""
+    def _raise_if_refused(self, why: dict[int, tuple[str, str]]) -> None:
+        """A host is busy with another run (SliceBusyError), or host 0's watcher found GCS
+        denying the nodes' account (StoragePermissionError): each in the line the SSH path
+        says (owner.py; identity.py: the account, what is missing, the fix)."""
+        busy = next((text for kind, text in why.values() if kind == "busy"), None)
+        if busy is not None:  # the line the SSH path's claim says (owner.py)
+            raise SliceBusyError(owner.busy_line(self.info.name, (busy.split() or ["another run"])[0]))
         word = next((text for kind, text in why.values() if kind == "denied"), None)
         if word is None:
             return
@@ -258,7 +262,7 @@ def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
         if state.startswith("refused"):
             return "refused", state
         if state.startswith("busy"):
-            return "busy", f"busy: run {state[5:]} holds its chips (`podctl stop` it, or wait)"
+            return "busy", state[5:]
         return "started", "its watcher started the agent, which has written nothing to GCS yet"
     if "watch" not in said:
         return "none", ("no watcher answers (its startup-script did not run or its watcher died; "

@@ -72,6 +72,13 @@ async def _others(fleet: Fleet, run_id: str) -> dict[str, set[str]]:
     return found
 
 
+def busy_line(slice_name: str, other: str) -> str:
+    """The refusal of a run on a slice whose chips run OTHER holds (said the same through
+    the watchers, whose host says `busy OTHER`)."""
+    return (f"slice {slice_name} is busy with run {other} (one TPU owner per host): "
+            f"wait for it, or `podctl stop {other}` first.")
+
+
 async def wait_for_the_chips(fleet: Fleet, run_id: str, slice_name: str,
                              let_go_seconds: float = LET_GO_SECONDS) -> None:
     """Return once no other run holds any host of FLEET; SliceBusyError if one is live, or if
@@ -80,9 +87,7 @@ async def wait_for_the_chips(fleet: Fleet, run_id: str, slice_name: str,
     while True:
         found = await _others(fleet, run_id)
         if found["live"]:
-            other = sorted(found["live"])[0]
-            raise SliceBusyError(f"slice {slice_name} is busy with run {other} (one TPU owner per host): "
-                           f"wait for it, or `podctl stop {other}` first.")
+            raise SliceBusyError(busy_line(slice_name, sorted(found["live"])[0]))
         if not found["stopping"]:
             return
         if time.monotonic() > deadline:
