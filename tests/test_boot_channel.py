@@ -125,6 +125,18 @@ def test_stop_and_a_killed_client_under_no_ssh(podctl):
     assert record["state"] == "stopped"
 
 
+def test_a_run_started_through_the_watchers_while_the_last_one_stops_waits_for_it_to_let_go(podctl):
+    """As over SSH (test_jobs_cli): each host's watcher waits for the stopping run to end
+    (saying `letting-go` meanwhile), then starts the new one; no other run on any host."""
+    first = podctl("run", NAME, "--via", "boot", "--detach", "--hosts", "all",
+                   str(SCRIPTS / "linger_on_stop.py"), "3").stdout.strip()
+    assert _eventually(lambda: "tick 1" in podctl("logs", first).stdout, 60), "the first run never started"
+    podctl("stop", first, "--no-wait")  # the script lingers 3 s, as one saving a checkpoint
+    proc = podctl("run", NAME, "--via", "boot", "--hosts", "all", str(SCRIPTS / "others_on_host.py"),
+                  "linger_on_stop.py", timeout=240)
+    assert sorted(proc.stdout.splitlines()) == ["[host 0000] OTHERS 0", "[host 0001] OTHERS 0"]
+
+
 def _slice(*boot_versions: str | None) -> SliceInfo:
     nodes = tuple(
         NodeInfo(name=f"n{k}", state="READY", health=None, accelerator_type="v5p-16", topology="2x2x2",
@@ -244,6 +256,8 @@ def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words(
     assert text("r1", said(watch="ready", run="r1 busy r0")) == "r0"  # said as owner.busy_line
     # a host whose agent was started, but is slow to write (512 agents on a busy machine), is no failure
     assert kind("r1", said(watch="ready", run="r1 started")) == "started"
+    assert _explain("r1", said(watch="ready", run="r1 letting-go r0")) == (
+        "letting-go", "waiting for run r0 to let go of its chips (it was asked to stop)")
     assert {"denied", "refused", "busy"} == set(FATAL)
     assert _explain("r1", said(watch="ready", access="r1 write 403 storage.objects.create sa@p -")) == (
         "denied", "write 403 storage.objects.create sa@p -")

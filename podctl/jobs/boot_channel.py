@@ -139,7 +139,7 @@ class BootChannel:
         the wait at once."""
         began = time.monotonic()
         next_check = began + self.first_check_seconds
-        num_hosts, seen = len(self.targets), 0
+        num_hosts, seen, letting_go = len(self.targets), 0, False
         while True:
             beating = await self._beating(run_id)
             if len(beating) >= num_hosts:
@@ -147,9 +147,11 @@ class BootChannel:
             now = time.monotonic()
             if len(beating) > seen:  # progress: nothing to diagnose yet
                 seen, next_check = len(beating), now + self.guest_check_seconds
-            late = now - began > self.start_seconds
+            late = now - began > self.start_seconds + (owner.LET_GO_SECONDS if letting_go else 0.0)
             if late or now >= next_check:
                 why = await self._why_not(run_id, beating, each_worker=late)
+                # a relaunch in place: the hosts wait for the old run to let go, and so does podctl
+                letting_go = letting_go or any(kind == "letting-go" for kind, _ in why.values())
                 self._raise_if_refused(why)
                 fatal = FATAL | ({"none"} if now - began >= self.no_watcher_seconds else set())
                 refused = {h: text for h, (kind, text) in why.items() if kind in fatal}
@@ -251,8 +253,8 @@ def _words(entries: list[GuestEntry]) -> dict[str, str]:
 
 def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
     """A host's watcher's words about RUN_ID -> (kind: denied (GCS denied the nodes'
-    account: its podctl/access word), refused, busy, started, none or waiting; what to
-    tell the user)."""
+    account: its podctl/access word), refused, busy, letting-go (another run was asked to
+    stop and has not ended yet), started, none or waiting; what to tell the user)."""
     said = _words(entries)
     if said.get("access", "").startswith(f"{run_id} "):
         return "denied", said["access"][len(run_id) + 1:]
@@ -263,6 +265,8 @@ def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
             return "refused", state
         if state.startswith("busy"):
             return "busy", state[5:]
+        if state.startswith("letting-go"):
+            return "letting-go", f"waiting for run {state[11:]} to let go of its chips (it was asked to stop)"
         return "started", "its watcher started the agent, which has written nothing to GCS yet"
     if "watch" not in said:
         return "none", ("no watcher answers (its startup-script did not run or its watcher died; "

@@ -17,7 +17,8 @@ host_config.py written 0600, and the agent detached in a session of its own so t
 outlives the watcher. The run's host 0 first asks GCS, as identity.py does over SSH,
 whether the node's account may write, read, delete and read the bucket's metadata. It
 says what it did in guest attributes: podctl/watch (`ready VERSION`), podctl/run (`RUN
-started`, `RUN refused WHY`, `RUN busy OTHER`) and, on host 0 when GCS denied the node,
+started`, `RUN refused WHY`, `RUN busy OTHER`, `RUN letting-go OTHER` while a stopping
+run lets go of the chips) and, on host 0 when GCS denied the node,
 podctl/access (`RUN STEP STATUS PERMISSION EMAIL SCOPES`).
 
 At idle it holds no thread and imports only what the loop needs; the rest is imported
@@ -431,6 +432,9 @@ def start(pointer: dict, attrs: dict) -> str | None:
         launch = fetch_launch(pointer)
         agent_zip = fetch_agent(pointer)
         config = config_for(agent_zip, launch, host)
+        stopping = others(run_id)["stopping"]
+        if stopping:  # podctl waits as long as this host does (owner.LET_GO_SECONDS)
+            report("run", f"{run_id} letting-go {stopping[0]}")
         busy = wait_for_the_chips(run_id)
         if busy is not None:
             state = f"{run_id} busy {busy}"
