@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from podctl.cloud.types import SliceInfo
-from podctl.errors import StoragePermissionError
+from podctl.errors import HostKeyError, JobError, StoragePermissionError
 from podctl.jobs import identity, launch, owner
 from podctl.jobs.ssh import Fleet
 from podctl.storage import Storage
@@ -58,10 +58,21 @@ class SshChannel:
     def __init__(self, fleet: Fleet, storage: Storage, info: SliceInfo, *, fake: bool = False):
         self.fleet, self.storage, self.info = fleet, storage, info
         self.fake = fake  # the fake backend: the identity check's fix is `podctl fake grant`
+        # Said after a host SSH cannot reach or that refuses the key, where the slice's
+        # watchers could start the run without SSH (steps/runs.new_job sets it).
+        self.unreachable_hint: str | None = None
 
     async def _open(self) -> None:
         if not self.fleet.connections:
-            await self.fleet.open()
+            try:
+                await self.fleet.open()
+            except HostKeyError:
+                raise  # a changed host key is no matter for another path
+            except JobError as e:
+                if self.unreachable_hint is None:
+                    raise
+                said = str(e) if str(e).endswith((".", "?")) else f"{e}."
+                raise JobError(f"{said} {self.unreachable_hint}") from e
 
     async def claim(self, run_id: str, slice_name: str) -> None:
         await self._open()

@@ -27,6 +27,7 @@ from podctl.errors import InvalidValueError, NotFoundError, StoragePermissionErr
 from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
 from podctl.cloud.sshkey import SSH_USER
 from podctl.jobs.boot_channel import BootChannel, usable_on
+from podctl.jobs.channel import SshChannel
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
 from podctl.jobs.job import Job, RunRequest, RunResult, exec_on_hosts, parse_hosts
@@ -174,6 +175,9 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     if via == "boot":
         job.channel = BootChannel(session.api, session.storage, parent=session.settings.parent, info=info,
                                   targets=job.targets, fake=request.fake_cloud)
+    elif isinstance(job.channel, SshChannel) and usable_on(info):
+        job.channel.unreachable_hint = (f"Or start it without SSH, through the slice's watchers: "
+                                        f"`podctl run {info.name} --via boot ...`.")
     return job
 
 
