@@ -68,7 +68,7 @@ def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_kee
     podctl("fake", "inject", "no-ssh", NAME)
     # over SSH, the run cannot start; the line says which path can
     refused = podctl("run", NAME, "--via", "ssh", str(SCRIPTS / "show_env.py"), check=False)
-    assert_one_line_error(refused, 1, "cannot reach host 0000", f"podctl run {NAME} --via boot")
+    assert_one_line_error(refused, 1, "cannot reach host 000", "over SSH", f"podctl run {NAME} --via boot")
     before = [(h["ssh_total"], h["sessions_total"]) for h in admin.host_stats(NAME)]
     admin.reset_stats()
     secret = "s3cr3t-" + secrets.token_hex(8)
