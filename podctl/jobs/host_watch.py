@@ -242,11 +242,29 @@ class Refused(Exception):
     """Why this host does not start the run (said in podctl/run)."""
 
 
+TOKEN_TRIES = (2.0, 4.0, 8.0, 16.0)  # seconds between tries: a busy metadata server is no refusal
+
+
 def _token() -> str:
-    status, _, data = metadata("GET", "instance/service-accounts/default/token")
-    if status != 200:
-        raise Refused(f"no token from the metadata server ({status})")
-    return json.loads(data)["access_token"]
+    """The node's access token. A metadata server that times out or answers 5xx is asked
+    again (512 hosts starting at once found one that did); a 4xx is a refusal."""
+    said = "no answer"
+    for pause in (*TOKEN_TRIES, None):
+        try:
+            status, _, data = metadata("GET", "instance/service-accounts/default/token")
+        except OSError as e:
+            said = f"{type(e).__name__}: {e}"
+        else:
+            if status == 200:
+                return json.loads(data)["access_token"]
+            said = str(status)
+            if status < 500:
+                break
+        if pause is None:
+            break
+        log(f"token: {said}; again in {pause:.0f} s")
+        time.sleep(pause)
+    raise Refused(f"no token from the metadata server ({said})")
 
 
 def _gcs() -> str:
