@@ -309,3 +309,35 @@ def test_a_hash_mismatch_or_a_busy_host_is_refused_and_said(host):
     assert host.step(run) == f"{run} busy other-run"
     assert host.guest("run") == f"{run} busy other-run"
     assert not (host.run_dir(run) / run_layout.CONFIG_FILE).exists()
+
+
+def test_a_token_the_metadata_server_did_not_give_is_asked_again_and_a_4xx_refuses(monkeypatch):
+    """512 watchers starting at once met a metadata server slow to answer: a timeout or a
+    5xx is asked again; a 4xx (no service account on the node) is a refusal at once."""
+    import http.server
+    import threading
+
+    answers = [503, 503, 200]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            code = answers.pop(0) if answers else 404
+            body = json.dumps({"access_token": "tok"}).encode() if code == 200 else b"no"
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{server.server_address[1]}")
+        assert host_watch._token() == "tok" and answers == []  # two 503s, then the token
+        with pytest.raises(host_watch.Refused, match=r"no token from the metadata server \(404\)"):
+            host_watch._token()  # at once: no pause after a 4xx
+    finally:
+        server.shutdown()
+        server.server_close()
