@@ -99,8 +99,9 @@ class BootChannel:
         agent (owner.py's rule) and says `busy` when another run holds them."""
 
     async def check_access(self, run_id: str) -> None:
-        """The bucket exists; the nodes' access is each watcher's to say (it reads launch.json
-        with its node's token: `refused GCS answered 403`, said at the start)."""
+        """The bucket exists. The nodes' access is asked on the host, once the pointer is
+        there: the run's host 0 makes identity.py's four calls with its node's token, and a
+        denial (podctl/access) ends the start in identity's line (_raise_if_refused)."""
         await self.storage.require_bucket()
 
     async def explain_silence(self, run_id: str) -> str | None:

@@ -336,7 +336,10 @@ def access_denied(bucket: str, name: str) -> tuple[str, int, str] | None:
 
 def account() -> tuple[str, list[str]]:
     """The node's service account's email and scopes, from the metadata server."""
-    status, _, data = metadata("GET", "instance/service-accounts/default/?recursive=true")
+    try:
+        status, _, data = metadata("GET", "instance/service-accounts/default/?recursive=true")
+    except OSError:
+        return "", []  # the denial is said all the same, without the account
     if status != 200:
         return "", []
     found = json.loads(data)
