@@ -119,6 +119,11 @@ def test_the_chips_rule_is_owners(tmp_path, monkeypatch):
     other = runs / "other"
     other.mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(other)])
+    # Popen may return (vfork) before the kernel shows the new argv in /proc/PID/cmdline
+    deadline = time.monotonic() + 10
+    while str(other).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the stand-in agent never showed its command line"
+        time.sleep(0.01)
     try:
         assert host_watch.others("mine") == {"live": [], "stopping": []}  # no pid file yet
         (other / run_layout.PID_FILE).write_text(str(proc.pid))
