@@ -57,7 +57,10 @@ def test_sigterm_or_sighup_during_up_deletes_the_slice_up_created_and_a_second_s
         _until(lambda: _calls(admin, "operations.get") >= 1, "up waited on its operation")
     proc.send_signal(sig)
     admin.latency(0.5)  # the undo's calls take a while: a second signal lands inside it
-    time.sleep(0.2)
+    # Inside it for sure once its delete was asked for (counted on arrival, before the
+    # latency): signals sent together before the first was handled would be taken in
+    # signal-number order, SIGINT first, on a loaded machine.
+    _until(lambda: _calls(admin, "nodes.delete") >= 1, "the undo asked for the delete")
     proc.send_signal(sig)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

@@ -42,7 +42,7 @@ FIRST_CHECK_SECONDS = 5.0  # the first look: a refusal (the nodes' account, a bu
 # not start by waiting longer (its startup-script did not run, or guest attributes are
 # off): the start fails then rather than at START_SECONDS. (A watcher on a slice just
 # made writes its first word within seconds of its boot; a slice is READY by then.)
-NO_WATCHER_SECONDS = 90.0
+NO_WATCHER_SECONDS = START_SECONDS / 2  # 90 s
 POLL_SECONDS = 1.0
 # The watchers whose pointers this podctl writes (their BOOT_VERSION): a slice made by
 # another version of podctl is started over SSH.
