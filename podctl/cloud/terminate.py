@@ -12,6 +12,7 @@ from podctl.cloud import describe
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_deleted
+from podctl.errors import NotFoundError
 
 
 async def owning_slice(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:
@@ -26,10 +27,15 @@ async def delete(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:
     info = await owning_slice(api, parent, info)
     if info.state == "DELETING":
         return info  # already on its way; a second request would only be refused
-    if info.kind == "queued-resource":
-        await api.delete_queued_resource(f"{parent}/queuedResources/{info.name}", force=True)
-    else:
-        await api.delete_node(f"{parent}/nodes/{info.name}")
+    try:
+        if info.kind == "queued-resource":
+            await api.delete_queued_resource(f"{parent}/queuedResources/{info.name}", force=True)
+        else:
+            await api.delete_node(f"{parent}/nodes/{info.name}")
+    except NotFoundError:
+        # Gone since it was described: a delete whose answer was lost and was sent again
+        # (the first one did it), or another hand. Gone is what was asked for.
+        pass
     return info
 
 
