@@ -27,7 +27,7 @@ import uuid
 from podctl.cloud import node_metadata
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
-from podctl.errors import JobError, PodctlError, SliceBusyError, StoragePermissionError
+from podctl.errors import JobError, PodctlError, SliceBusyError
 from podctl.jobs import boot_script, identity, launch, owner, run_files, run_layout
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
@@ -175,14 +175,11 @@ class BootChannel:
         word = next((text for kind, text in why.values() if kind == "denied"), None)
         if word is None:
             return
-        access = denied_access(word)
-        line = identity.refusal(access, bucket=self.storage.bucket_name, slice_name=self.info.name,
-                                slice_type=self.info.accelerator_type, fake=self.fake)
-        if line is None:  # not an identity matter after all: said with the others' words
-            return
-        raise StoragePermissionError(line, without_slice=identity.refusal(
-            access, bucket=self.storage.bucket_name, slice_name=self.info.name,
-            slice_type=self.info.accelerator_type, fake=self.fake, slice_kept=False))
+        error = identity.refusal_error(denied_access(word), bucket=self.storage.bucket_name,
+                                       slice_name=self.info.name, slice_type=self.info.accelerator_type,
+                                       fake=self.fake)
+        if error is not None:  # else not an identity matter after all: said with the others' words
+            raise error
 
     async def _beating(self, run_id: str) -> set[int]:
         """The hosts whose agent has written a heartbeat or a status (it started, maybe ended)."""

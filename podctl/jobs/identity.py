@@ -176,9 +176,18 @@ async def check_node_access(fleet: Fleet, *, bucket: str, run_id: str, slice_nam
     access = parse(str(result.stdout or ""))
     if access is None:
         return None
-    line = refusal(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake)
-    if line is not None:
-        raise StoragePermissionError(line, without_slice=refusal(
-            access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake,
-            slice_kept=False))
+    error = refusal_error(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake)
+    if error is not None:
+        raise error
     return access
+
+
+def refusal_error(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str,
+                  fake: bool = False) -> StoragePermissionError | None:
+    """refusal's line as the error that ends a run (with the words for a caller that
+    deletes the slice: the queue, the demo), or None when ACCESS is no refusal."""
+    line = refusal(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake)
+    if line is None:
+        return None
+    return StoragePermissionError(line, without_slice=refusal(
+        access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake, slice_kept=False))
