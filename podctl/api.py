@@ -361,8 +361,10 @@ class Run:
                     # itself once it ran, but a Ctrl-C that came before this wait began (the
                     # caller's task cancelled, in a notebook) can cancel it before its first
                     # step, and then nothing did: stop it here too (a second stop is a no-op).
-                    self.cloud._run(_stop_job(job))
-                    self.cloud._run(_stop_elsewhere(self.cloud.session, self.slice_name, self.run_id))
+                    try:
+                        self.cloud._run(_stop_job(job))
+                    finally:  # whatever the own connections did, the hosts hear the stop
+                        self.cloud._run(_stop_elsewhere(self.cloud.session, self.slice_name, self.run_id))
                     raise
                 code = result.exit_code
             else:

@@ -144,6 +144,7 @@ class Fleet:
         self.connect_timeout = connect_timeout
         self.connections: dict[int, Any] = {}
         self._key: Any = None
+        self._closed = False  # a connection that completes after close() is closed at once
 
     async def _connect_one(self, target: Target) -> Any:
         import asyncssh
@@ -173,12 +174,17 @@ class Fleet:
         import asyncssh
 
         self._key = asyncssh.read_private_key(self.private_key)
+        self._closed = False
         limit = asyncio.Semaphore(self.concurrency)
 
         async def one(target: Target) -> None:
             async with limit:
                 try:
-                    self.connections[target.index] = await self._connect_one(target)
+                    conn = await self._connect_one(target)
+                    if self._closed:  # closed while this host's handshake ran (a stop)
+                        conn.close()
+                        raise JobError(f"the connections were closed while {target.name} connected")
+                    self.connections[target.index] = conn
                 except HostKeyError:
                     raise
                 except asyncssh.PermissionDenied as e:
@@ -212,12 +218,15 @@ class Fleet:
         return await _gather_all([one(t) for t in self.targets])
 
     async def close(self) -> None:
-        for conn in self.connections.values():
+        # Taken whole before the first await: open() may still be adding a host (a stop
+        # that came during the handshakes), and what it adds later it closes itself.
+        self._closed = True
+        conns, self.connections = list(self.connections.values()), {}
+        for conn in conns:
             conn.close()
-        for conn in self.connections.values():
+        for conn in conns:
             with contextlib.suppress(Exception):
                 await conn.wait_closed()
-        self.connections.clear()
 
     async def __aenter__(self) -> Fleet:
         await self.open()
