@@ -133,7 +133,7 @@ def _load_hook(script: Path) -> Any:
     namespace = runpy.run_path(str(script), run_name="__podctl_preflight__")
     hook = namespace.get("preflight")
     if not callable(hook):
-        _say(f"{script.name} has no preflight(argv, devices) function: see README.md, "
+        _say(f"{script.name} has no preflight(argv, devices) function: see docs/guides/preflight.md, "
              "'Preflight', for the three lines a script adds")
         sys.exit(EXIT_SCRIPT)
     return hook

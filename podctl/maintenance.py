@@ -32,7 +32,7 @@ from podctl.storage import Storage
 RECREATE_AFTER_SECONDS = 30 * 60.0
 # A maintenance still on this long after its window's end is not waited for any more:
 # the slice is made again (a slice that stays UNHEALTHY_MAINTENANCE bills while
-# nobody trains). README "Host maintenance" states it.
+# nobody trains). docs/guides/recovery.md, "Host maintenance", states it.
 OVERRUN_SECONDS = 5 * 60.0
 MAINTENANCE_HEALTH = "UNHEALTHY_MAINTENANCE"
 POLL_SECONDS = 2.0

@@ -4,7 +4,7 @@ program needs per chip (HBM) and costs per step (FLOPs).
 
 The compile runs in a child process (podctl/_preflight_worker.py) with the CPU platform
 only, so no TPU or GPU of this machine is probed and podctl's own process never imports
-jax. The script takes part through one function (README.md, "Preflight"):
+jax. The script takes part through one function (docs/guides/preflight.md):
 
     def preflight(argv: list[str], devices: list) -> dict:
         return {"step": jitted_train_step, "args": (abstract_state, abstract_batch),

@@ -70,11 +70,11 @@ def test_python_api_script_runs(fake_stopped_at_end, tmp_path):
 
 
 def test_readmes_python_example_says_what_the_template_does():
-    """README's Python API block, as examples/python_api.py runs it (that test): the
+    """The Python API guide's block, as examples/python_api.py runs it (that test): the
     checkpoints it shows are the ones its arguments make, and every run it starts is
     waited for inside the `with` block, whose end deletes the slice under it."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = next(b.split("```", 1)[0] for b in readme.split("```python\n")[1:] if "podctl.connect" in b)
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "python-api.md").read_text()
+    block = next(b.split("```", 1)[0] for b in guide.split("```python\n")[1:] if "podctl.connect" in b)
     assert '"--checkpoint-every", "10"' in block and "# [step 10, step 20]" in block
     inside = [line for line in block.splitlines() if line.startswith(" " * 8)]
     started = [line.split("=")[0].strip() for line in inside if "slice_.run(" in line]

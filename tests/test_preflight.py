@@ -252,7 +252,8 @@ def test_the_documented_preflight_commands_put_podctls_options_before_the_script
     ours = {"--slice", "--num-slices", "--mfu", "--timeout", "--workdir", "--requirements",
             "--python", "--relock", "--client-env", "--json", "--backend"}
     helptext = CliRunner().invoke(cli, ["preflight", "--help"]).output
-    readme = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    readme = "\n".join(path.read_text() for path in (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
+                        ).replace("\\\n", " ")
     commands = []
     for text in (helptext, readme):
         lines = text.splitlines()

@@ -133,7 +133,7 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
     them, built here once with uv; with no requirements, this machine's.
 
     Exits 1 when the step does not fit. SCRIPT defines preflight(argv, devices): see
-    README.md, "Preflight" (templates/train_pjit.py has it).
+    docs/guides/preflight.md (templates/train_pjit.py has it).
     """
 
     def action() -> None:

@@ -35,7 +35,7 @@ def profile(ctx: Context, run_id: str, steps: int, hosts_text: str, pull_dir: Pa
             timeout: str, no_wait: bool, project: str | None, zone: str | None,
             bucket: str | None, as_json: bool) -> None:
     """Capture a JAX profiler trace of a running run for N steps on its hosts (the
-    template answers; a script of your own can, see README), into the run's folder in
+    template answers; a script of your own can, see docs/guides/observability.md), into the run's folder in
     GCS: gs://BUCKET/podctl/runs/RUN_ID/profiles, a TensorBoard log directory.
 
     \b

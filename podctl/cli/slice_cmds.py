@@ -22,7 +22,7 @@ def where_options(fn: Callable) -> Callable:
 
 
 def json_option(fn: Callable) -> Callable:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable; see README).")(fn)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable; see docs/reference/json.md).")(fn)
 
 
 def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | None = None) -> Any:

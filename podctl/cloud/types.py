@@ -2,7 +2,7 @@
 
 Nothing above `podctl/cloud/` sees a protobuf or an API dict; it sees these.
 `SliceInfo.to_json()` is the stable shape of `podctl up/ls/status --json`
-(documented in README.md): add keys, never rename or remove them.
+(documented in docs/reference/json.md): add keys, never rename or remove them.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def camel(path: str) -> str:
 
 def check_metadata(metadata: object) -> None:
     """A node's metadata map as a create or a patch sends it: 400 INVALID_ARGUMENT
-    past Compute Engine's limits (README: the same limits on the TPU API are assumed)."""
+    past Compute Engine's limits (docs/guides/fake.md: the same limits on the TPU API are assumed)."""
     if metadata is None:
         return
     if not isinstance(metadata, dict):

@@ -5,7 +5,7 @@ QueuedResource.reservation_name, documented as
 projects/{project}/locations/{zone}/reservations/{reservation}); network tags follow
 RFC 1035 as Compute Engine's do. Refused as the real API refuses a bad request: 400
 INVALID_ARGUMENT. The fake has no inventory of VPCs or reservations, so a well-formed
-name it cannot check is accepted (noted in the README's fake section)."""
+name it cannot check is accepted (noted in docs/guides/fake.md)."""
 
 from __future__ import annotations
 

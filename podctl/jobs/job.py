@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import re
 import shlex
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from collections.abc import Callable
 
 from podctl.vocabulary import EXIT_HOST_LOST
+from podctl.cloud.names import login
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
@@ -186,6 +188,8 @@ class Job:
             num_hosts=len(self.targets), kind="script", script=script, args=list(spec.args),
             env_keys=spec.env_keys, bundle_hash=bundle_hash, created=time.time(),
             extra={"bucket": self.storage.bucket_name, "via": self.channel.name,
+                   # who asked, as this machine knows them (the bucket's readers see it)
+                   "started_by": f"{login()}@{socket.gethostname()}",
                    "accelerator_type": info.accelerator_type,  # chips after the slice is gone
                    # The slice's identity (its createTime): a later slice of the same name
                    # is another slice, and this run's record is not its run.

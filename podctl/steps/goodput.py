@@ -21,7 +21,7 @@ an outlier against their peers', from each attempt's last heartbeats
 Nothing needs instrumenting by hand: podctl knows when it started each attempt and why
 each ended (the run's record), each host's agent says when its phases began (its
 heartbeats and status), and the template prints one JSON line per step. Another script
-gets the same buckets by printing the same lines on process 0's stdout (README:
+gets the same buckets by printing the same lines on process 0's stdout (docs/guides/cost.md:
 "Goodput"); without them its running time counts as idle.
 """
 
@@ -77,7 +77,7 @@ class Goodput:
         return next(b for b in self.buckets if b.name == name)
 
     def to_json(self) -> dict[str, Any]:
-        """`podctl goodput RUN_ID --json` (README: "Goodput")."""
+        """`podctl goodput RUN_ID --json` (docs/guides/cost.md, "Goodput")."""
         return {"run_id": self.run_id, "total_seconds": round(self.total_seconds, 3),
                 "chips": self.chips, "usd_per_chip_hour": self.usd_per_chip_hour,
                 "goodput": None if self.goodput is None else round(self.goodput, 6),

@@ -8,7 +8,7 @@ host with slow CPUs, a slow disk or network to its data, or a noisy neighbour fa
 behind (the commonest straggler of a TPU pod). The template writes
 the mean of that over its last steps (`host_s`) beside the mean step (`step_s`) and its
 JAX process index into $PODCTL_PROGRESS_FILE; each host's agent carries that file in its
-heartbeat (README: "Goodput", the progress file). A host whose `host_s` is FACTOR times
+heartbeat (docs/guides/cost.md: "Goodput", the progress file). A host whose `host_s` is FACTOR times
 the median of its peers' (and MIN_EXCESS seconds more) is slow.
 
 While podctl follows a run it reads every host's heartbeat every CHECK_SECONDS. A slow

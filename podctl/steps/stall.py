@@ -1,7 +1,7 @@
 """A stalled run caught, with evidence: no step for longer than a threshold.
 
 While podctl follows a run it reads host 0's step lines (the template prints one per
-step; see README "Goodput"). When none has come for `after` seconds (by default
+step; see docs/guides/cost.md, "Goodput"). When none has come for `after` seconds (by default
 FACTOR x the median step time, at least MIN_SECONDS), or no first step has come for
 `startup` seconds (by default `after`, else STARTUP_SECONDS: starting and the first
 compile take their own time) since every host's script started (its agent's heartbeat says "running": the
@@ -40,7 +40,7 @@ T = TypeVar("T")
 ACTIONS = ("wait", "stop", "recover")
 MIN_SECONDS = 300.0  # compile-free steps of a big model take seconds; a stall is minutes
 # Without --stall-after: the script's start to its first step (JAX's start, a restore, the
-# first compile of a big model) may take this long before it is a stall. README "A
+# first compile of a big model) may take this long before it is a stall. docs/guides/recovery.md "A
 # stalled run" and --stall-after's help state it.
 STARTUP_SECONDS = 30 * 60.0
 BEAT_READ_SECONDS = HEARTBEAT_SECONDS  # how often heartbeats are read for the scripts' start
