@@ -23,13 +23,7 @@ from podctl.errors import (
     AlreadyExistsError, CloudError, InvalidValueError, PermissionDeniedError, PodctlError,
 )
 from tests.conftest import FAST, PARENT, PROJECT
-
-KEY = "podctl:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests podctl"
-
-
-def _request(name: str, slice_type: str = "v5p-8", **extra: str) -> create_step.CreateRequest:
-    return create_step.CreateRequest(parent=PARENT, name=name, spec=SliceSpec.build(slice_type),
-                                     labels=podctl_labels("t"), ssh_keys=KEY, extra_metadata=extra)
+from tests.unit.test_node_metadata import KEY, _node, _request  # noqa: F401
 
 
 async def _up(api, name: str, slice_type: str = "v5p-8", **extra: str):
@@ -39,10 +33,6 @@ async def _up(api, name: str, slice_type: str = "v5p-8", **extra: str):
 
 async def _down(api, name: str) -> None:
     await terminate.terminate(api, PARENT, name, policy=FAST)
-
-
-def _node(name: str) -> str:
-    return f"{PARENT}/nodes/{name}"
 
 
 def test_set_key_keeps_every_other_key_and_remove_key_takes_one_away(api, fake):
@@ -109,38 +99,6 @@ def test_concurrent_writes_all_land_and_a_foreign_update_in_flight_is_waited_out
     asyncio.run(go())
 
 
-class _Busy:
-    """A node whose updates are always refused with 409 (another update in flight)."""
-
-    def __init__(self):
-        self.patches = 0
-        self.gets = 0
-
-    async def get_node(self, name):
-        self.gets += 1
-        return type("Node", (), {"metadata": {"ssh-keys": KEY}})()
-
-    async def update_node_metadata(self, name, metadata):
-        self.patches += 1
-        raise AlreadyExistsError("already exists (updating): the node is being updated")
-
-
-def test_409s_are_retried_with_backoff_for_60_s_then_one_clear_error():
-    now = [0.0]
-
-    async def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    api = _Busy()
-    with pytest.raises(CloudError, match=r"gave up setting k on node busy after 60 s: another update of the node") as e:
-        asyncio.run(node_metadata.set_key(api, _node("busy"), "k", "v",  # type: ignore[arg-type]
-                                          clock=Clock(now=lambda: now[0], sleep=sleep)))
-    assert "\n" not in str(e.value) and not isinstance(e.value, AlreadyExistsError)
-    assert 60.0 <= now[0] < 61.0
-    # backoff 1, 2, 4, 8, 8 ... (halved at most by jitter): about 10 tries, each after a read
-    assert 8 <= api.patches <= 20 and api.gets == api.patches
-
-
 def test_refusals_are_one_line_that_says_what_to_do(api, fake):
     async def go():
         info = await _up(api, "deny8")
@@ -167,31 +125,6 @@ def test_refusals_are_one_line_that_says_what_to_do(api, fake):
         await _down(api, "deny8")
 
     asyncio.run(go())
-
-
-def _http_error(status: int, rpc_status: str, message: str) -> gexc.GoogleAPICallError:
-    response = requests.Response()
-    response.status_code = status
-    response._content = json.dumps({"error": {"code": status, "message": message,
-                                              "status": rpc_status}}).encode()
-    response.request = requests.Request("PATCH", "http://127.0.0.1/v2/x").prepare()
-    return gexc.from_http_response(response)
-
-
-def test_a_refused_patch_is_translated_where_it_enters():
-    node = _node("n")
-    limit = translate_metadata_update(_http_error(400, "INVALID_ARGUMENT", "Invalid metadata key"),
-                                      "setting k", node)
-    assert isinstance(limit, InvalidValueError) and "512 KB" in str(limit)
-    busy = translate_metadata_update(_http_error(400, "FAILED_PRECONDITION", "Node is CREATING"),
-                                     "setting k", node)
-    assert type(busy) is CloudError and "only while it is READY" in str(busy)
-    conflict = translate_metadata_update(_http_error(409, "ABORTED", "being updated"), "setting k", node)
-    assert isinstance(conflict, AlreadyExistsError)  # retried by node_metadata
-    aborted = translate_metadata_update(gexc.from_grpc_status(10, "being updated"), "setting k", node)
-    assert isinstance(aborted, AlreadyExistsError)  # an operation that ended ABORTED: retried too
-    for error in (limit, busy, conflict):
-        assert isinstance(error, PodctlError) and "\n" not in str(error)
 
 
 def _publish(fake, node_name: str, worker: int, path: str, value: str) -> None:
@@ -229,24 +162,3 @@ def test_guest_attributes_come_one_list_per_worker_in_worker_order(api, fake):
     asyncio.run(go())
 
 
-def test_extra_metadata_goes_beside_ssh_keys_and_changes_nothing_without_it():
-    from podctl.jobs.run_layout import BOOT_KEY
-
-    assert BOOT_KEY == BOOT_METADATA_KEY
-    plain = create_step.CreateRequest(parent=PARENT, name="x", spec=SliceSpec.build("v5p-8"),
-                                      labels={"a": "b"}, ssh_keys=KEY)
-    body = operations.to_body(create_step.node_template(plain))
-    assert body["metadata"] == {"ssh-keys": KEY}
-    assert json.dumps(operations.to_body(create_step.node_template(_request("x"))), sort_keys=True) == \
-        json.dumps(operations.to_body(create_step.node_template(
-            create_step.CreateRequest(parent=PARENT, name="x", spec=SliceSpec.build("v5p-8"),
-                                      labels=podctl_labels("t"), ssh_keys=KEY))), sort_keys=True)
-    extra = _request("x", **{"startup-script": "#!/bin/bash\necho hi\n", BOOT_METADATA_KEY: "v1"})
-    assert dict(create_step.node_template(extra).metadata) == {
-        "ssh-keys": KEY, "startup-script": "#!/bin/bash\necho hi\n", BOOT_METADATA_KEY: "v1"}
-    queued = create_step.queued_resource(extra)
-    assert dict(queued.tpu.node_spec[0].node.metadata)[BOOT_METADATA_KEY] == "v1"
-    with pytest.raises(InvalidValueError, match="ssh-keys"):
-        _request("x", **{"ssh-keys": "other"})
-    with pytest.raises(InvalidValueError, match="letters, digits"):
-        _request("x", **{"bad key": "v"})
