@@ -20,7 +20,7 @@ import json
 import logging
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 MAX_RESULTS = 1000
@@ -169,84 +169,109 @@ def list_page(storage: Any, bucket: str, query: dict[str, list[str]]) -> tuple[i
     return 200, json.dumps(page).encode()
 
 
+if TYPE_CHECKING:
+    class _Emulator:
+        """What _Strict uses of the emulator's handler (an http.server handler)."""
+
+        storage: Any
+        path: str
+        headers: Any
+        wfile: Any
+
+        def send_response(self, code: int, message: str | None = None) -> None: ...
+        def send_header(self, keyword: str, value: str) -> None: ...
+        def end_headers(self) -> None: ...
+        def do_GET(self) -> None: ...
+        def do_DELETE(self) -> None: ...
+        def do_PATCH(self) -> None: ...
+        def do_POST(self) -> None: ...
+        def do_PUT(self) -> None: ...
+else:
+    _Emulator = object
+
+
+class _Strict(_Emulator):
+    """What StrictHandler adds to the emulator's handler (a mixin: the emulator's class is
+    known only once it is imported, in strict_handler)."""
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _object_first(self, method: str) -> bool:
+        """For a read, delete or patch of one object: answer here when the bucket or
+        object is missing or a condition does not hold. True when answered."""
+        from gcp_storage_emulator.exceptions import NotFound
+
+        url = urlsplit(self.path)
+        match = _OBJECT.match(url.path)
+        if not match or self.headers.get("x-http-method-override"):
+            return False
+        query = parse_qs(url.query)
+        if "generation" in query or "softDeleted" in query:
+            return False  # older generations: the emulator's own
+        bucket, name = unquote(match.group(1)), unquote(match.group(2))
+        if self.storage.get_bucket(bucket) is None:
+            self._answer(*no_bucket())
+            return True
+        try:
+            obj = self.storage.get_file_obj(bucket, name)
+        except NotFound:
+            self._answer(*no_object(bucket, name))
+            return True
+        conditions = _conditions(query)
+        if holds(conditions, obj):
+            return False
+        if method == "GET" and not holds({k: v for k, v in conditions.items() if "Not" not in k}, obj):
+            self._answer(*not_met())
+        elif method == "GET":
+            self.send_response(304, "Not Modified")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            self._answer(*not_met())
+        return True
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        listing = _LIST.match(url.path)
+        if listing:
+            query = parse_qs(url.query)
+            if "softDeleted" not in query:
+                self._answer(*list_page(self.storage, unquote(listing.group(1)), query))
+                return
+        if not self._object_first("GET"):
+            super().do_GET()
+
+    def do_DELETE(self) -> None:
+        if not self._object_first("DELETE"):
+            super().do_DELETE()
+
+    def do_PATCH(self) -> None:
+        if not self._object_first("PATCH"):
+            self._with_conditions(super().do_PATCH)
+
+    def do_POST(self) -> None:
+        self._with_conditions(super().do_POST)
+
+    def do_PUT(self) -> None:
+        self._with_conditions(super().do_PUT)
+
+    def _with_conditions(self, handle: Any) -> None:
+        self.storage.conditions = _conditions(parse_qs(urlsplit(self.path).query))
+        try:
+            handle()
+        except PreconditionFailed:
+            self._answer(*not_met())
+        finally:
+            self.storage.conditions = {}
+            _refusing.on = False
+
+
+
 def strict_handler(base: type) -> type:
     """The emulator's request handler with GCS's 404 bodies, preconditions and pages."""
-
-    class StrictHandler(base):
-        def _answer(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _object_first(self, method: str) -> bool:
-            """For a read, delete or patch of one object: answer here when the bucket or
-            object is missing or a condition does not hold. True when answered."""
-            from gcp_storage_emulator.exceptions import NotFound
-
-            url = urlsplit(self.path)
-            match = _OBJECT.match(url.path)
-            if not match or self.headers.get("x-http-method-override"):
-                return False
-            query = parse_qs(url.query)
-            if "generation" in query or "softDeleted" in query:
-                return False  # older generations: the emulator's own
-            bucket, name = unquote(match.group(1)), unquote(match.group(2))
-            if self.storage.get_bucket(bucket) is None:
-                self._answer(*no_bucket())
-                return True
-            try:
-                obj = self.storage.get_file_obj(bucket, name)
-            except NotFound:
-                self._answer(*no_object(bucket, name))
-                return True
-            conditions = _conditions(query)
-            if holds(conditions, obj):
-                return False
-            if method == "GET" and not holds({k: v for k, v in conditions.items() if "Not" not in k}, obj):
-                self._answer(*not_met())
-            elif method == "GET":
-                self.send_response(304, "Not Modified")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-            else:
-                self._answer(*not_met())
-            return True
-
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            listing = _LIST.match(url.path)
-            if listing:
-                query = parse_qs(url.query)
-                if "softDeleted" not in query:
-                    self._answer(*list_page(self.storage, unquote(listing.group(1)), query))
-                    return
-            if not self._object_first("GET"):
-                super().do_GET()
-
-        def do_DELETE(self) -> None:
-            if not self._object_first("DELETE"):
-                super().do_DELETE()
-
-        def do_PATCH(self) -> None:
-            if not self._object_first("PATCH"):
-                self._with_conditions(super().do_PATCH)
-
-        def do_POST(self) -> None:
-            self._with_conditions(super().do_POST)
-
-        def do_PUT(self) -> None:
-            self._with_conditions(super().do_PUT)
-
-        def _with_conditions(self, handle: Any) -> None:
-            self.storage.conditions = _conditions(parse_qs(urlsplit(self.path).query))
-            try:
-                handle()
-            except PreconditionFailed:
-                self._answer(*not_met())
-            finally:
-                self.storage.conditions = {}
-                _refusing.on = False
-
-    return StrictHandler
+    return type("StrictHandler", (_Strict, base), {})
