@@ -125,9 +125,10 @@ def _share_env_signing_key(state: Path) -> None:
 
     secret = client_secret(ENV_STORE)  # made once, 0600, kept with the store
     state.mkdir(parents=True, exist_ok=True)
-    (ENV_STORE / "locks").mkdir(exist_ok=True)
-    with contextlib.suppress(FileExistsError):  # and the locks made so far, as one user's
-        (state / "locks").symlink_to(ENV_STORE / "locks", target_is_directory=True)
+    for kept in ("locks", "envs"):  # the locks and the environments packed so far, as one user's
+        (ENV_STORE / kept).mkdir(exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            (state / kept).symlink_to(ENV_STORE / kept, target_is_directory=True)
     key = state / "env-signing.key"
     key.write_text(secret.hex() + "\n")
     key.chmod(0o600)

@@ -269,7 +269,8 @@ class Agent:
         env: agent_env.ClientBuiltEnv | agent_env.HostEnv
         if "archive" in spec:  # built on the client (the default)
             env = agent_env.ClientBuiltEnv(self.bucket, spec, home=self.home, host=host,
-                                           log=self.logs.line, stopping=stopping)
+                                           log=self.logs.line, builder=self.cfg["host"] == 0,
+                                           stopping=stopping)
         else:  # --build-on host
             env = agent_env.HostEnv(
                 self.bucket, spec, home=self.home, host=host,

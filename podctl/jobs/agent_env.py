@@ -390,8 +390,9 @@ class ClientBuiltEnv:
     """One host's copy of an environment the client built (agent_env_fetch.py)."""
 
     def __init__(self, bucket, spec: dict, *, home: Path, host: str, log: Callable[[str], None],
-                 stopping: Callable[[], bool] = lambda: False):
+                 builder: bool = False, stopping: Callable[[], bool] = lambda: False):
         self.bucket, self.spec, self.host, self.log, self.stopping = bucket, spec, host, log, stopping
+        self.builder = builder  # process 0: deletes an archive changed in the bucket
         self.key, self.python, self.archive = spec["key"], spec["python"], spec["archive"]
         self.dir = home / "envs" / self.key
         self.tag = f"[podctl] env {self.key[:12]}"
@@ -411,8 +412,15 @@ class ClientBuiltEnv:
             except agent_env_fetch.Stopped:
                 raise EnvStopped(f"{self.host}: stopped while fetching the environment") from None
             except agent_env_fetch.Refused as e:
+                after = "the run's script did not start"
+                if isinstance(e, agent_env_fetch.Tampered) and self.builder:
+                    try:  # so that the client's next run uploads its own again
+                        self.bucket.delete(self.archive["object"])
+                        after = "podctl deleted it; the next run uploads it anew"
+                    except Exception:  # gone already, or not ours to delete: the message still says
+                        pass
                 raise EnvError(f"{self.host}: refused the environment archive gs://{self.bucket.name}/"
-                               f"{self.archive['object']}: {e}; the run's script did not start") from None
+                               f"{self.archive['object']}: {e}; {after}") from None
             except (OSError, ValueError, KeyError) as e:
                 raise EnvError(f"{self.host}: fetching the environment {self.key[:12]} failed: "
                                f"{' '.join(str(e).split())[:300]}") from e

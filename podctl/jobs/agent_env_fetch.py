@@ -42,6 +42,10 @@ class Refused(Exception):
     """The archive is not the one the client recorded, or cannot be unpacked here."""
 
 
+class Tampered(Refused):
+    """Its bytes are not the ones the client recorded: someone changed the object."""
+
+
 class Stopped(Exception):
     """podctl stopped the run meanwhile."""
 
@@ -123,8 +127,8 @@ def stream_into(bucket, name: str, archive: dict, dest: Path, *,
                               f"{' '.join(str(data).split())[:200]}")
             start, end = ranges[index]
             if len(data) != end - start + 1 or hashlib.sha256(data).hexdigest() != expected:
-                raise Refused(f"part {index + 1} of {len(ranges)} is not the client's (its sha256 "
-                              "differs: changed in the bucket)")
+                raise Tampered(f"part {index + 1} of {len(ranges)} is not the client's (its sha256 "
+                               "differs: changed in the bucket)")
             whole.update(data)
             try:
                 unzstd.stdin.write(data)
@@ -138,7 +142,7 @@ def stream_into(bucket, name: str, archive: dict, dest: Path, *,
             raise Refused(f"unpacking failed (zstd exit {zstd_code}, tar exit {tar_code}): "
                           f"{' '.join(why.split())[:200]}")
         if whole.hexdigest() != archive["sha256"]:
-            raise Refused("its sha256 is not the client's (changed in the bucket)")
+            raise Tampered("its sha256 is not the client's (changed in the bucket)")
     finally:
         with ready:
             next_part[0] = len(ranges)  # the readers stop taking parts
