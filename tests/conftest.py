@@ -154,7 +154,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _jax_env_stored() -> bool:
-    """True once some fake cloud of this session uploaded a host environment with jax."""
+    """True once some client of this session packed a host environment with jax
+    (STATE_DIR/envs, shared: jobs/env_build.py), or some fake cloud stored one that
+    host 0 built (--build-on host)."""
+    from podctl.jobs.env_lock import env_key
+
+    for kept in (ENV_STORE / "locks").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            stored = json.loads(kept.read_text())
+            if "\njax==" in "\n" + stored["lock"] and any(
+                    (ENV_STORE / "envs").glob(f"{env_key(stored['lock'], stored['python'])}.*.json")):
+                return True
     for sidecar in ENV_STORE.glob("podctl%2Fenvs%2F*.json"):
         with contextlib.suppress(OSError, ValueError):
             if json.loads(sidecar.read_text()).get("jax"):
