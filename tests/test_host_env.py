@@ -92,6 +92,14 @@ def test_a_fresh_slice_has_no_six_and_the_env_is_built_on_the_client_fetched_by_
     configs = podctl("exec", "bare16", "--hosts", "all", "--", "cat", f".podctl/runs/{run_id_of(again)}/config.json")
     assert configs.stdout.count('"sha256"') == 2 and "sign_key" not in configs.stdout
 
+    # through the watchers (launch.json in GCS, its hash pinned in the node's metadata):
+    # the same archive, the same checks, and still no key in the bucket
+    boot = podctl("run", "bare16", "--via", "boot", "--hosts", "all", str(work / "job.py"), timeout=300)
+    assert boot.stdout.count("STARTED") == 2 and "already in gs://" in boot.stderr
+    assert boot.stdout.count("sha256 checked") + boot.stdout.count("already on this host") == 2, boot.stdout
+    launch = asyncio.run(store.download_bytes(f"podctl/runs/{run_id_of(boot)}/launch.json")).decode()
+    assert '"sha256"' in launch and "sign_key" not in launch
+
 
 def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_then_sent_anew(
         podctl, tmp_path):
