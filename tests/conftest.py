@@ -125,9 +125,10 @@ def _share_env_signing_key(state: Path) -> None:
 
     secret = client_secret(ENV_STORE)  # made once, 0600, kept with the store
     state.mkdir(parents=True, exist_ok=True)
-    (ENV_STORE / "locks").mkdir(exist_ok=True)
-    with contextlib.suppress(FileExistsError):  # and the locks made so far, as one user's
-        (state / "locks").symlink_to(ENV_STORE / "locks", target_is_directory=True)
+    for kept in ("locks", "envs"):  # the locks and the environments packed so far, as one user's
+        (ENV_STORE / kept).mkdir(exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            (state / kept).symlink_to(ENV_STORE / kept, target_is_directory=True)
     key = state / "env-signing.key"
     key.write_text(secret.hex() + "\n")
     key.chmod(0o600)
@@ -153,7 +154,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _jax_env_stored() -> bool:
-    """True once some fake cloud of this session uploaded a host environment with jax."""
+    """True once some client of this session packed a host environment with jax
+    (STATE_DIR/envs, shared: jobs/env_build.py), or some fake cloud stored one that
+    host 0 built (--build-on host)."""
+    from podctl.jobs.env_lock import env_key
+
+    for kept in (ENV_STORE / "locks").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            stored = json.loads(kept.read_text())
+            if "\njax==" in "\n" + stored["lock"] and any(
+                    (ENV_STORE / "envs").glob(f"{env_key(stored['lock'], stored['python'])}.*.json")):
+                return True
     for sidecar in ENV_STORE.glob("podctl%2Fenvs%2F*.json"):
         with contextlib.suppress(OSError, ValueError):
             if json.loads(sidecar.read_text()).get("jax"):

@@ -129,9 +129,11 @@ def test_a_queued_runs_requirements_come_from_its_bundle_and_its_lock_is_kept_wi
         await bundle.upload(storage, packed)
         return await env_ship.prepare(storage, run_id="q-1", requirements=None, root=None,
                                       bundle_hash=packed.hash, python="3.12", jax_extra="cpu",
-                                      notice=notes.append)
+                                      ship_python=False, notice=notes.append)
 
     config, summary = asyncio.run(go())
-    assert config["lock"] == "six==1.17.0\n" and config["python"] == "3.12" and summary["key"] == config["key"]
+    assert config["python"] == "3.12" and summary["key"] == config["key"] and config["interpreter"] == "host"
+    assert asyncio.run(storage.exists(config["archive"]["object"]))  # built here, uploaded
+    assert "lock" not in config and "sign_key" not in config
     assert asyncio.run(storage.download_bytes(run_layout.requirements_lock_object("q-1"))) == b"six==1.17.0\n"
     assert any("Python 3.12, 1 packages locked" in note for note in notes)

@@ -1,14 +1,13 @@
 """The hosts' Python environment on bare fake hosts, through the CLI as a user meets it:
-the image's python3 and nothing third-party until podctl installs it; locked on the
-client, built once by one host with uv, fetched from GCS by the other only with the
-client's signature; kept for the next run; a tampered archive refused; what cannot
-work refused on the client before any host is asked."""
+the image's python3 and nothing third-party until podctl installs it; locked and built
+on the client (wheels for the hosts' platform), packed once, uploaded once by its hash,
+streamed by every host in checked parts, kept for the next run; an archive changed in
+the bucket refused before anything in it runs; `--build-on host` (host 0 builds it,
+signed) over SSH only; what cannot work refused on the client before any host is asked."""
 
 from __future__ import annotations
 
 import asyncio
-import gzip
-import hashlib
 import io
 import json
 import secrets
@@ -19,7 +18,7 @@ import pytest
 
 from podctl.fake.gcs import DEFAULT_BUCKET
 from podctl.storage import Storage
-from tests.conftest import Podctl, slice_on_daemon
+from tests.conftest import Podctl, assert_one_line_error, slice_on_daemon
 
 SCRIPT = "import six, sys\nprint('STARTED', six.__version__, sys.executable.endswith('/bin/python3'))\n"
 EVIL = "import os; open(os.path.expanduser('~/EVIL'), 'w').write('ran')\n"
@@ -35,6 +34,11 @@ def fresh_client_key(cli: Podctl) -> None:
     """A client of its own (not the session's shared key): its hosts trust no archive
     another client built, so this test's environment is built, not fetched."""
     (Path(cli.env["PODCTL_STATE_DIR"]) / "env-signing.key").write_text(secrets.token_hex(32) + "\n")
+
+
+def fresh_client_cache(cli: Podctl) -> None:
+    """A client that packed no environment yet (not the session's shared STATE_DIR/envs)."""
+    (Path(cli.env["PODCTL_STATE_DIR"]) / "envs").unlink()
 
 
 def gcs(cli: Podctl) -> Storage:
@@ -54,9 +58,13 @@ def workdir(tmp_path: Path) -> Path:
     return work
 
 
-def test_a_fresh_slice_has_no_six_and_the_env_is_built_once_with_uv_then_shipped_signed_and_kept(
+def run_id_of(proc) -> str:
+    return next(line.split()[2] for line in proc.stderr.splitlines() if line.startswith("podctl: run "))
+
+
+def test_a_fresh_slice_has_no_six_and_the_env_is_built_on_the_client_fetched_by_every_host_and_kept(
         podctl, tmp_path):
-    fresh_client_key(podctl)
+    fresh_client_cache(podctl)
     six = podctl("exec", "bare16", "--hosts", "all", "--", "python3", "-c", "import six", check=False)
     assert six.returncode != 0 and six.stdout.count("No module named 'six'") == 2, six.stdout
     said = podctl("fake", "status").stdout
@@ -66,72 +74,95 @@ def test_a_fresh_slice_has_no_six_and_the_env_is_built_once_with_uv_then_shipped
     first = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
     out, notes = first.stdout, first.stderr
     assert "packages locked" in out + notes and "Python 3.10" in out + notes
-    assert out.count("building on host-0000 with uv from the package index") == 1, out
-    assert out.count("built on host-0000 with uv") == 1
-    assert "[host 0001] [podctl] env" in out and "signature checked" in out and "no package index" in out
-    assert "+ six==" not in out  # the installer's own log is not the terminal's ...
+    assert "built here from the package index" in notes and "uploaded to gs://" in notes, notes
+    assert out.count("fetched from GCS") == 2 and out.count("sha256 checked") == 2, out
+    assert "no package index" in out and "building" not in out
     store = gcs(podctl)
-    run_id = next(line.split()[2] for line in notes.splitlines() if line.startswith("podctl: run "))
-    build_log = asyncio.run(store.download_bytes(f"podctl/runs/{run_id}/env-build.log")).decode()
-    assert "six==" in build_log  # ... it is the run's file
-    lock = asyncio.run(store.download_bytes(f"podctl/runs/{run_id}/requirements.lock")).decode()
+    lock = asyncio.run(store.download_bytes(f"podctl/runs/{run_id_of(first)}/requirements.lock")).decode()
     assert lock.startswith("six==")
     assert out.count("STARTED") == 2 and "True" in out  # the env's python3
 
     again = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
-    assert "building" not in again.stdout and again.stdout.count("already on this host") == 2
-    assert again.stdout.count("STARTED") == 2
-    # no requirements text (nor any index credential) in the bucket's environment objects
-    for name in env_objects(store):
-        if name.endswith(".json"):
-            assert set(json.loads(asyncio.run(store.download_bytes(name)))) == {
-                "key", "sha256", "size", "built_by", "python", "packages", "jax", "signature"}
+    assert again.stdout.count("already on this host") == 2 and again.stdout.count("STARTED") == 2
+    assert "built here" not in again.stderr and "already in gs://" in again.stderr  # packed once, sent once
+    # the bucket holds the archive by its hash, no requirements text, no signature, no key;
+    # the hosts' configs carry the archive's hashes and no signing key
+    objects = env_objects(store)
+    assert objects and all(name.endswith(".tar.zst") for name in objects), objects
+    configs = podctl("exec", "bare16", "--hosts", "all", "--", "cat", f".podctl/runs/{run_id_of(again)}/config.json")
+    assert configs.stdout.count('"sha256"') == 2 and "sign_key" not in configs.stdout
+
+    # through the watchers (launch.json in GCS, its hash pinned in the node's metadata):
+    # the same archive, the same checks, and still no key in the bucket
+    boot = podctl("run", "bare16", "--via", "boot", "--hosts", "all", str(work / "job.py"), timeout=300)
+    assert boot.stdout.count("STARTED") == 2 and "already in gs://" in boot.stderr
+    assert boot.stdout.count("sha256 checked") + boot.stdout.count("already on this host") == 2, boot.stdout
+    launch = asyncio.run(store.download_bytes(f"podctl/runs/{run_id_of(boot)}/launch.json")).decode()
+    assert '"sha256"' in launch and "sign_key" not in launch
 
 
-def test_a_tampered_environment_archive_is_refused_in_one_line_deleted_and_then_built_anew(podctl, tmp_path):
-    fresh_client_key(podctl)
+def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_then_sent_anew(
+        podctl, tmp_path):
+    import zstandard
+
     work = workdir(tmp_path)
     podctl("run", "bare16", str(work / "job.py"), timeout=300)
     store = gcs(podctl)
-    archive = next(n for n in env_objects(store) if n.endswith(".tar.gz"))
-    sidecar = archive.removesuffix(".tar.gz") + ".json"
+    archive = next(n for n in env_objects(store) if n.endswith(".tar.zst"))
 
-    # A bucket writer adds a .pth (code that runs at every interpreter start) and
-    # updates the archive's hash in its .json: contents and json changed together.
+    # A bucket writer adds a .pth (code that runs at every interpreter start) to the
+    # archive; no key on any host or in the bucket lets it make the hosts accept that.
     out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(asyncio.run(store.download_bytes(archive)))),
-                      mode="r:") as old, tarfile.open(fileobj=out, mode="w:gz") as new:
+    old_bytes = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(asyncio.run(store.download_bytes(archive))))
+    with tarfile.open(fileobj=old_bytes, mode="r|") as old, tarfile.open(fileobj=out, mode="w") as new:
         for member in old:
             new.addfile(member, old.extractfile(member) if member.isfile() else None)
-        evil = tarfile.TarInfo("site-packages/zz_evil.pth")
+        evil = tarfile.TarInfo("lib/python3.10/site-packages/zz_evil.pth")
         evil.size = len(EVIL)
         new.addfile(evil, io.BytesIO(EVIL.encode()))
-    tampered = out.getvalue()
-    meta = json.loads(asyncio.run(store.download_bytes(sidecar)))
-    meta.update(sha256=hashlib.sha256(tampered).hexdigest(), size=len(tampered))
-    asyncio.run(store.upload_bytes(archive, tampered))
-    asyncio.run(store.upload_bytes(sidecar, json.dumps(meta).encode()))
+    asyncio.run(store.upload_bytes(archive, zstandard.ZstdCompressor().compress(out.getvalue())))
     podctl("exec", "bare16", "--hosts", "all", "--", "rm", "-rf", ".podctl/envs")  # fresh hosts
 
     refused = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), check=False, timeout=300)
     assert refused.returncode == 125, refused.stderr  # the run's setup failed: not 124, no traceback
     assert "Traceback" not in refused.stdout + refused.stderr and "STARTED" not in refused.stdout
     failed = [line for line in refused.stderr.splitlines() if "failed (" in line]
-    assert failed and "refused the environment archive" in failed[0] and "signature" in failed[0], refused.stderr
+    assert failed and "refused the environment archive" in failed[0] and "not the client's" in failed[0], \
+        refused.stderr
     assert "Error(" not in refused.stderr  # no exception's repr
-    left = podctl("exec", "bare16", "--hosts", "all", "--", "test -e EVIL && echo EVIL-RAN; ls .podctl/envs")
+    left = podctl("exec", "bare16", "--hosts", "all", "--", "test -e EVIL && echo EVIL-RAN; ls -A .podctl/envs")
     assert "EVIL-RAN" not in left.stdout  # the .pth never ran, and nothing half-made is left
     assert all(line.endswith(".lock") for line in left.stdout.splitlines()), left.stdout
-    assert archive not in env_objects(store) and sidecar not in env_objects(store)  # ... and it is gone
+    assert archive not in env_objects(store)  # host 0 deleted it ...
 
-    rebuilt = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
-    assert "built on host-0000 with uv" in rebuilt.stdout and rebuilt.stdout.count("STARTED") == 2
+    again = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
+    assert "uploaded to gs://" in again.stderr and again.stdout.count("STARTED") == 2  # ... the client sent it anew
+
+
+def test_build_on_host_builds_once_on_host_0_signed_and_is_refused_through_the_watchers(podctl, tmp_path):
+    fresh_client_key(podctl)
+    work = workdir(tmp_path)
+    boot = podctl("run", "bare16", "--via", "boot", "--build-on", "host", str(work / "job.py"), check=False)
+    assert_one_line_error(boot, 2, "--build-on host needs --via ssh")
+    first = podctl("run", "bare16", "--hosts", "all", "--build-on", "host", str(work / "job.py"), timeout=300)
+    out = first.stdout
+    assert out.count("building on host-0000 with uv from the package index") == 1, out
+    assert "[host 0001] [podctl] env" in out and "signature checked" in out and "no package index" in out
+    assert "+ six==" not in out  # the installer's own log is not the terminal's ...
+    build_log = asyncio.run(gcs(podctl).download_bytes(f"podctl/runs/{run_id_of(first)}/env-build.log")).decode()
+    assert "six==" in build_log  # ... it is the run's file
+    assert out.count("STARTED") == 2 and "True" in out
+    for name in env_objects(gcs(podctl)):
+        if name.endswith(".json"):
+            assert set(json.loads(asyncio.run(gcs(podctl).download_bytes(name)))) == {
+                "key", "sha256", "size", "built_by", "python", "packages", "jax", "signature"}
 
 
 @pytest.mark.parametrize("requirements, words", [
     ("podctl-no-such-package-zz9==1.0\n", ["podctl-no-such-package-zz9", "cannot be resolved"]),
     ("six\n./vendored/mypkg\n", ["`./vendored/mypkg` is a local path", "the hosts do not have"]),
     ("-r other.txt\n", ["other.txt, which is not a file"]),
+    ("antlr4-python3-runtime==4.9.3\n", ["antlr4-python3-runtime has no wheel for the hosts", "--build-on host"]),
 ])
 def test_requirements_that_cannot_work_fail_on_the_client_in_one_line_before_any_host(podctl, tmp_path,
                                                                                     requirements, words):

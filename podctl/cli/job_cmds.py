@@ -68,6 +68,10 @@ def _notice(text: str) -> None:
               "requirements resolve to newer versions on a current CPython, which uv then installs).")
 @click.option("--relock", is_flag=True, help="Resolve the requirements anew instead of reusing the "
               "lock an earlier run made for them.")
+@click.option("--build-on", "build_on", type=click.Choice(["client", "host"]), default="client",
+              show_default=True, help="Where the hosts' environment is built: here, from the package "
+              "index (the hosts then need only GCS), or on host 0 (for a package with no wheel; the "
+              "hosts need the index; not with --via boot).")
 @click.option("--hosts", "hosts_text", default="0", show_default=True,
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
@@ -113,7 +117,8 @@ def _notice(text: str) -> None:
 @pass_context
 def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: Path | None,
         env_pairs: tuple[str, ...], env_files: tuple[Path, ...], setup: str | None,
-        requirements: Path | None, python: str | None, relock: bool, hosts_text: str, detach: bool,
+        requirements: Path | None, python: str | None, relock: bool, build_on: str, hosts_text: str,
+        detach: bool,
         keep_going: bool, via: str | None, resume: str | None, recover: int, retry_errors: bool,
         max_hours: str | None, on_stall: str, stall_after: str | None,
         stall_startup: str | None, on_slow_host: str,
@@ -164,7 +169,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         spec = steps.RunSpec(script=script, args=tuple(args), workdir=workdir,
                              env={**steps.parse_env(list(env_pairs), env_files),
                                   **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
-                             setup=setup, requirements=requirements, python=python, relock=relock)
+                             setup=setup, requirements=requirements, python=python, relock=relock,
+                             build_on=build_on)
         options = steps.RunOptions(spec, hosts=hosts_text, fail_fast=not keep_going, resume=resume,
                                    detach=detach, via=via)
         session = steps.Session.open(ctx.settings(project, zone, bucket))

@@ -15,6 +15,7 @@ its front door (a token on every request, its scopes and its account's rights, i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,26 +30,34 @@ from collections.abc import Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from podctl.errors import FakeCloudError
-from podctl.fake import gcs_auth, gcs_strict, iam
+from podctl.fake import gcs_auth, gcs_media, gcs_strict, iam
 from podctl.fake.loopback import require_loopback
 
 DEFAULT_BUCKET = "podctl-fake"  # podctl.settings.FAKE_BUCKET; callers pass theirs in
 
 
-class _Server(server.HTTPServer):
+class _Server(server.ThreadingHTTPServer):
     request_queue_size = 1024  # the default 5 drops SYNs when many hosts upload at once
     allow_reuse_address = True
+    daemon_threads = True
     storage: object = None
     _meta_written = 0.0
     outage_until = 0.0  # time.monotonic() before which every request gets 503 (FakeGcs.outage)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Whatever touches the storage holds it (gcs_media.py): one request at a time, but
+        # a large object's bytes are sent without it.
+        self.lock = threading.Lock()
+
     def service_actions(self) -> None:
-        # Called by serve_forever between requests, in the one thread that touches the
-        # storage, so the metadata is never written while a request changes it.
+        # Called by serve_forever between requests, under the storage's lock, so the
+        # metadata is never written while a request changes it.
         now = time.monotonic()
         if now - self._meta_written >= META_SECONDS:
             self._meta_written = now
-            self.storage.flush_meta()  # type: ignore[attr-defined]
+            with self.lock:
+                self.storage.flush_meta()  # type: ignore[attr-defined]
 
 
 def _lazy_meta_storage(base: Any) -> type:
@@ -238,12 +247,14 @@ class FakeGcs:
             storage_class = _shared_envs(storage_class, store)
         storage_class = gcs_strict.strict_storage(storage_class)  # GCS's preconditions
         self._storage = storage_class(data_dir=str(self.data_dir.resolve()))
+        gcs_media.atomic_writes(self._storage)
         self.ensure_bucket()
         try:
             self._httpd = _Server((self.host, self.port),
-                                  partial(_outage_handler(gcs_auth.auth_handler(
-                                      gcs_strict.strict_handler(_generation_handler(RequestHandler)),
-                                      self.tokens, self.policy)), self._storage))
+                                  partial(gcs_media.serialized(_outage_handler(gcs_auth.auth_handler(
+                                      gcs_strict.strict_handler(gcs_media.streaming_handler(
+                                          _generation_handler(RequestHandler))),
+                                      self.tokens, self.policy))), self._storage))
             self._httpd.storage = self._storage
         except OSError as e:
             raise FakeCloudError(f"the fake GCS cannot listen on {self.host}:{self.port}: {e}") from e
@@ -265,8 +276,9 @@ class FakeGcs:
     def wipe(self) -> None:
         """Forget every object and bucket, then make the default bucket again."""
         if self._storage is not None:
-            self._storage.wipe()
-            self.ensure_bucket()
+            with self._httpd.lock if self._httpd is not None else contextlib.nullcontext():
+                self._storage.wipe()
+                self.ensure_bucket()
 
     def stop(self) -> None:
         if self._httpd is not None:

@@ -264,13 +264,20 @@ class Agent:
         self.logs.phase = "environment"
         self.publish("environment")
         run_id = self.cfg["run_id"]
-        env = agent_env.HostEnv(
-            self.bucket, spec, home=self.home, host=run_layout.host_tag(self.cfg["host"]),
-            builder=self.cfg["host"] == 0, log=self.logs.line, unpack=safe_extract,
-            failed_marker=run_layout.env_failed_object(run_id),
-            log_object=run_layout.env_build_log_object(run_id),
-            build_log=self.run_dir / "env-build.log",
-            stopping=lambda: self.stopping or (self.run_dir / run_layout.STOP_FILE).exists())
+        stopping = lambda: self.stopping or (self.run_dir / run_layout.STOP_FILE).exists()  # noqa: E731
+        host = run_layout.host_tag(self.cfg["host"])
+        env: agent_env.ClientBuiltEnv | agent_env.HostEnv
+        if "archive" in spec:  # built on the client (the default)
+            env = agent_env.ClientBuiltEnv(self.bucket, spec, home=self.home, host=host,
+                                           log=self.logs.line, builder=self.cfg["host"] == 0,
+                                           stopping=stopping)
+        else:  # --build-on host
+            env = agent_env.HostEnv(
+                self.bucket, spec, home=self.home, host=host,
+                builder=self.cfg["host"] == 0, log=self.logs.line, unpack=safe_extract,
+                failed_marker=run_layout.env_failed_object(run_id),
+                log_object=run_layout.env_build_log_object(run_id),
+                build_log=self.run_dir / "env-build.log", stopping=stopping)
         try:
             self.venv = env.prepare()
         except agent_env.EnvStopped as e:

@@ -1,8 +1,16 @@
-"""The host's Python environment for a run: built once, shipped through GCS, kept.
+"""The host's Python environment for a run: fetched from GCS as the client built it,
+or (`podctl run --build-on host`) built once by host 0, shipped through GCS, kept.
 
 Standard library only (Python 3.10+), shipped to hosts next to agent.py. The client
-resolved the run's requirements into a lock for one Python (env_lock.py); the run's
-config carries it: {key, python, lock, index_args, sign_key, uv}. On a host:
+resolved the run's requirements into a lock for one Python (env_lock.py).
+
+By default the client built the environment itself (env_build.py) and the run's config
+carries its archive: {key, python, archive: {object, size, sha256, part_size, parts},
+interpreter}. ClientBuiltEnv fetches it (agent_env_fetch.py): no package index, no
+uv, no venv module, no key on the host.
+
+With `--build-on host` the config carries {key, python, lock, index_args, sign_key, uv}
+(over SSH only: podctl refuses that option through the watchers). HostEnv:
 
   - ~/.podctl/envs/KEY complete: used as it is (a host that has it keeps it);
   - else gs://BUCKET/podctl/envs/KEY.SIGNER.tar.gz (and its .json, written last, with
@@ -40,9 +48,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import agent_env_fetch
     import run_layout
 except ImportError:  # imported by podctl itself
-    from podctl.jobs import run_layout
+    from podctl.jobs import agent_env_fetch, run_layout
 
 WAIT_SECONDS = 2 * 3600.0
 TAIL = 15
@@ -375,3 +384,70 @@ def _pack(site: Path, archive: str) -> tuple[int, str]:
             tarfile.open(fileobj=gz, mode="w") as tar:
         tar.add(str(site), arcname="site-packages")
     return os.path.getsize(archive), _sha256(archive)
+
+
+class ClientBuiltEnv:
+    """One host's copy of an environment the client built (agent_env_fetch.py)."""
+
+    def __init__(self, bucket, spec: dict, *, home: Path, host: str, log: Callable[[str], None],
+                 builder: bool = False, stopping: Callable[[], bool] = lambda: False):
+        self.bucket, self.spec, self.host, self.log, self.stopping = bucket, spec, host, log, stopping
+        self.builder = builder  # process 0: deletes an archive changed in the bucket
+        self.key, self.python, self.archive = spec["key"], spec["python"], spec["archive"]
+        self.dir = home / "envs" / self.key
+        self.tag = f"[podctl] env {self.key[:12]}"
+
+    def prepare(self) -> Path:
+        """The environment's venv on this host; EnvError (EnvStopped) if not."""
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.dir.parent / f"{self.key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two runs on one host fetch it once
+            if (self.dir / agent_env_fetch.COMPLETE).exists():
+                self.log(f"{self.tag}: already on this host")
+                return self.dir
+            work = Path(tempfile.mkdtemp(prefix=f".{self.key}.", dir=self.dir.parent))
+            shutil.rmtree(work)  # stream_into makes it: a directory only once the fetch starts
+            try:
+                self._fetch(work)
+            except agent_env_fetch.Stopped:
+                raise EnvStopped(f"{self.host}: stopped while fetching the environment") from None
+            except agent_env_fetch.Refused as e:
+                after = "the run's script did not start"
+                if isinstance(e, agent_env_fetch.Tampered) and self.builder:
+                    try:  # so that the client's next run uploads its own again
+                        self.bucket.delete(self.archive["object"])
+                        after = "podctl deleted it; the next run uploads it anew"
+                    except Exception:  # gone already, or not ours to delete: the message still says
+                        pass
+                raise EnvError(f"{self.host}: refused the environment archive gs://{self.bucket.name}/"
+                               f"{self.archive['object']}: {e}; {after}") from None
+            except (OSError, ValueError, KeyError) as e:
+                raise EnvError(f"{self.host}: fetching the environment {self.key[:12]} failed: "
+                               f"{' '.join(str(e).split())[:300]}") from e
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        return self.dir
+
+    def _fetch(self, work: Path) -> None:
+        inside = self.spec.get("interpreter") == "archive"
+        if not inside:  # before the download: a host without the Python is said at once
+            interpreter = agent_env_fetch.host_interpreter(self.python)
+            if interpreter is None:
+                raise EnvError(f"{self.host}: the environment needs Python {self.python}, which this "
+                               "host lacks (a client on Google Cloud ships it in the archive)")
+        seconds = agent_env_fetch.stream_into(self.bucket, self.archive["object"], self.archive, work,
+                                              stopping=self.stopping)
+        if inside:
+            interpreter = str(work / "python" / "bin" / f"python{self.python}")
+        version = agent_env_fetch.python_version(interpreter)
+        if not version.startswith(self.python + "."):
+            raise EnvError(f"{self.host}: the environment's Python {self.python} does not run here "
+                           f"({interpreter})")
+        agent_env_fetch.make_venv(work, self.dir, interpreter, version)
+        (work / agent_env_fetch.COMPLETE).write_text(self.key)
+        shutil.rmtree(self.dir, ignore_errors=True)  # what a killed attempt of --build-on host left
+        os.rename(work, self.dir)
+        size, whose = int(self.archive["size"]), "in the archive" if inside else "the host's"
+        self.log(f"{self.tag}: fetched from GCS ({size / 1e6:.1f} MB in {seconds:.1f} s, "
+                 f"{size / 1e6 / max(seconds, 1e-3):.0f} MB/s, sha256 checked) for Python {version} "
+                 f"({whose}); no package index")

@@ -12,15 +12,18 @@ later runs; `podctl run --relock` resolves anew.
 
 Which Python: `podctl run --python X.Y`; else the TPU VM image's (3.10) when the
 requirements resolve to the same set there as on a current CPython, and that current
-CPython otherwise (uv installs it on the hosts): the requirements' own pins decide,
+CPython otherwise (uv's, shipped with the environment: env_build.py): the
+requirements' own pins decide,
 and nobody is left on jax 0.6 only because the image is old.
 
 What cannot work on the hosts is refused here, in one line: a local path or an
 editable install (the hosts do not have the client's files). `-r`/`-c` lines are
 followed here and flattened into the lock. Index options (`--index-url` and the like,
-credentials included) reach the hosts only in the run's config (over SSH), never GCS.
+credentials included) are used here (env_build.py), and reach the hosts only with
+`--build-on host`, in the run's config (over SSH), never GCS.
 
-Trust: an environment archive built by a host is signed (HMAC-SHA256) with a key
+Trust (`--build-on host` only: an archive the client built is checked by its hashes):
+an environment archive built by a host is signed (HMAC-SHA256) with a key
 derived from this client's own secret (STATE_DIR/env-signing.key, never in GCS) and
 the environment's key; the derived key travels only in the run's config. A host
 accepts an archive only with that signature over its sha256, so a bucket writer
@@ -50,7 +53,7 @@ from podctl.errors import RequirementsError
 from podctl.settings import state_dir
 
 IMAGE_PYTHON = "3.10"  # v5p / v6e / v4 runtime images: Ubuntu 22.04's python3
-CURRENT_PYTHON = "3.12"  # installed by uv on the hosts when the image's is too old
+CURRENT_PYTHON = "3.12"  # uv's CPython, shipped in the environment, when the image's is too old
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 HOST_PLATFORM = "x86_64-manylinux_2_35"  # Ubuntu 22.04's glibc on x86_64 TPU VMs
 _VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # pip's rule for requirements files
@@ -274,7 +277,7 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
             python, lock = CURRENT_PYTHON, current
             why = str(on_image_or_error).split(": ", 1)[-1][:160]
             notes.append(f"the requirements do not resolve for the image's Python {IMAGE_PYTHON} "
-                         f"({why}): the hosts get CPython {CURRENT_PYTHON} (installed by uv)")
+                         f"({why}): the hosts get CPython {CURRENT_PYTHON} (uv's, shipped in the environment)")
         elif all(locked_versions(on_image_or_error).get(name) == locked_versions(current).get(name)
                  for name in named):
             python, lock = IMAGE_PYTHON, on_image_or_error
@@ -283,7 +286,8 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
             old, new = locked_versions(on_image_or_error), locked_versions(current)
             older = _what_is_older({n: v for n, v in old.items() if n in named}, new)
             notes.append(f"the image's Python {IMAGE_PYTHON} would get {older}: the hosts get CPython "
-                         f"{CURRENT_PYTHON} (installed by uv); pin versions or pass --python to choose")
+                         f"{CURRENT_PYTHON} (uv's, shipped in the environment); pin versions or pass "
+                         "--python to choose")
     else:
         lock = compile_lock(requirements, constraints, index, python, path.name)
     jax = locked_versions(lock).get("jax")

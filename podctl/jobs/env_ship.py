@@ -1,5 +1,7 @@
 """The client's side of a run's environment: find its requirements, lock them
-(env_lock.py), keep the lock with the run, ship uv, and give the hosts their config."""
+(env_lock.py), keep the lock with the run, and give the hosts their config: by default
+the environment built here (env_build.py) and uploaded once, by its hash; with
+`--build-on host` the lock, uv and a per-environment signing key, for host 0 to build."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from podctl.errors import InvalidValueError
-from podctl.jobs import bundle, env_lock, run_layout
+from podctl.jobs import bundle, env_build, env_lock, run_layout
 from podctl.storage import Storage
 
 REQUIREMENTS = env_lock.REQUIREMENTS
@@ -31,9 +33,11 @@ async def _bundled_requirements(storage: Storage, bundle_hash: str, tmp: Path) -
 
 async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, root: Path | None,
                   bundle_hash: str | None, python: str | None, jax_extra: str, relock: bool = False,
+                  build_on: str = "client", ship_python: bool = True,
                   notice: Callable[[str], None]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(the hosts' `environment` config, what the run's record keeps); (None, {}) when the
-    run has no requirements."""
+    run has no requirements. BUILD_ON "client" (built here; SHIP_PYTHON: with its CPython)
+    or "host" (host 0 builds it from the index)."""
     with tempfile.TemporaryDirectory(prefix="podctl-env-") as tmp:
         path = env_lock.requirements_file(requirements, root)
         if path is None and root is None and bundle_hash:
@@ -48,6 +52,10 @@ async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, r
     for note in plan.notes:
         notice(note)
     await storage.upload_bytes(run_layout.requirements_lock_object(run_id), plan.lock.encode(), "text/plain")
+    summary = {"key": plan.key, "python": plan.python, "jax": plan.version_of("jax"),
+               "lock": run_layout.requirements_lock_object(run_id), "built_on": build_on}
+    if build_on == "client":
+        return await _client_built(storage, plan, ship_python, notice), summary
     uv_tool = None
     local_uv = await asyncio.to_thread(env_lock.client_uv_for_hosts)
     if local_uv is not None:
@@ -55,7 +63,17 @@ async def prepare(storage: Storage, *, run_id: str, requirements: Path | None, r
         await storage.upload_file(uv_path, run_layout.uv_tool_object(sha), if_missing=True,
                                   content_type="application/octet-stream")
         uv_tool = {"object": run_layout.uv_tool_object(sha), "sha256": sha}
-    config = plan.to_config(env_lock.client_secret(), uv_tool)
-    summary = {"key": plan.key, "python": plan.python, "jax": plan.version_of("jax"),
-               "lock": run_layout.requirements_lock_object(run_id)}
-    return config, summary
+    return plan.to_config(env_lock.client_secret(), uv_tool), summary
+
+
+async def _client_built(storage: Storage, plan: env_lock.EnvPlan, ship_python: bool,
+                        notice: Callable[[str], None]) -> dict[str, Any]:
+    """PLAN built and packed here (once), uploaded (once); the hosts' config for it."""
+    built = await asyncio.to_thread(env_build.build, plan, ship_python=ship_python, notice=notice)
+    name = run_layout.env_client_archive_object(plan.key, built.sha256)
+    what = f"environment {plan.key[:12]}: {built.size / 1e6:.1f} MB (zstd)"
+    if built.seconds:
+        notice(f"{what}, built here from the package index in {built.seconds:.1f} s")
+    uploaded = await storage.upload_file(built.path, name, if_missing=True, content_type="application/zstd")
+    notice(f"{what}, {'uploaded to' if uploaded else 'already in'} {storage.gs_url(name)}")
+    return built.host_config(plan, name)

@@ -25,7 +25,8 @@ Python 3.10 (it runs on the hosts' python3): it imports nothing at all.
     gs://BUCKET/podctl/index/RUN_ID.json          the record again, so `podctl runs` lists cheaply
     gs://BUCKET/podctl/bundles/SHA256.tar.gz      a workdir bundle, by its hash
     gs://BUCKET/podctl/agents/SHA256.zip          the agent's zip, by its hash
-    gs://BUCKET/podctl/envs/KEY.SIGNER.tar.gz     a built host environment (and its .json)
+    gs://BUCKET/podctl/envs/KEY/SHA256.tar.zst    a host environment the client built, by its hash
+    gs://BUCKET/podctl/envs/KEY.SIGNER.tar.gz     one host 0 built (--build-on host; and its .json)
     gs://BUCKET/podctl/tools/uv-SHA256            the client's uv, for the hosts
 
 A chunk's name is its number, zero-padded to six digits: GCS lists names in byte order,
@@ -259,6 +260,11 @@ def identity_check_object(run_id: str) -> str:
 
 def requirements_lock_object(run_id: str) -> str:
     return f"{run_prefix(run_id)}/requirements.lock"
+
+
+def env_client_archive_object(key: str, sha256: str) -> str:
+    """The environment KEY as a client built it (env_build.py), by its archive's sha256."""
+    return f"{ENVS}{key}/{sha256}.tar.zst"
 
 
 def env_archive_objects(key: str, signer: str) -> tuple[str, str]:

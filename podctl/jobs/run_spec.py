@@ -35,6 +35,9 @@ class RunSpec:
     requirements: Path | None = None  # None: the workdir's requirements.txt, if any
     python: str | None = None  # the hosts' environment's Python (--python); None: podctl decides
     relock: bool = False  # --relock: resolve the requirements anew, not from an earlier lock
+    # --build-on: "client" builds the hosts' environment here, where the package index is;
+    # "host" has host 0 build it from the index (needs the hosts to reach it; SSH only)
+    build_on: str = "client"
 
     @property
     def env_keys(self) -> list[str]:

@@ -37,7 +37,8 @@ def validate(request: AddRequest) -> None:
     # an entry keeps its bundle, arguments and env; its environment is its bundle's own
     # requirements.txt, locked at its start (the queue's store keeps no more of a spec)
     given = [flag for flag, value in (("--setup", spec.setup), ("--requirements", spec.requirements),
-                                      ("--python", spec.python), ("--relock", spec.relock)) if value]
+                                      ("--python", spec.python), ("--relock", spec.relock),
+                                      ("--build-on host", spec.build_on == "host")) if value]
     if given:
         raise InvalidValueError(f"a queued run does not take {', '.join(given)}: its hosts get the "
                                 "workdir's requirements.txt, locked when it starts; put what you "

@@ -167,7 +167,8 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
                          resumed_from=options.resume, bundle_hash=options.bundle_hash,
                          run_id=options.run_id, detach=options.detach,
                          record_extra=dict(options.extra))
-    via = choose_via(info, options.via, session.settings.via)
+    via = choose_via(info, options.via, session.settings.via,
+                     build_on_host=options.spec.build_on == "host")
     user = await session.ssh_user(info) if via == "ssh" else SSH_USER
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
@@ -181,11 +182,21 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     return job
 
 
-def choose_via(info: SliceInfo, asked: str | None, configured: str) -> str:
+def choose_via(info: SliceInfo, asked: str | None, configured: str, *, build_on_host: bool = False) -> str:
     """"boot" or "ssh" for a run on INFO: ASKED (--via), else CONFIGURED (the settings'
     `via`); auto is boot where every node carries a watcher this podctl knows (a slice
-    made by another podctl, or not by podctl, has none) and ssh elsewhere."""
+    made by another podctl, or not by podctl, has none) and ssh elsewhere.
+
+    BUILD_ON_HOST (--build-on host): host 0 signs what it builds with a key that may
+    reach the hosts only over SSH (in launch.json a bucket writer could read it and
+    re-sign a changed environment), so auto is ssh and boot is refused."""
     via = asked or configured
+    if build_on_host:
+        if via == "boot":
+            raise InvalidValueError("--build-on host needs --via ssh (host 0's signing key travels "
+                                    "only over SSH); drop --build-on host to build the environment "
+                                    "here, or run with --via ssh.")
+        return "ssh"
     if via == "ssh":
         return via
     if usable_on(info):
