@@ -29,3 +29,5 @@ EXIT_HOST_LOST = 255  # a host that stopped beating, or ssh's own failure
 DEFAULT_WAIT = "30m"  # `up`/`down`'s --timeout: a slice's creation or deletion
 DEFAULT_WAIT_SECONDS = 1800.0
 PREFLIGHT_TIMEOUT_SECONDS = 1800.0  # `podctl preflight`: one compile on the client
+# building the hosts' environment on the client (uv installing the lock, maybe a CPython)
+ENV_BUILD_TIMEOUT_SECONDS = PREFLIGHT_TIMEOUT_SECONDS

@@ -40,11 +40,12 @@ from podctl import children
 from podctl.errors import RequirementsError
 from podctl.jobs import env_lock
 from podctl.settings import state_dir
+from podctl.vocabulary import ENV_BUILD_TIMEOUT_SECONDS
 
 PART_SIZE = 8 << 20  # the hosts read and check the archive in parts of this size
 ZSTD_LEVEL = 3  # zstd's default: ~3x on site-packages, decompressed at over 1 GB/s
 HOST_PYTHON_TARGET = "linux-x86_64-gnu"  # uv's name for TPU VMs' platform (glibc x86_64)
-_UV_TIMEOUT = 1800.0
+_UV_TIMEOUT = ENV_BUILD_TIMEOUT_SECONDS
 _NO_WHEEL = (re.compile(r"Wheels are required for `([^`]+)`"),
              re.compile(r"([A-Za-z0-9._-]+)==\S+ has no usable wheels"),
              re.compile(r"([A-Za-z0-9._-]+)==\S+ has no wheels with a matching"))
