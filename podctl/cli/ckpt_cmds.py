@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, Number, guarded
 from podctl.cli.job_cmds import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
@@ -107,8 +107,9 @@ class _Bar:
 @ckpt.command(name="pull")
 @click.argument("run_id")
 @click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--step", type=int, default=None, help="The step (default: the latest complete one).")
-@click.option("--parallel", type=click.IntRange(1, 128), default=16, show_default=True,
+@click.option("--step", type=Number(whole=True, low=0), default=None,
+              help="The step (default: the latest complete one).")
+@click.option("--parallel", type=Number(whole=True, low=1, high=128), default=16, show_default=True,
               help="Objects downloaded at once.")
 @where_options
 @bucket_option
