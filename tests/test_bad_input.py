@@ -130,3 +130,13 @@ def test_queue_add_refuses_them_from_the_api_too(field, value):
     spec = RunSpec(script=Path(__file__), workdir=Path(__file__).parent)
     with pytest.raises(InvalidValueError):
         adding.validate(adding.AddRequest(slice_type="v5p-8", spec=spec, **{field: value}))
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1.0"])
+def test_a_podctl_toml_price_that_is_not_finite_is_refused(tmp_path, monkeypatch, value):
+    from podctl import cost
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "podctl.toml").write_text(f"[prices]\non-demand = {value}\n")
+    with pytest.raises(ConfigError, match="USD per chip-hour above 0"):
+        cost.load_price_config()
