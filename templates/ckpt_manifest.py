@@ -21,6 +21,7 @@ import json
 import os
 
 MANIFEST = "podctl_manifest.json"
+COMMIT = "commit_success.txt"  # orbax's mark of a finished save
 FORMAT = 1
 
 
@@ -104,9 +105,28 @@ def differs(recorded: dict, now: dict[str, dict]) -> str | None:
     return None
 
 
+def committed_steps(directory: str) -> list[int]:
+    """The steps under DIRECTORY whose save orbax committed: `commit_success.txt` on GCS
+    (no atomic rename there: the marker is the commit); on a local directory, orbax renames
+    a finished save into place, so a step's own directory is the commit."""
+    if "://" in directory:
+        fs = _fs()
+        base = directory.split("://", 1)[1].rstrip("/")
+        fs.invalidate_cache()  # every listing from here on is GCS's own, not a cached one
+        try:
+            names = [name.rstrip("/").rsplit("/", 1)[-1] for name in fs.ls(base, detail=False)]
+        except FileNotFoundError:
+            return []
+        return sorted(int(n) for n in names if n.isdigit() and fs.exists(f"{base}/{n}/{COMMIT}"))
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(n) for n in os.listdir(directory)
+                  if n.isdigit() and os.path.isdir(os.path.join(directory, n)))
+
+
 def newest_whole(directory: str, steps: list[int]) -> tuple[int | None, list[tuple[int, str]]]:
-    """The newest of STEPS (orbax's committed ones) that is whole, and the newer ones
-    skipped, each with why. Every process reads the same objects, so all choose alike."""
+    """The newest of STEPS (committed ones) that is whole, and the newer ones skipped,
+    each with why. Every process reads the same objects, so all choose alike."""
     skipped = []
     for step in sorted(steps, reverse=True):
         why = problem(directory, step)
@@ -118,10 +138,14 @@ def newest_whole(directory: str, steps: list[int]) -> tuple[int | None, list[tup
 
 def remove(directory: str, step: int) -> None:
     """Delete step STEP (a damaged one the run is about to save again: orbax refuses to save
-    a step at or below the newest it finds)."""
+    a step at or below the newest it finds). Before orbax's CheckpointManager looks at the
+    directory: a listing it cached with the step in it would outlive the delete."""
     step_dir = _step_dir(directory, step)
     if "://" in step_dir:
-        _fs().rm(step_dir.split("://", 1)[1], recursive=True)
+        fs = _fs()
+        for path in fs.find(step_dir.split("://", 1)[1]):  # one by one: no batch request
+            fs.rm_file(path)
+        fs.invalidate_cache()
     else:
         import shutil
 

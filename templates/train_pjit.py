@@ -762,16 +762,16 @@ def preflight(argv: list[str], devices: list) -> dict:
                                            "batch": a.batch, "seq_len": a.seq_len}}
 
 
-def whole_checkpoint(manager, directory: str) -> int | None:
+def whole_checkpoint(directory: str) -> int | None:
     """The newest committed step whose objects are what its save wrote (ckpt_manifest.py),
     or None: a step truncated or changed since is skipped, said in one line, and deleted
     (this run saves it again; orbax saves no step at or below the newest it finds). Every
-    process lists the same objects and so chooses the same step."""
+    process lists the same objects and so chooses the same step. Called before orbax's
+    CheckpointManager is made, which then lists the directory without the deleted steps."""
     import jax
-    from ckpt_manifest import newest_whole, remove
+    from ckpt_manifest import committed_steps, newest_whole, remove
 
-    steps = list(manager.all_steps())
-    chosen, skipped = newest_whole(directory, steps)
+    chosen, skipped = newest_whole(directory, committed_steps(directory))
     if not skipped:
         return chosen
     said = "; ".join(f"step {step}: {why}" for step, why in skipped)
@@ -788,7 +788,6 @@ def whole_checkpoint(manager, directory: str) -> int | None:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices("podctl-damaged-checkpoints-removed")
-    manager.reload()
     return chosen
 
 
@@ -842,10 +841,10 @@ def main(argv: list[str] | None = None) -> int:
         directory = a.checkpoint_dir
         if "://" not in directory:
             directory = os.path.abspath(directory)
+        latest = whole_checkpoint(directory)  # first: the manager lists what is left
         manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
             save_interval_steps=a.checkpoint_every, max_to_keep=a.keep,
             enable_async_checkpointing=True))
-        latest = whole_checkpoint(manager, directory)
         target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                               abstract, state_sharding)
         here = None

@@ -82,7 +82,8 @@ def test_a_truncated_latest_checkpoint_is_marked_passed_by_and_saved_again(tmp_p
         assert f"skipped checkpoint step 12: {name} is 1,000 bytes" in pulled.stderr
 
         again = podctl("run", "ck8", "--resume", run_id, str(SCRIPT), *ARGS, "--steps", "14",
-                       timeout=600)
+                       timeout=600, check=False)
+        assert again.returncode == 0, again.stdout[-8000:] + again.stderr
         said = [l for l in again.stdout.splitlines() if "skipped checkpoint" in l]
         assert len(said) == 1 and f"step 12: {name} is 1,000 bytes" in said[0], again.stdout
         assert "restoring step 8" in said[0] and "Traceback" not in again.stdout + again.stderr
