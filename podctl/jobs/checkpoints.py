@@ -142,9 +142,10 @@ async def list_checkpoints(storage: Storage, directory: str) -> list[Checkpoint]
                            problem=None if complete else f"{_UNFINISHED} (no {COMMIT_FILE})")
         if complete:
             found = await _checked(storage, found, objects, base)
-        # A finished save wins over a leftover temporary directory of the same step.
+        # A finished save (whole or damaged) wins over a leftover temporary directory of
+        # the same step.
         if step not in by_step or (found.complete and not by_step[step].complete) or (
-                found.damaged and not by_step[step].damaged):
+                found.damaged and not by_step[step].complete and not by_step[step].damaged):
             by_step[step] = found
     return [by_step[s] for s in sorted(by_step)]
 
