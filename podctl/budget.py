@@ -41,6 +41,7 @@ from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
 from podctl.errors import BudgetExceededError, InvalidValueError
+from podctl.numbers import plain_number
 from podctl.cloud import describe
 from podctl.cloud.wait import wait_until
 from podctl.errors import CloudError
@@ -79,11 +80,10 @@ def decode_usd(text: str) -> float | None:
 def parse_hours(text: str, option: str) -> float:
     """'3.5' (hours), or a duration like '90m', '6h', '1h30m' -> hours above zero."""
     value = text.strip().lower()
-    try:
-        hours = float(value)
-    except ValueError:
+    hours = plain_number(value)  # ASCII digits, finite: 'nan' or 'inf' is no budget
+    if hours is None:
         return parse_duration(value, option) / 3600
-    if not (math.isfinite(hours) and hours > 0):
+    if not hours > 0:
         raise InvalidValueError(f"{option} {text!r}: give hours above zero (e.g. 3.5) or a "
                                 "duration (e.g. 90m, 6h).")
     return hours

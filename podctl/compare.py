@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from podctl.errors import InvalidSliceError, InvalidValueError
+from podctl.numbers import plain_number
 from podctl.topology import parse_multislice
 
 
@@ -132,11 +133,10 @@ def parse_per_system(text: str | None, option: str, check: Any) -> PerSystem:
     default, named = None, {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, eq, value = part.rpartition("=")
-        try:
-            number = float(value)
-        except ValueError:
+        number = plain_number(value)  # ASCII digits, finite (no '０.５', no 'nan')
+        if number is None:
             raise InvalidValueError(f"{option} {text!r}: expected a number or SYSTEM=NUMBER "
-                                    f"pairs, e.g. {option} v5p=0.5,h100=0.4.") from None
+                                    f"pairs, e.g. {option} v5p=0.5,h100=0.4.")
         if not eq:
             default = check(number, option)
         else:

@@ -84,7 +84,7 @@ def _check_prices(path: Path, prices: dict[str, Any], *, nested: bool) -> None:
             continue
         for tier, figure in (value.items() if isinstance(value, dict) else [(key, value)]):
             if tier not in TIERS or isinstance(figure, bool) or not isinstance(figure, (int, float)) \
-                    or not figure > 0:
+                    or not 0 < figure < float("inf"):  # TOML has inf and nan
                 raise ConfigError(f"{path}: [prices] {key} = {value!r}: expected tiers "
                                   f"({', '.join(TIERS)}) with prices in USD per chip-hour above 0.")
 

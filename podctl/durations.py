@@ -7,13 +7,13 @@ import re
 from podctl.errors import InvalidValueError
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION = re.compile(r"^(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")  # ASCII digits only
 
 
 def parse_duration(text: str, option: str = "duration") -> int:
     """'1h30m' -> 5400 seconds; refuses empty, zero and malformed durations."""
     value = text.strip().lower()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         seconds = int(value)
     else:
         match = _DURATION.match(value)

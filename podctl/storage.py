@@ -50,6 +50,7 @@ class ObjectInfo:
     name: str
     size: int
     updated: float  # seconds since the epoch
+    crc32c: str | None = None  # as GCS computed it on upload (base64), where it says
 
 
 class Storage:
@@ -310,7 +311,8 @@ class Storage:
                                           timeout=self.timeout)
         page = next(iterator.pages)  # this call's one request; the next page is its own call
         items = [ObjectInfo(name=b.name, size=int(b.size or 0),
-                            updated=b.updated.timestamp() if b.updated else 0.0) for b in page]
+                            updated=b.updated.timestamp() if b.updated else 0.0,
+                            crc32c=b.crc32c) for b in page]
         return items, iterator.next_page_token
 
     async def list(self, prefix: str, *, page_size: int = PAGE_SIZE) -> list[ObjectInfo]:

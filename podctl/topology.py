@@ -269,7 +269,7 @@ def parse_slice(name: str) -> SliceType:
     gen = generations()[family]
     unit = "TensorCores" if gen.size_unit == "cores" else "chips"
     smallest, largest = gen.valid_sizes()[0], gen.valid_sizes()[-1]
-    if not size_text.isdigit():
+    if not (size_text.isascii() and size_text.isdigit()):  # not '１６' (int() reads it as 16)
         raise InvalidSliceError(f"{name!r}: N in {family}-N must be a whole number of {unit} "
                                 f"(e.g. {family}-{smallest}, {family}-{largest}).")
     size = int(size_text)

@@ -762,6 +762,51 @@ def preflight(argv: list[str], devices: list) -> dict:
                                            "batch": a.batch, "seq_len": a.seq_len}}
 
 
+def whole_checkpoint(directory: str) -> int | None:
+    """The newest committed step whose objects are what its save wrote (ckpt_manifest.py),
+    or None: a step truncated or changed since is skipped, said in one line, and deleted
+    (this run saves it again; orbax saves no step at or below the newest it finds). Every
+    process lists the same objects and so chooses the same step. Called before orbax's
+    CheckpointManager is made, which then lists the directory without the deleted steps."""
+    import jax
+    from ckpt_manifest import committed_steps, newest_whole, remove
+
+    chosen, skipped = newest_whole(directory, committed_steps(directory))
+    if not skipped:
+        return chosen
+    said = "; ".join(f"step {step}: {why}" for step, why in skipped)
+    if chosen is None:
+        fail(f"no checkpoint in {directory} is whole ({said}); move them aside to start afresh, "
+             "or resume from another run.")
+    if jax.process_index() == 0:
+        sys.stderr.write(f"{PROG}: skipped checkpoint {said}; restoring step {chosen} (deleted: "
+                         f"this run saves {'it' if len(skipped) == 1 else 'them'} again)\n")
+        sys.stderr.flush()
+        for step, _ in skipped:
+            remove(directory, step)
+    if jax.process_count() > 1:  # nobody reads the directory again before process 0 is done
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("podctl-damaged-checkpoints-removed")
+    return chosen
+
+
+def record_manifest(directory: str, step: int | None) -> None:
+    """Process 0 writes what committed step STEP holds (ckpt_manifest.py); a failure to
+    write it costs the check on that step, not the run."""
+    import jax
+
+    if step is None or jax.process_index() != 0:
+        return
+    from ckpt_manifest import write
+
+    try:
+        write(directory, step)
+    except Exception as e:  # noqa: BLE001 - the step itself is saved; say it and go on
+        sys.stderr.write(f"{PROG}: step {step}'s manifest not written ({type(e).__name__}: {e}); "
+                         "its objects cannot be checked before a restore\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.data.endswith(".txt"):
@@ -796,10 +841,10 @@ def main(argv: list[str] | None = None) -> int:
         directory = a.checkpoint_dir
         if "://" not in directory:
             directory = os.path.abspath(directory)
+        latest = whole_checkpoint(directory)  # first: the manager lists what is left
         manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
             save_interval_steps=a.checkpoint_every, max_to_keep=a.keep,
             enable_async_checkpointing=True))
-        latest = manager.latest_step()
         target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                               abstract, state_sharding)
         here = None
@@ -830,8 +875,10 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.write(f"{PROG}: restored step {start_step} from {source} in "
                                  f"{restored['restore_s']:.2f} s\n")
 
+    unrecorded = None  # the step whose save is under way: its manifest comes once it commits
+
     def save(step: int, force: bool) -> None:
-        nonlocal last_saved
+        nonlocal last_saved, unrecorded
         # orbax would also save the very first step of a fresh run; only every K-th here
         # (and a stop before the first step has nothing worth saving)
         due = force or step % a.checkpoint_every == 0
@@ -839,9 +886,16 @@ def main(argv: list[str] | None = None) -> int:
             return
         began = time.time()
         if manager.save(step, args=ocp.args.StandardSave(state), force=force):
-            last_saved = step
+            record_manifest(directory, unrecorded)  # save() waited for the one before to commit
+            last_saved, unrecorded = step, step
             # save_s: what the step loop waited for (the write goes on in the background)
             emit("checkpoint", step=step, save_s=round(time.time() - began, 4))
+
+    def finish_saves() -> None:
+        if manager is not None:
+            manager.wait_until_finished()
+            record_manifest(directory, unrecorded)
+            manager.close()
 
     def save_local(step: int, force: bool) -> None:
         if local is not None and (local.due(step) or (force and step and step != local.last_saved)):
@@ -867,9 +921,7 @@ def main(argv: list[str] | None = None) -> int:
             profile.finish(step)
             save(step, force=True)
             save_local(step, force=True)
-            if manager is not None:
-                manager.wait_until_finished()
-                manager.close()
+            finish_saves()
             scalars.close()
             emit("preempted", step=step)
             return 143
@@ -901,9 +953,7 @@ def main(argv: list[str] | None = None) -> int:
     profile.finish(step)  # a trace the run outlived: what it caught
     save(step, force=True)
     save_local(step, force=True)
-    if manager is not None:
-        manager.wait_until_finished()
-        manager.close()
+    finish_saves()
     scalars.close()
     emit("done", step=step, loss=loss, wall_s=time.time() - t_start)
     return 0

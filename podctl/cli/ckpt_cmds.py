@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, Number, guarded
 from podctl.cli.job_cmds import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
+from podctl.cli.text import shown
 
 if TYPE_CHECKING:
     from podctl import steps
@@ -58,7 +59,7 @@ def ckpt_ls(ctx: Context, run_id: str, project: str | None, zone: str | None, bu
         for c in found:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.updated))
             click.echo(f"{c.step:>8}  {_size(c.size_bytes):>10}  {c.objects:>5}  {when:19}  "
-                       f"{'complete' if c.complete else 'INCOMPLETE'}")
+                       f"{shown(c.state)}")
 
     guarded(action)
 
@@ -107,8 +108,9 @@ class _Bar:
 @ckpt.command(name="pull")
 @click.argument("run_id")
 @click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--step", type=int, default=None, help="The step (default: the latest complete one).")
-@click.option("--parallel", type=click.IntRange(1, 128), default=16, show_default=True,
+@click.option("--step", type=Number(whole=True, low=0), default=None,
+              help="The step (default: the latest complete one).")
+@click.option("--parallel", type=Number(whole=True, low=1, high=128), default=16, show_default=True,
               help="Objects downloaded at once.")
 @where_options
 @bucket_option
@@ -125,6 +127,9 @@ def ckpt_pull(ctx: Context, run_id: str, directory: Path, step: int | None, para
         result = run_sync(steps.pull_checkpoint(session, run_id, directory, step=step,
                                                 parallel=parallel,
                                                 pulling=lambda chosen: _Bar(f"step {chosen.step}")))
+        if result.skipped:
+            click.echo(f"podctl: skipped checkpoint {shown(result.skipped)}; pulled step {result.step}, "
+                       "the newest whole one", err=True)
         click.echo(f"pulled step {result.step}: {result.files} files, {_size(result.size_bytes)} "
                    f"in {result.seconds:.1f}s -> {result.directory}")
 

@@ -23,7 +23,63 @@ class Context:
                  bucket: str | None = None) -> Any:
         from podctl import settings
 
+        for option, value in (("--project", project), ("--zone", zone), ("--bucket", bucket)):
+            refuse_blank(value, option)  # '' is a mistake, not "the default"
         return settings.resolve(backend=self.backend, project=project, zone=zone, bucket=bucket)
+
+
+def refuse_blank(value: str | None, option: str) -> None:
+    """An option given as '' (or spaces) is refused, not read as absent: `--bucket ''`
+    falling back to the default bucket, or `--name ''` to the default name, would act on
+    something the user did not name."""
+    if value is not None and not value.strip():
+        from podctl.errors import InvalidValueError
+
+        raise InvalidValueError(f"{option} is empty: give a value, or leave {option} out for the default.")
+
+
+class Number(click.ParamType):
+    """A number option, read by `numbers.parse_number`: digits 0-9 only (no '１６', 'nan',
+    'inf' or '1_0', which Python's int() and float() take), finite, within the option's
+    range (a whole one within 64 bits); else one `podctl: error:` line, exit 2."""
+
+    name = "number"
+
+    def __init__(self, whole: bool = False, low: float | None = None, high: float | None = None,
+                 above: float | None = None):
+        self.whole, self.low, self.high, self.above = whole, low, high, above
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from podctl.errors import InvalidValueError
+        from podctl.numbers import parse_number
+
+        option = (param.opts[0] if param is not None and param.opts else "value") if not (
+            isinstance(param, click.Argument)) else param.human_readable_name
+        try:
+            return parse_number(str(value), option, whole=self.whole, low=self.low, high=self.high,
+                                above=self.above)
+        except InvalidValueError as e:
+            raise click.UsageError(str(e), ctx) from None
+
+
+def hosts_checked(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A --hosts value ('all', '0,3') checked when it is read, before anything is made
+    (''  is refused, not read as every host); the steps take the text and check it
+    against the slice's hosts."""
+    from podctl.errors import InvalidValueError
+    from podctl.numbers import parse_hosts_text
+
+    try:
+        parse_hosts_text(value, param.opts[0] if param.opts else "--hosts")
+    except InvalidValueError as e:
+        raise click.UsageError(str(e), ctx) from None
+    return value
+
+
+WHOLE = Number(whole=True)  # any whole number within 64 bits
+COUNT = Number(whole=True, low=1)  # 1, 2, ...
+AMOUNT = Number(low=0)  # 0 or more: people, rates, terabytes
+POSITIVE = Number(above=0)  # dollars, hours, a price: above 0
 
 
 def guarded(action: Callable[[], Any]) -> Any:

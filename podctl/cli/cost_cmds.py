@@ -6,11 +6,11 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import AMOUNT, POSITIVE, Context, guarded
 from podctl.cli.job_cmds import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
-price_option = click.option("--price", type=float, default=None, metavar="USD_PER_CHIP_HOUR",
+price_option = click.option("--price", type=POSITIVE, default=None, metavar="USD_PER_CHIP_HOUR",
                             help="Price per chip-hour (default: podctl.toml [prices], else the "
                             "shipped table).")
 
@@ -77,13 +77,13 @@ def _print_run(r: dict[str, Any]) -> None:
 @click.command(name="cost")
 @click.argument("target", required=False, metavar="[NAME|RUN_ID]")
 @price_option
-@click.option("--people", default=0.0, show_default=True, type=float,
+@click.option("--people", default=0.0, show_default=True, type=AMOUNT,
               help="RUN_ID: people paid while it ran.")
-@click.option("--rate", default=0.0, show_default=True, type=float, metavar="USD_PER_HOUR",
+@click.option("--rate", default=0.0, show_default=True, type=AMOUNT, metavar="USD_PER_HOUR",
               help="RUN_ID: what one person costs per hour.")
-@click.option("--dataset-tb", default=0.0, show_default=True, type=float,
+@click.option("--dataset-tb", default=0.0, show_default=True, type=AMOUNT,
               help="RUN_ID: the dataset it read, in TB.")
-@click.option("--egress-usd-per-gb", default=0.0, show_default=True, type=float,
+@click.option("--egress-usd-per-gb", default=0.0, show_default=True, type=AMOUNT,
               help="RUN_ID: what moving the dataset to the slice cost per GB.")
 @where_options
 @bucket_option

@@ -10,7 +10,7 @@ import click
 if TYPE_CHECKING:
     from podctl.settings import Settings
 
-from podctl.cli.common import guarded
+from podctl.cli.common import POSITIVE, guarded
 from podctl.cli.fake_inject import inject
 
 EXIT_NOT_RUNNING = 3
@@ -28,7 +28,7 @@ def fake() -> None:
 
 
 @fake.command()
-@click.option("--time-scale", type=float, default=None,
+@click.option("--time-scale", type=POSITIVE, default=None,
               help="Simulated seconds per real second (default 60: a 90 s creation takes 1.5 s).")
 @click.option("--secure/--not-secure", default=None,
               help="Set the fake project up secure-by-default: the nodes' default service "

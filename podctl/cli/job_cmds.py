@@ -10,7 +10,7 @@ import click
 
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.settings import VIAS
-from podctl.cli.common import Context, ScriptCommand, exit_interrupted, guarded
+from podctl.cli.common import Context, Number, ScriptCommand, exit_interrupted, guarded, hosts_checked
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
 
@@ -72,7 +72,7 @@ def _notice(text: str) -> None:
               show_default=True, help="Where the hosts' environment is built: here, from the package "
               "index (the hosts then need only GCS), or on host 0 (for a package with no wheel; the "
               "hosts need the index; not with --via boot).")
-@click.option("--hosts", "hosts_text", default="0", show_default=True,
+@click.option("--hosts", "hosts_text", default="0", show_default=True, callback=hosts_checked,
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
 @click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
@@ -82,7 +82,7 @@ def _notice(text: str) -> None:
                    "slice has podctl's watcher). Default: PODCTL_VIA, else ssh.")
 @click.option("--resume", default=None, metavar="RUN_ID",
               help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
-@click.option("--recover", default=0, show_default=True, type=click.IntRange(0, 100), metavar="N",
+@click.option("--recover", default=0, show_default=True, type=Number(whole=True, low=0, high=100), metavar="N",
               help="If the slice is preempted or a host is lost, make the slice again and "
               "relaunch from the latest checkpoint, up to N times.")
 @click.option("--retry-errors", is_flag=True,
@@ -240,7 +240,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 @click.command()
 @click.argument("run_id")
 @click.option("--follow", "-f", is_flag=True, help="Keep reading until the run ends.")
-@click.option("--host", "host_text", default="0", show_default=True,
+@click.option("--host", "host_text", default="0", show_default=True, callback=hosts_checked,
               help="N, N,M or all (host 0 by default, as `podctl run` shows).")
 @where_options
 @bucket_option
@@ -355,7 +355,8 @@ def stop(ctx: Context, run_id: str, no_wait: bool, project: str | None, zone: st
 @click.command(name="exec", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--hosts", "hosts_text", default="all", show_default=True, help="all, or 0,3.")
+@click.option("--hosts", "hosts_text", default="all", show_default=True, callback=hosts_checked,
+              help="all, or 0,3.")
 @where_options
 @pass_context
 def exec_cmd(ctx: Context, name: str, command: tuple[str, ...], hosts_text: str,

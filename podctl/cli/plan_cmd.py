@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import AMOUNT, COUNT, Context, Number, guarded
 from podctl.cli.job_cmds import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
@@ -72,7 +72,7 @@ def _money(text: str | None, option: str) -> float | None:
               help="Systems side by side: TPU slices of any generation and GPU reference "
                    "systems h100-N, b200-N (Google Cloud A3 / A4 machines). With --frontier: "
                    "families (default v5p,v6e,h100,b200).")
-@click.option("--num-slices", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--num-slices", default=1, show_default=True, type=COUNT,
               help="TPU slices of that type (multislice).")
 @click.option("--mfu", "mfu_text", default=None, metavar="MFU|SYS=MFU,...",
               help="MFU in (0, 1], for all or per system: 0.5, or v5p=0.5,h100=0.4 (default: "
@@ -86,21 +86,21 @@ def _money(text: str | None, option: str) -> float | None:
                    "(default: podctl.toml [prices], else the shipped table).")
 @click.option("--region", default=None, help="Price in this region (default: each system's "
                                              "cheapest; --zone pins one too).")
-@click.option("--runs", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--runs", default=1, show_default=True, type=COUNT,
               help="Runs the project trains (ablations, restarts).")
-@click.option("--people", default=0.0, show_default=True, type=float,
+@click.option("--people", default=0.0, show_default=True, type=AMOUNT,
               help="People paid while the runs train.")
-@click.option("--rate", default=0.0, show_default=True, type=float, metavar="USD_PER_HOUR",
+@click.option("--rate", default=0.0, show_default=True, type=AMOUNT, metavar="USD_PER_HOUR",
               help="What one person costs per hour.")
-@click.option("--goodput", default=None, type=float,
+@click.option("--goodput", default=None, type=Number(above=0, high=1),
               help="Share of billed time that trains (default 0.9, assumed).")
 @click.option("--goodput-from", default=None, metavar="RUN_ID", help="Use the goodput a run measured.")
-@click.option("--checkpoints-kept", default=3, show_default=True, type=click.IntRange(min=0))
-@click.option("--dataset-tb", default=0.0, show_default=True, type=float,
+@click.option("--checkpoints-kept", default=3, show_default=True, type=Number(whole=True, low=0))
+@click.option("--dataset-tb", default=0.0, show_default=True, type=AMOUNT,
               help="Dataset size in TB, moved to the chips once per run.")
 @click.option("--data-region", default=None, metavar="REGION|internet",
               help="Where the dataset is (default: the chips' region: no egress).")
-@click.option("--egress-usd-per-gb", default=None, type=float, help="Your own egress price.")
+@click.option("--egress-usd-per-gb", default=None, type=AMOUNT, help="Your own egress price.")
 @click.option("--frontier", is_flag=True, help="Every size of each system: days against dollars.")
 @click.option("--deadline", default=None, metavar="DURATION",
               help="With --frontier: the cheapest plan that finishes within it, e.g. 30d.")
@@ -226,13 +226,13 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
 def _one_number(text: str | None, flag: str, check: Any) -> float | None:
     """A single --mfu / --price value (a preflight prices one slice, not several systems)."""
     from podctl.errors import InvalidValueError
+    from podctl.numbers import plain_number
 
     if text is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidValueError(f"{flag} with --from-preflight is one number, not {text!r}.") from None
+    value = plain_number(text)
+    if value is None:
+        raise InvalidValueError(f"{flag} with --from-preflight is one number, not {text!r}.")
     check(value)
     return value
 

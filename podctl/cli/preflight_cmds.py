@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
-from podctl.cli.common import Context, ScriptCommand, guarded
+from podctl.cli.common import COUNT, POSITIVE, Context, Number, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context
 
 if TYPE_CHECKING:
@@ -99,11 +99,11 @@ def compile_checked(slice_type: str, spec: RunSpec, *, num_slices: int = 1,
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--slice", "slice_type", required=True, metavar="TYPE",
               help="The slice to compile for, any generation (nothing is created).")
-@click.option("--num-slices", default=1, show_default=True, type=int, metavar="K",
+@click.option("--num-slices", default=1, show_default=True, type=COUNT, metavar="K",
               help="Multislice: K slices over the data-center network.")
-@click.option("--mfu", type=float, default=None,
+@click.option("--mfu", type=Number(above=0, high=1), default=None,
               help="MFU for the predicted step time (default 0.45, assumed).")
-@click.option("--timeout", "timeout_s", default=PREFLIGHT_TIMEOUT_SECONDS, show_default=True, type=float,
+@click.option("--timeout", "timeout_s", default=PREFLIGHT_TIMEOUT_SECONDS, show_default=True, type=POSITIVE,
               metavar="SECONDS", help="Give up on a compile after this long.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="The run's directory, whose requirements.txt the hosts get (default: the script's).")

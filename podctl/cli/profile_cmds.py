@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import COUNT, Context, guarded, hosts_checked
 from podctl.cli.job_cmds import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
@@ -17,9 +17,9 @@ OPEN_HINT = ("open it with TensorBoard's profile plugin: pip install tensorboard
 
 @click.command()
 @click.argument("run_id", metavar="RUN_ID")
-@click.option("--steps", default=5, show_default=True, metavar="N", type=int,
+@click.option("--steps", default=5, show_default=True, metavar="N", type=COUNT,
               help="Steps to trace, from the next step boundary (after the compile step).")
-@click.option("--hosts", "hosts_text", default="all", show_default=True, metavar="all|0,3",
+@click.option("--hosts", "hosts_text", default="all", show_default=True, metavar="all|0,3", callback=hosts_checked,
               help="The hosts whose processes trace.")
 @click.option("--pull", "pull_dir", default=None, metavar="DIR",
               type=click.Path(path_type=Path, file_okay=False),

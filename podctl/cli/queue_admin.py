@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import guarded
+from podctl.cli.common import AMOUNT, Number, guarded
 from podctl.cli.slice_cmds import json_option
 from podctl.cli.text import shown
 
@@ -25,9 +25,9 @@ def quota() -> None:
 
 @quota.command(name="set")
 @click.argument("name")
-@click.option("--chip-hours-week", type=float, default=None, metavar="N",
+@click.option("--chip-hours-week", type=AMOUNT, default=None, metavar="N",
               help="Chip-hours in any 7 days (e.g. 2000 = a v5p-128 for 31 hours).")
-@click.option("--max-chips", type=int, default=None, metavar="M", help="Chips held at once.")
+@click.option("--max-chips", type=Number(whole=True, low=0), default=None, metavar="M", help="Chips held at once.")
 @click.option("--clear", is_flag=True, help="Remove NAME's quota.")
 def quota_set(name: str, chip_hours_week: float | None, max_chips: int | None, clear: bool) -> None:
     """Set the quota of NAME: a user's account (as `queue ls` shows owners) or a team."""
@@ -38,13 +38,9 @@ def quota_set(name: str, chip_hours_week: float | None, max_chips: int | None, c
 
         if clear == (chip_hours_week is not None or max_chips is not None):
             raise InvalidValueError("give --chip-hours-week and/or --max-chips, or --clear alone.")
-        for option, value in (("--chip-hours-week", chip_hours_week), ("--max-chips", max_chips)):
-            if value is not None and value < 0:
-                raise InvalidValueError(f"{option} must be 0 or more (got {value:g}).")
-        if not name.strip():
-            raise InvalidValueError("NAME is an account or a team name, not blank.")
+        quota = Quota(name, chip_hours_week, max_chips).check()  # before the store is opened
         with _open() as store:
-            store.set_quota(Quota(name, chip_hours_week, max_chips))
+            store.set_quota(quota)
         click.echo(f"quota of {shown(name)}: " + ("none" if clear else _limits(chip_hours_week, max_chips)))
 
     guarded(action)
@@ -103,10 +99,11 @@ def team_set(name: str, members: tuple[str, ...]) -> None:
     """NAME is exactly MEMBERS (accounts) from now on; none: the team is no more."""
 
     def action() -> None:
-        from podctl.errors import InvalidValueError
+        from podctl.queue.entry import ACCOUNT_MOST, check_name
 
-        if not name.strip():
-            raise InvalidValueError("NAME is a team name, not blank.")
+        check_name(name, "the team's NAME")
+        for member in members:
+            check_name(member, "a MEMBER (an account)", ACCOUNT_MOST)
         with _open() as store:
             store.set_team(name, list(dict.fromkeys(members)))
         click.echo(f"team {shown(name)}: " + (", ".join(shown(m) for m in members) or "no members"))

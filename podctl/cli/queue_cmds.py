@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import Context, ScriptCommand, guarded, slice_help
+from podctl.cli.common import COUNT, POSITIVE, Context, ScriptCommand, guarded, slice_help
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
 
@@ -75,10 +75,10 @@ def _me(ctx: Context) -> str:
 @click.option("--queued", is_flag=True, help="An on-demand queued resource, which waits for capacity.")
 @click.option("--valid-for", default=None, metavar="DURATION",
               help="How long the queued resource may wait for capacity (e.g. 2h; default 24h).")
-@click.option("--max-hours", type=float, default=None, help="Stop the run after this many hours.")
-@click.option("--max-cost", type=float, default=None, metavar="USD",
+@click.option("--max-hours", type=POSITIVE, default=None, help="Stop the run after this many hours.")
+@click.option("--max-cost", type=POSITIVE, default=None, metavar="USD",
               help="Stop the run once its slice has cost this much (needs a known price).")
-@click.option("--max-attempts", type=int, default=3, show_default=True,
+@click.option("--max-attempts", type=COUNT, default=3, show_default=True,
               help="Attempts after infrastructure failures (preemption, a failed slice).")
 @click.option("--name", default=None, help="A name for the entry (default: the script's).")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V|K",
@@ -109,13 +109,13 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         from podctl.durations import parse_duration
         from podctl.errors import InvalidValueError
         from podctl.queue import add as adding
-        from podctl.queue.entry import default_owner, parse_priority
+        from podctl.queue.entry import check_name, default_owner, parse_priority
         from podctl.steps import RunSpec, Session, parse_env
 
         if spot and queued:
             raise InvalidValueError("--spot and --queued are two tiers: choose one.")
-        if name is not None and not 0 < len(name) <= 63:
-            raise InvalidValueError("--name takes 1-63 characters.")
+        if name is not None:
+            check_name(name, "--name")
         spec = RunSpec(script=script, args=tuple(args), workdir=workdir,
                        env=parse_env(list(env_pairs), env_files))
         request = adding.AddRequest(
@@ -192,7 +192,7 @@ def ls(ctx: Context, mine: bool, as_json: bool) -> None:
 
 
 @queue.command()
-@click.argument("entry_id", type=int)
+@click.argument("entry_id", type=COUNT)
 @json_option
 def show(entry_id: int, as_json: bool) -> None:
     """One entry: its request, state, attempts (slices, run ids), error, cost."""
@@ -239,7 +239,7 @@ def _tick_context(ctx: Context, log: Any, project: str | None, zone: str | None)
 
 
 @queue.command()
-@click.argument("entry_id", type=int)
+@click.argument("entry_id", type=COUNT)
 @where_options
 @pass_context
 def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import click
 
 from podctl.vocabulary import DEFAULT_WAIT
-from podctl.cli.common import Context, guarded, runtime_help, slice_help
+from podctl.cli.common import COUNT, POSITIVE, Context, guarded, runtime_help, slice_help
 
 pass_context = click.make_pass_decorator(Context)
 
@@ -39,7 +39,7 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @click.option("--queued", is_flag=True, help="Ask through a queued resource, which waits for capacity.")
 @click.option("--spot", is_flag=True, help="Spot capacity: cheaper, and may be preempted.")
 @click.option("--guaranteed", is_flag=True, help="Guaranteed tier of a queued resource.")
-@click.option("--num-slices", default=1, show_default=True, type=int,
+@click.option("--num-slices", default=1, show_default=True, type=COUNT,
               help="Multislice: K slices joined over the data-center network (queued).")
 @click.option("--valid-for", default=None, metavar="DURATION",
               help="How long a queued resource may wait for capacity (e.g. 6h; default 24h), "
@@ -49,11 +49,11 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @click.option("--no-wait", is_flag=True, help="Return once the slice is asked for.")
 @click.option("--timeout", default=DEFAULT_WAIT, show_default=True, metavar="DURATION",
               help="Give up waiting (and delete what this `up` created) after this long.")
-@click.option("--max-cost", type=float, default=None, metavar="USD",
+@click.option("--max-cost", type=POSITIVE, default=None, metavar="USD",
               help="Budget: delete the slice once it has cost this much (see below).")
 @click.option("--max-hours", default=None, metavar="H",
               help="Budget: delete the slice after H hours (3.5, or 90m, 6h).")
-@click.option("--price", type=float, default=None, metavar="USD_PER_CHIP_HOUR",
+@click.option("--price", type=POSITIVE, default=None, metavar="USD_PER_CHIP_HOUR",
               help="The chip-hour price for --max-cost (default: podctl.toml [prices], the table).")
 @click.option("--reservation", default=None, metavar="NAME",
               help="Use this reservation (a queued resource; NAME or projects/P/locations/Z/reservations/NAME).")

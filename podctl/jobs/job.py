@@ -32,6 +32,7 @@ from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.run_spec import RunSpec
 from podctl.jobs.run_record import HostStatus, RunRecord
+from podctl.numbers import parse_hosts_text
 from podctl.jobs.ssh import Fleet, HostPins, Target
 from podctl.jobs.run_files import read_record, save_record
 from podctl.storage import Storage
@@ -86,12 +87,9 @@ def _one_env(pair: str, environ: Any, where: str) -> dict[str, str]:
 
 def parse_hosts(text: str, num_hosts: int) -> set[int] | None:
     """"all" -> None; "0" or "0,3" -> {0, 3}; refuses hosts the slice does not have."""
-    if text == "all":
+    chosen = parse_hosts_text(text)
+    if chosen is None:
         return None
-    try:
-        chosen = {int(part) for part in text.split(",") if part.strip()}
-    except ValueError as e:
-        raise InvalidValueError(f"--hosts {text!r}: expected all, or host numbers like 0,3.") from e
     bad = sorted(h for h in chosen if not 0 <= h < num_hosts)
     if not chosen or bad:
         raise InvalidValueError(f"--hosts {text!r}: this slice has hosts 0-{num_hosts - 1}.")

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from podctl import cost, steps
 from podctl.errors import InvalidValueError
-from podctl.queue.entry import Entry
+from podctl.numbers import check_number
+from podctl.queue.entry import Entry, check_name
 from podctl.queue.interface import QueueStore
 from podctl.topology import parse_slice
 
@@ -45,11 +46,15 @@ def validate(request: AddRequest) -> None:
                                 "need there (a setup step in the script), or use `podctl run`.")
     if request.valid_for is not None and request.tier == "on-demand":
         raise InvalidValueError("--valid-for applies to queued resources: add --queued or --spot.")
+    # as the CLI's options check them, for every other caller: finite (an infinite budget
+    # is none), in range, whole numbers within the store's 64-bit columns
     for option, value in (("--max-hours", request.max_hours), ("--max-cost", request.max_cost)):
-        if value is not None and not value > 0:
-            raise InvalidValueError(f"{option} must be more than 0 (got {value:g}).")
-    if request.max_attempts < 1:
-        raise InvalidValueError(f"--max-attempts must be 1 or more (got {request.max_attempts}).")
+        if value is not None:
+            check_number(value, option, above=0)
+    check_number(request.max_attempts, "--max-attempts", whole=True, low=1)
+    check_number(request.priority, "--priority", whole=True)
+    if request.name is not None:
+        check_name(request.name, "--name")
 
 
 def check_priced(request: AddRequest, zone: str) -> None:

@@ -22,6 +22,11 @@ HOLDING = frozenset({"provisioning", "starting", "running"})  # an attempt holds
 TIERS = ("on-demand", "spot", "queued")  # a node; a spot queued resource; an on-demand one
 # `queue add --priority WORD`: the bands, wide apart so that numbers fit between them
 PRIORITIES = {"high": 100, "normal": 0, "low": -100}
+# How long the names a user gives the queue may be (each is stored, and shown in `queue ls`
+# and the log): an entry's or a team's name as long as a slice's, an account as long as an
+# e-mail address may be (RFC 5321's 254).
+NAME_MOST = 63
+ACCOUNT_MOST = 254
 JSON_FIELDS = frozenset({"args", "env", "attempts", "preflight"})
 
 
@@ -132,15 +137,27 @@ def chips_of(accelerator_type: str) -> int:
 def parse_priority(value: str | int) -> int:
     """`high`, `normal`, `low`, or a whole number (higher starts first)."""
     if isinstance(value, int):
-        return value
+        from podctl.numbers import check_number
+
+        return int(check_number(value, "priority", whole=True))
     text = value.strip().lower()
     if text in PRIORITIES:
         return PRIORITIES[text]
-    try:
-        return int(text)
-    except ValueError:
+    from podctl.numbers import parse_number, plain_number
+
+    if plain_number(text, whole=True) is None:
         raise InvalidValueError(f"--priority takes high, normal, low or a whole number "
-                                f"(got {value!r}).") from None
+                                f"(got {value!r}).")
+    return int(parse_number(text, "--priority", whole=True))  # within the store's 64-bit column
+
+
+def check_name(text: str, what: str, most: int = NAME_MOST) -> str:
+    """TEXT as a name the queue keeps: not blank, at most MOST characters; else one line."""
+    if not text.strip():
+        raise InvalidValueError(f"{what} is empty: give 1-{most} characters.")
+    if len(text) > most:
+        raise InvalidValueError(f"{what} is {len(text):,} characters long: give 1-{most}.")
+    return text
 
 
 def priority_word(priority: int) -> str:

@@ -28,6 +28,20 @@ class Quota:
     max_chips: int | None = None
     source: str = "queue"  # "queue" (`queue quota set`) or "podctl.toml"
 
+    def check(self, where: str = "") -> Quota:
+        """This quota when its numbers are finite and 0 or more (a NaN limit passes every
+        comparison: it would lift the limit) and its name fits; else one line. WHERE names
+        the source in that line (podctl.toml's table)."""
+        from podctl.numbers import check_number
+        from podctl.queue.entry import ACCOUNT_MOST, check_name
+
+        check_name(self.name, f"quota NAME{where}", ACCOUNT_MOST)
+        if self.chip_hours_week is not None:
+            check_number(self.chip_hours_week, f"--chip-hours-week{where}", low=0)
+        if self.max_chips is not None:
+            check_number(self.max_chips, f"--max-chips{where}", whole=True, low=0)
+        return self
+
 
 class TickLock(Protocol):
     @property

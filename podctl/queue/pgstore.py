@@ -259,6 +259,7 @@ class PgStore:
                 for r in self._all("SELECT * FROM podctl.quotas ORDER BY name")]
 
     def set_quota(self, quota: Quota) -> None:
+        quota.check()
         if quota.chip_hours_week is None and quota.max_chips is None:
             self._run("DELETE FROM podctl.quotas WHERE name = %s", (quota.name,))
             return

@@ -21,12 +21,14 @@ podctl.toml may also carry the queue's quotas and teams (the queue's own, set wi
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from podctl.errors import ConfigError
+from podctl.numbers import WHOLE_HIGHEST
 from podctl.queue.interface import Quota, QueueStore
 
 
@@ -52,9 +54,9 @@ def open_store(state_dir: Path, url: str | None) -> QueueStore:
 def _number(value: Any, what: str, whole: bool) -> float | int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
-            whole and not isinstance(value, int)):
-        kind = "a whole number" if whole else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf or (
+            whole and not isinstance(value, int)) or value > WHOLE_HIGHEST:  # TOML has nan and inf
+        kind = "a whole number" if whole else "a finite number"
         raise ConfigError(f"{what} in podctl.toml must be {kind}, 0 or more (got {value!r}).")
     return value
 

@@ -226,6 +226,7 @@ class Store:
         return [Quota(r["name"], r["chip_hours_week"], r["max_chips"]) for r in rows]
 
     def set_quota(self, quota: Quota) -> None:
+        quota.check()
         if quota.chip_hours_week is None and quota.max_chips is None:
             self.conn.execute("DELETE FROM quotas WHERE name = ?", (quota.name,))
             return

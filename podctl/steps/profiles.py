@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from collections.abc import Callable
 
-from podctl.errors import InvalidValueError
 from podctl.jobs import profiles
 from podctl.jobs.profiles import ProfileRequest
+from podctl.numbers import parse_hosts_text
 from podctl.steps.session import Session
 
 Asked = Callable[[ProfileRequest, str], None]  # the request written, and where its traces go
@@ -31,13 +31,7 @@ async def take_profile(session: Session, run_id: str, steps: int, hosts: str = "
     request, with the answers, and where the traces go (gs://BUCKET/podctl/runs/ID/profiles)."""
     storage = session.storage
     profiles.check_steps(steps)
-    chosen = None
-    if hosts != "all":
-        try:
-            chosen = {int(h) for h in hosts.split(",") if h.strip()}
-        except ValueError:
-            raise InvalidValueError(f"--hosts {hosts!r}: expected all, or host numbers "
-                                    "like 0,3.") from None
+    chosen = parse_hosts_text(hosts)  # '' is refused, not read as every host
     request = await profiles.request_profile(storage, run_id, steps, chosen)
     where = f"gs://{storage.bucket_name}/{request.logdir}"
     asked(request, where)

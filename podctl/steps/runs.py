@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
@@ -130,7 +130,8 @@ async def pull_checkpoint(session: Session, run_id: str, dest: Path, *, step: in
     storage, where, found = await run_checkpoints(session, run_id)
     chosen = checkpoints.choose(found, step, where)
     with pulling(chosen) if pulling is not None else nullcontext(None) as progress:
-        return await checkpoints.pull(storage, chosen, dest, parallel=parallel, progress=progress)
+        result = await checkpoints.pull(storage, chosen, dest, parallel=parallel, progress=progress)
+    return replace(result, skipped=checkpoints.skipped(found, chosen) if step is None else None)
 
 
 async def list_runs(session: Session, *, as_shown: bool = False) -> list[RunRecord]:

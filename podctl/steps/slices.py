@@ -77,7 +77,9 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
         valid_for_seconds=parse_duration(options.valid_for, "--valid-for") if options.valid_for else None,
         runtime_version=options.runtime_version)
     wait_seconds = parse_duration(options.timeout, "--timeout")
-    name = names.validate_name(options.name or names.default_name(spec), spec.num_slices)
+    # '' is a name given, and no slice's: refused, never read as "the default name"
+    name = names.validate_name(names.default_name(spec) if options.name is None else options.name,
+                               spec.num_slices)
     return UpRequest(parent=settings.parent, name=name, spec=spec,
                      ssh_keys=ensure_ssh_key(settings.config_dir).metadata_entry, owner=names.owner(),
                      wait=options.wait, policy=WaitPolicy(timeout=wait_seconds),
