@@ -347,11 +347,12 @@ def test_a_hash_mismatch_or_a_busy_host_is_refused_and_said(host):
                             update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
     assert host.step(run) == f"{run} refused the agent's zip does not match the pointer's agent_sha"
 
-    # another run's live agent holds the chips: refused, naming it
+    # another run's live agent holds the chips, as it says in the host's /tmp: refused, naming it
     other = host.run_dir("other-run")
-    host.sh(f"mkdir -p {other} && cd {other} && "
+    chips = f"$TMPDIR/{run_layout.CHIPS_DIR}"
+    host.sh(f"mkdir -p {other} {chips} && cd {other} && "
             "(setsid python3 -c 'import time; time.sleep(300)' \"$PWD\" > /dev/null 2>&1 < /dev/null & "
-            f"echo $! > {run_layout.PID_FILE})")
+            f"echo \"$! {run_layout.CHIPS_LIVE}\" > {chips}/other-run)")
     run = "watch-run-6"
     host.publish(run, ("bash", "-c", "echo SCRIPT-RAN"))
     assert host.step(run) == f"{run} busy other-run"
