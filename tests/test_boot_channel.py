@@ -104,8 +104,9 @@ def test_stop_and_a_killed_client_under_no_ssh(podctl):
                               env=podctl.env, cwd=podctl.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
-        assert _eventually(lambda: "tick 1 of 40" in json.dumps(podctl.json("runs")) or bool(
-            podctl.json("runs") and podctl.json("runs")[0]["state"] == "running"), 120)
+        # started (a `podctl runs` on a loaded machine may take longer than the 4-s run: done counts)
+        assert _eventually(lambda: bool(
+            podctl.json("runs") and podctl.json("runs")[0]["state"] in ("running", "succeeded")), 120)
     finally:
         client.send_signal(signal.SIGKILL)
         client.wait(30)
