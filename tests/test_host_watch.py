@@ -45,9 +45,8 @@ def _pointer(**over) -> dict:
 def test_the_watcher_uses_run_layouts_and_owners_names():
     assert (host_watch.RUN_POINTER_KEY, host_watch.BOOT_KEY, host_watch.GUEST_NAMESPACE) == (
         run_layout.RUN_POINTER_KEY, run_layout.BOOT_KEY, run_layout.GUEST_NAMESPACE)
-    assert (host_watch.HOST_RUNS_DIR, host_watch.CONFIG_FILE, host_watch.PID_FILE, host_watch.STOP_FILE,
-            host_watch.STATUS_FILE) == (run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.PID_FILE,
-                                        run_layout.STOP_FILE, run_layout.STATUS_FILE)
+    assert (host_watch.HOST_RUNS_DIR, host_watch.CONFIG_FILE, host_watch.STATUS_FILE) == (
+        run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.STATUS_FILE)
     assert (host_watch.CHIPS_DIR, host_watch.CHIPS_STOPPING) == (run_layout.CHIPS_DIR, run_layout.CHIPS_STOPPING)
     assert host_watch.LET_GO_SECONDS == owner.LET_GO_SECONDS
     from podctl.jobs import identity

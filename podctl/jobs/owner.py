@@ -39,7 +39,7 @@ for p in "${TMPDIR:-/tmp}"/{chips}/*; do
   [ -f "$p" ] || continue
   id=$(basename "$p")
   [ "$id" = {run_id} ] && continue
-  read -r pid state < "$p" || continue
+  { read -r pid state < "$p"; } 2>/dev/null || continue  # gone meanwhile: its run ended
   case "$pid" in ""|*[!0-9]*) continue;; esac
   st=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
   case "$st" in ""|Z|X) continue;; esac
