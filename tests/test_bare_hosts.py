@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -87,10 +88,44 @@ def test_a_fresh_host_has_the_image_python3_and_no_jax_at_its_own_address(bare16
     assert all(r.stdout.split() == [str(image.bin_dir / "python3"), "Python", image.version] for r in version)
     if image_python.find("3.10"):
         assert image.version.startswith("3.10.")
-    names = on_hosts(node, key, port, "echo $HOSTNAME; echo $TPU_WORKER_HOSTNAMES")
+    names = on_hosts(node, key, port, "echo $HOSTNAME; echo ${TPU_WORKER_HOSTNAMES-unset}")
     hostnames = [r.stdout.split()[0] for r in names]
     assert hostnames[0].endswith("-w-0") and hostnames[1].endswith("-w-1") and hostnames[0].startswith("t1v-n-")
-    assert names[0].stdout.split()[1] == ",".join(addresses)
+    assert names[0].stdout.split()[1] == "unset"  # as on a GCE TPU VM: the metadata server says (below)
+
+
+def test_the_image_python_has_no_ensurepip_as_ubuntus_without_python3_10_venv(bare16, fake):
+    """Ubuntu's python3 lacks ensurepip without python3.10-venv: `-m venv` fails with its
+    message (`--without-pip` works); uv's managed Pythons have theirs."""
+    node, key, port = bare16
+    minor = ".".join(fake.hosts.image.version.split(".")[:2])
+    done = on_hosts(node, key, port, "python3 -m ensurepip; echo rc=$?; python3 -m venv v; echo rc=$?; "
+                    "python3 -m venv --without-pip w && w/bin/python -m ensurepip; echo rc=$?")[0]
+    out = done.stdout + done.stderr
+    assert "python3: No module named ensurepip" in out and out.count("rc=1") == 3, out
+    assert ("The virtual environment was not created successfully because ensurepip is not\n"
+            "available.  On Debian/Ubuntu systems, you need to install the python3-venv\n"
+            f"package using the following command.\n\n    apt install python{minor}-venv\n") in done.stdout
+    assert "w/bin/python: No module named ensurepip" in done.stderr  # the venv's is the image's
+    others = on_hosts(node, key, port, 'for p in "$UV_PYTHON_INSTALL_DIR"/cpython-*/bin/python3; do '
+                      '[ -x "$p" ] || continue; "$p" -c "import ensurepip" && echo has; done')[0]
+    assert others.stdout.split() == ["has"] * len(list(fake.hosts.image.store.glob("cpython-*"))), others.stderr
+
+
+def test_a_session_has_no_tpu_worker_variables_and_jax_finds_the_slice_from_the_metadata_server(bare16):
+    """As on a GCE TPU VM (GKE's webhook sets TPU_WORKER_* in pods; a VM's SSH sessions
+    have none), `jax.distributed.initialize()` outside podctl's agent learns the worker's
+    number and the worker list from the metadata server (this machine's jax, run on the
+    hosts: a fresh host has none)."""
+    node, key, port = bare16
+    probe = ("from jax._src import distributed; from jax._src.clusters import ClusterEnv; "
+             "env = next(e for e in ClusterEnv._cluster_types if e.name == 'podctl-fake-tpu-vm'); "
+             "print(env.is_env_present(), env.get_process_id(), env.get_process_count(), "
+             "env.get_coordinator_address(None, None))")
+    done = on_hosts(node, key, port, f"env | grep -c ^TPU_WORKER; {sys.executable} -c {shlex.quote(probe)}")
+    first = node.network_endpoints[0].ip_address
+    assert [r.stdout.split() for r in done] == [["0", "True", "0", "2", f"{first}:8482"],
+                                                ["0", "True", "1", "2", f"{first}:8482"]], done[0].stderr
 
 
 def test_the_metadata_server_answers_each_host_for_itself_and_a_preemption_sets_preempted(bare16, fake, api):

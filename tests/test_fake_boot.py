@@ -36,10 +36,11 @@ SCALE = 10.0  # simulated seconds per real second in this file
 TIMINGS = {"time_scale": SCALE, "node_create": 3.0, "node_delete": 1.0, "node_stop": 1.0, "node_start": 3.0,
            "node_update": 2.0, "metadata_propagation": 15.0}
 SCRIPT = """#!/bin/bash
-echo "boot $TPU_WORKER_ID $USER $PWD $HOME $GCE_METADATA_HOST" >> "$HOME/boots.txt"
+W=$(python3 -c 'import os, urllib.request as u; print(u.urlopen(u.Request("http://%s/computeMetadata/v1/instance/attributes/agent-worker-number" % os.environ["GCE_METADATA_HOST"], headers={"Metadata-Flavor": "Google"})).read().decode())')
+echo "boot $W ${TPU_WORKER_ID-unset} $USER $PWD $HOME $GCE_METADATA_HOST" >> "$HOME/boots.txt"
 setsid nohup sleep 300 >/dev/null 2>&1 </dev/null &
 echo $! > "$HOME/detached.pid"
-echo "console line from worker $TPU_WORKER_ID"
+echo "console line from worker $W"
 """
 
 
@@ -111,7 +112,7 @@ def test_the_startup_script_runs_at_every_boot(cloud):
     assert [h["boots"] for h in admin.host_stats("bootme")] == [1, 1]
     line = (host_dir(info, node.name, 1) / "root" / "boots.txt").read_text().split()
     metadata = admin.hosts()["nodes"][node.name]["metadata"]
-    assert line == ["boot", "1", "root", str(host_dir(info, node.name, 1)),
+    assert line == ["boot", "1", "unset", "root", str(host_dir(info, node.name, 1)),
                     str(host_dir(info, node.name, 1) / "root"), metadata[1]]
     console = host_dir(info, node.name, 0) / "startup-script.log"
     assert eventually(lambda: console.exists() and "console line from worker 0" in console.read_text())

@@ -35,8 +35,9 @@ import os, signal, sys, time
 sys.path.insert(0, AGENT_DIR)
 import agent_gcs
 bucket = agent_gcs.Bucket("podctl-fake")
+worker = agent_gcs.metadata_get("instance/attributes/agent-worker-number")
 def on_term(*_):
-    bucket.upload("notice/host-%s" % os.environ["TPU_WORKER_ID"], b"saved")
+    bucket.upload("notice/host-%s" % worker, b"saved")
     open("got-term", "w").write("yes")
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)

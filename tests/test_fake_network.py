@@ -16,7 +16,7 @@ import pytest
 from google.cloud import tpu_v2
 
 from tests.conftest import PARENT
-from tests.test_fake_hosts import SSH, connect, delete, new_key
+from tests.test_fake_hosts import SSH, WORKER, connect, delete, new_key
 
 RUNTIME = "v2-alpha-tpuv5"
 
@@ -67,7 +67,7 @@ def test_each_host_has_an_internal_and_a_different_external_address_and_ssh_answ
 
     async def hostname(address: str) -> str:
         async with connect((address, SSH["port"]), key) as conn:
-            return (await conn.run("echo $TPU_WORKER_ID", check=True)).stdout.strip()
+            return (await conn.run(WORKER, check=True)).stdout.strip()
 
     for worker, (inside, outside) in enumerate(zip(internal, external)):
         assert asyncio.run(hostname(inside)) == asyncio.run(hostname(outside)) == str(worker)

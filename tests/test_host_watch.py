@@ -45,9 +45,9 @@ def _pointer(**over) -> dict:
 def test_the_watcher_uses_run_layouts_and_owners_names():
     assert (host_watch.RUN_POINTER_KEY, host_watch.BOOT_KEY, host_watch.GUEST_NAMESPACE) == (
         run_layout.RUN_POINTER_KEY, run_layout.BOOT_KEY, run_layout.GUEST_NAMESPACE)
-    assert (host_watch.HOST_RUNS_DIR, host_watch.CONFIG_FILE, host_watch.PID_FILE, host_watch.STOP_FILE,
-            host_watch.STATUS_FILE) == (run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.PID_FILE,
-                                        run_layout.STOP_FILE, run_layout.STATUS_FILE)
+    assert (host_watch.HOST_RUNS_DIR, host_watch.CONFIG_FILE, host_watch.STATUS_FILE) == (
+        run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.STATUS_FILE)
+    assert (host_watch.CHIPS_DIR, host_watch.CHIPS_STOPPING) == (run_layout.CHIPS_DIR, run_layout.CHIPS_STOPPING)
     assert host_watch.LET_GO_SECONDS == owner.LET_GO_SECONDS
     from podctl.jobs import identity
     assert host_watch.WRITE_SCOPES == identity.WRITE_SCOPES
@@ -113,10 +113,16 @@ def test_a_run_is_claimed_once_and_never_after_its_end(tmp_path, monkeypatch):
     assert host_watch.claim("r-2") is False  # ended here (a marker lost with a disk is not enough)
 
 
-def test_the_chips_rule_is_owners(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    runs = tmp_path / run_layout.HOST_RUNS_DIR
-    other = runs / "other"
+def test_the_chips_rule_is_host_wide_and_the_watchers_read_it_as_podctl_over_ssh_does(tmp_path, monkeypatch):
+    """A run's agent says in the host's /tmp that it holds the chips (agent_chips.py), so a
+    run of root's (the watchers) and one of the login user's (SSH) see each other; the
+    watcher's reader and owner.py's shell line read it alike."""
+    from podctl.jobs import agent_chips
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))  # not where the rule lives
+    other = tmp_path / "root" / run_layout.HOST_RUNS_DIR / "other"  # another user's home
     other.mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(other)])
     # Popen may return (vfork) before the kernel shows the new argv in /proc/PID/cmdline
@@ -124,25 +130,61 @@ def test_the_chips_rule_is_owners(tmp_path, monkeypatch):
     while str(other).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
         assert time.monotonic() < deadline, "the stand-in agent never showed its command line"
         time.sleep(0.01)
+
+    def over_ssh(run_id: str) -> dict[str, list[str]]:
+        out = subprocess.run(["bash", "-c", owner.others_command(run_id)], capture_output=True, text=True,
+                             check=True).stdout
+        found: dict[str, list[str]] = {"live": [], "stopping": []}
+        for line in out.splitlines():
+            state, _, run = line.partition(" ")
+            found[state].append(run)
+        return found
+
+    def both(run_id: str) -> dict[str, list[str]]:
+        seen = host_watch.others(run_id)
+        assert over_ssh(run_id) == seen
+        return seen
+
     try:
-        assert host_watch.others("mine") == {"live": [], "stopping": []}  # no pid file yet
-        (other / run_layout.PID_FILE).write_text(str(proc.pid))
-        assert host_watch.others("mine") == {"live": ["other"], "stopping": []}
-        assert host_watch.others("other") == {"live": [], "stopping": []}  # itself
+        assert both("mine") == {"live": [], "stopping": []}  # nothing said yet
+        agent_chips.claim("other", proc.pid)
+        chips = tmp_path / "tmp" / run_layout.CHIPS_DIR
+        assert chips.stat().st_mode & 0o7777 == 0o1777  # every user's, each file its owner's
+        assert (chips / "other").stat().st_mode & 0o777 == 0o644 and (chips / "other").read_text() == \
+            f"{proc.pid} live\n"
+        assert both("mine") == {"live": ["other"], "stopping": []}
+        assert both("other") == {"live": [], "stopping": []}  # itself
         assert host_watch.wait_for_the_chips("mine", let_go_seconds=5) == "other"  # at once
-        (other / run_layout.STOP_FILE).touch()
+        agent_chips.claim("other", proc.pid, stopping=True)
         started = time.monotonic()
         assert host_watch.wait_for_the_chips("mine", let_go_seconds=0.3, poll=0.05) == "other"
         assert time.monotonic() - started >= 0.3
-        (runs / "third").mkdir()
-        (runs / "third" / run_layout.PID_FILE).write_text(str(proc.pid))  # not its agent: ignored
-        assert host_watch.others("mine") == {"live": [], "stopping": ["other"]}
+        agent_chips.claim("third", proc.pid)  # not its agent (its command line): ignored
+        assert both("mine") == {"live": [], "stopping": ["other"]}
     finally:
         proc.kill()
         proc.wait()
     assert host_watch.wait_for_the_chips("mine", let_go_seconds=5) is None  # gone
-    (other / run_layout.PID_FILE).write_text("12x")
-    assert host_watch.others("mine") == {"live": [], "stopping": []}
+    (chips / "other").write_text("12x live\n")
+    assert both("mine") == {"live": [], "stopping": []}
+    agent_chips.release("other")
+    agent_chips.release("third")
+    assert sorted(p.name for p in chips.iterdir()) == []
+
+
+def test_the_libtpu_lock_file_is_left_open_to_the_next_owner_whoever_it_is(tmp_path, monkeypatch):
+    from podctl.jobs import agent_chips
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    lock = tmp_path / run_layout.LIBTPU_LOCKFILE
+    old = os.umask(0o077)  # the agent's
+    try:
+        assert agent_chips.open_the_lock_to_all() is None
+    finally:
+        os.umask(old)
+    assert lock.stat().st_mode & 0o777 == 0o666
+    lock.chmod(0o644)  # as libtpu leaves it (root's, say)
+    assert agent_chips.open_the_lock_to_all() is None and lock.stat().st_mode & 0o777 == 0o666
 
 
 # ---- on a fake host ------------------------------------------------------------------
@@ -304,11 +346,12 @@ def test_a_hash_mismatch_or_a_busy_host_is_refused_and_said(host):
                             update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
     assert host.step(run) == f"{run} refused the agent's zip does not match the pointer's agent_sha"
 
-    # another run's live agent holds the chips: refused, naming it
+    # another run's live agent holds the chips, as it says in the host's /tmp: refused, naming it
     other = host.run_dir("other-run")
-    host.sh(f"mkdir -p {other} && cd {other} && "
+    chips = f"$TMPDIR/{run_layout.CHIPS_DIR}"
+    host.sh(f"mkdir -p {other} {chips} && cd {other} && "
             "(setsid python3 -c 'import time; time.sleep(300)' \"$PWD\" > /dev/null 2>&1 < /dev/null & "
-            f"echo $! > {run_layout.PID_FILE})")
+            f"echo \"$! {run_layout.CHIPS_LIVE}\" > {chips}/other-run)")
     run = "watch-run-6"
     host.publish(run, ("bash", "-c", "echo SCRIPT-RAN"))
     assert host.step(run) == f"{run} busy other-run"

@@ -194,7 +194,7 @@ def test_exec_streams_and_returns_exit_codes(slice16, fake, tmp_path):
     python3 = str(fake.hosts.image.bin_dir / "python3")  # the image's (fake/image_python.py)
     assert codes == {0: 0, 1: 0} and lines.by_host == {0: [python3], 1: [python3]}
     codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
-                                      ["bash", "-c", "exit $TPU_WORKER_ID"], Lines(), {1}))
+                                      ["bash", "-c", "exit ${HOSTNAME##*-w-}"], Lines(), {1}))
     assert codes == {1: 1}
 
 

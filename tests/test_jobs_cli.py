@@ -158,10 +158,10 @@ def test_options_after_the_script_are_the_scripts_own(podctl):
 
 
 def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podctl):
-    proc = podctl("exec", "cli16", "--", "echo $TPU_WORKER_ID")
+    proc = podctl("exec", "cli16", "--", "echo ${HOSTNAME##*-w-}")  # t1v-n-...-w-N: the worker
     assert sorted(proc.stdout.splitlines()) == ["[host 0000] 0", "[host 0001] 1"]
-    proc = podctl("exec", "cli16", "--hosts", "0", "--", "echo", "$TPU_WORKER_ID", "a b")
-    assert proc.stdout.splitlines() == ["[host 0000] $TPU_WORKER_ID a b"]
+    proc = podctl("exec", "cli16", "--hosts", "0", "--", "echo", "$HOSTNAME", "a b")
+    assert proc.stdout.splitlines() == ["[host 0000] $HOSTNAME a b"]
 
 
 @pytest.mark.host_env

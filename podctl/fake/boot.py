@@ -7,7 +7,7 @@ the node's metadata, as its hosts see it (node_fields.host_metadata), if there i
 `/bin/bash FILE`, FILE being the script written to the host's directory
 (`host-NNNN/startup-script`), from the host's `/` (its directory), with the environment
 an SSH session on the host gets (hosts.Host.environment: GCE_METADATA_HOST,
-STORAGE_EMULATOR_HOST, TPU_WORKER_ID, ...) for the user `root`, whose HOME is the host's
+STORAGE_EMULATOR_HOST, ...; no TPU_WORKER_*, as on a VM) for the user `root`, whose HOME is the host's
 `/root` (`host-NNNN/root/`). Its output (and its children's) is appended to
 `host-NNNN/startup-script.log`, the fake's serial console. It carries the host's
 token (hosts.TOKEN_VAR), so everything it starts, detached or not, dies with the host

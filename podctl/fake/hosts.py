@@ -197,7 +197,9 @@ class Host:
         home, tmp = self.home_of(user), self.root / "tmp"  # /tmp is the host's, shared by its users
         env = dict(self.node.base_env)
         env.update({"HOME": str(home), "USER": user, "LOGNAME": user, "TMPDIR": str(tmp),
-                    "HOSTNAME": self.hostname, "TPU_WORKER_ID": str(self.index), TOKEN_VAR: self.token,
+                    # no TPU_WORKER_*: a GCE TPU VM's sessions have none (GKE's webhook sets
+                    # them in pods); the worker number is the metadata server's
+                    "HOSTNAME": self.hostname, TOKEN_VAR: self.token,
                     # google-auth and podctl's agent find the metadata server by this name,
                     # tensorstore (orbax's arrays: the node's token for GCS) by the older one
                     "GCE_METADATA_HOST": self.metadata_host, "GCE_METADATA_IP": self.metadata_host,
@@ -477,16 +479,14 @@ class HostManager:
         # The node's name resolution (host_ssh.uts_preexec mounts it as /etc/hosts)
         (directory / "etc-hosts").write_text("127.0.0.1\tlocalhost\n" + "".join(
             f"{h.address}\t{h.hostname}\n" for h in nh.hosts))
-        nh.base_env = self._base_env(node, endpoints)
+        nh.base_env = self._base_env(node)
         self.nodes[nh.name] = nh
         self.track(asyncio.ensure_future(nh.listen()))
 
-    def _base_env(self, node: dict, endpoints: list[dict]) -> dict[str, str]:
+    def _base_env(self, node: dict) -> dict[str, str]:
         return {
             "PATH": f"{self.image.bin_dir}:{HOST_PATH}", "SHELL": "/bin/bash",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "TPU_WORKER_HOSTNAMES": ",".join(ep["ipAddress"] for ep in endpoints),
-            "TPU_ACCELERATOR_TYPE": str(node.get("acceleratorType", "")),
             "XLA_FLAGS": f"--xla_force_host_platform_device_count={_devices_per_host(node)}",
             "JAX_PLATFORMS": "cpu",
             "STORAGE_EMULATOR_HOST": self.gcs_url,
@@ -495,6 +495,8 @@ class HostManager:
             "PODCTL_FAKE_EXTERNAL_NET": addresses.EXTERNAL_NET,  # the firewall's (sitecustomize.py)
             # JAX finds the slice itself, as on a TPU VM (see tpu_vm/sitecustomize.py)
             "PYTHONPATH": str(Path(__file__).with_name("tpu_vm")),
+            # the image's interpreter, which has no ensurepip (tpu_vm/sitecustomize.py)
+            "PODCTL_FAKE_IMAGE_PYTHON": self.image.path,
             # templates/requirements.txt asks for jax[${PODCTL_JAX_EXTRA}]: CPU wheels here
             "PODCTL_JAX_EXTRA": "cpu",
             # uv's Python "downloads" come from the machine's interpreters (image_python.py);

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
+    import agent_chips
     import agent_control
     import agent_env
     import agent_gcs
@@ -55,7 +56,7 @@ try:  # on a host: the agent's zip holds its sibling modules at the top level
     from agent_procs import _quiet, _reap, become_subreaper, leftovers
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
     from podctl.jobs import (
-        agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch, run_layout,
+        agent_chips, agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch, run_layout,
     )
     from podctl.jobs.agent_logs import TAIL_IN_STATUS, LogShipper, process_mark
     from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers
@@ -198,6 +199,11 @@ class Agent:
     def on_term(self, signum: int, frame: object) -> None:
         """Pass the stop to the script's process group; when the script exits, whatever
         it left running is ended too (`end_leftovers`)."""
+        if not self.stopping:  # the host's other users see this run letting go (agent_chips.py)
+            try:  # (a signal handler: nothing said here, the log's lock may be held)
+                agent_chips.claim(self.cfg["run_id"], os.getpid(), stopping=True)
+            except OSError:
+                pass
         self.stopping = True
         grace = float(self.cfg.get("stop_grace_seconds", STOP_GRACE_SECONDS))
         try:  # podctl's stop may name a shorter grace (a stalled run cannot checkpoint)
@@ -479,7 +485,17 @@ class Agent:
         if control is not None:
             control.close()
 
+    def _claim_the_chips(self, stopping: bool = False) -> None:
+        """This host's chips are this run's (agent_chips.py); best effort: the rule is
+        there to refuse a second run in one line, libtpu's lock is what keeps it out."""
+        try:
+            agent_chips.claim(self.cfg["run_id"], os.getpid(), stopping)
+        except OSError as e:
+            self.logs.line(f"[podctl] cannot say on {run_layout.host_tag(self.cfg['host'])} that this run "
+                           f"holds the chips ({e}): another run may be started here meanwhile")
+
     def write_status(self, code: int, error: str | None = None) -> None:
+        agent_chips.release(self.cfg["run_id"])  # the script and what it left have ended
         if (self.run_dir / run_layout.STATUS_FILE).exists():
             return
         self.close_control()  # its last words before the lines close
@@ -510,6 +526,10 @@ class Agent:
         if (self.run_dir / run_layout.STOP_FILE).exists():
             self.stopping = True
         self.logs.start()
+        self._claim_the_chips(self.stopping)  # whoever runs next here sees it, root or not
+        said = agent_chips.open_the_lock_to_all()
+        if said:
+            self.logs.line(f"[podctl] {said}")
         self.logs.heartbeat(force=True)
         # From the start: a stop (or halt) asked while the bundle or the environment is being
         # fetched ends the run before its script starts; profile requests wait for the script.

@@ -39,9 +39,9 @@ BOOT_KEY = "podctl-boot"
 GUEST_NAMESPACE = "podctl"
 HOST_RUNS_DIR = ".podctl/runs"
 CONFIG_FILE = "config.json"
-PID_FILE = "agent.pid"
-STOP_FILE = "stop"
 STATUS_FILE = "status.json"
+CHIPS_DIR = "podctl-chips"  # in the host's /tmp: RUN_ID -> "PID STATE" (agent_chips.py)
+CHIPS_STOPPING = "stopping"
 AGENTS_DIR = ".podctl/agents"  # the agents' zips by hash, shared with launch.BOOT's cache
 # owner.LET_GO_SECONDS: how long a run asked to stop may take to let go of the chips
 LET_GO_SECONDS = 630.0
@@ -197,26 +197,25 @@ def _alive_agent(pid_text: str, run_id: str) -> bool:
 
 
 def others(run_id: str) -> dict[str, list[str]]:
-    """{"live": run ids, "stopping": run ids}: other runs whose agent is alive on this host
-    (owner.py's rule: a pid file, no status file, the process that run's agent; a stop
-    marker means it is letting go)."""
+    """{"live": run ids, "stopping": run ids}: other runs whose agent is alive on this host,
+    root's (through the watchers) and the login user's (over SSH) alike: owner.py's rule,
+    read from the host's /tmp (a file per run, "PID STATE"; the process that run's agent)."""
     found: dict[str, list[str]] = {"live": [], "stopping": []}
-    root = os.path.join(home(), HOST_RUNS_DIR)
+    root = os.path.join(os.environ.get("TMPDIR") or "/tmp", CHIPS_DIR)
     try:
-        names = sorted(os.listdir(root))
+        names = sorted(n for n in os.listdir(root) if not n.startswith("."))
     except OSError:
         return found
     for other in names:
-        d = os.path.join(root, other)
-        if other == run_id or os.path.exists(os.path.join(d, STATUS_FILE)):
+        if other == run_id:
             continue
         try:
-            with open(os.path.join(d, PID_FILE)) as f:
-                pid = f.read()
+            with open(os.path.join(root, other)) as f:
+                pid, _, state = f.readline().strip().partition(" ")
         except OSError:
             continue
         if _alive_agent(pid, other):
-            found["stopping" if os.path.exists(os.path.join(d, STOP_FILE)) else "live"].append(other)
+            found["stopping" if state == CHIPS_STOPPING else "live"].append(other)
     return found
 
 

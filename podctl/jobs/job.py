@@ -277,7 +277,7 @@ async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins
                         sink: LineSink, hosts: set[int] | None, *, user: str = SSH_USER) -> dict[int, int]:
     """Run COMMAND on the hosts; stream its lines. One word is a shell command line, run
     as it is (as `ssh HOST 'CMD'` and `gcloud ... --command` do: `exec NAME -- 'echo
-    $TPU_WORKER_ID'`); several are argv, each quoted for the remote shell."""
+    ${HOSTNAME##*-w-}'`); several are argv, each quoted for the remote shell."""
     chosen = [t for t in targets if hosts is None or t.index in hosts]
     line = command[0] if len(command) == 1 else shlex.join(command)
     async with Fleet(chosen, private_key, pins, user=user) as fleet:

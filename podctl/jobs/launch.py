@@ -33,7 +33,8 @@ AGENT_FILE = Path(__file__).with_name("agent.py")
 # it shares with podctl (metric_line.py: a script's records; run_layout.py: every GCS name;
 # host_config.py: a host's config from launch.json, which the host's watcher runs).
 AGENT_MODULES = ("agent.py", "agent_gcs.py", "agent_env.py", "agent_env_fetch.py", "agent_control.py",
-                 "agent_logs.py", "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "metric_line.py",
+                 "agent_logs.py", "agent_maintenance.py", "agent_procs.py", "agent_watch.py", "agent_chips.py",
+                 "metric_line.py",
                  "run_layout.py", "host_config.py")
 _AGENT_MAIN = b"import sys\nimport agent\nsys.exit(agent.main(sys.argv))\n"
 

@@ -2,11 +2,13 @@
 
 On a TPU VM only one process can hold the chips (libtpu takes /tmp/libtpu_lockfile;
 a second one fails at JAX start). So before its agents start, a run asks every host
-which other runs' agents are alive there (`~/.podctl/runs/ID/agent.pid`, no
-`status.json` yet):
+which other runs' agents are alive there, whoever started them: a run through the
+slice's watchers is root's, one over SSH the login user's, so the rule is host-wide,
+one file per run in the host's /tmp (`podctl-chips/RUN_ID`, "PID STATE", written by the
+run's agent: agent_chips.py; the watchers read the same, host_watch.others):
 - one that was not asked to stop is a live run: the new one is refused, naming it
   and `podctl stop`, before anything starts anywhere;
-- one that was asked to stop (its `stop` marker) is letting go: a relaunch in place
+- one that was asked to stop (`stopping`) is letting go: a relaunch in place
   waits for it to end, then starts.
 """
 
@@ -27,26 +29,25 @@ LET_GO_SECONDS = STOP_GRACE_SECONDS + 30.0
 _POLL_SECONDS = 1.0
 
 # Prints "live ID" or "stopping ID" for each other run whose agent is alive on this host
-# (the host's run directories and their files: run_layout.py). Alive means: the pid's
+# (the host's /tmp: TMPDIR where set, as agent_chips.host_tmp). Alive means: the pid's
 # process exists, is not a zombie (a killed agent is reparented to PID 1, and a container's
 # PID 1 may never reap it: `kill -0` would call it alive forever) and its command line is
-# that run's agent (started in its run directory), not a later process that reused the pid.
+# that run's agent (started in its run directory), not a later process that reused the pid;
+# /proc/PID/status and cmdline are readable for another user's processes too.
 _OTHERS = r"""
-for p in "$HOME"/{runs}/*/{pid}; do
+for p in "${TMPDIR:-/tmp}"/{chips}/*; do
   [ -f "$p" ] || continue
-  d=$(dirname "$p"); id=$(basename "$d")
+  id=$(basename "$p")
   [ "$id" = {run_id} ] && continue
-  [ -e "$d/{status}" ] && continue
-  pid=$(cat "$p" 2>/dev/null)
+  { read -r pid state < "$p"; } 2>/dev/null || continue  # gone meanwhile: its run ended
   case "$pid" in ""|*[!0-9]*) continue;; esac
   st=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
   case "$st" in ""|Z|X) continue;; esac
   tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "/$id" || continue
-  if [ -e "$d/{stop}" ]; then echo "stopping $id"; else echo "live $id"; fi
+  if [ "$state" = {stopping} ]; then echo "stopping $id"; else echo "live $id"; fi
 done
 true
-""".replace("{runs}", run_layout.HOST_RUNS_DIR).replace("{pid}", run_layout.PID_FILE) \
-    .replace("{status}", run_layout.STATUS_FILE).replace("{stop}", run_layout.STOP_FILE)
+""".replace("{chips}", run_layout.CHIPS_DIR).replace("{stopping}", run_layout.CHIPS_STOPPING)
 
 
 def others_command(run_id: str) -> str:

@@ -281,6 +281,14 @@ PID_FILE = "agent.pid"  # the agent's pid, written once it can take a stop
 STOP_FILE = "stop"  # podctl's stop marker; its text, if any: the script's grace in seconds
 STATUS_FILE = "status.json"  # the host's end, as uploaded (a run that has one has ended)
 
+# One owner of the chips per host, whoever started the run (root through the watchers, the
+# login user over SSH: two homes): each run's agent keeps a file RUN_ID, "PID STATE\n",
+# in CHIPS_DIR under the host's /tmp (agent_chips.py writes it; owner.py and host_watch.py
+# read it), from its start until its script and what it left have ended.
+CHIPS_DIR = "podctl-chips"
+CHIPS_LIVE, CHIPS_STOPPING = "live", "stopping"  # STATE: holds the chips / asked to let go
+LIBTPU_LOCKFILE = "libtpu_lockfile"  # libtpu's, in the host's /tmp
+
 
 # ---- a slice's node metadata and guest attributes (boot_script.py, host_watch.py) ------
 

@@ -5,14 +5,17 @@ there, so JAX asks the metadata server for the worker list and this worker's num
 (its GceTpuCluster). A fake host has CPU devices and no libtpu, so JAX would look for
 no TPU cluster and fail ("Number of processes must be defined"). The fake puts this
 directory on its hosts' PYTHONPATH; when JAX's distributed module loads, this adds a
-cluster that reads what the host's environment says of the slice (TPU_WORKER_HOSTNAMES,
-TPU_WORKER_ID, and MEGASCALE_* for multislice; podctl's agent gives every run these
-and JAX_COORDINATOR_ADDRESS, as on a real slice). Scripts run unchanged on both.
+cluster that asks the host's metadata server the same (`agent-worker-number`,
+`worker-network-endpoints`), as GceTpuCluster does; where the environment names the slice
+(TPU_WORKER_HOSTNAMES, TPU_WORKER_ID, as podctl's agent gives every run, and as GKE's
+webhook gives pods) it reads that instead, as GkeTpuCluster does; MEGASCALE_* for
+multislice. A host's SSH sessions carry no TPU_WORKER_* (a GCE TPU VM sets none). Scripts
+run unchanged on both.
 
 And, a fake host being this machine: the coordinator JAX starts on process 0 binds
 the host's own (loopback) address, not every interface, unless the script chose.
 
-Two rules of a real TPU VM are kept here too:
+Rules of a real TPU VM kept here too:
 - The default VPC's firewall: from a host, another host's (or its own) external address
   answers on SSH only, and no host can bind an external address (Google NATs it; the
   VM's interface has only its internal one: EADDRNOTAVAIL). Python's socket.connect() to an external address on another
@@ -21,16 +24,24 @@ Two rules of a real TPU VM are kept here too:
   it finds nothing listening at the external address instead, because what a host
   opens binds its internal address (JAX_COORDINATOR_BIND_ADDRESS), and keeps retrying
   until JAX's timeout, as on Google.
-- One TPU owner: libtpu takes the host's /tmp/libtpu_lockfile when JAX starts its
-  backend; a second process then fails with libtpu's message until the first exits.
-  The fake host's /tmp is its own TMPDIR (PODCTL_FAKE_LIBTPU_LOCKFILE names the file).
+- One TPU owner: libtpu opens the host's /tmp/libtpu_lockfile (O_CREAT|O_RDWR, 0644) and
+  takes a lockf lock when JAX starts its backend; a second process then fails with
+  libtpu's message until the first exits. The file stays after its holder exits, its
+  owner's: another user (not root) cannot open a file it may not write, and libtpu then
+  says the TPU is in use "by another process probably owned by another user". The fake
+  host's /tmp is its own TMPDIR (PODCTL_FAKE_LIBTPU_LOCKFILE names the file); its users
+  share one uid, so the file's owner is kept beside it (`_LockFile`).
+- The image's Python has no ensurepip (Ubuntu's python3 without python3.10-venv):
+  `python3 -m ensurepip` says "No module named ensurepip" and `python3 -m venv X` fails
+  with Ubuntu's message (`--without-pip` works), for the image's interpreter only
+  (PODCTL_FAKE_IMAGE_PYTHON), not for uv's.
 
 And one of its identity: google-cloud-storage takes the node's credentials (the metadata
 server's token) as on a TPU VM, rather than going anonymous for the emulator
 (`_node_credentials`).
 
-Only the standard library; nothing happens until (and unless) JAX (or
-google-cloud-storage) is imported. A JAX whose insides differ is left as it is (the
+Only the standard library; nothing happens until (and unless) JAX, venv or
+google-cloud-storage is imported. A JAX whose insides differ is left as it is (the
 script then passes the values itself).
 """
 
@@ -46,6 +57,22 @@ from types import ModuleType
 
 
 
+def _metadata(key: str) -> str | None:
+    """instance/attributes/KEY from the host's metadata server (GCE_METADATA_IP, as JAX's
+    get_metadata), None where it has no such key."""
+    import urllib.error
+    import urllib.request
+
+    host = os.environ.get("GCE_METADATA_IP") or os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
+    request = urllib.request.Request(f"http://{host}/computeMetadata/v1/instance/attributes/{key}",
+                                     headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.read().decode()
+    except urllib.error.HTTPError:
+        return None
+
+
 def _fake_tpu_vm_cluster() -> None:
     from jax._src.clusters import cloud_tpu_cluster
 
@@ -55,15 +82,20 @@ def _fake_tpu_vm_cluster() -> None:
         @classmethod
         def is_env_present(cls) -> bool:
             return os.environ.get("PODCTL_FAKE_HOST") == "1" and bool(
-                os.environ.get("TPU_WORKER_HOSTNAMES"))
+                os.environ.get("TPU_WORKER_HOSTNAMES") or _metadata("agent-worker-number"))
 
         @staticmethod
         def _get_process_id_in_slice() -> int:
-            return int(os.environ["TPU_WORKER_ID"])
+            if os.environ.get("TPU_WORKER_HOSTNAMES"):  # GKE's way, and podctl's agent's
+                return int(os.environ["TPU_WORKER_ID"])
+            return int(_metadata("agent-worker-number") or 0)  # GCE's
 
         @staticmethod
         def _get_worker_list_in_slice() -> list[str]:
-            return os.environ["TPU_WORKER_HOSTNAMES"].split(",")
+            if os.environ.get("TPU_WORKER_HOSTNAMES"):
+                return os.environ["TPU_WORKER_HOSTNAMES"].split(",")
+            # GCE's NAME:NUMBER:IP triples, as GceTpuCluster reads them
+            return [w.split(":")[-1] for w in (_metadata("worker-network-endpoints") or "").split(",")]
 
         # a real TPU VM may also find these in its metadata; a fake host has only its env
         @staticmethod
@@ -86,9 +118,49 @@ def _fake_tpu_vm_cluster() -> None:
             return None  # one process per host, seeing all of its devices
 
 
+IN_USE = ("ABORTED: The TPU is already in use by process with pid {pid}. "
+          "Not attempting to load libtpu.so in this process.")
+# libtpu's words where the lock file cannot be opened (or its holder cannot be seen)
+ANOTHER_USER = ('ABORTED: The TPU is already in use by another process probably owned by another user. '
+                'Run "$ sudo lsof -w /dev/accel0" to figure out which process is using the TPU. '
+                'If you still get this message, run "$ sudo rm /tmp/libtpu_lockfile".')
+
+
+class _LockFile:
+    """libtpu's lock file on a host whose users share one uid: its owner (the user who
+    made it) is kept in OWNER_SUFFIX's file beside it, so that another user's open for
+    writing fails as the kernel would refuse it (EACCES: mode 0644, not theirs, not
+    root). A mode its owner widened (chmod o+w) lets anyone in, as on a VM."""
+
+    OWNER_SUFFIX = ".fake-owner"
+
+    def __init__(self, path: str) -> None:
+        self.path, self.user = path, os.environ.get("USER") or "root"
+
+    def open(self) -> int:
+        """-> an fd open for writing; PermissionError as a VM's kernel would say it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            pass
+        else:
+            with open(self.path + self.OWNER_SUFFIX, "w") as f:
+                f.write(self.user)
+            return fd
+        try:
+            with open(self.path + self.OWNER_SUFFIX) as f:
+                owner = f.read().strip()
+        except OSError:
+            owner = self.user  # made by a hand other than libtpu's: taken as the caller's
+        if self.user != "root" and owner != self.user and not os.stat(self.path).st_mode & 0o002:
+            raise PermissionError(13, f"Permission denied: {self.path!r} (owned by {owner})")
+        return os.open(self.path, os.O_RDWR)
+
+
 def _take_the_chips(module: object) -> None:
-    """Backend start takes the host's lock file (flock, held until this process and the
-    children it forks have exited), as libtpu does; a second holder fails at start."""
+    """Backend start opens the host's lock file and takes a lockf lock on it (held until
+    this process exits; not by its children), as libtpu does; a second holder fails at
+    start, and so does a user who may not write another user's file."""
     lockfile = os.environ.get("PODCTL_FAKE_LIBTPU_LOCKFILE")
     init = getattr(module, "_init_backend", None)
     if not lockfile or init is None:
@@ -100,14 +172,16 @@ def _take_the_chips(module: object) -> None:
 
         if held:
             return
-        fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = _LockFile(lockfile).open()
+        except PermissionError:
+            raise RuntimeError(ANOTHER_USER) from None  # lockf(-1) fails; no holder to be seen
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise RuntimeError(f"ABORTED: The TPU is already in use by process with pid {holder}. "
-                               "Not attempting to load libtpu.so in this process.") from None
+            raise RuntimeError(IN_USE.format(pid=holder)) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         held.append(fd)
@@ -117,6 +191,48 @@ def _take_the_chips(module: object) -> None:
         return init(platform)
 
     module._init_backend = init_backend  # type: ignore[attr-defined]
+
+
+# Ubuntu's venv (Debian's patch to it) when ensurepip is missing: its words, on stdout, exit 1
+NO_ENSUREPIP = """\
+The virtual environment was not created successfully because ensurepip is not
+available.  On Debian/Ubuntu systems, you need to install the python3-venv
+package using the following command.
+
+    apt install python{}.{}-venv
+
+You may need to use sudo with that command.  After installing the python3-venv
+package, recreate your virtual environment.
+
+Failing command: {}
+"""
+
+
+def _the_image_python() -> bool:
+    """Is this (or this venv's base) the image's interpreter, which has no ensurepip?"""
+    image = os.environ.get("PODCTL_FAKE_IMAGE_PYTHON")
+    if not image:
+        return False
+    # PREFIX/bin/python3.X
+    return os.path.realpath(sys.base_prefix) == os.path.dirname(os.path.dirname(os.path.realpath(image)))
+
+
+def _no_ensurepip() -> None:
+    """The image's Python has no ensurepip module (Ubuntu ships it in python3.10-venv)."""
+    sys.modules["ensurepip"] = None  # type: ignore[assignment]  # `-m ensurepip`: "No module named"
+
+
+def _venv_without_ensurepip(module: object) -> None:
+    """venv's pip step fails as Ubuntu's venv says it (its child runs isolated, `-I`,
+    where this module is not loaded: the step is answered here)."""
+    builder = module.EnvBuilder  # type: ignore[attr-defined]
+
+    def setup_pip(self: object, context: object) -> None:
+        cmd = [context.env_exec_cmd, "-Im", "ensurepip", "--upgrade", "--default-pip"]  # type: ignore[attr-defined]
+        sys.stdout.write(NO_ENSUREPIP.format(*sys.version_info[:2], cmd))
+        sys.exit(1)
+
+    builder._setup_pip = setup_pip
 
 
 def _firewall() -> None:
@@ -185,28 +301,33 @@ def _bind_to_the_coordinators_own_address(module: object) -> None:
 
 
 class _AfterJaxModules(importlib.abc.MetaPathFinder):
-    """Adapts each of _ADAPT's modules (JAX's, google-cloud-storage's) once it has loaded."""
+    """Adapts each of _ADAPT's modules (JAX's, google-cloud-storage's, venv's) once it has
+    loaded. A module is crossed off when it runs, not when its spec is asked for: runpy
+    (`python3 -m venv`) asks for a package's spec, then imports it anew."""
 
     def __init__(self) -> None:
         self.waiting: dict[str, Callable[[ModuleType], None]] = dict(_ADAPT)
 
     def find_spec(self, name: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
-        adapt = self.waiting.pop(name, None)
-        if adapt is None:
+        if name not in self.waiting:
             return None
         sys.meta_path.remove(self)  # the real spec, found without this finder
         try:
             spec = importlib.util.find_spec(name)
         finally:
-            if self.waiting:
-                sys.meta_path.insert(0, self)
+            sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
 
         def exec_then_adapt(module: ModuleType) -> None:
             exec_module(module)
+            adapt = self.waiting.pop(name, None)
+            if not self.waiting and self in sys.meta_path:
+                sys.meta_path.remove(self)
+            if adapt is None:
+                return
             try:
                 adapt(module)
             except Exception as e:  # a JAX whose insides differ: left as it is
@@ -247,4 +368,7 @@ _ADAPT = {"jax._src.distributed": _distributed, "jax._src.xla_bridge": _take_the
 
 if os.environ.get("PODCTL_FAKE_HOST") == "1":
     _firewall()
+    if _the_image_python():
+        _no_ensurepip()
+        _ADAPT["venv"] = _venv_without_ensurepip
     sys.meta_path.insert(0, _AfterJaxModules())
