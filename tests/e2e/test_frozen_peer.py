@@ -42,7 +42,7 @@ def test_a_host_frozen_mid_run_is_the_runs_cause_not_the_host_jax_ended(podctl):
         (run_id,) = run_ids
         assert code == 134, log[-4000:]
         assert f"run {run_id} failed: {BLAME}" in log, log[-4000:]
-        assert "stalled" not in log and "exited 134" not in log
+        assert f"run {run_id} stalled" not in log and "failed: host 0000" not in log
         assert json.loads(out)["failed_host"] == 1
         record = next(r for r in podctl.json("runs") if r["run_id"] == run_id)
         assert (record["state"], record["exit_code"], record["failed_host"]) == ("failed", 134, 1)
