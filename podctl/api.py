@@ -459,7 +459,7 @@ class Run:
             async def stop_and_close() -> None:
                 try:
                     await _request_stop(self.cloud.session, job.run_id)
-                    await job.stop()
+                    await job.stop(by=STOPPED_BY)
                 finally:
                     await job.close()
 

@@ -222,7 +222,7 @@ async def watch_budget(follow: Awaitable[T], *, api: TpuApi, parent: str, job: J
     with contextlib.suppress(BaseException):
         await task
     with contextlib.suppress(Exception):
-        await job.stop()  # the record says stopped, with its end time
+        await job.stop(by="budget")  # the record says stopped, by whom, with its end time
     await delete_slice(api, parent, info, policy)
     notice(f"deleted slice {info.name}")
     raise BudgetExceededError(f"budget reached ({why}): run {job.run_id} was stopped and slice "

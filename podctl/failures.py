@@ -34,6 +34,39 @@ CHIP_ERROR = re.compile(r"(TPU|chip|HBM|ICI|accelerator|device)\b[^\n]{0,80}?"
                         r"timed out|not responding|DATA_LOSS|INTERNAL)", re.IGNORECASE)
 
 
+# JAX's coordination service ending a process because a PEER stopped answering (its
+# heartbeats stopped): the process that exits (SIGABRT, 134) is the messenger, not the
+# cause. The words are XLA's (coordination_service.cc CheckHeartbeatTimeout, the agent's
+# RPC error, pjrt/distributed/client.h), as a fake v5p-16 with one host SIGSTOPped
+# printed them under jax 0.11: the stale tasks are listed one a line, by task id
+# ("1") or, in older XLA, by name ("/job:jax_worker/replica:0/task:1").
+COORDINATION_ABORT = re.compile(
+    r"Terminating process because the JAX distributed service detected fatal errors"
+    r"|stopped sending heartbeats\)|heartbeat timeout\. This indicates"
+    r"|Failed to send RPC to coordination service")
+_STALE_LIST = re.compile(r"stopped sending heartbeats\):\s*\n((?:[^\n]*\n?)*?)[^\n]*The tasks have crashed")
+_TASK = re.compile(r"^\s*(?:/job:[\w-]+/replica:\d+/task:)?(\d+)\s*$")
+_TIMED_OUT_TASK = re.compile(r"Task (?:/job:[\w-]+/replica:\d+/task:)?(\d+) heartbeat timeout")
+# The agent's side: it lost the service itself, which lives in the leader, task 0.
+_LEADER_LOST = re.compile(r"Failed to send RPC to coordination service\. Either the leader task")
+
+
+def coordination_abort(text: str | None) -> tuple[int, ...] | None:
+    """The JAX process indices (task ids) that JAX's coordination service says stopped
+    answering, when TEXT (a failed host's error and last lines) is its abort; () when it
+    names none; None when TEXT is no such abort."""
+    if not text or not COORDINATION_ABORT.search(text):
+        return None
+    named: list[int] = []
+    for listed in _STALE_LIST.finditer(text):
+        named += [int(m.group(1)) for line in listed.group(1).splitlines()
+                  if (m := _TASK.match(line))]
+    named += [int(m.group(1)) for m in _TIMED_OUT_TASK.finditer(text)]
+    if not named and _LEADER_LOST.search(text):
+        named.append(0)
+    return tuple(dict.fromkeys(named))
+
+
 # Node health (tpu.v2 Node.Health) that says its hosts are not fit to run on: a relaunch
 # goes to new hardware. (UNHEALTHY_MAINTENANCE passes: podctl/maintenance.py waits it out.)
 UNFIT_HEALTH = frozenset({"TIMEOUT", "UNHEALTHY_TENSORFLOW"})
@@ -85,6 +118,10 @@ def infrastructure_reason(exit_code: int | None, state: str | None = None,
         return "host lost" + (f" ({error})" if error else "")
     if exit_code in INFRA_EXIT_CODES:
         return f"exit code {exit_code} (killed from outside the script)"
+    tasks = coordination_abort(error)
+    if tasks is not None:  # the host is the messenger: a peer stopped answering
+        peers = f"JAX process {', '.join(str(t) for t in tasks)}" if tasks else "a peer"
+        return f"JAX's coordination service ended it ({peers} stopped answering)"
     if exit_code in CRASH_SIGNALS:
         return f"crashed ({CRASH_SIGNALS[exit_code]})"
     named = CHIP_ERROR.search(error) if error else None
@@ -100,6 +137,8 @@ def hardware_cause(exit_code: int | None, error: str | None = None) -> str | Non
     relaunching on the same hardware."""
     if exit_code == EXIT_HOST_LOST:
         return "host lost"
+    if coordination_abort(error) is not None:  # ended for a peer: not this host's fault
+        return None
     if exit_code in CRASH_SIGNALS:
         return f"crashed ({CRASH_SIGNALS[exit_code]})"
     if error and CHIP_ERROR.search(error):

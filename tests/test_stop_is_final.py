@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -53,11 +54,30 @@ def test_podctl_stop_of_a_recover_run_ends_it_for_good(podctl):
         log = "".join(err)
         assert "recovering" not in log and "attempt 2" not in log, log
         assert f"run {run_id} ended: stopped by podctl stop (a stop is final" in log
+        # the last line says what the record says (it said "failed: host 0000 exited 143")
+        assert log.strip().splitlines()[-1] == f"podctl: run {run_id} stopped by podctl stop", log
         record = _record(podctl, run_id)
         assert record["state"] == "stopped" and record["extra"]["stopped_by"] == "podctl stop"
         assert record["extra"]["recovering"] is False
         again = podctl("stop", run_id)
         assert "is not running (stopped" in again.stderr
+    finally:
+        _end(podctl, proc)
+
+
+def test_sigterm_to_a_recover_follower_records_the_run_stopped_by_it(podctl):
+    """Recorded `failed exit 143` before: the follower's end wrote over the stop's."""
+    proc, err, run_id, _ = _follow_recovering(podctl)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        assert proc.returncode == 143, "".join(err)
+        assert f"interrupted (SIGTERM); run {run_id} stopped on every host" in "".join(err)
+        time.sleep(3)  # a follower still writing would write within its poll
+        record = _record(podctl, run_id)
+        assert (record["state"], record["extra"]["stopped_by"]) == ("stopped", "SIGTERM"), record
+        row = next(line for line in podctl("runs").stdout.splitlines() if line.startswith(run_id))
+        assert row.endswith("stopped by SIGTERM"), row
     finally:
         _end(podctl, proc)
 

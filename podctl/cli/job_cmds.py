@@ -226,6 +226,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             maintenance.stopped_for(session.storage, result.run_id))
         if plan is not None:  # stopped cleanly before host maintenance: say how to resume
             _notice(maintenance.stop_message(result.run_id, name, str(script), plan))
+        elif supervised.record is not None:  # its end as the record says it (`runs` too)
+            _notice(f"run {supervised.run_id} {steps.end_words(supervised.record)}")
         elif result.failed:
             failed = result.failed
             _notice(f"run {result.run_id} failed: {host_name(failed.host, failed.process)} exited "
@@ -287,7 +289,7 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
     def action() -> None:
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
-        from podctl.steps import Session, list_runs
+        from podctl.steps import Session, end_words, list_runs
 
         records = run_sync(list_runs(Session.open(ctx.settings(project, zone, bucket)),
                                      as_shown=True))
@@ -309,8 +311,9 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
                          f"{r.extra.get('steps_lost', 0)} steps lost" if recoveries else "")
             share = r.extra.get("goodput")
             recovered += f"  goodput {share:.0%}" if isinstance(share, (int, float)) else ""
+            why = f"  {shown(end_words(r))}" if r.state in ("failed", "stopped", "lost") else ""
             click.echo(f"{r.run_id:48s} {r.state:10s} exit {code:>3s}  {shown(r.slice_name)} "
-                       f"({r.num_hosts} hosts)  {when} UTC  {shown(r.script or '')}{recovered}")
+                       f"({r.num_hosts} hosts)  {when} UTC  {shown(r.script or '')}{recovered}{why}")
 
     guarded(action)
 

@@ -153,6 +153,7 @@ class Agent:
         self.stopping = False
         self.stop_deadline: float | None = None
         self.termed: int | None = None  # the script (pid) already sent SIGTERM
+        self.killed_state: str | None = None  # the script's process state when it was SIGKILLed
         self.maintenance: dict | None = None  # the maintenance that stopped the run, if one did
         self.stacks_asked = threading.Event()
         self.control: agent_control.Control | None = None  # from main's start to the status
@@ -402,7 +403,12 @@ class Agent:
                     if child.poll() is not None:
                         exited_at = now
                     elif self.stop_deadline is not None and now > self.stop_deadline:
-                        self.logs.line("[podctl] the script ignored the stop; killing it")
+                        # A script stopped (state T: SIGSTOP, a debugger) cannot take a
+                        # SIGTERM: kept for the status, where podctl finds who froze a run.
+                        self.killed_state = (agent_watch.process_state(child.pid) or {}).get("state")
+                        self.logs.line("[podctl] the script was stopped (process state T) and "
+                                       "could not take the stop; killing it" if self.killed_state == "T"
+                                       else "[podctl] the script ignored the stop; killing it")
                         with _quiet():
                             os.killpg(child.pid, signal.SIGKILL)
                         self.stop_deadline = float("inf")
@@ -505,7 +511,8 @@ class Agent:
                   "preempted": self.preempted(), "maintenance": self.maintenance,
                   "phases": self.logs.phases, "process_index": self.logs.process_index,
                   # a failure's last lines: podctl reads a runtime error naming the chip here
-                  "tail": self.logs.tail[-TAIL_IN_STATUS:] if code else []}
+                  "tail": self.logs.tail[-TAIL_IN_STATUS:] if code else [],
+                  "fatal": self.logs.fatal if code else [], "killed_state": self.killed_state}
         # Every line in GCS first: readers take the status as the end of this host's lines.
         if not self.logs.close():
             status["unshipped_lines"] = self.logs.unshipped

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -23,6 +24,11 @@ except ImportError:  # imported by podctl itself
 TAIL_LINES = 20
 TAIL_IN_STATUS = 20  # a failure's last lines in its status: podctl reads a chip error there
 TAIL_CHARS = 4096  # each tail line is cut to this: the status stays small whatever was printed
+# A native abort's cause: the first glog FATAL line ("F1207 04:38:43.871840  716 client.h:86]
+# ...": a CHECK failure, JAX's coordination service ending the process) and the lines after
+# it, kept for the status however long the stack dump that follows is (the tail is not).
+GLOG_FATAL = re.compile(r"F\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
+FATAL_LINES = 12
 # At the run's end the agent ships every line left (and then its status) through a GCS
 # outage of up to this long, retrying with backoff and beating meanwhile; only after it
 # does it give up, the lines staying in the host's local log.
@@ -59,6 +65,8 @@ class LogShipper:
         self.lock = threading.Lock()
         self.flushing = threading.Lock()  # one flush at a time: chunk numbers stay in order
         self.tail: list[str] = []
+        self.fatal: list[str] = []  # GLOG_FATAL's line and those after it
+        self._fatal_left = 0
         self.refused = ""  # GCS's 401/403 to the host's account, once met (the agent ends the run)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="podctl-log-shipper", daemon=True)
@@ -84,6 +92,11 @@ class LogShipper:
             self.pending.append(text + "\n")
             self.lines += 1
             self.tail = (self.tail + [text[:TAIL_CHARS]])[-TAIL_LINES:]
+            if self._fatal_left:
+                self.fatal.append(text[:TAIL_CHARS])
+                self._fatal_left -= 1
+            elif not self.fatal and GLOG_FATAL.match(text):
+                self.fatal, self._fatal_left = [text[:TAIL_CHARS]], FATAL_LINES - 1
 
     def _upload(self, name: str, data: str, content_type: str = "text/plain",
                 attempts: int = 6) -> bool:

@@ -18,23 +18,26 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from collections.abc import Callable
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.names import login
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
-from podctl.jobs import bundle, env_ship, launch, run_layout, run_record
+from podctl.failures import coordination_abort
+from podctl.signals import name_of_stop, received
+from podctl.jobs import bundle, env_ship, launch, run_files, run_layout, run_record
 from podctl.jobs.channel import Channel, SshChannel
 from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
+from podctl.jobs.peer_cause import PeerCause, peer_cause
 from podctl.jobs.run_spec import RunSpec
 from podctl.jobs.run_record import HostStatus, RunRecord
 from podctl.numbers import parse_hosts_text
 from podctl.jobs.ssh import Fleet, HostPins, Target
-from podctl.jobs.run_files import read_record, save_record
+from podctl.jobs.run_files import read_record, read_stop_request, save_record
 from podctl.storage import Storage
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -46,6 +49,7 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FAIL_FAST_GRACE_SECONDS = 30.0
 FAIL_FAST_WAIT_SECONDS = FAIL_FAST_GRACE_SECONDS + 15.0
 Notice = Callable[[str], None]
+T = TypeVar("T")
 
 
 def parse_env(pairs: list[str], files: list[Path] | tuple[Path, ...] = (),
@@ -123,8 +127,26 @@ class RunRequest:
 class RunResult:
     run_id: str
     exit_code: int
-    failed: HostStatus | None
+    failed: HostStatus | None  # the host the run's failure is blamed on (its status)
     statuses: dict[int, HostStatus]
+    # the first failure was JAX's coordination service ending a host for a peer that
+    # stopped answering: that peer is `failed`, and this says both (peer_cause.py)
+    cause: PeerCause | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run failed, in words (None: it succeeded)."""
+        return failure_reason(self.exit_code, self.failed, self.cause)
+
+
+def failure_reason(code: int, failed: HostStatus | None, cause: PeerCause | None) -> str | None:
+    """A failed run's one reason, the same in the client's end line and the record."""
+    if cause is not None:
+        return cause.describe()
+    if failed is None:
+        return None
+    why = f"{host_name(failed.host, failed.process)} exited {code}"
+    return why + (f" ({failed.error.splitlines()[0][:200]})" if failed.error else "")
 
 
 class Job:
@@ -146,6 +168,9 @@ class Job:
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
         self.starting = False  # agents may be running: a stop must reach them
+        self.stopped_by: str | None = None  # who stopped the run (stop()), for its record
+        # podctl ended the run for a failure it saw (a stall): its record says failed, why
+        self.end_reason: str | None = None
 
     async def _write_record(self) -> None:
         assert self.record is not None
@@ -217,11 +242,18 @@ class Job:
         reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts,
                            notice=self.notice, explain=self._refusal)
         stopping: asyncio.Future | None = None
+        peers: tuple[dict[int, dict], float] | None = None  # heartbeats when a host was aborted
 
         async def on_status(status: HostStatus) -> None:
-            nonlocal stopping
+            nonlocal stopping, peers
             if status.error is not None and status.error == reader.refusal:
                 return  # said once, as the run's error, below
+            if (peers is None and not status.stopped and status.exit_code != 0
+                    and coordination_abort(status.explanation()) is not None):
+                # JAX ended this host for a peer that stopped answering: how the peers
+                # stand now, before the fail-fast stop below changes it (peer_cause.py)
+                with contextlib.suppress(Exception):
+                    peers = (await run_files.read_beats(self.storage, self.run_id), time.time())
             if status.exit_code != 0 and not status.stopped and stopping is None:
                 what = status.error or f"exit code {status.exit_code}"
                 self.notice(f"{host_name(status.host, status.process)} failed ({what})")
@@ -246,31 +278,64 @@ class Job:
                         f"{', '.join(f'{h:04d}' for h in left)} (fail-fast; its agent ends its "
                         f"script: SIGKILL {FAIL_FAST_GRACE_SECONDS:.0f} s after the stop)")
         code, failed = run_record.job_exit_code(statuses)
+        cause = peer_cause(statuses, peers[0] if peers else None, len(self.targets),
+                           peers[1] if peers else time.time())
+        if cause is not None:  # the run's end line says it
+            failed = statuses.get(cause.host) or HostStatus(
+                host=cause.host, exit_code=code, ended=time.time(), process=cause.process)
         assert self.record is not None
         self.record.state = "succeeded" if code == 0 else "failed"
         self.record.exit_code, self.record.ended = code, time.time()
         self.record.failed_host = failed.host if failed else None
+        reason = failure_reason(code, failed, cause)
+        stopped_by = None
+        if failed is not None and failed.stopped and cause is None:  # every failure was podctl's stop
+            if self.end_reason is not None:  # for a failure podctl saw (a stall)
+                reason = self.end_reason
+            else:  # its owner's: this client's Ctrl-C, or `podctl stop` elsewhere
+                asked = await _quietly(read_stop_request(self.storage, self.run_id))
+                stopped_by = self.stopped_by or (asked.by if asked else None) or "podctl"
+        if stopped_by is not None:
+            self.record.state, self.record.failed_host = "stopped", None
+            self.record.extra["stopped_by"] = stopped_by
+        elif reason is not None:
+            self.record.extra["reason"] = reason
+        if cause is not None:
+            self.record.extra["peer_cause"] = cause.to_json()
         await self._write_record()
         if reader.refusal is not None:  # the role went mid-run: said as a refusal at the start is
             raise StoragePermissionError(reader.refusal)
-        return RunResult(self.run_id, code, failed, statuses)
+        return RunResult(self.run_id, code, failed, statuses, cause)
 
     async def _refusal(self) -> str | None:
         """Why the hosts went quiet, if it is GCS refusing the nodes' account (the channel's
         word: over SSH, worker 0 asked again as before the start)."""
         return await self.channel.explain_silence(self.run_id)
 
-    async def stop(self) -> None:
-        """Ctrl-C: stop the run on every host, and say so in its record."""
+    async def stop(self, by: str | None = None, *, failed: str | None = None) -> None:
+        """Stop the run on every host, and say so in its record: stopped BY whom (None:
+        the stop signal this process got, Ctrl-C by default), or, when a start FAILED
+        (why), failed."""
+        if failed is None:
+            self.stopped_by = by or (name_of_stop() if received else "Ctrl-C")
         if self.starting:
             await self.channel.halt(self.run_id)
         if self.record is not None:
-            self.record.state, self.record.ended = "stopped", time.time()
+            self.record.state, self.record.ended = ("failed" if failed else "stopped"), time.time()
+            self.record.extra.update({"reason": failed} if failed else {"stopped_by": self.stopped_by})
             with contextlib.suppress(Exception):
                 await self._write_record()
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+async def _quietly(read: Awaitable[T]) -> T | None:
+    """READ's answer, or None when GCS failed it: an account of the run, never its end."""
+    try:
+        return await read
+    except Exception:  # noqa: BLE001 - GCS gone for a moment: the record says less
+        return None
 
 
 async def exec_on_hosts(targets: list[Target], private_key: Path, pins: HostPins, command: list[str],

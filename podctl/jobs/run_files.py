@@ -16,6 +16,7 @@ the same silence everywhere (HOST_LOST_SECONDS) and a record is closed the same 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -29,7 +30,7 @@ from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.errors import InvalidValueError, JobError
 from podctl.jobs import run_layout, run_record
 from podctl.jobs.run_record import HostStatus, RunRecord
-from podctl.storage import Storage, StorageNotFound
+from podctl.storage import Storage, StorageError, StorageNotFound
 
 MAX_LISTED = 100
 
@@ -204,8 +205,15 @@ async def read_statuses(storage: Storage, run_id: str,
                                         ended=float(data["ended"]), stopped=bool(data.get("stopped")),
                                         error=data.get("error"),
                                         tail=tuple(str(t) for t in data.get("tail") or ()),
-                                        process=_index(data.get("process_index")))
+                                        process=_index(data.get("process_index")),
+                                        fatal=tuple(str(t) for t in data.get("fatal") or ()),
+                                        killed_state=_word(data.get("killed_state")))
     return statuses
+
+
+def _word(value: object) -> str | None:
+    """A one-letter process state (R, S, D, T, Z, ...) the agent wrote, or None."""
+    return value if isinstance(value, str) and len(value) == 1 and value.isalpha() else None
 
 
 def _index(value: object) -> int | None:
@@ -216,6 +224,18 @@ async def read_heartbeats(storage: Storage, run_id: str) -> dict[int, float]:
     """host -> when its agent last beat (GCS's clock: the object's update time)."""
     return {run_layout.host_of(o.name): o.updated
             for o in await storage.list(run_layout.heartbeat_prefix(run_id))}
+
+
+async def read_beats(storage: Storage, run_id: str) -> dict[int, dict]:
+    """host -> its agent's last heartbeat as it wrote it (time, the script's progress,
+    its process's state, its JAX process index); an unreadable one is left out."""
+    beats = {}
+    for obj in await storage.list(run_layout.heartbeat_prefix(run_id)):
+        with contextlib.suppress(StorageError, ValueError):
+            beat = json.loads(await storage.download_bytes(obj.name))
+            if isinstance(beat, dict):
+                beats[run_layout.host_of(obj.name)] = beat
+    return beats
 
 
 def silent_hosts(num_hosts: int, statuses: dict[int, HostStatus], heartbeats: dict[int, float],

@@ -67,6 +67,27 @@ class RunRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def end_words(record: RunRecord) -> str:
+    """A run's end as one phrase after "run RUN_ID": the attached client's last line,
+    `podctl runs` and the queue say the same. Each end writes its why in the record:
+    stopped (extra.stopped_by: who), failed and lost (extra.reason: why)."""
+    reason = record.extra.get("reason")
+    if record.state == "succeeded":
+        return f"succeeded on {record.num_hosts} host{'s' if record.num_hosts != 1 else ''}"
+    if record.state == "stopped":
+        by = record.extra.get("stopped_by")
+        return (f"stopped by {by}" if by else "stopped") + (f" ({reason})" if reason else "")
+    if record.state == "failed":
+        if reason:
+            return f"failed: {reason}"
+        if record.failed_host is not None:  # a record written before reasons were
+            return f"failed: host {record.failed_host:04d} exited {record.exit_code}"
+        return f"failed: exit code {record.exit_code}"
+    if record.state == "lost":
+        return f"lost: {reason}" if reason else "lost: its hosts went silent"
+    return f"is {record.state}"
+
+
 SLICE_IDENTITY_TOLERANCE = 1.0  # seconds: createTime of one slice read at two times
 
 
@@ -98,10 +119,13 @@ class HostStatus:
     error: str | None = None
     tail: tuple[str, ...] = ()  # a failed script's last lines
     process: int | None = None  # the script's JAX process index, if it named it
+    fatal: tuple[str, ...] = ()  # a native abort's glog FATAL line and those after it
+    killed_state: str | None = None  # the script's process state when its agent SIGKILLed it
 
     def explanation(self) -> str:
-        """What the host said of its failure: its error and last lines, for classifying."""
-        return "\n".join([self.error or "", *self.tail])
+        """What the host said of its failure: its error, a native abort's cause, its last
+        lines, for classifying."""
+        return "\n".join([self.error or "", *self.fatal, *self.tail])
 
 
 def job_exit_code(statuses: dict[int, HostStatus]) -> tuple[int, HostStatus | None]:

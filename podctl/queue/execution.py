@@ -78,6 +78,7 @@ async def close_record(session: steps.Session, entry: Entry, state: str, exit_co
                        why: str | None = None) -> None:
     """Write the run's end into its record (`podctl runs` reads it), unless an earlier
     tick did."""
-    if entry.run_id:
+    if entry.run_id:  # a stop's why is who stopped it; a failure's or a loss's, its reason
+        said = {"stopped_by": why} if state == "stopped" else {"reason": why}
         await steps.close_run(session, entry.run_id, state, exit_code=exit_code,
-                              queue_entry=entry.id, stopped_by=why)
+                              queue_entry=entry.id, **said)

@@ -249,15 +249,16 @@ class Machine:
             return
         infra = None
         if state.done and state.exit_code and not state.failed_stopped:
-            infra = infrastructure_reason(state.exit_code, dead_state(info), state.failed_error)
+            infra = state.cause or infrastructure_reason(state.exit_code, dead_state(info),
+                                                         state.failed_error)
         if infra is not None:  # the machine ended it, not the script: as --recover would
             await execution.close_record(session, e, "lost", state.exit_code, infra)
-            await self.lost(e, info, f"host {state.failed_host:04d}: {infra}")
+            await self.lost(e, info, infra if state.cause else f"host {state.failed_host:04d}: {infra}")
             return
         if state.done:
             outcome = "succeeded" if state.exit_code == 0 else "failed"
             why = None if outcome == "succeeded" else f"host {state.failed_host:04d} exited {state.exit_code}"
-            await execution.close_record(session, e, outcome, state.exit_code)
+            await execution.close_record(session, e, outcome, state.exit_code, why)
             await self.finish(e, info, outcome, why, exit_code=state.exit_code, stop=outcome == "failed")
             return
         if state.lost:

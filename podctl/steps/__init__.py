@@ -47,7 +47,7 @@ from podctl.steps.runs import (
     run_started, ship_bundle, signal_stop, start_run, stop_run, valid_run_id,
 )
 from podctl.jobs.run_files import StopRequest
-from podctl.jobs.run_record import RunRecord
+from podctl.jobs.run_record import RunRecord, end_words
 from podctl.steps.run_progress import (
     RunProgress, ask_stop, close_run, follow_from_gcs, load_run, owner_stop, run_progress,
 )
@@ -62,7 +62,7 @@ __all__ = [
     "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "RunProgress",
     "RunRecord", "RunSpec", "Session", "SliceInfo", "SliceOptions", "SliceStatus",
     "StopRequest", "StopResult", "ask_slice", "ask_stop", "budget_request", "close_run",
-    "close_runs_of_deleted", "creation_outcome", "describe_slice", "down", "exec_on_slice",
+    "close_runs_of_deleted", "creation_outcome", "describe_slice", "down", "end_words", "exec_on_slice",
     "fake_running", "follow_from_gcs", "follow_run", "keep_budget", "launch_job", "list_runs",
     "load_run", "new_job", "owner_stop", "parse_env", "pull_checkpoint", "ready_slice",
     "resume_checkpoint_dir", "run_checkpoints", "run_progress", "run_started", "ship_bundle",

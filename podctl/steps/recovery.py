@@ -289,6 +289,10 @@ async def _save_attempts(session: Session, run_id: str, attempts: list[Attempt],
     if last is not None and len(attempts) > 1:
         record.state, record.exit_code = last.state, last.exit_code
         record.failed_host, record.ended = last.failed_host, last.ended
+        for said in ("reason", "stopped_by", "peer_cause"):  # the run's end is its last attempt's
+            record.extra.pop(said, None)
+            if said in last.extra:
+                record.extra[said] = last.extra[said]
     if last is not None:  # the follower is done: no attempt comes after this one
         record.extra["recovering"] = False
     await save_record(session.storage, record)
@@ -314,7 +318,7 @@ async def _stop_if_asked(session: Session, run_id: str, job: Job) -> None:
     if stop is None:
         return
     await request_stop(session.storage, [job.run_id], by=stop.by, grace_seconds=stop.grace_seconds)
-    await job.stop()
+    await job.stop(by=stop.by)
 
 
 async def _fit_to_rerun(session: Session, name: str, notice: Notice) -> bool:
@@ -420,6 +424,8 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         reason = None if code == 0 else infrastructure_reason(code, state, said)
         if failed is not None and state is None:  # a dead slice explains it: not the host
             attempt.failed_worker, attempt.hardware = failed.host, hardware_cause(code, said)
+            if result is not None and result.cause is not None:  # a host that stopped answering
+                reason, attempt.hardware = result.cause.describe(), "stopped answering"
         # Failures count against a worker only on the hardware they happened on.
         suspect = bad_host([(a.failed_worker, a.hardware) for a in attempts[hardware_since:]])
         if deleted:
@@ -438,8 +444,9 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         last_record = await load_record(session.storage, attempt.run_id)
         if result is None or deleted:  # the follower was cut off: say how the attempt ended
             last_record.state, last_record.exit_code, last_record.ended = "lost", code, time.time()
-            if deleted:
-                last_record.extra = {**last_record.extra, "reason": "slice deleted"}
+            lost_why = "slice deleted" if deleted else reason or (f"slice {state.lower()}" if state else None)
+            if lost_why:
+                last_record.extra = {**last_record.extra, "reason": lost_why}
             await save_record(session.storage, last_record)
         if reason is None or deleted or (ours is not None and not ours.relaunch) or not spend():
             await _save_attempts(session, run_id, attempts, last_record)

@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from podctl.failures import coordination_abort
 from podctl.jobs import run_files, run_record
+from podctl.jobs.peer_cause import peer_cause
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.run_files import HOST_LOST_SECONDS, StopRequest
 from podctl.jobs.run_record import RunRecord
@@ -33,6 +35,9 @@ class RunProgress:
     failed_error: str | None = None  # what the failed host's status says
     failed_stopped: bool = False  # the failed host was stopped by podctl
     lost: str | None = None  # why the run's hosts count as gone (an infrastructure failure)
+    # the failed host was ended by JAX's coordination service for a peer that stopped
+    # answering: that peer is `failed_host`, and this says both (jobs/peer_cause.py)
+    cause: str | None = None
 
 
 async def run_progress(session: Session, run_id: str, num_hosts: int, *, since: float) -> RunProgress:
@@ -43,6 +48,13 @@ async def run_progress(session: Session, run_id: str, num_hosts: int, *, since: 
     failed = [s for s in statuses.values() if s.exit_code != 0 and not s.stopped]
     if failed or len(statuses) >= num_hosts:
         code, host = run_record.job_exit_code(statuses)
+        cause = None
+        if host is not None and coordination_abort(host.explanation()) is not None:
+            cause = peer_cause(statuses, await run_files.read_beats(storage, run_id), num_hosts,
+                               time.time())
+        if cause is not None:
+            return RunProgress(done=True, exit_code=code, failed_host=cause.host,
+                               failed_error=cause.describe(), cause=cause.describe())
         return RunProgress(done=True, exit_code=code, failed_host=host.host if host else None,
                            failed_error=host.error if host else None,
                            failed_stopped=bool(host and host.stopped))

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.settings import VIAS
 from podctl.cloud.types import SliceInfo
-from podctl.errors import InvalidValueError, NotFoundError, StoragePermissionError
+from podctl.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
 from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
 from podctl.cloud.sshkey import SSH_USER
 from podctl.jobs.boot_channel import BootChannel, usable_on
@@ -224,9 +224,9 @@ async def launch_job(job: Job, *, notice: Notice, once: bool = False) -> Job:
         await job.start(spec)
         job.timings["start"] = time.monotonic() - began
         notice(f"started on all {len(job.targets)} hosts")
-    except BaseException:
-        if not once:
-            await job.stop()
+    except BaseException as e:
+        if not once:  # a start refused (busy, denied) failed; an interrupted one was stopped
+            await job.stop(failed=f"could not start: {e}" if isinstance(e, PodctlError) else None)
         await job.close()
         raise
     return job

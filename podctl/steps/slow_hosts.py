@@ -176,6 +176,7 @@ async def watch_slow_hosts(follow: Awaitable[T], *, storage: Storage, job: Job,
             notice(f"run {job.run_id}: host {act.host:04d} stayed slow for "
                    f"{watch.policy.after:.0f} s; checkpointing and ending the attempt to "
                    "make the slice again on other hardware (--on-slow-host recover)")
+            job.end_reason = f"{act.describe()} (--on-slow-host recover)"
             with contextlib.suppress(Exception):  # the agents' own grace: time to checkpoint
                 await job.channel.halt(job.run_id)
 

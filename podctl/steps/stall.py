@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from podctl.errors import UsageError
 from podctl.jobs import metric_line, run_files, run_layout
 from podctl.jobs.job import Job
+from podctl.jobs.peer_cause import NOT_ANSWERING, SILENT_BEAT_SECONDS
 from podctl.jobs.host_label import host_name
 from podctl.storage import Storage, StorageError
 from podctl.vocabulary import HEARTBEAT_SECONDS
@@ -48,7 +48,6 @@ FACTOR = 10.0
 POLL_SECONDS = 2.0
 KILL_GRACE_SECONDS = 20.0
 STACKS_WAIT_SECONDS = 40.0  # for every host's stacks to land
-SILENT_BEAT_SECONDS = 35.0  # an agent beats every 10 s
 
 
 @dataclass(frozen=True)
@@ -147,20 +146,13 @@ def name_hosts(beats: dict[int, dict], num_hosts: int, now: float) -> list[str]:
             said.append(f"{name(h)} is silent (no heartbeat"
                         + (f" for {now - float(beat.get('time', 0)):.0f} s)" if beat else ")"))
             continue
-        process = beat.get("process") or {}
-        if process.get("state") == "T":
-            said.append(f"{name(h)}'s script is stopped (process state T)")
-        elif process.get("state") == "D":
-            said.append(f"{name(h)}'s script is blocked in I/O (process state D)")
+        state = (beat.get("process") or {}).get("state")
+        if state in NOT_ANSWERING:
+            said.append(f"{name(h)}'s script is {NOT_ANSWERING[state]}")
     return said
 
 
-async def read_beats(storage: Storage, run_id: str) -> dict[int, dict]:
-    beats = {}
-    for obj in await storage.list(run_layout.heartbeat_prefix(run_id)):
-        with contextlib.suppress(StorageError, ValueError):
-            beats[run_layout.host_of(obj.name)] = json.loads(await storage.download_bytes(obj.name))
-    return beats
+read_beats = run_files.read_beats  # every host's last heartbeat (goodput, slow hosts read it too)
 
 
 async def report(storage: Storage, job: Job, watch: StallWatch, quiet: float,
@@ -236,6 +228,10 @@ async def watch_stall(follow: Awaitable[T], *, storage: Storage, job: Job, watch
         await report(storage, job, watch, quiet, notice)
         if watch.policy.action != "wait":
             notice(f"run {job.run_id}: ending it on every host (--on-stall {watch.policy.action})")
+            where = ("before its first step" if watch.last_step is None
+                     else f"after step {watch.last_step}")
+            job.end_reason = (f"stalled {where} (no step for {quiet:.0f} s; "
+                              f"--on-stall {watch.policy.action})")
             with contextlib.suppress(Exception):
                 await job.channel.halt(job.run_id, grace_seconds=KILL_GRACE_SECONDS)
 

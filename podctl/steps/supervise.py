@@ -16,6 +16,7 @@ from podctl.budget import run_hours as run_hours  # --max-hours, checked: only a
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.run_files import load_record, save_record
+from podctl.jobs.run_record import RunRecord
 from podctl.steps.goodput import run_goodput
 from podctl.steps.recovery import EndedByPodctl, RecoveredRun, RecoveryPolicy, run_recovering
 from podctl.steps.runs import LineSink, Notice, RunOptions, follow_run, start_run
@@ -50,6 +51,7 @@ class Supervised:
     run_id: str  # the run's id (a recovered run: its first attempt's)
     result: RunResult | None  # the last attempt's; None: its follower was cut off by its slice
     recovered: RecoveredRun | None = None  # with recover: every attempt
+    record: RunRecord | None = None  # the run's record at its end (its end state and why)
 
     @property
     def exit_code(self) -> int:
@@ -102,7 +104,8 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
                                                    retry_code_errors=how.retry_errors),
             sink=sink, notice=notice, wrap=budgeted, why_ended=why_ended)
         await note_goodput(session, recovered.run_id)
-        return Supervised(recovered.run_id, recovered.result, recovered)
+        return Supervised(recovered.run_id, recovered.result, recovered,
+                          await _ended(session, recovered.run_id))
     info = await ready_slice(session, name)
     job = await start_run(session, info, options, sink=sink, notice=notice)
     try:
@@ -116,7 +119,15 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
             await job.close()
         raise
     await note_goodput(session, job.run_id)
-    return Supervised(job.run_id, result)
+    return Supervised(job.run_id, result, record=await _ended(session, job.run_id))
+
+
+async def _ended(session: Session, run_id: str) -> RunRecord | None:
+    """The run's record as its end left it (None: GCS did not answer; the caller says less)."""
+    try:
+        return await load_record(session.storage, run_id)
+    except Exception:  # noqa: BLE001 - the run is over whatever GCS says now
+        return None
 
 
 def _with_host_0(options: RunOptions, sink: LineSink,
