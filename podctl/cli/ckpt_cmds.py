@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from podctl.cli.common import Context, Number, guarded
-from podctl.cli.job_cmds import bucket_option
+from podctl.cli.common import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
 

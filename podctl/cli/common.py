@@ -188,3 +188,17 @@ def _required_from(command: click.Command, head: list[str], rest: list[str],
                 del rest[j:j + width]
                 break
     return moved
+
+
+# ---- options and helpers more than one command module shares (so no command module imports another)
+
+def bucket_option(fn: Any) -> Any:
+    return click.option("--bucket", default=None, help="GCS bucket for bundles, logs and "
+                        "checkpoints (default: $PODCTL_BUCKET, podctl.toml; the fake has its own).")(fn)
+
+
+def plan_zone(ctx: Context, zone: str | None) -> str | None:
+    """The zone a preflight plan is priced in: as `settings` finds it, but no project is needed."""
+    from podctl import settings
+
+    return settings.resolve_zone(backend=ctx.backend, zone=zone)

@@ -6,7 +6,7 @@ import click
 
 from podctl.cli.common import Context, guarded
 from podctl.cli.cost_cmds import price_option
-from podctl.cli.job_cmds import bucket_option
+from podctl.cli.common import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 LABELS = {

@@ -10,14 +10,9 @@ import click
 
 from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.settings import VIAS
-from podctl.cli.common import Context, Number, ScriptCommand, exit_interrupted, guarded, hosts_checked
+from podctl.cli.common import bucket_option, Context, Number, ScriptCommand, exit_interrupted, guarded, hosts_checked
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
-
-
-def bucket_option(fn: Any) -> Any:
-    return click.option("--bucket", default=None, help="GCS bucket for bundles, logs and "
-                        "checkpoints (default: $PODCTL_BUCKET, podctl.toml; the fake has its own).")(fn)
 
 
 def _line_printer(stream: Any) -> Any:

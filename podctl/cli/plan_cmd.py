@@ -8,19 +8,12 @@ from typing import Any
 import click
 
 from podctl.cli.common import AMOUNT, COUNT, Context, Number, guarded
-from podctl.cli.job_cmds import bucket_option
+from podctl.cli.common import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 
 def _notice(text: str) -> None:
     click.echo(f"podctl: {text}", err=True)
-
-
-def plan_zone(ctx: Context, zone: str | None) -> str | None:
-    """The zone a preflight plan is priced in: as `settings` finds it, but no project is needed."""
-    from podctl import settings
-
-    return settings.resolve_zone(backend=ctx.backend, zone=zone)
 
 
 def _run_facts(ctx: Context, run_id: str, project: str | None, zone: str | None,

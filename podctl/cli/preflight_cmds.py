@@ -168,7 +168,7 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_type: 
     FLOPs per step (FLOPs/step x D / tokens per step) instead of 6·N·D
     (podctl/planner/from_preflight.py)."""
     from podctl import preflight as lib
-    from podctl.cli.plan_cmd import plan_zone as _plan_zone
+    from podctl.cli.common import plan_zone as _plan_zone
     from podctl.cli.plan_render import short_source as _short_source
     from podctl.cli.render import emit_json
     from podctl.numbers import fmt_count, fmt_usd

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from podctl.cli.common import COUNT, Context, guarded, hosts_checked
-from podctl.cli.job_cmds import bucket_option
+from podctl.cli.common import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 OPEN_HINT = ("open it with TensorBoard's profile plugin: pip install tensorboard "

@@ -13,9 +13,9 @@ from podctl.cli.text import shown
 
 
 def _open() -> Any:
-    from podctl.cli.queue_cmds import _store
+    from podctl.cli.queue_store import open_queue
 
-    return _store()
+    return open_queue()
 
 
 @click.group()
@@ -149,7 +149,7 @@ def migrate(url: str) -> None:
     queue.db.migrated, so a tick here can no longer run it twice."""
 
     def action() -> None:
-        from podctl.cli.queue_cmds import _state_dir
+        from podctl.cli.queue_store import state_dir as _state_dir
         from podctl.queue.migrate import migrate_sqlite
         from podctl.queue.pgstore import check_url
 

@@ -9,6 +9,8 @@ from typing import Any
 import click
 
 from podctl.cli.common import COUNT, POSITIVE, Context, ScriptCommand, guarded, slice_help
+from podctl.cli.queue_store import open_queue as _store
+from podctl.cli.queue_store import opener as _opener
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
 
@@ -33,29 +35,6 @@ Exit codes:
 @click.group()
 def queue() -> None:
     """Queued runs: add them now, let `podctl queue tick` (cron) run them."""
-
-
-def _state_dir() -> Path:
-    from podctl import settings
-
-    return settings.state_dir()
-
-
-def _opener() -> Any:
-    """Opens the queue's store: PostgreSQL at PODCTL_QUEUE_URL or podctl.toml's queue_url,
-    else SQLite in the state dir. The URL is checked now (a bad one: exit 2)."""
-    from podctl.queue.place import open_store, queue_url
-
-    url, state_dir = queue_url(), _state_dir()
-    if url:
-        from podctl.queue.pgstore import check_url
-
-        check_url(url)
-    return lambda: open_store(state_dir, url)
-
-
-def _store() -> Any:
-    return _opener()()
 
 
 def _me(ctx: Context) -> str:
