@@ -124,3 +124,43 @@ def test_the_template_trains_and_resumes_on_internal_ips_with_no_request_outside
         assert status(cli)["outside_requests"][node] == [0, 0]
     finally:
         cli("down", "priv16", "--yes", check=False)
+
+
+COORDINATED = """
+import sys, jax
+jax.distributed.initialize(coordinator_address=sys.argv[2] + ":8476", num_processes=2,
+                           process_id=int(sys.argv[1]), initialization_timeout=3)
+print("joined", jax.process_index(), flush=True)
+jax.distributed.shutdown()
+"""
+
+
+def test_jaxs_coordinator_is_out_of_a_blocked_peers_reach(tmp_path: Path):
+    """JAX's coordinator client is C++ (gRPC), unseen by the hosts' socket hook: where the
+    rules do not admit its port between the hosts, a peer's connection is dropped (JAX
+    ends it DEADLINE_EXCEEDED after its timeout, as jax-ml/jax issue 35905 reports), and
+    process 0 alone still reaches its own service. Two local processes as two fake hosts."""
+    import os
+    import subprocess
+    import sys
+
+    addresses = ["127.61.0.1", "127.61.0.2"]
+    network = tmp_path / "network.json"
+
+    def both(ports: list[list[int]]) -> list[subprocess.CompletedProcess]:
+        network.write_text(json.dumps({"external": False, "google_apis": True, "google": [],
+                                       "outside_log": str(tmp_path / "outside-{address}.log"),
+                                       "peers": [{"addresses": addresses, "tcp": ports}]}))
+        procs = [subprocess.Popen(
+            [sys.executable, "-c", COORDINATED, str(i), addresses[0]], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PODCTL_FAKE_HOST": "1", "PODCTL_FAKE_ADDRESS": addresses[i],
+                 "PODCTL_FAKE_NETWORK": str(network), "JAX_PLATFORMS": "cpu",
+                 "PYTHONPATH": str(Path(__file__).parents[1] / "podctl" / "fake" / "tpu_vm")})
+            for i in (0, 1)]
+        return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
+
+    blocked = both([[22, 22]])
+    assert "joined" not in blocked[1].stdout and "DEADLINE_EXCEEDED" in blocked[1].stderr
+    admitted = both([[22, 22], [8476, 8476]])
+    assert [p.stdout.split() for p in admitted] == [["joined", "0"], ["joined", "1"]], admitted[1].stderr
