@@ -111,10 +111,12 @@ def test_between_hosts_a_rule_counts_for_the_coordinators_port_from_the_whole_su
 def test_internal_ips_need_private_google_access_on_the_subnet(fake):
     from podctl.fake.admin_client import FakeCompute
 
+    compute = FakeCompute(fake.tpu_api_url)
+    compute.set_private_google_access(PROJECT, "us-central1", "default", False)  # the fake's default
     with pytest.raises(InvalidValueError, match="subnets update default --project .* --region us-central1 "
                                                 "--enable-private-ip-google-access"):
         needs_check(fake, None, internal_ips=True)
-    FakeCompute(fake.tpu_api_url).set_private_google_access(PROJECT, "us-central1", "default", True)
+    compute.set_private_google_access(PROJECT, "us-central1", "default", True)
     assert needs_check(fake, None, internal_ips=True) is None
 
 
