@@ -127,6 +127,20 @@ def kill_tagged(match: Callable[[str], bool], sig: int = signal.SIGKILL) -> int:
     return len(sent)
 
 
+def _proxies() -> list[str]:
+    """HOST:PORT of this machine's proxies (its way to the internet, which a host with an
+    external IP is given): a connection there is one outside, whatever its address."""
+    from urllib.parse import urlsplit
+
+    found = []
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        with contextlib.suppress(ValueError):
+            url = urlsplit(os.environ.get(name) or "")
+            if url.hostname:
+                found.append(f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}")
+    return sorted(set(found))
+
+
 COUNTERS = ("boots", "ssh_total", "sessions_total")
 
 
@@ -539,7 +553,7 @@ class HostManager:
         peers = {name: [h.address for h in nh.hosts] for name, nh in self.nodes.items()}
         google = [u.split("://", 1)[-1].rstrip("/") for u in (self.gcs_url, self.api_url) if u]
         for nh in self.nodes.values():
-            text = json.dumps({**vpc.reach(world, nh.node, peers), "google": google,
+            text = json.dumps({**vpc.reach(world, nh.node, peers), "google": google, "proxies": _proxies(),
                                "outside_log": str(nh.directory / "outside-{address}.log")}, indent=1)
             target = nh.directory / NETWORK_FILE
             with contextlib.suppress(OSError):

@@ -175,6 +175,8 @@ class _Network:
         spans = self.peer_ports(host)
         if spans is not None:
             return any(low <= port <= high for low, high in spans), False
+        if f"{host}:{port}" in data.get("proxies", ()):
+            return bool(data.get("external", True)), True  # this machine's way to the internet
         try:
             ip = ipaddress.ip_address(host)
         except ValueError:
@@ -233,8 +235,9 @@ def _firewall() -> None:
 
     def judged(sock: socket.socket, address: object) -> object:
         """ADDRESS, or the black hole that stands for it when the firewall drops it."""
-        if sock.family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(address, tuple) \
-                or len(address) < 2:
+        # TCP only: a UDP connect sends nothing (a library finding its own address by it works)
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM \
+                or not isinstance(address, tuple) or len(address) < 2:
             return address
         host, port = str(address[0]), int(address[1])
         try:
