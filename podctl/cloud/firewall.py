@@ -153,18 +153,15 @@ class ComputeReader:
         self.session.close()
 
 
-class _Unread(Exception):
-    """The network could not be read: the note says why."""
-
-
 def _message(body: dict) -> str:
     return str((body.get("error") or {}).get("message") or "no answer")
 
 
 def _read(reader: ComputeReader, project: str, region: str, network: str | None,
-          subnetwork: str | None) -> Vpc:
+          subnetwork: str | None) -> Vpc | str:
     """The network (from --network, else the subnetwork's, else `default`), its subnet in
-    REGION and its rules; InvalidValueError for one that does not exist."""
+    REGION and its rules; a note (str) saying why it could not be read; InvalidValueError
+    for one that does not exist."""
     sub_name = (subnetwork or "").rstrip("/").rsplit("/", 1)[-1] or None
     sub_path = subnetwork if subnetwork and "/" in subnetwork else None
     if sub_path is None:
@@ -176,7 +173,7 @@ def _read(reader: ComputeReader, project: str, region: str, network: str | None,
         raise InvalidValueError(f"--subnetwork {subnetwork!r}: no such subnetwork in {region} of "
                                 f"project {project}.")
     if status not in (200, 404):
-        raise _Unread(f"could not read subnetwork {sub_name!r} ({status}: {_message(sub)})")
+        return f"could not read subnetwork {sub_name!r} ({status}: {_message(sub)})"
     if status == 404:
         sub = {}
     if not network:
@@ -188,13 +185,13 @@ def _read(reader: ComputeReader, project: str, region: str, network: str | None,
     if status == 404:
         raise InvalidValueError(f"--network {name!r}: no such network in project {owner}.")
     if status != 200:
-        raise _Unread(f"could not read network {name!r} ({status}: {_message(body)})")
+        return f"could not read network {name!r} ({status}: {_message(body)})"
     rules: list[dict] = []
     token = ""
     while True:
         status, body = reader.get(f"projects/{owner}/global/firewalls", **({"pageToken": token} if token else {}))
         if status != 200:
-            raise _Unread(f"could not read the firewall rules of network {name!r} ({status}: {_message(body)})")
+            return f"could not read the firewall rules of network {name!r} ({status}: {_message(body)})"
         rules += [r for r in body.get("items") or [] if str(r.get("network", "")).endswith(net.path)]
         token = str(body.get("nextPageToken") or "")
         if not token:
@@ -247,10 +244,9 @@ def _missing_internal(vpc: Vpc, needs: Needs) -> str | None:
 
 def _check_up(reader: ComputeReader, project: str, region: str, network: str | None,
               subnetwork: str | None, needs: Needs) -> str | None:
-    try:
-        vpc = _read(reader, project, region, network, subnetwork)
-    except _Unread as e:
-        return str(e)
+    vpc = _read(reader, project, region, network, subnetwork)
+    if isinstance(vpc, str):
+        return vpc
     for refusal in (_missing_ssh(vpc, needs), _missing_access(vpc, needs)):
         if refusal:
             raise InvalidValueError(refusal)
@@ -279,9 +275,8 @@ async def check_ssh(reader: ComputeReader, *, project: str, region: str, network
 
 def _check_run(reader: ComputeReader, project: str, region: str, network: str | None,
                subnetwork: str | None, needs: Needs) -> None:
-    try:
-        vpc = _read(reader, project, region, network, subnetwork)
-    except _Unread:
+    vpc = _read(reader, project, region, network, subnetwork)
+    if isinstance(vpc, str):
         return
     for refusal in (_missing_ssh(vpc, needs), _missing_internal(vpc, needs), _missing_access(vpc, needs)):
         if refusal:
