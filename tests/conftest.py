@@ -32,6 +32,7 @@ import pytest
 from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.connect import api_for_endpoint
 from podctl.cloud.wait import WaitPolicy
+from podctl.fake.admin_client import FakeCompute
 from podctl.fake.server import fake_cloud
 from tests.pg_support import pg_server, pg_url  # noqa: F401 (fixtures: a real PostgreSQL)
 
@@ -200,6 +201,11 @@ def fake(_session_cloud, request: pytest.FixtureRequest) -> Iterator:
     admin = _session_cloud.admin
     admin.reset()
     admin.set_timings(time_scale=TIME_SCALE)
+    # The tests' project has Private Google Access on its default subnet, so that a node
+    # made here without external IPs (a raw API node's default) reaches GCS, as a company
+    # project set up for internal IPs does; the fake's own default is off (fake/vpc.py).
+    FakeCompute(_session_cloud.tpu_api_url).set_private_google_access(
+        PROJECT, ZONE.rsplit("-", 1)[0], "default", True)
     yield _session_cloud
     if "leaves_resources" not in request.keywords:
         leftover = admin.resources()

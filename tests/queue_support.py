@@ -56,7 +56,7 @@ class Queue:
         # daemon is started; OS Login off, as podctl's own user logs in to its hosts.
         settings = Settings(backend="fake", project=PROJECT, zone=ZONE, config_dir=home / "config",
                             state_dir=self.state_dir, bucket=FAKE_BUCKET, oslogin=False)
-        self.session = Session(settings, api, ports=(fake.hosts.ssh_port, 8482),
+        self.session = Session(settings, api, ports=(fake.hosts.ssh_port, 8476),
                                storages={FAKE_BUCKET: self.storage})
         self.ctx = TickContext(self.session, log=configure(self.out, tty=False), now=self.clock)
 

@@ -72,3 +72,78 @@ def test_up_on_a_network_without_ssh_fails_in_one_line_before_anything_is_made(p
     assert_one_line_error(proc, 2, "network 'lab' has no firewall rule admitting SSH",
                           "gcloud compute firewall-rules create lab-allow-ssh")
     assert not FakeAdmin(status["admin"]).resources()["nodes"]
+
+
+def needs_check(fake, network: str | None = None, **needs):
+    from podctl.cloud.firewall import Needs, check_run
+
+    reader = ComputeReader(fake.tpu_api_url)
+    try:
+        return asyncio.run(check_run(reader, project=PROJECT, region="us-central1", network=network,
+                                     subnetwork=None, needs=Needs(**needs)))
+    finally:
+        reader.close()
+
+
+def test_between_hosts_a_rule_counts_for_the_coordinators_port_from_the_whole_subnet(fake):
+    assert needs_check(fake, "default", hosts=2, slices=2) is None  # default-allow-internal
+    fake.admin.add_network("lab", [SSH_RULE], project=PROJECT, ip_range="10.4.0.0/20")
+    with pytest.raises(InvalidValueError, match=r"on 8476 \(JAX coordinator\), so") as refused:
+        needs_check(fake, "lab", hosts=2)
+    assert (f"gcloud compute firewall-rules create lab-allow-tpu-internal --project {PROJECT} --network lab "
+            "--direction INGRESS --allow tcp:8476 --source-ranges 10.4.0.0/20") in str(refused.value)
+    assert needs_check(fake, "lab", hosts=1) is None  # one host: no peer to reach
+    narrow = {"name": "lab-narrow", "sourceRanges": ["10.4.0.0/24"], "allowed": [{"IPProtocol": "tcp"}]}
+    fake.admin.add_network("lab", [SSH_RULE, narrow], project=PROJECT, ip_range="10.4.0.0/20")
+    with pytest.raises(InvalidValueError, match="8476"):  # a part of the subnet only
+        needs_check(fake, "lab", hosts=2)
+    tagged = {"name": "lab-tags", "sourceTags": ["tpu"], "targetTags": ["tpu"],
+              "allowed": [{"IPProtocol": "tcp", "ports": ["8476"]}]}
+    fake.admin.add_network("lab", [SSH_RULE, tagged], project=PROJECT, ip_range="10.4.0.0/20")
+    assert needs_check(fake, "lab", hosts=2, tags=("tpu",)) is None
+    with pytest.raises(InvalidValueError, match=r"8080 \(megascale\)"):  # several slices: megascale's too
+        needs_check(fake, "lab", hosts=2, slices=2, tags=("tpu",))
+    with pytest.raises(InvalidValueError, match="--target-tags other"):  # the tagged rule is not theirs
+        needs_check(fake, "lab", hosts=2, tags=("other",))
+    assert needs_check(fake, "lab", ssh=False, hosts=2, tags=("tpu",)) is None
+
+
+def test_internal_ips_need_private_google_access_on_the_subnet(fake):
+    from podctl.fake.admin_client import FakeCompute
+
+    compute = FakeCompute(fake.tpu_api_url)
+    compute.set_private_google_access(PROJECT, "us-central1", "default", False)  # the fake's default
+    with pytest.raises(InvalidValueError, match="subnets update default --project .* --region us-central1 "
+                                                "--enable-private-ip-google-access"):
+        needs_check(fake, None, internal_ips=True)
+    compute.set_private_google_access(PROJECT, "us-central1", "default", True)
+    assert needs_check(fake, None, internal_ips=True) is None
+
+
+def test_firewalls_insert_as_compute_engine_answers_it(fake):
+    from podctl.errors import FakeCloudError
+    from podctl.fake.admin_client import FakeCompute
+
+    compute = FakeCompute(fake.tpu_api_url)
+    rule = {"name": "lab-ssh", "network": "global/networks/lab", "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}]}
+    with pytest.raises(FakeCloudError, match="'projects/.*/global/networks/lab' was not found"):
+        compute.create_firewall(PROJECT, rule)
+    fake.admin.add_network("lab", [], project=PROJECT)
+    with pytest.raises(InvalidValueError):
+        check(fake, "lab")
+    done = compute.create_firewall(PROJECT, rule)
+    assert done["kind"] == "compute#operation" and done["status"] == "DONE" and done["operationType"] == "insert"
+    assert check(fake, "lab") is None
+    with pytest.raises(FakeCloudError, match="already exists"):
+        compute.create_firewall(PROJECT, rule)
+    with pytest.raises(FakeCloudError, match="INGRESS"):
+        compute.create_firewall(PROJECT, {**rule, "name": "out", "direction": "EGRESS"})
+    with pytest.raises(FakeCloudError, match="denied"):
+        compute.create_firewall(PROJECT, {**rule, "name": "no", "denied": [{"IPProtocol": "tcp"}]})
+
+
+def test_a_bad_allow_is_one_line(podctl):
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    proc = podctl("fake", "firewall-rules", "create", "x", "--allow", "tcp:ssh", check=False)
+    assert_one_line_error(proc, 2, "--allow 'tcp:ssh'")

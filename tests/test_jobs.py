@@ -146,8 +146,8 @@ def test_env_values_arrive_literally_and_secrets_stay_out_of_records(slice16, fa
     seen = json.loads(lines.by_host[1][-1].removeprefix("ENV "))
     assert seen["TRICKY"] == env["TRICKY"] and not pwned.exists()
     assert (seen["PODCTL_PROCESS_ID"], seen["TPU_WORKER_ID"]) == ("1", "1")
-    # host 0's own address, port 8482, as on a TPU VM
-    assert seen["JAX_COORDINATOR_ADDRESS"] == f"{info.hosts[0].ip}:8482" != "127.0.0.1:8482"
+    # host 0's own address, port 8476 (the one Google's TPU firewall opens), as on a TPU VM
+    assert seen["JAX_COORDINATOR_ADDRESS"] == f"{info.hosts[0].ip}:8476" != "127.0.0.1:8476"
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
     record = asyncio.run(storage.download_bytes(f"podctl/runs/{job.run_id}/run.json")).decode()
     assert "s3cr3t-value" not in record and "API_TOKEN" in record

@@ -118,6 +118,9 @@ def test_bad_placement_is_refused_before_anything_is_asked(where, words):
 
 
 def test_up_reservation_and_internal_ips_through_the_cli(podctl):
+    # hosts without external IPs reach GCS through their subnet's Private Google Access
+    podctl("--backend", "fake", "fake", "start")
+    podctl("--backend", "fake", "fake", "subnets", "update", "default", "--enable-private-ip-google-access")
     up_json = podctl.json("--backend", "fake", "up", "--slice", "v5p-8", "--name", "rz",
                           "--reservation", "pool", "--internal-ips", "--tags", "a1,b2",
                           "--service-account", "sa@fake-project.iam.gserviceaccount.com",

@@ -1,9 +1,10 @@
-"""podctl fake start | stop | status | grant: the local fake cloud as a background daemon."""
+"""podctl fake start | stop | status | grant | networks | firewall-rules | subnets: the local
+fake cloud as a background daemon, and what gcloud would change in its project."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -122,6 +123,118 @@ def grant(member: str, role: str, bucket: str | None, revoke: bool) -> None:
         _admin().set_iam(member=member, role=role, remove=revoke,
                          **({"bucket": bucket} if bucket else {}))
         click.echo(f"{'took' if revoke else 'granted'} {role} {'from' if revoke else 'to'} {member}")
+
+    guarded(action)
+
+
+def _compute() -> tuple[Any, str, str]:
+    """The running daemon's Compute Engine API, its project and region."""
+    from podctl.cli.fake_inject import _admin
+    from podctl.fake.admin_client import FakeCompute
+
+    settings = _settings()
+    return FakeCompute(_admin().status()["tpu_api"]), settings.project, settings.zone.rsplit("-", 1)[0]
+
+
+def allowed_of(text: str) -> list[dict]:
+    """gcloud's --allow (tcp:22,tcp:8470-8479,icmp) -> Compute Engine's `allowed` list."""
+    from podctl.errors import InvalidValueError
+
+    by_protocol: dict[str, list[str]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        protocol, _, ports = item.partition(":")
+        if protocol not in ("tcp", "udp", "icmp", "all") or (ports and protocol in ("icmp", "all")) or (
+                ports and not all(p.isdigit() for p in ports.split("-", 1))):
+            raise InvalidValueError(f"--allow {item!r}: give PROTOCOL[:PORT[-PORT]] (tcp:22, tcp:8470-8479, icmp).")
+        by_protocol.setdefault(protocol, [])
+        if ports:
+            by_protocol[protocol].append(ports)
+    if not by_protocol:
+        raise InvalidValueError("--allow: give at least one PROTOCOL[:PORTS] (tcp:8476).")
+    return [{"IPProtocol": proto, **({"ports": ports} if ports else {})} for proto, ports in by_protocol.items()]
+
+
+def _names(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+@fake.group("networks")
+def networks() -> None:
+    """The fake project's VPC networks (as `gcloud compute networks`)."""
+
+
+@networks.command("create")
+@click.argument("name")
+@click.option("--range", "ip_range", default=None, metavar="CIDR",
+              help="Its subnets' range (default 10.0.0.0/20), one subnet per region, named NAME.")
+def networks_create(name: str, ip_range: str | None) -> None:
+    """A custom VPC: no firewall rule but those you add (deny all ingress)."""
+
+    def action() -> None:
+        from podctl.cli.fake_inject import _admin
+
+        _admin().add_network(name, [], project=_settings().project, ip_range=ip_range)
+        click.echo(f"created network {name} (no firewall rules: add them with `podctl fake firewall-rules create`)")
+
+    guarded(action)
+
+
+@fake.group("firewall-rules")
+def firewall_rules() -> None:
+    """The fake project's firewall rules (as `gcloud compute firewall-rules`)."""
+
+
+@firewall_rules.command("create")
+@click.argument("name")
+@click.option("--network", default="default", show_default=True)
+@click.option("--allow", "allow", required=True, metavar="PROTO[:PORTS],...", help="e.g. tcp:22,tcp:8476")
+@click.option("--direction", default="INGRESS", show_default=True, help="INGRESS only (the fake's hosts enforce it).")
+@click.option("--source-ranges", default=None, metavar="CIDR,...")
+@click.option("--source-tags", default=None, metavar="TAG,...")
+@click.option("--target-tags", default=None, metavar="TAG,...")
+@click.option("--priority", type=int, default=1000, show_default=True)
+def firewall_rules_create(name: str, network: str, allow: str, direction: str, source_ranges: str | None,
+                          source_tags: str | None, target_tags: str | None, priority: int) -> None:
+    """Add an INGRESS allow rule to a network of the fake project; its hosts follow it at once."""
+
+    def action() -> None:
+        rule: dict[str, Any] = {"name": name, "network": f"global/networks/{network}", "direction": direction,
+                                "priority": priority, "allowed": allowed_of(allow)}
+        ranges, sources = _names(source_ranges), _names(source_tags)
+        rule["sourceRanges"] = ranges or ([] if sources else ["0.0.0.0/0"])  # gcloud's default
+        for key, value in (("sourceTags", sources), ("targetTags", _names(target_tags))):
+            if value:
+                rule[key] = value
+        if not rule["sourceRanges"]:
+            del rule["sourceRanges"]
+        compute, project, _ = _compute()
+        compute.create_firewall(project, rule)
+        click.echo(f"created firewall rule {name} on network {network}: {direction} allow {allow}")
+
+    guarded(action)
+
+
+@fake.group("subnets")
+def subnets() -> None:
+    """The fake project's subnetworks (as `gcloud compute networks subnets`)."""
+
+
+@subnets.command("update")
+@click.argument("name")
+@click.option("--region", default=None, help="Default: the zone's region.")
+@click.option("--enable-private-ip-google-access/--no-enable-private-ip-google-access", "access",
+              default=None, help="Hosts without external IPs reach Google's APIs (GCS) through it.")
+def subnets_update(name: str, region: str | None, access: bool | None) -> None:
+    """Turn Private Google Access on or off on subnet NAME."""
+
+    def action() -> None:
+        from podctl.errors import InvalidValueError
+
+        if access is None:
+            raise InvalidValueError("say --enable-private-ip-google-access or --no-enable-private-ip-google-access.")
+        compute, project, own_region = _compute()
+        compute.set_private_google_access(project, region or own_region, name, access)
+        click.echo(f"subnet {name} ({region or own_region}): Private Google Access {'on' if access else 'off'}")
 
     guarded(action)
 

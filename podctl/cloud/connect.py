@@ -13,7 +13,7 @@ from google.cloud import tpu_v2
 
 from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.translate import translate
-from podctl.cloud.firewall import ComputeReader
+from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
 from podctl.settings import FAKE_ACCOUNT, Settings, endpoint_override
 
@@ -113,13 +113,13 @@ def storage_endpoint(settings: Settings) -> str | None:
 def job_ports(settings: Settings) -> tuple[int | None, int]:
     """(SSH port, JAX coordinator port) for the job layer: the same on both backends,
     the endpoint's address at the SSH port. TPU VMs take SSH on 22 and JAX's coordinator
-    on 8482. The fake's hosts each have a loopback address of their own and serve SSH on
+    on 8476 (jobs/launch.py says why). The fake's hosts each have a loopback address of their own and serve SSH on
     22 there, or on one port for all that the fake reports (`ssh_port`); None only
     where every fake host shares 127.0.0.1 (macOS), where each endpoint names its port.
     """
     if settings.backend != "fake":
-        return 22, 8482
+        return 22, COORDINATOR_PORT
     from podctl.fake import daemon
 
     info = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)
-    return info.get("ssh_port"), 8482
+    return info.get("ssh_port"), COORDINATOR_PORT

@@ -65,10 +65,13 @@ class FakeAdmin:
         self._call("POST", "guest_attributes", {"name": name, "worker": worker,
                                                 "namespace": namespace, "key": key, "value": value})
 
-    def add_network(self, network: str, firewalls: list[dict], project: str | None = None) -> dict:
-        """A VPC network with these firewall rules (Compute Engine's JSON shape)."""
+    def add_network(self, network: str, firewalls: list[dict], project: str | None = None,
+                    ip_range: str | None = None) -> dict:
+        """A VPC network with these firewall rules (Compute Engine's JSON shape) and its
+        subnets' IP_RANGE (default 10.0.0.0/20; fake/vpc.py)."""
         return self._call("POST", "network", {"network": network, "firewalls": firewalls,
-                                              **({"project": project} if project else {})})
+                                              **({"project": project} if project else {}),
+                                              **({"ipCidrRange": ip_range} if ip_range else {})})
 
     def set_timings(self, **timings: float) -> dict:
         return self._call("POST", "timings", timings)
@@ -134,3 +137,32 @@ def _named(fault: faults.Fault) -> Any:
 # one method per fault of the table, so that a new fault needs no line here.
 for _fault in faults.FAULTS:
     setattr(FakeAdmin, _fault.method, _named(_fault))
+
+
+class FakeCompute:
+    """What `podctl fake firewall-rules create` and `subnets update` send the fake's Compute
+    Engine API at API_URL (its TPU API's server), as gcloud sends Google's."""
+
+    def __init__(self, api_url: str, timeout: float = 30.0):
+        self.base = api_url.rstrip("/") + "/compute/v1"
+        self.timeout = timeout
+
+    def _post(self, path: str, body: dict) -> dict:
+        request = urllib.request.Request(f"{self.base}/{path}", data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            message = json.loads(e.read() or b"{}").get("error", {}).get("message", str(e))
+            raise FakeCloudError(f"Compute Engine: {message}") from e
+        except OSError as e:
+            raise FakeCloudError(f"the fake cloud at {self.base} does not answer ({e})") from e
+
+    def create_firewall(self, project: str, rule: dict) -> dict:
+        """firewalls.insert: RULE in Compute Engine's JSON (name, network, allowed, ...)."""
+        return self._post(f"projects/{project}/global/firewalls", rule)
+
+    def set_private_google_access(self, project: str, region: str, subnet: str, on: bool) -> dict:
+        return self._post(f"projects/{project}/regions/{region}/subnetworks/{subnet}/setPrivateIpGoogleAccess",
+                          {"privateIpGoogleAccess": on})

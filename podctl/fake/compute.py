@@ -1,64 +1,43 @@
-"""The fake's VPC networks and their firewall rules: the part of the Compute Engine API
-podctl asks before `up` on a network of the user's (podctl/cloud/firewall.py).
+"""The part of the Compute Engine API podctl asks about VPC networks (podctl/cloud/firewall.py),
+and what `podctl fake` changes there as gcloud would. The networks themselves, their
+rules and subnets, are vpc.py's. Served (Compute Engine v1 JSON, errors in its shape):
 
-Every project has the network `default` with Google's default rules that matter here,
-`default-allow-internal` (all ports from 10.128.0.0/9) and `default-allow-ssh`
-(tcp:22 from anywhere); the admin API adds other networks with rules of their own
-(`POST /admin/network {project?, network, firewalls: [rule, ...]}`), and a network the
-fake was not told of does not exist. Served (Compute Engine v1 JSON, errors in its
-shape):
-
-    GET /compute/v1/projects/P/global/networks/N
-    GET /compute/v1/projects/P/regions/R/subnetworks/S    (the default network's, or an
-                                                           added network's, named after it)
-    GET /compute/v1/projects/P/global/firewalls?maxResults=&pageToken=
-    GET /compute/v1/projects/P                            (commonInstanceMetadata: the
+    GET  /compute/v1/projects/P/global/networks/N
+    GET  /compute/v1/projects/P/regions/R/subnetworks/S   (network S's subnet in R: ipCidrRange,
+                                                           privateIpGoogleAccess)
+    POST /compute/v1/projects/P/regions/R/subnetworks/S/setPrivateIpGoogleAccess
+                                                          {privateIpGoogleAccess: bool}
+    GET  /compute/v1/projects/P/global/firewalls?maxResults=&pageToken=
+    POST /compute/v1/projects/P/global/firewalls          (firewalls.insert: INGRESS allow rules)
+    GET  /compute/v1/projects/P                           (commonInstanceMetadata: the
                                                            `enable-oslogin` switch, oslogin.py)
 
-What the fake's hosts let through is the default network's rules whatever the network
-(fake/README.md); these rules are what podctl reads, not what the hosts enforce.
+A POST answers a `compute#operation` already DONE (Google's runs for seconds; gcloud
+polls it). The hosts follow the change at once (hosts.py rewrites what they read).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import re
+import time
 import zlib
 from typing import Any
 
 from aiohttp import web
 
+from podctl.fake import vpc
 from podctl.fake.world import World
 
 _BASE = "https://www.googleapis.com/compute/v1"
-DEFAULT_RULES = [
-    {"name": "default-allow-internal", "direction": "INGRESS", "priority": 65534,
-     "sourceRanges": ["10.128.0.0/9"],
-     "allowed": [{"IPProtocol": "tcp", "ports": ["0-65535"]}, {"IPProtocol": "udp", "ports": ["0-65535"]},
-                 {"IPProtocol": "icmp"}]},
-    {"name": "default-allow-ssh", "direction": "INGRESS", "priority": 65534,
-     "sourceRanges": ["0.0.0.0/0"], "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}]},
-]
 _PAGE = 500  # Compute Engine's default and largest maxResults
-
-
-def networks(world: World, project: str) -> dict[str, list[dict]]:
-    """The project's networks -> their firewall rules (as the admin API added them)."""
-    added = {key.split("/", 1)[1]: rules for key, rules in world.networks.items()
-             if key.split("/", 1)[0] == project}
-    return {"default": DEFAULT_RULES, **added}
-
-
-def add_network(world: World, body: dict, project: str) -> dict:
-    network = str(body.get("network") or "")
-    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", network):
-        raise ValueError("network takes {project?, network: NAME, firewalls: [rule, ...]}")
-    rules = body.get("firewalls") or []
-    if not isinstance(rules, list) or not all(isinstance(r, dict) and r.get("name") for r in rules):
-        raise ValueError("firewalls: a list of rules, each with a name")
-    world.networks[f"{body.get('project') or project}/{network}"] = rules
-    return {"networks": sorted(networks(world, str(body.get("project") or project)))}
+_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+# what firewalls.insert takes here; anything else is refused rather than ignored
+_RULE_FIELDS = {"name", "description", "network", "direction", "priority", "allowed", "sourceRanges",
+                "sourceTags", "targetTags", "disabled", "kind"}
+add_network = vpc.add_network  # the admin API's (admin_api.py)
 
 
 def _error(code: int, message: str, reason: str) -> web.Response:
@@ -88,15 +67,76 @@ def _project(world: World, project: str) -> dict:
                 **({"items": [{"key": k, "value": v} for k, v in sorted(items.items())]} if items else {})}}
 
 
-def answer(world: World, method: str, tail: str, query: Any) -> web.Response:
-    """One Compute Engine call at /compute/v1/TAIL."""
-    if method != "GET":
-        return _error(405, "Method not allowed by the fake", "methodNotAllowed")
+def _operation(project: str, kind: str, target: str, region: str | None = None) -> dict:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime())
+    op_id = str(zlib.crc32(f"{target}{time.time_ns()}".encode()))
+    where = f"regions/{region}" if region else "global"
+    return {"kind": "compute#operation", "id": op_id, "name": f"operation-{op_id}", "operationType": kind,
+            "targetLink": f"{_BASE}/projects/{project}/{target}", "status": "DONE", "progress": 100,
+            "insertTime": stamp, "startTime": stamp, "endTime": stamp,
+            **({"region": f"{_BASE}/projects/{project}/regions/{region}"} if region else {}),
+            "selfLink": f"{_BASE}/projects/{project}/{where}/operations/operation-{op_id}"}
+
+
+def _invalid(message: str) -> web.Response:
+    return _error(400, f"Invalid value for field 'resource': {message}", "invalid")
+
+
+def _insert_firewall(world: World, project: str, body: Any) -> web.Response:
+    """firewalls.insert, as `gcloud compute firewall-rules create` sends it: INGRESS allow
+    rules only (what the fake's hosts enforce); deny and EGRESS rules are refused here
+    rather than kept and ignored."""
+    if not isinstance(body, dict):
+        return _invalid("a Firewall resource (JSON object)")
+    unknown = set(body) - _RULE_FIELDS
+    if unknown:
+        return _invalid(f"the fake does not model {', '.join(sorted(unknown))} (only INGRESS allow rules)")
+    name = str(body.get("name") or "")
+    if not _NAME.fullmatch(name):
+        return _invalid(f"'{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'")
+    network = str(body.get("network") or "global/networks/default").rstrip("/").rsplit("/", 1)[-1]
+    nets = vpc.networks(world, project)
+    if network not in nets:
+        return _not_found(f"projects/{project}/global/networks/{network}")
+    if any(r["name"] == name for rules in nets.values() for r in rules):
+        return _error(409, f"The resource 'projects/{project}/global/firewalls/{name}' already exists",
+                      "alreadyExists")
+    if body.get("direction", "INGRESS") != "INGRESS":
+        return _invalid("the fake models INGRESS rules only")
+    allowed = body.get("allowed")
+    if not isinstance(allowed, list) or not allowed or not all(
+            isinstance(a, dict) and a.get("IPProtocol") for a in allowed):
+        return _invalid("'allowed': at least one {IPProtocol, ports?}")
+    for entry in allowed:
+        for item in entry.get("ports") or []:
+            if not re.fullmatch(r"\d{1,5}(-\d{1,5})?", str(item)):
+                return _invalid(f"port '{item}': a port or a range LOW-HIGH")
+    for cidr in body.get("sourceRanges") or []:
+        try:
+            ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            return _invalid(f"source range '{cidr}' is not a CIDR range")
+    for tag in [*(body.get("sourceTags") or []), *(body.get("targetTags") or [])]:
+        if not _NAME.fullmatch(str(tag)):
+            return _invalid(f"tag '{tag}' is not a network tag")
+    rule = {k: v for k, v in body.items() if k not in ("network", "kind")}
+    rule.setdefault("direction", "INGRESS")
+    rule.setdefault("priority", 1000)
+    world.networks.setdefault(f"{project}/{network}", []).append(rule)
+    return web.json_response(_operation(project, "insert", f"global/firewalls/{name}"))
+
+
+def answer(world: World, method: str, tail: str, query: Any, body: Any = None) -> web.Response:
+    """One Compute Engine call at /compute/v1/TAIL (BODY: a POST's JSON)."""
     match = re.fullmatch(r"projects/([^/]+)/?(.*)", tail)
     if not match:
         return _not_found(tail)
     project, rest = match.groups()
-    nets = networks(world, project)
+    if method == "POST":
+        return _post(world, project, rest, body)
+    if method != "GET":
+        return _error(405, "Method not allowed by the fake", "methodNotAllowed")
+    nets = vpc.networks(world, project)
     if rest == "":
         return web.json_response(_project(world, project))
     if found := re.fullmatch(r"global/networks/([^/]+)", rest):
@@ -105,14 +145,15 @@ def answer(world: World, method: str, tail: str, query: Any) -> web.Response:
             return _not_found(f"projects/{project}/global/networks/{name}")
         return web.json_response({"kind": "compute#network", "name": name,
                                   "selfLink": f"{_BASE}/projects/{project}/global/networks/{name}",
-                                  "autoCreateSubnetworks": name == "default"})
+                                  "autoCreateSubnetworks": name == vpc.DEFAULT})
     if found := re.fullmatch(r"regions/([^/]+)/subnetworks/([^/]+)", rest):
         region, name = found.groups()
-        if name not in nets:
+        sub = vpc.subnet(world, project, region, name)
+        if sub is None:
             return _not_found(f"projects/{project}/regions/{region}/subnetworks/{name}")
         return web.json_response({
             "kind": "compute#subnetwork", "name": name, "region": f"{_BASE}/projects/{project}/regions/{region}",
-            "network": f"{_BASE}/projects/{project}/global/networks/{name}",
+            "network": f"{_BASE}/projects/{project}/global/networks/{name}", **sub,
             "selfLink": f"{_BASE}/projects/{project}/regions/{region}/subnetworks/{name}"})
     if rest == "global/firewalls":
         rules = sorted((_rule(project, net, r) for net, rs in nets.items() for r in rs),
@@ -128,3 +169,20 @@ def answer(world: World, method: str, tail: str, query: Any) -> web.Response:
             page["nextPageToken"] = base64.urlsafe_b64encode(str(start + size).encode()).decode()
         return web.json_response(page)
     return _not_found(f"projects/{project}/{rest}")
+
+
+def _post(world: World, project: str, rest: str, body: Any) -> web.Response:
+    if rest == "global/firewalls":
+        return _insert_firewall(world, project, body)
+    if found := re.fullmatch(r"regions/([^/]+)/subnetworks/([^/]+)/setPrivateIpGoogleAccess", rest):
+        region, name = found.groups()
+        if vpc.subnet(world, project, region, name) is None:
+            return _not_found(f"projects/{project}/regions/{region}/subnetworks/{name}")
+        on = (body or {}).get("privateIpGoogleAccess") if isinstance(body, dict) else None
+        if not isinstance(on, bool):
+            return _error(400, "Invalid value for field 'privateIpGoogleAccess': a boolean is required",
+                          "invalid")
+        vpc.set_private_google_access(world, project, region, name, on)
+        return web.json_response(_operation(project, "setPrivateIpGoogleAccess",
+                                            f"regions/{region}/subnetworks/{name}", region))
+    return _error(405, "Method not allowed by the fake", "methodNotAllowed")

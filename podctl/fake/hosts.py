@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -58,7 +59,7 @@ from collections.abc import Callable, Iterable, Mapping
 import asyncssh
 
 from podctl import topology
-from podctl.fake import addresses, boot, iam, image_python, oslogin
+from podctl.fake import addresses, boot, iam, image_python, oslogin, vpc
 from podctl.fake.host_ssh import ShellSession, SshServer, authorized_keys, public_blob
 from podctl.fake.metadata import MetadataServer, hostname
 from podctl.fake.node_fields import host_metadata
@@ -66,11 +67,12 @@ from podctl.fake.node_fields import host_metadata
 TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
 # A TPU VM's login PATH (Ubuntu's default): the image's python3, nothing of podctl's.
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
-JAX_COORDINATOR_PORT = 8482
+JAX_COORDINATOR_PORT = 8476  # podctl's (jobs/launch.py): the port Google's TPU firewall opens
 _POSIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")  # useradd's NAME_REGEX (Ubuntu's default)
 MACHINE_NETWORK_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
                         "http_proxy", "https_proxy", "no_proxy")
 _KEY_FILE = ".ssh_host_ed25519_key"
+NETWORK_FILE = "network.json"  # what the node's hosts may reach (vpc.reach), read by tpu_vm/sitecustomize.py
 _ID_FILE = ".node-id"
 _BACKLOG = 128
 log = logging.getLogger(__name__)
@@ -123,6 +125,20 @@ def kill_tagged(match: Callable[[str], bool], sig: int = signal.SIGKILL) -> int:
                 os.kill(pid, sig)
         sent.update(found)
     return len(sent)
+
+
+def _proxies() -> list[str]:
+    """HOST:PORT of this machine's proxies (its way to the internet, which a host with an
+    external IP is given): a connection there is one outside, whatever its address."""
+    from urllib.parse import urlsplit
+
+    found = []
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        with contextlib.suppress(ValueError):
+            url = urlsplit(os.environ.get(name) or "")
+            if url.hostname:
+                found.append(f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}")
+    return sorted(set(found))
 
 
 COUNTERS = ("boots", "ssh_total", "sessions_total")
@@ -208,6 +224,8 @@ class Host:
                     "JAX_COORDINATOR_BIND_ADDRESS": f"{self.address}:{JAX_COORDINATOR_PORT}",
                     # the one port the firewall admits at external addresses (sitecustomize.py)
                     "PODCTL_FAKE_SSH_PORT": str(self.port),
+                    # who this host is in the node's network.json (sitecustomize.py's firewall)
+                    "PODCTL_FAKE_ADDRESS": self.address,
                     # libtpu's /tmp/libtpu_lockfile, in this host's own /tmp (sitecustomize.py)
                     "PODCTL_FAKE_LIBTPU_LOCKFILE": str(tmp / "libtpu_lockfile")})
         # Like Ubuntu's sshd (AcceptEnv LANG LC_*): a client may set only the locale.
@@ -349,6 +367,8 @@ class HostManager:
         self.image = image_python.prepare(self.root)  # the hosts' python3: 3.10 where there is one
         self.metadata = MetadataServer(self)
         self.world: Any = None
+        self.api_url = ""  # the fake's own API (a Google API for the hosts: the server sets it)
+        self._network_key = ""
 
     def adopt(self) -> int:
         """At start: kill what a crashed predecessor on this root left running, and
@@ -395,6 +415,7 @@ class HostManager:
                     log.error("the fake hosts of %s cannot start: %s", name, e)
         live = {name: node.get("id") for name, node in world.nodes.items()}
         self.failed = {name: i for name, i in self.failed.items() if live.get(name) == i}
+        self.write_networks(world)
         for name, (node_id, directory) in list(self.dirs.items()):
             if live.get(name) != node_id and name not in self.nodes:
                 del self.dirs[name]
@@ -499,14 +520,58 @@ class HostManager:
             "PODCTL_FAKE_IMAGE_PYTHON": self.image.path,
             # templates/requirements.txt asks for jax[${PODCTL_JAX_EXTRA}]: CPU wheels here
             "PODCTL_JAX_EXTRA": "cpu",
-            # uv's Python "downloads" come from the machine's interpreters (image_python.py);
-            # its package cache is the fake's, shared by its hosts, as a nearby index mirror
+            # uv's Python "downloads" come from the machine's interpreters (image_python.py)
             "UV_PYTHON_INSTALL_DIR": str(self.image.store), "UV_PYTHON_DOWNLOADS": "never",
-            "UV_CACHE_DIR": str(uv_cache_dir(self.root)),
-            # how this machine reaches the package index (its proxy, its CA), which a TPU VM
-            # has of its own: a fake host is this machine
-            **{k: v for k, v in os.environ.items() if k in MACHINE_NETWORK_VARS},
+            # what the node's hosts may reach (vpc.reach), kept current by write_networks
+            "PODCTL_FAKE_NETWORK": str(self.nodes_dir(node) / NETWORK_FILE),
+            **self._internet(node),
         }
+
+    def _internet(self, node: dict) -> dict[str, str]:
+        """With external IPs a host has the internet: here, how this machine reaches the
+        package index (its proxy, its CA: a fake host is this machine) and the fake's uv
+        cache shared by its hosts, as a nearby index mirror. Without, none of it: no route
+        out (sitecustomize.py drops Python's connections; uv, pip and curl find no proxy),
+        and an empty uv cache of the node's own, as a fresh VM has."""
+        if not (node.get("networkConfig") or {}).get("enableExternalIps"):
+            return {"UV_CACHE_DIR": str(self.nodes_dir(node) / ".uv-cache")}
+        return {"UV_CACHE_DIR": str(uv_cache_dir(self.root)),
+                **{k: v for k, v in os.environ.items() if k in MACHINE_NETWORK_VARS}}
+
+    def nodes_dir(self, node: dict) -> Path:
+        parts = node["name"].split("/")  # projects/P/locations/Z/nodes/ID
+        return self.root.joinpath(parts[1], parts[3], parts[5])
+
+    def write_networks(self, world: Any) -> None:
+        """Each live node's network.json, again when a node, a rule or a subnet changed:
+        what its hosts may reach (vpc.reach), Google's APIs' addresses, where each host
+        counts its connections outside (outside-ADDRESS.log)."""
+        key = json.dumps([sorted((name, nh.id, json.dumps(nh.node.get("networkConfig"), sort_keys=True),
+                                  nh.node.get("tags") or []) for name, nh in self.nodes.items()),
+                          world.networks, world.subnets, self.api_url], sort_keys=True, default=str)
+        if key == self._network_key:
+            return
+        self._network_key = key
+        peers = {name: [h.address for h in nh.hosts] for name, nh in self.nodes.items()}
+        google = [u.split("://", 1)[-1].rstrip("/") for u in (self.gcs_url, self.api_url) if u]
+        for nh in self.nodes.values():
+            text = json.dumps({**vpc.reach(world, nh.node, peers), "google": google, "proxies": _proxies(),
+                               "outside_log": str(nh.directory / "outside-{address}.log")}, indent=1)
+            target = nh.directory / NETWORK_FILE
+            with contextlib.suppress(OSError):
+                if target.exists() and target.read_text() == text:
+                    continue
+                scratch = target.with_name(f".{NETWORK_FILE}.{os.getpid()}")
+                scratch.write_text(text)
+                os.replace(scratch, target)
+
+    def outside(self, host: Host) -> list[str]:
+        """HOST's connections outside GCS, the metadata server and its VPC's hosts, as its
+        Pythons logged them (tpu_vm/sitecustomize.py): one "ADDRESS:PORT" each."""
+        try:
+            return (host.node.directory / f"outside-{host.address}.log").read_text().split()
+        except OSError:
+            return []
 
     def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:
         """The node's directory and host key: kept for the same node, new for a new one."""
@@ -650,8 +715,17 @@ class HostManager:
                        "sessions": sum(len(h.sessions) for h in nh.hosts),
                        "no_ssh": bool(nh.node.get("_no_ssh")),
                        "workers": [host_counters(nh.node, h.index) | {"alive": h.alive}
-                                   for h in nh.hosts]}
+                                   | self._outside_of(h) for h in nh.hosts]}
                 for name, nh in self.nodes.items()}
+
+    def _outside_of(self, host: Host) -> dict[str, Any]:
+        seen = self.outside(host)
+        return {"outside_total": len(seen), "outside_last": seen[-10:]}
+
+    def outside_counts(self) -> dict[str, list[int]]:
+        """Node name -> per worker, its connections outside GCS, the metadata server and
+        its VPC's hosts (`podctl fake status --json`'s `outside_requests`)."""
+        return {name: [len(self.outside(h)) for h in nh.hosts] for name, nh in self.nodes.items()}
 
     async def close(self) -> None:
         """Every host vanishes; waits for their listeners and commands to wind down."""

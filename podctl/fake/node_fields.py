@@ -31,7 +31,9 @@ def server_filled(project: str, zone: str, node: dict) -> dict:
     network = dict(node.get("networkConfig") or {})
     net = network.get("network") or "default"
     network["network"] = net if "/" in net else f"projects/{project}/global/networks/{net}"
-    sub = network.get("subnetwork") or "default"
+    # without one named, the network's own subnet in the region (the fake names it after
+    # the network: vpc.py), `default` in the default network as recorded
+    sub = network.get("subnetwork") or net.rstrip("/").rsplit("/", 1)[-1]
     region = zone.rsplit("-", 1)[0]
     network["subnetwork"] = sub if "/" in sub else f"projects/{project}/regions/{region}/subnetworks/{sub}"
     account = dict(node.get("serviceAccount") or {})

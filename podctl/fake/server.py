@@ -125,7 +125,10 @@ class FakeCloud:
                 "hosts_root": str(self.hosts.root) if self.hosts else None,
                 "host_python": self.hosts.image.note if self.hosts else None,
                 # SSH to a host: its endpoint's address at this port (None: the endpoint's port)
-                "ssh_port": self.hosts.ssh_port if self.hosts else None}
+                "ssh_port": self.hosts.ssh_port if self.hosts else None,
+                # node -> per worker, connections its hosts made outside GCS, the metadata
+                # server and their VPC's hosts (hosts.outside_counts)
+                "outside_requests": self.hosts.outside_counts() if self.hosts else {}}
 
     def sync_hosts(self) -> None:
         if self.hosts is not None:
@@ -191,6 +194,9 @@ class FakeCloud:
         server = site._server
         assert isinstance(server, asyncio.Server)  # a TCPSite's, once started
         self.port = server.sockets[0].getsockname()[1]  # the ephemeral port chosen
+        if self.hosts is not None:  # a Google API for the hosts: reached as GCS is (vpc.reach)
+            self.hosts.api_url = self.url
+            self.sync_hosts()
         self._ticker = asyncio.create_task(self._tick())
 
     async def stop(self) -> None:
@@ -234,7 +240,17 @@ class FakeCloud:
                 log.exception("the fake cloud's ticker failed; it goes on")
 
     async def _handle_compute(self, request: web.Request) -> web.StreamResponse:
-        return compute.answer(self.world, request.method, request.match_info["tail"], request.query)
+        body = None
+        if request.method == "POST":
+            try:
+                body = await request.json() if request.can_read_body else {}
+            except ValueError:
+                body = None  # compute.answer refuses it
+        response = compute.answer(self.world, request.method, request.match_info["tail"], request.query, body)
+        if request.method == "POST" and response.status == 200:
+            self.sync_hosts()  # the hosts follow a firewall rule or Private Google Access now
+            self.save()
+        return response
 
     async def _handle_oslogin(self, request: web.Request) -> web.StreamResponse:
         try:

@@ -101,7 +101,8 @@ class World:
     seq: int = 0
     projects: dict[str, dict] = field(default_factory=dict)  # admin switches (access.py)
     request_ids: dict[str, str] = field(default_factory=dict)  # "call/requestId" -> operation
-    networks: dict[str, list] = field(default_factory=dict)  # "project/network" -> rules (compute.py)
+    networks: dict[str, list] = field(default_factory=dict)  # "project/network" -> rules added (vpc.py)
+    subnets: dict[str, dict] = field(default_factory=dict)  # "project/region/name" -> fields set (vpc.py)
     # project -> its metadata items (Compute Engine's commonInstanceMetadata; oslogin.py)
     project_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
     login_profiles: dict[str, dict] = field(default_factory=dict)  # email -> OS Login keys (oslogin.py)

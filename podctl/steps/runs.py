@@ -38,7 +38,7 @@ from podctl.jobs.run_record import RunRecord, record_checkpoint_dir
 from podctl.jobs.run_record import valid_run_id as valid_run_id
 from podctl.jobs.stop import signal_runs, stop_runs
 from podctl.steps.session import Session
-from podctl.steps.slices import describe_slice, ready_slice
+from podctl.steps.slices import check_network_for_run, describe_slice, ready_slice
 from podctl.storage import Storage
 
 Notice = Callable[[str], None]
@@ -170,6 +170,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
                          record_extra=dict(options.extra))
     via = choose_via(info, options.via, session.settings.via,
                      build_on_host=options.spec.build_on == "host")
+    await check_network_for_run(session, info, ssh=via == "ssh")
     user = await session.ssh_user(info) if via == "ssh" else SSH_USER
     job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
               private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,

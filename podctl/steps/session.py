@@ -33,7 +33,7 @@ class Session:
         self.settings = settings
         self._api = api  # None: connected on first use (`podctl ckpt` needs GCS only)
         # (SSH port, JAX coordinator port) of the cloud this session talks to; None: ask
-        # the settings (22 and 8482 on Google Cloud, the fake daemon's). A session on an
+        # the settings (22 and 8476 on Google Cloud, the fake daemon's). A session on an
         # in-process fake (tests, notebooks) gives its own.
         self.ports = ports
         self.storages: dict[str, Storage] = dict(storages or {})  # bucket -> its client

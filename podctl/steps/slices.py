@@ -27,6 +27,7 @@ from podctl.cloud.create import CreationOutcome
 from podctl.cloud.connect import compute_reader
 from podctl.cloud import up as cloud_up
 from podctl.cloud.placement import Placement
+from podctl.cloud.placement import read as read_placement
 from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.jobs import boot_channel, boot_script
 from podctl.cloud.types import SliceInfo, SliceSpec, Tier
@@ -91,19 +92,42 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
 
 async def up(session: Session, request: UpRequest, progress: Progress | None = None) -> UpResult:
     """Create (or reuse) the slice and wait until it is ready -> UpResult. On a network
-    of the user's, first check that it admits SSH (cloud/firewall.py)."""
+    of the user's, or without external IPs, first check the network (cloud/firewall.py):
+    no SSH rule, or no Private Google Access for internal IPs, is refused before anything
+    is made; no rule between the hosts is a note (a run says it again, and refuses)."""
     placement = request.placement
-    if placement.network or placement.subnetwork:
+    if placement.network or placement.subnetwork or placement.internal_ips:
         reader = compute_reader(session.settings, session.api)
         try:
-            note = await firewall.check_ssh(
+            note = await firewall.check_up(
                 reader, project=session.settings.project, region=session.settings.zone.rsplit("-", 1)[0],
-                network=placement.network, subnetwork=placement.subnetwork, tags=placement.tags)
+                network=placement.network, subnetwork=placement.subnetwork,
+                needs=firewall.Needs(hosts=request.spec.slice_type.hosts, slices=request.spec.num_slices,
+                                     internal_ips=placement.internal_ips, tags=placement.tags))
         finally:
             reader.close()
         if note and progress:
-            progress(f"note: {note}; podctl reaches the hosts by SSH (tcp:22)")
+            progress(f"note: {note}")
     return await cloud_up.up(session.api, request, progress=progress)
+
+
+async def check_network_for_run(session: Session, info: SliceInfo, *, ssh: bool) -> None:
+    """Before a run on INFO: InvalidValueError in one line, with the gcloud command, when
+    the slice's VPC lacks what the run needs (SSH from here if SSH starts it; TCP between
+    its hosts on JAX's coordinator port, and megascale's for several slices; Private
+    Google Access without external IPs), rather than a run that hangs on billed chips."""
+    if len(info.hosts) < 2 and not ssh and all(h.external_ip for h in info.hosts):
+        return  # one host started by its watcher, with external IPs: nothing to judge
+    where = await read_placement(session.api, session.settings.parent, info)
+    reader = compute_reader(session.settings, session.api)
+    try:
+        await firewall.check_run(
+            reader, project=session.settings.project, region=session.settings.zone.rsplit("-", 1)[0],
+            network=where.network, subnetwork=where.subnetwork,
+            needs=firewall.Needs(ssh=ssh, hosts=len(info.hosts) // max(1, info.num_slices),
+                                 slices=info.num_slices, internal_ips=where.internal_ips, tags=where.tags))
+    finally:
+        reader.close()
 
 
 async def ask_slice(session: Session, request: UpRequest) -> str | None:

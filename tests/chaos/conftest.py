@@ -73,7 +73,7 @@ def kit(fake, isolated: Path):
                         state_dir=isolated / "state", bucket=FAKE_BUCKET)
     # ports: this in-process fake's, so that no fake daemon is started for the session
     session = steps.Session(settings=settings, api=api_for_endpoint(fake.tpu_api_url, retry=FAST_RETRY),
-                            ports=(fake.hosts.ssh_port, 8482),
+                            ports=(fake.hosts.ssh_port, 8476),
                             storages={FAKE_BUCKET: Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)})
     yield Kit(fake=fake, admin=fake.admin, session=session)
     session.close()

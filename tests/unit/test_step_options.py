@@ -51,12 +51,12 @@ def test_a_retried_entry_starts_once_detached_from_its_bundle_and_resumes_its_fi
 
 
 def test_a_session_at_an_entrys_place_shares_the_clients(tmp_path):
-    session = steps.Session(_settings(tmp_path), api=None, ports=(2222, 8482))
+    session = steps.Session(_settings(tmp_path), api=None, ports=(2222, 8476))
     entry = _entry()
     moved = session.at(project=entry.project, zone=entry.zone, bucket=entry.bucket)
     assert moved.settings.parent == "projects/other-project/locations/us-east5-a"
     assert moved.settings.bucket == "their-bucket" and moved.settings.config_dir == tmp_path / "config"
-    assert moved.storages is session.storages and moved.job_ports() == (2222, 8482)
+    assert moved.storages is session.storages and moved.job_ports() == (2222, 8476)
 
 
 @pytest.mark.parametrize("tier, valid_for", [("on-demand", None), ("spot", None), ("spot", 7200),

@@ -235,51 +235,208 @@ def _venv_without_ensurepip(module: object) -> None:
     builder._setup_pip = setup_pip
 
 
+class _Network:
+    """What this host may reach, as the fake wrote it for the node (hosts.py's
+    network.json, from fake/vpc.py: Google APIs with an external IP or Private Google
+    Access; each host of the VPC at the TCP ports its firewall rules admit from here),
+    read again whenever the fake rewrites it (a rule added, a subnet changed)."""
+
+    def __init__(self) -> None:
+        import ipaddress
+
+        self.path = os.environ.get("PODCTL_FAKE_NETWORK", "")
+        self.me = os.environ.get("PODCTL_FAKE_ADDRESS", "")
+        self.metadata = os.environ.get("GCE_METADATA_HOST", "")
+        self.external_net: ipaddress.IPv4Network | ipaddress.IPv6Network | None
+        try:
+            self.external_net = ipaddress.ip_network(os.environ.get("PODCTL_FAKE_EXTERNAL_NET", ""))
+            self.ssh_port = int(os.environ.get("PODCTL_FAKE_SSH_PORT") or 22)
+        except ValueError:
+            self.external_net, self.ssh_port = None, 22
+        self.stamp: object = None
+        self.data: dict = {}
+        self.hole: dict[int, tuple] = {}  # family -> (listener, filler, address): where dropped SYNs go
+        self.kept: list[object] = []  # sockets that must live as long as the process
+
+    def current(self) -> dict:
+        import json
+
+        try:
+            info = os.stat(self.path)
+            stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
+            if stamp != self.stamp:
+                with open(self.path) as f:
+                    self.data, self.stamp = json.load(f), stamp
+        except (OSError, ValueError):
+            pass  # not written yet (or no fake): as before, the last known, else open
+        return self.data
+
+    def peer_ports(self, host: str) -> list | None:
+        """The TCP spans HOST (a host of this VPC) admits from here; None: not such a host."""
+        for peer in self.current().get("peers", []):
+            if host in peer.get("addresses", ()):
+                return peer.get("tcp", [])
+        return None
+
+    def verdict(self, host: str, port: int) -> tuple[bool, bool]:
+        """(let through, outside): outside is a connection to anything but GCS and Google's
+        APIs, the metadata server, this VM itself and its VPC's hosts."""
+        import ipaddress
+
+        if host == self.me or f"{host}:{port}" == self.metadata:
+            return True, False
+        data = self.current()
+        if f"{host}:{port}" in data.get("google", ()):
+            return bool(data.get("google_apis", True)), False
+        spans = self.peer_ports(host)
+        if spans is not None:
+            return any(low <= port <= high for low, high in spans), False
+        if f"{host}:{port}" in data.get("proxies", ()):
+            return bool(data.get("external", True)), True  # this machine's way to the internet
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return True, False  # not an address: not judged
+        if ip.is_loopback and host in ("127.0.0.1", "::1"):
+            return True, False  # the VM's own loopback
+        if not data.get("external", True):
+            return False, True  # no external IP: no route out (no Cloud NAT modelled)
+        at_external = self.external_net is not None and ip in self.external_net
+        return not (at_external and port != self.ssh_port), True  # NAT'd: SSH only there
+
+    def count(self, host: str, port: int) -> None:
+        log = self.current().get("outside_log", "")
+        if not log or not self.me:
+            return
+        try:
+            fd = os.open(log.replace("{address}", self.me), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"{host}:{port}\n".encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+    def black_hole(self, family: int, bind: Callable, connect: Callable) -> tuple:
+        """An address where every SYN is dropped, as a firewall drops it: a listener whose
+        accept queue (backlog 0) one connection fills, so the kernel drops every later
+        SYN and the connecting socket retries until its timeout (blocking without one:
+        the kernel's own, about 127 s on Linux), non-blocking sockets included."""
+        import socket
+
+        if family not in self.hole:
+            listener = socket.socket(socket.AF_INET)
+            bind(listener, ("127.0.0.1", 0))
+            listener.listen(0)
+            filler = socket.socket(socket.AF_INET)
+            connect(filler, listener.getsockname())
+            host, port = listener.getsockname()[:2]
+            where = (host, port) if family == socket.AF_INET else (f"::ffff:{host}", port, 0, 0)
+            self.hole[family] = (listener, filler, where)
+        return self.hole[family][2]
+
+
+_NET: _Network | None = None
+
+
 def _firewall() -> None:
-    """Python's connects to an external address on any port but SSH's time out (above)."""
+    """Python's connects judged by the VPC (_Network.verdict): a dropped one hangs until
+    its timeout, as a dropped SYN does; one outside is logged where the fake counts it."""
     import errno
-    import ipaddress
     import socket
 
-    try:
-        external = ipaddress.ip_network(os.environ.get("PODCTL_FAKE_EXTERNAL_NET", ""))
-        ssh_port = int(os.environ.get("PODCTL_FAKE_SSH_PORT") or 22)
-    except ValueError:
-        return
-
-    def _in(host: object) -> bool:
-        try:
-            return ipaddress.ip_address(host) in external  # type: ignore[arg-type]
-        except (ValueError, TypeError):
-            return False  # a name: resolved by the C library, not checked here
-
-    def dropped(address: object) -> bool:
-        return isinstance(address, tuple) and len(address) >= 2 and _in(address[0]) \
-            and address[1] != ssh_port
-
-    def refusal(address: tuple) -> TimeoutError:
-        return TimeoutError(errno.ETIMEDOUT, f"{os.strerror(errno.ETIMEDOUT)} ({address[0]}:{address[1]} "
-                            "is an external address; the VPC's firewall admits only SSH there)")
-
+    global _NET
+    net = _NET = _Network()
     connect, connect_ex, bind = socket.socket.connect, socket.socket.connect_ex, socket.socket.bind
 
+    def judged(sock: socket.socket, address: object) -> object:
+        """ADDRESS, or the black hole that stands for it when the firewall drops it."""
+        # TCP only: a UDP connect sends nothing (a library finding its own address by it works)
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM \
+                or not isinstance(address, tuple) or len(address) < 2:
+            return address
+        host, port = str(address[0]), int(address[1])
+        try:
+            # a name is resolved as the C library would, then judged by its address
+            found = socket.getaddrinfo(host, port, sock.family, socket.SOCK_STREAM)
+            host = str(found[0][4][0]) if found else host
+        except (OSError, UnicodeError):
+            return address  # the real connect says why
+        host = host.removeprefix("::ffff:")
+        allowed, outside = net.verdict(host, port)
+        if outside:
+            net.count(host, port)
+        return address if allowed else net.black_hole(sock.family, bind, connect)
+
     def guarded_connect(self: socket.socket, address: object) -> None:
-        if dropped(address):
-            raise refusal(address)  # type: ignore[arg-type]
-        return connect(self, address)  # type: ignore[arg-type]
+        return connect(self, judged(self, address))  # type: ignore[arg-type]
 
     def guarded_connect_ex(self: socket.socket, address: object) -> int:
-        return errno.ETIMEDOUT if dropped(address) else connect_ex(self, address)  # type: ignore[arg-type]
+        return connect_ex(self, judged(self, address))  # type: ignore[arg-type]
 
     def guarded_bind(self: socket.socket, address: object) -> None:
         # a VM's interface has only its internal address; Google NATs the external one
-        if isinstance(address, tuple) and address and _in(address[0]):
-            raise OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
+        if isinstance(address, tuple) and address and net.external_net is not None:
+            try:
+                import ipaddress
+
+                if ipaddress.ip_address(str(address[0]).removeprefix("::ffff:")) in net.external_net:
+                    raise OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
+            except ValueError:
+                pass
         return bind(self, address)  # type: ignore[arg-type]
 
     socket.socket.bind = guarded_bind  # type: ignore[method-assign,assignment]
     socket.socket.connect = guarded_connect  # type: ignore[method-assign,assignment]
     socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign,assignment]
+
+
+def _coordinator_behind_the_firewall(module: object) -> None:
+    """JAX's coordinator service and clients are C++ (gRPC), unseen by the socket calls
+    above. Where the VPC admits no TCP between the slice's hosts on the coordinator's
+    port, process 0 binds the service at a port of its own that only it knows and puts a
+    black hole at the announced one: its own client (to its own address: never through
+    the firewall on a VM) reaches the service; every peer's SYNs are dropped and gRPC
+    retries until JAX's initialization timeout, as on Google."""
+    import socket
+
+    net, real = _NET, module._jax  # type: ignore[attr-defined]
+    if net is None or not net.me:
+        return
+    moved: dict[int, str] = {}
+
+    def service(address: str, *args: object, **kwargs: object) -> object:
+        host, _, port = address.rpartition(":")
+        spans = net.peer_ports(net.me)
+        if host.strip("[]") in (net.me, "::", "0.0.0.0", "") and spans is not None and \
+                not any(low <= int(port) <= high for low, high in spans):
+            probe = socket.socket()
+            probe.bind((net.me, 0))
+            hidden = f"{net.me}:{probe.getsockname()[1]}"
+            probe.close()
+            hole = socket.socket()
+            hole.bind((net.me, int(port)))
+            hole.listen(0)
+            filler = socket.socket()
+            filler.connect((net.me, int(port)))
+            net.kept += [hole, filler]
+            moved[int(port)] = address = hidden
+        return real.get_distributed_runtime_service(address, *args, **kwargs)
+
+    def client(address: str, *args: object, **kwargs: object) -> object:
+        host, _, port = address.rpartition(":")
+        if host == net.me and int(port) in moved:
+            address = moved[int(port)]
+        return real.get_distributed_runtime_client(address, *args, **kwargs)
+
+    class Seen:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+    seen = Seen()
+    seen.get_distributed_runtime_service = service  # type: ignore[attr-defined]
+    seen.get_distributed_runtime_client = client  # type: ignore[attr-defined]
+    module._jax = seen  # type: ignore[attr-defined]
 
 
 def _bind_to_the_coordinators_own_address(module: object) -> None:
@@ -340,6 +497,7 @@ class _AfterJaxModules(importlib.abc.MetaPathFinder):
 def _distributed(module: object) -> None:
     _fake_tpu_vm_cluster()
     _bind_to_the_coordinators_own_address(module)
+    _coordinator_behind_the_firewall(module)
 
 
 def _node_credentials(module: object) -> None:
