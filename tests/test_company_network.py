@@ -153,6 +153,8 @@ def test_jaxs_coordinator_is_out_of_a_blocked_peers_reach(tmp_path: Path):
             stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PODCTL_FAKE_HOST": "1", "PODCTL_FAKE_ADDRESS": addresses[i],
                  "PODCTL_FAKE_NETWORK": str(network), "JAX_PLATFORMS": "cpu",
+                 # as podctl's agent gives a run (a fake host's own session has none)
+                 "TPU_WORKER_ID": str(i), "TPU_WORKER_HOSTNAMES": ",".join(addresses),
                  "PYTHONPATH": str(Path(__file__).parents[1] / "podctl" / "fake" / "tpu_vm")})
             for i in (0, 1)]
         return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
