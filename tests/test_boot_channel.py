@@ -320,3 +320,21 @@ def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(f
         assert "host 0000: booting" in said and "host 0001: booting" in said and "no watcher" not in said, said
     finally:
         api.client.delete_node(name=created.name).result(timeout=30)
+
+
+def test_a_nodes_answer_that_leaves_out_the_silent_hosts_is_placed_by_the_watchers_worker_words():
+    """getGuestAttributes names no worker and leaves out the hosts that said nothing (those
+    still booting): each watcher's podctl/worker word places its entries."""
+    from podctl.cloud.types import GuestEntry
+    from podctl.jobs.boot_channel import _placed
+
+    def said(**kv: str) -> list[GuestEntry]:
+        return [GuestEntry(run_layout.GUEST_NAMESPACE, k, v) for k, v in kv.items()]
+
+    assert _placed([said(worker="2", watch="ready a"), said(worker="0", watch="ready b")], 4) == [
+        {"worker": "0", "watch": "ready b"}, {}, {"worker": "2", "watch": "ready a"}, {}]
+    assert _placed([], 3) == [{}, {}, {}]  # nobody has booted yet
+    assert _placed([said(watch="x"), said(watch="y")], 2) == [{"watch": "x"}, {"watch": "y"}]  # one per worker
+    assert _placed([said(watch="failed no python3")], 2) is None  # says no worker: asked one by one
+    assert _placed([said(worker="1"), said(worker="1")], 3) is None
+    assert _placed([said(worker="5")], 3) is None

@@ -51,8 +51,8 @@ def test_run_through_the_watchers_of_a_v5p_512_whose_hosts_boot_late_waits_namin
     cli.env["PODCTL_BACKEND"] = "fake"
     cli("fake", "start")
     try:
-        # 64 hosts, the last of them about 25 s (wall) after READY, a fifth past 8 s
-        late = 200.0
+        # 64 hosts, the latest about 20 s (wall) after READY, one in eight past 8 s
+        late = 150.0
         _admin(cli).set_timings(boot_late=late)
         cli("up", "--slice", "v5p-512", "--name", "late")
         began = time.monotonic()
@@ -62,16 +62,17 @@ def test_run_through_the_watchers_of_a_v5p_512_whose_hosts_boot_late_waits_namin
         assert '[host 0000] ARGS ["hi"]' in proc.stdout, proc.stderr
         waiting = [line for line in proc.stderr.splitlines() if "hosts to boot" in line]
         assert waiting, proc.stderr
-        assert "of 64 hosts to boot (host " in waiting[0] and "their startup-script has not run yet" in waiting[0]
-        # it started once every host had booted: the latest is the last to say its word
+        assert "of 64 hosts to boot (host " in waiting[0] and " more): their startup-script has not run yet" in (
+            waiting[0]), waiting
+        assert "no watcher" not in proc.stderr
+        assert "started on all 64 hosts" in proc.stderr
         node = json.loads(cli("fake", "status", "--json").stdout)
         latest = max(late_seconds(f"projects/{node['project']}/locations/{node['zone']}/nodes/late", w, 64, late)
                      for w in range(64)) / TIME_SCALE
-        assert waited > latest * 0.5, (waited, latest)
-        print(f"run --via boot on a v5p-512 whose last host boots {latest:.1f} s after READY: {waited:.1f} s")
-        assert "started on all 64 hosts" in proc.stderr
-        cli("down", "late", "--yes")
+        print(f"run --via boot on a v5p-512 whose last host boots {latest:.1f} s after READY: {waited:.1f} s; "
+              f"{waiting[0]}")
     finally:
+        cli("down", "late", "--yes", check=False)
         stop_fake_and_check(cli)
 
 

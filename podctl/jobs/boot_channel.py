@@ -223,32 +223,33 @@ class BootChannel:
 
     async def _why_not(self, run_id: str, beating: set[int], *,
                        each_worker: bool) -> dict[int, tuple[str, str]]:
-        """Per host not beating: what its watcher published (podctl/watch, podctl/run), as
-        _explain says it. A node's answer that leaves workers out cannot say whose entries
-        are whose: with EACH_WORKER its workers are asked one by one, else its hosts count
-        as waiting (the call per worker is for the diagnosis at the deadline only)."""
+        """Per host not beating: what its watcher published (podctl/watch, podctl/beat,
+        podctl/run), as _explain says it: one call per node, its answer placed by the
+        watchers' podctl/worker words (_placed). An answer that cannot be placed is asked
+        again worker by worker with EACH_WORKER (the diagnosis at the deadline only), else
+        its hosts count as waiting."""
         why: dict[int, tuple[str, str]] = {}
         for node, first in self.nodes:
             waiting = [w for w in range(len(node.hosts)) if first + w not in beating]
             if not waiting:
                 continue
+            path, query = self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/"
             try:
-                said = await node_metadata.guest_attributes(self.api, self._node_path(node),
-                                                            f"{run_layout.GUEST_NAMESPACE}/",
-                                                            workers=len(node.hosts) if each_worker else None)
+                placed = _placed(await node_metadata.guest_attributes(self.api, path, query), len(node.hosts))
+                if placed is None and each_worker:
+                    placed = [_words(entries) for entries in await node_metadata.guest_attributes(
+                        self.api, path, query, workers=len(node.hosts))]
             except PodctlError as e:
                 for w in waiting:
                     why[first + w] = ("waiting", f"waiting (its guest attributes could not be read: {e})")
                 continue
-            if not said:  # no host of the node ever published a word: none has a watcher
-                said = [[] for _ in node.hosts]
-            elif len(said) != len(node.hosts):
+            if placed is None:
                 for w in waiting:
                     why[first + w] = ("waiting", "waiting (its node's guest attributes leave workers out)")
                 continue
             now = time.time()  # the hosts' beats are on their clocks: NTP-close to this one
             for w in waiting:
-                why[first + w] = _explain(run_id, said[w], now)
+                why[first + w] = _explain_words(run_id, placed[w], now)
         return why
 
     async def halt(self, run_id: str, grace_seconds: float | None = None) -> None:
@@ -287,6 +288,24 @@ def _words(entries: list[GuestEntry]) -> dict[str, str]:
     return {e.key: e.value for e in entries if e.namespace == run_layout.GUEST_NAMESPACE}
 
 
+def _placed(said: list[list[GuestEntry]], workers: int) -> list[dict[str, str]] | None:
+    """Per worker, what its watcher published. getGuestAttributes names no worker: an
+    answer with one list per worker is in worker order (as Google documents it); one that
+    leaves out the hosts that said nothing (those still booting) is placed by each list's
+    podctl/worker word; None when a list says no worker (a boot script's `failed` word) and
+    so cannot be placed (then ask worker by worker)."""
+    words = [_words(entries) for entries in said]
+    if len(words) == workers:
+        return words
+    placed: list[dict[str, str]] = [{} for _ in range(workers)]
+    for each in words:
+        number = each.get("worker", "")
+        if not number.isdigit() or int(number) >= workers or placed[int(number)]:
+            return None
+        placed[int(number)] = each
+    return placed
+
+
 def beat_age(said: dict[str, str], now: float) -> float | None:
     """Seconds since a watcher's last podctl/beat (its host's clock against NOW); None
     when it has written none or an unreadable one."""
@@ -313,12 +332,16 @@ def _watcher(said: dict[str, str], now: float) -> tuple[str, str] | None:
 
 
 def _explain(run_id: str, entries: list[GuestEntry], now: float | None = None) -> tuple[str, str]:
+    """_explain_words of a host's guest attributes."""
+    return _explain_words(run_id, _words(entries), time.time() if now is None else now)
+
+
+def _explain_words(run_id: str, said: dict[str, str], now: float) -> tuple[str, str]:
     """A host's watcher's words about RUN_ID -> (kind: denied (GCS denied the nodes'
     account: its podctl/access word), refused, busy, letting-go (another run was asked to
     stop and has not ended yet), started, booting (nothing said yet), failed (the watcher
     could not start), dead (its beat is old), or waiting; what to tell the user). NOW: the
-    time the beats are read against (default: this machine's clock)."""
-    said = _words(entries)
+    time the beats are read against."""
     if said.get("access", "").startswith(f"{run_id} "):
         return "denied", said["access"][len(run_id) + 1:]
     run = said.get("run", "")
@@ -331,7 +354,7 @@ def _explain(run_id: str, entries: list[GuestEntry], now: float | None = None) -
         if state.startswith("letting-go"):
             return "letting-go", f"waiting for run {state[11:]} to let go of its chips (it was asked to stop)"
         return "started", "its watcher started the agent, which has written nothing to GCS yet"
-    state_of_watcher = _watcher(said, time.time() if now is None else now)
+    state_of_watcher = _watcher(said, now)
     if state_of_watcher is not None:
         return state_of_watcher
     if "watch" not in said:
@@ -370,11 +393,11 @@ async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str,
         except PodctlError:
             return None
         now = time.time()
-        states = [state(_words(entries), node, now) for entries in said]
-        if len(said) != workers:  # whose entries are whose cannot be told: counted, not placed
-            silent = state({}, node, now)
-            return node.name, sorted(states) + [silent] * (workers - len(said))
-        return node.name, states
+        placed = _placed(said, workers)
+        if placed is None:  # whose entries are whose cannot be told: counted, not placed
+            states = sorted(state(_words(entries), node, now) for entries in said)
+            return node.name, states + [state({}, node, now)] * (workers - len(said))
+        return node.name, [state(words, node, now) for words in placed]
 
     found = await asyncio.gather(*(one(n) for n in info.nodes))
     return dict(f for f in found if f is not None)

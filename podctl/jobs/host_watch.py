@@ -19,7 +19,8 @@ whether the node's account may write, read, delete and read the bucket's metadat
 says what it did in guest attributes: podctl/watch (`ready VERSION`, or `failed WHY` when
 it cannot start: a full disk, a home it may not write), podctl/beat (the host's clock,
 whole seconds since the epoch, written every BEAT_SECONDS: its liveness, whose age podctl
-reads; a thread keeps it while a run starts, which may take minutes), podctl/run (`RUN
+reads; a thread keeps it while a run starts, which may take minutes), podctl/worker (its
+worker number, by which podctl tells whose words are whose), podctl/run (`RUN
 started`, `RUN refused WHY`, `RUN busy OTHER`, `RUN letting-go OTHER` while a stopping
 run lets go of the chips) and, on host 0 when GCS denied the node,
 podctl/access (`RUN STEP STATUS PERMISSION EMAIL SCOPES`).
@@ -573,7 +574,10 @@ def watch(version: str | None = None) -> None:
         if attrs is not None:
             if not said_ready:
                 said_ready = True
-                beat()  # first: a ready watcher always has a beat to read
+                # first: podctl places a node's answer by it (getGuestAttributes names no
+                # worker, and leaves out the hosts that said nothing: those still booting)
+                report("worker", str(attrs.get("agent-worker-number", "")))
+                beat()  # then: a ready watcher always has a beat to read
                 next_beat = time.monotonic() + BEAT_SECONDS
                 report("watch", f"ready {version or attrs.get(BOOT_KEY) or 'unknown'}")
             try:
