@@ -49,6 +49,8 @@ def test_the_watcher_uses_run_layouts_and_owners_names():
             host_watch.STATUS_FILE) == (run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.PID_FILE,
                                         run_layout.STOP_FILE, run_layout.STATUS_FILE)
     assert host_watch.LET_GO_SECONDS == owner.LET_GO_SECONDS
+    from podctl import vocabulary
+    assert host_watch.BEAT_SECONDS == vocabulary.WATCH_BEAT_SECONDS
     from podctl.jobs import identity
     assert host_watch.WRITE_SCOPES == identity.WRITE_SCOPES
 
