@@ -98,9 +98,10 @@ def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_kee
 
 def test_stop_and_a_killed_client_under_no_ssh(podctl):
     podctl("fake", "inject", "no-ssh", NAME)
-    # a client killed after the start leaves the run going; `logs --follow` re-attaches
+    # a client killed after the start leaves the run going; `logs --follow` re-attaches (20 s of
+    # ticks: `podctl runs` takes seconds on a loaded machine, and must see the run running)
     client = subprocess.Popen([sys.executable, "-m", "podctl", "run", NAME, "--via", "boot", "--hosts", "all",
-                               str(SCRIPTS / "ticker.py"), "40", "0.1"],
+                               str(SCRIPTS / "ticker.py"), "40", "0.5"],
                               env=podctl.env, cwd=podctl.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:

@@ -178,7 +178,7 @@ class BootChannel:
 
     def _booting_line(self, booting: list[int], waited: float) -> str:
         """'waiting for 7 of 64 hosts to boot (host 0003, host 0011, host 0042 and 4 more):
-        their startup-script has not run yet; up to 900 s'."""
+        their startup-script has not run yet (12 s of up to 900 s)'."""
         named = ", ".join(f"host {h:04d}" for h in booting[:SHOWN_HOSTS])
         more = f" and {len(booting) - SHOWN_HOSTS} more" if len(booting) > SHOWN_HOSTS else ""
         return (f"waiting for {len(booting)} of {len(self.targets)} hosts to boot ({named}{more}): "
@@ -193,7 +193,7 @@ class BootChannel:
             todo = (f"Free some space on that host's disk (`podctl exec {self.info.name} -- df -h ~`), "
                     "then run again.")
         elif kinds == {"booting"}:
-            todo = (f"Its startup-script has not run {waited:.0f} s after the start: try --via ssh, "
+            todo = (f"Not booted {waited:.0f} s after the start: try --via ssh, "
                     f"or make the slice again (`podctl down {self.info.name}`, `podctl up`).")
         else:
             todo = "Try --via ssh."
