@@ -38,7 +38,8 @@ def boot_wait_seconds(hosts: int) -> float:
 
 WATCH_BEAT_SECONDS = 15.0  # a watcher writes podctl/beat this often (host_watch.BEAT_SECONDS)
 # A beat older than this (three missed, a clock a few seconds off) is a dead watcher: said
-# by `status` and by `run --via boot` at its first look, within a minute of the death.
+# by `status` within a minute of the death, and by `run --via boot` when its next look, 10 s
+# later, finds the same beat.
 WATCH_DEAD_SECONDS = 45.0
 
 # ---- exit codes (128 + the signal, as a shell reports them) ----

@@ -96,6 +96,7 @@ class BootChannel:
         self.notice = notice or (lambda text: None)  # the hosts still booting, while it waits
         # a host that has said nothing yet is booting, for up to this long (vocabulary.py)
         self.boot_seconds = boot_wait_seconds(len(info.hosts) or len(targets))
+        self.beats: dict[int, str] = {}  # host -> its watcher's podctl/beat at the last look
 
     def _node_path(self, node: NodeInfo) -> str:
         return f"{self.parent}/nodes/{node.name}"
@@ -142,13 +143,15 @@ class BootChannel:
         """Until every host's agent beats. The watchers' words are read (one call per node)
         at first_check_seconds, then every guest_check_seconds, and at the deadline (then
         worker by worker where a node's answer leaves workers out, to name them). A
-        refusal, a busy host, a failed or dead watcher ends the wait at once; a host that
-        has said nothing is booting (named while podctl waits) until boot_seconds. The
-        start's own deadline, start_seconds, counts from the last look that found a host
-        booting."""
+        refusal, a busy host, a failed watcher ends the wait at once, a dead one at the next
+        look that finds the same old beat (a watcher starved of its CPU for a while, as 512
+        fake hosts on two cores are, beats again); a host that has said nothing is booting
+        (named while podctl waits) until boot_seconds. The start's own deadline,
+        start_seconds, counts from the last look that found a host booting."""
         began = time.monotonic()
         next_check = began + self.first_check_seconds
         num_hosts, letting_go, booting_since, said_booting = len(self.targets), False, began, 0
+        suspects: dict[int, str] = {}  # host -> the old beat that made it look dead
         while True:
             beating = await self._beating(run_id)
             if len(beating) >= num_hosts:
@@ -168,7 +171,11 @@ class BootChannel:
                         said_booting = len(booting)
                         self.notice(self._booting_line(booting, now - began))
                 fatal = FATAL | ({"booting"} if too_long else set())
-                refused = {h: text for h, (kind, text) in why.items() if kind in fatal}
+                dead = {h for h, (kind, _) in why.items() if kind == "dead"}
+                confirmed = {h for h in dead if suspects.get(h) == self.beats.get(h)}
+                suspects = {h: self.beats.get(h, "") for h in dead}
+                refused = {h: text for h, (kind, text) in why.items()
+                           if kind in fatal and (kind != "dead" or h in confirmed or late)}
                 if refused or late:
                     shown = refused or {h: text for h, (_, text) in why.items()}
                     kinds = {why[h][0] for h in shown if h in why}
@@ -250,6 +257,7 @@ class BootChannel:
             now = time.time()  # the hosts' beats are on their clocks: NTP-close to this one
             for w in waiting:
                 why[first + w] = _explain_words(run_id, placed[w], now)
+                self.beats[first + w] = placed[w].get("beat", "")
         return why
 
     async def halt(self, run_id: str, grace_seconds: float | None = None) -> None:
