@@ -7,6 +7,8 @@ elsewhere in podctl/.
 
 from __future__ import annotations
 
+import math
+
 # ---- a run (its record in GCS: jobs/run_files.py) ----
 LIVE_RUN_STATES = frozenset({"starting", "running"})  # a run whose hosts may still be working
 
@@ -18,6 +20,27 @@ HEARTBEAT_SECONDS = 10.0  # the agent writes its heartbeat this often (jobs/agen
 # No heartbeat for this long (nine beats missed) and no status: the host is lost. One value
 # for every reader: a follower, `logs --follow`, the queue's tick and gc.
 HOST_LOST_SECONDS = 90.0
+
+# ---- a slice's hosts booting, and their watchers (jobs/boot_channel.py, jobs/host_watch.py) ----
+# READY is not booted: on big slices hosts run their startup-script minutes after the node
+# is READY. marin waits for its workers' bootstrap 300 s by default (marin-community/marin
+# PR 4180), 900 s from 64 workers and 1,800 s from 256 (PR 4792, after "255/256 healthy").
+# podctl's wait for a host's first word: the same points, joined by a square root of the
+# slice's hosts (300 s up to 7 hosts, 900 s at 64, 1,800 s at 256, about 2,546 s at 512).
+BOOT_WAIT_SECONDS = 300.0
+BOOT_WAIT_PER_ROOT_HOST = 112.5
+
+
+def boot_wait_seconds(hosts: int) -> float:
+    """How long podctl waits for a host of a slice of HOSTS hosts to run its startup-script."""
+    return max(BOOT_WAIT_SECONDS, BOOT_WAIT_PER_ROOT_HOST * math.sqrt(max(1, hosts)))
+
+
+WATCH_BEAT_SECONDS = 15.0  # a watcher writes podctl/beat this often (host_watch.BEAT_SECONDS)
+# A beat older than this (three missed, a clock a few seconds off) is a dead watcher: said
+# by `status` within a minute of the death, and by `run --via boot` when its next look, 10 s
+# later, finds the same beat.
+WATCH_DEAD_SECONDS = 45.0
 
 # ---- exit codes (128 + the signal, as a shell reports them) ----
 EXIT_INTERRUPTED = 130  # SIGINT: Ctrl-C

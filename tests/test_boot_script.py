@@ -76,3 +76,77 @@ def test_the_script_starts_one_watcher_in_the_users_home_and_a_rerun_is_a_no_op(
     finally:
         if pid:
             os.kill(pid, signal.SIGKILL)
+
+
+class _GuestAttributes:
+    """A metadata server that takes guest attribute PUTs (podctl/KEY -> value), on loopback."""
+
+    def __enter__(self) -> _GuestAttributes:
+        import http.server
+        import threading
+
+        said = self.said = {}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_PUT(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Metadata-Flavor") == "Google":
+                    said[self.path.rsplit("/", 1)[-1]] = body.decode()
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.where = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_boot_that_cannot_start_the_watcher_says_why_in_its_guest_attribute(tmp_path):
+    """No python3, a home where the watcher's directory cannot be made: the script says
+    `failed WHY` in podctl/watch with bash alone, and exits 1."""
+    (tmp_path / "nothome").write_text("a file, not a directory")
+    with _GuestAttributes() as metadata:
+        env = {"HOME": str(tmp_path / "nothome"), "PATH": os.environ["PATH"], "PODCTL_FAKE_HOST": "1",
+               "GCE_METADATA_HOST": metadata.where}
+        done = subprocess.run(["bash", "-c", boot_script.BOOT_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 1, done.stderr
+        assert metadata.said["watch"].startswith(f"failed cannot make {tmp_path}/nothome/.podctl/watch: mkdir: "), (
+            metadata.said)
+        assert "Not a directory" in metadata.said["watch"]
+        env.update(HOME=str(tmp_path), PATH=str(tmp_path / "bin"))
+        (tmp_path / "bin").mkdir()
+        for tool in ("id", "mkdir", "chmod", "cat", "mv", "timeout"):  # no python3 among them
+            (tmp_path / "bin" / tool).symlink_to(subprocess.run(["bash", "-c", f"command -v {tool}"],
+                                                                capture_output=True, text=True).stdout.strip())
+        done = subprocess.run(["/bin/bash", "-c", boot_script.BOOT_SCRIPT], env=env, capture_output=True,
+                              text=True, timeout=30)
+        assert done.returncode == 1, done.stderr
+        assert metadata.said["watch"] == f"failed no python3 on this host's PATH ({tmp_path}/bin)", metadata.said
+
+
+def test_a_watcher_that_cannot_take_its_lock_says_why_and_exits(tmp_path):
+    """A full disk when the watcher starts (the fake's disk-full fault, through the hosts'
+    sitecustomize): podctl/watch says `failed OSError: [Errno 28] ...`."""
+    from podctl.fake import faults
+
+    sitecustomize = Path(faults.__file__).with_name("tpu_vm") / "sitecustomize.py"
+    assert f'DISK_FULL_FILE = "{faults.DISK_FULL_FILE}"' in sitecustomize.read_text()  # one name on both sides
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "watch").mkdir()
+    (tmp_path / faults.DISK_FULL_FILE).touch()
+    with _GuestAttributes() as metadata:
+        env = {"HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp"), "PATH": os.environ["PATH"],
+               "PODCTL_FAKE_HOST": "1", "PYTHONPATH": str(sitecustomize.parent), "GCE_METADATA_HOST": metadata.where}
+        done = subprocess.run(["python3", host_watch.__file__, str(tmp_path / "watch")], env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 1, done.stderr
+        assert metadata.said == {"watch": "failed OSError: [Errno 28] No space left on device: "
+                                          f"'{tmp_path}/watch/{host_watch.LOCK_FILE}'"}, done.stderr

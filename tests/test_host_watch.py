@@ -49,6 +49,8 @@ def test_the_watcher_uses_run_layouts_and_owners_names():
         run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.STATUS_FILE)
     assert (host_watch.CHIPS_DIR, host_watch.CHIPS_STOPPING) == (run_layout.CHIPS_DIR, run_layout.CHIPS_STOPPING)
     assert host_watch.LET_GO_SECONDS == owner.LET_GO_SECONDS
+    from podctl import vocabulary
+    assert host_watch.BEAT_SECONDS == vocabulary.WATCH_BEAT_SECONDS
     from podctl.jobs import identity
     assert host_watch.WRITE_SCOPES == identity.WRITE_SCOPES
 

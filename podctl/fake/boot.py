@@ -13,13 +13,24 @@ STORAGE_EMULATOR_HOST, ...; no TPU_WORKER_*, as on a VM) for the user `root`, wh
 token (hosts.TOKEN_VAR), so everything it starts, detached or not, dies with the host
 (preemption, delete, maintenance, reboot).
 
+READY is not booted: each host runs its script late, the later the larger the node, as
+big slices on Google do (reference/cloud-tpu.md, "READY is not booted"). Worker w of a
+node of n hosts waits `late_seconds(name, w, n, mean)`: the quantile (r + 0.5) / n of an
+exponential distribution of mean `timings.boot_late` x sqrt(n) simulated seconds (r: the
+worker's rank in a shuffle seeded by the node's name: the same for every boot of that
+node, so tests are repeatable), capped at BOOT_LATE_CAP means. With the default 10 s: a
+v5p-8's one host 7 s late, a v5p-512's 64 from 0.6 s to 6.5 min, a v5p-2048's 256 up to
+16 min (marin waits up to 30 min there). Divided by the time scale like every timing;
+`boot_late` 0 starts every host at once.
+
 Approximate: the script runs as the daemon's own user, not the VM's root (uid 0 only
 where the daemon runs as root, and then the machine's: a script on a fake host, which
 PODCTL_FAKE_HOST=1 names, must not `useradd`, setuid or write outside its host). The boots
-are not waited for: one task per node starts its hosts' scripts one after another,
-giving the loop back between two (a v5p-4096's 512 start in about 3 s while the API
-answers within 0.1 s), and each exit is reaped through a pidfd; a node without a
-startup-script costs nothing.
+are not waited for: one task per node starts its hosts' scripts in the order they are
+due, giving the loop back between two (with `boot_late` 0, a v5p-4096's 512 start in
+about 3 s while the API answers within 0.1 s), and each exit is reaped through a pidfd;
+a node without a startup-script costs nothing. A host booted again before its script
+began (a reboot, a maintenance) runs it once, for the later boot.
 """
 
 from __future__ import annotations
@@ -27,7 +38,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
+import random
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -41,6 +54,7 @@ SCRIPT_KEY = "startup-script"
 SCRIPT_FILE = "startup-script"
 LOG_FILE = "startup-script.log"
 USER = "root"
+BOOT_LATE_CAP = 6.0  # no host later than this many means (the distribution's tail, cut)
 log = logging.getLogger(__name__)
 
 
@@ -57,29 +71,57 @@ def boot_node(nh: NodeHosts) -> int:
 
 
 def boot_hosts(hosts: list[Host]) -> int:
-    """HOSTS (of one node) run its startup-script; see boot_node."""
+    """HOSTS (of one node) run its startup-script, each when it is due; see boot_node."""
     if not hosts:
         return 0
-    script = script_of(hosts[0].node.node)
+    nh = hosts[0].node
+    script = script_of(nh.node)
     if script is None:
         return 0
     for host in hosts:
         count_boot(host)
-    hosts[0].node.manager.track(asyncio.ensure_future(_boot(hosts, script)))
+    world = nh.manager.world
+    mean, scale = (world.timings.boot_late, world.time_scale) if world is not None else (0.0, 1.0)
+    n = int(nh.node.get("_hosts") or len(nh.hosts))
+    due = sorted((late_seconds(nh.name, h.index, n, mean) / scale, h.index, h) for h in hosts)
+    nh.manager.track(asyncio.ensure_future(_boot([(after, h, boots(h)) for after, _, h in due], script)))
     return len(hosts)
 
 
-async def _boot(hosts: list[Host], script: str) -> None:
-    """One host after another, the loop free between two (each start forks: with 512
-    hosts at once, the API and the metadata servers would wait for all of them)."""
-    for host in hosts:
-        _start(host, script)
-        await asyncio.sleep(0)
+def late_seconds(node_name: str, worker: int, hosts: int, mean: float) -> float:
+    """Simulated seconds between WORKER's host coming up and its startup-script (see the
+    module's docstring): 0 when MEAN is 0."""
+    if mean <= 0 or hosts <= 0:
+        return 0.0
+    scaled = mean * math.sqrt(hosts)
+    ranks = list(range(hosts))
+    random.Random(node_name).shuffle(ranks)
+    quantile = (ranks[worker % hosts] + 0.5) / hosts
+    return min(BOOT_LATE_CAP * scaled, -scaled * math.log(1.0 - quantile))
+
+
+def boots(host: Host) -> int:
+    from podctl.fake.host_counters import host_counters
+
+    return host_counters(host.node.node, host.index)["boots"]
+
+
+async def _boot(due: list[tuple[float, Host, int]], script: str) -> None:
+    """Each host when it is due (wall-clock seconds from now), in that order, the loop free
+    between two (each start forks: with 512 hosts at once, the API and the metadata
+    servers would wait for all of them). A host booted again meanwhile (its boots counter
+    moved) is left to that boot."""
+    began = asyncio.get_running_loop().time()
+    for after, host, boot in due:
+        wait = began + after - asyncio.get_running_loop().time()
+        await asyncio.sleep(max(0.0, wait))
+        if boots(host) == boot:
+            _start(host, script)
 
 
 def count_boot(host: Host) -> None:
     """The host's `boots` counter (hosts.count: on the world's node, it outlives the host)."""
-    from podctl.fake.hosts import count
+    from podctl.fake.host_counters import count
 
     count(host.node.node, "boots", host.index)
 

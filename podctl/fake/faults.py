@@ -223,6 +223,21 @@ def _reboot(cloud: FakeCloud, args: dict) -> dict:
     return {"rebooted": workers}
 
 
+DISK_FULL_FILE = ".fake-disk-full"  # tpu_vm/sitecustomize.py's: the host's disk is full while it exists
+
+
+def _disk_full(cloud: FakeCloud, args: dict) -> dict:
+    def act(hosts: Any, node: str, worker: int) -> str:
+        marker = hosts.host(node, worker).root / DISK_FULL_FILE
+        if args["off"]:
+            marker.unlink(missing_ok=True)
+        else:
+            marker.touch()
+        return node
+
+    return {"name": on_host(cloud, args, act), "worker": args["worker"], "disk_full": not args["off"]}
+
+
 # ---- the table ------------------------------------------------------------------------
 
 NAME = Arg("name", "node", "A node (or, where it says so, a queued resource): full name or id.",
@@ -357,6 +372,13 @@ FAULTS += (
                      flag="--worker", metavar="N")),
           _reboot, lambda a, r: f"{a['name']}: rebooted worker(s) "
                                 f"{','.join(map(str, r['rebooted'])) or 'none'}"),
+)
+FAULTS += (
+    Fault("disk-full", "a host's disk is full: its Pythons' file creations and mkdirs under "
+          "the host fail with ENOSPC; --off frees it",
+          (NAME, WORKER, Arg("off", "flag", "Free the disk again.", default=False, flag="--off")),
+          _disk_full, lambda a, r: f"{a['name']} worker {a['worker']}: " + (
+              "disk has room again" if a["off"] else "disk full (No space left on device)")),
 )
 BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
 

@@ -98,7 +98,7 @@ class SshServer(asyncssh.SSHServer):
             conn.abort()  # the host vanished while this connection waited to be accepted
             return
         self.host.conns.add(conn)
-        from podctl.fake.hosts import count
+        from podctl.fake.host_counters import count
 
         count(self.node.node, "ssh_total", self.host.index)
 
@@ -223,7 +223,7 @@ class ShellSession(asyncssh.SSHServerSession):
             self._finish(say_and_exit)
             return
         self.host.sessions.add(self)
-        from podctl.fake.hosts import count
+        from podctl.fake.host_counters import count
 
         count(self.host.node.node, "sessions_total", self.host.index)
         try:

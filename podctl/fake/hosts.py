@@ -60,6 +60,7 @@ import asyncssh
 
 from podctl import topology
 from podctl.fake import addresses, boot, iam, image_python, oslogin, vpc
+from podctl.fake.host_counters import COUNTERS, count, host_counters  # noqa: F401 (hosts' public names)
 from podctl.fake.host_ssh import ShellSession, SshServer, authorized_keys, public_blob
 from podctl.fake.metadata import MetadataServer, hostname
 from podctl.fake.node_fields import host_metadata
@@ -139,23 +140,6 @@ def _proxies() -> list[str]:
             if url.hostname:
                 found.append(f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}")
     return sorted(set(found))
-
-
-COUNTERS = ("boots", "ssh_total", "sessions_total")
-
-
-def count(node: dict, counter: str, worker: int) -> None:
-    """One more of COUNTER (COUNTERS) for WORKER, kept on the world's node: it outlives
-    the host (a maintenance, a reboot) and goes with the node."""
-    table = node.setdefault(f"_{counter}", {})
-    table[str(worker)] = int(table.get(str(worker), 0)) + 1
-
-
-def host_counters(node: dict, worker: int) -> dict[str, int]:
-    """{"worker": W, "boots": startup-scripts run, "ssh_total": SSH connections
-    accepted, "sessions_total": commands (channels) run}."""
-    return {"worker": worker, **{c: int((node.get(f"_{c}") or {}).get(str(worker), 0))
-                                 for c in COUNTERS}}
 
 
 class Host:

@@ -83,6 +83,9 @@ class Timings:
     # A patched metadata map reaches the hosts' metadata servers (and their sshd) this long
     # after the patch's operation is done (gcloud retries SSH for it; the delay is a guess)
     metadata_propagation: float = 2.0
+    # A host runs its startup-script late, the later the larger its node: the mean delay of
+    # a node of n hosts is this x sqrt(n) (boot.py; 0: every host at once; a guess, README)
+    boot_late: float = 10.0
 
 
 @dataclass

@@ -12,8 +12,12 @@
 A slice carries a watcher when podctl made it (boot_script.boot_metadata, in every
 create); `usable_on` says whether this podctl knows the watcher's version. A start
 that does not come up says per host why, from what the watchers published as guest
-attributes (podctl/watch, podctl/run): no watcher, refused (a hash, a GCS answer),
-busy (another run holds the chips).
+attributes (podctl/watch, podctl/beat, podctl/run): booting (nothing said yet: the host
+has not run its startup-script, which on big slices comes minutes after READY; waited
+for up to vocabulary.boot_wait_seconds, the hosts named while podctl waits), failed (the
+watcher could not start, and said why), dead (its beat is older than
+vocabulary.WATCH_DEAD_SECONDS), refused (a hash, a GCS answer, a full disk), busy
+(another run holds the chips).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Callable
 
 from podctl.cloud import node_metadata
 from podctl.cloud.tpu_client import TpuApi
@@ -31,18 +36,17 @@ from podctl.errors import JobError, PodctlError, SliceBusyError
 from podctl.jobs import boot_script, identity, launch, owner, run_files, run_layout
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
+from podctl.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds
 
 # From the patches to every host's agent beating: the metadata's propagation to the
 # hosts (Google: "some time"; gcloud retries SSH for 50 s after its key's patch), the
 # watcher's two GCS reads, the agent's start. Past it, the start fails, naming why.
 START_SECONDS = 180.0
-GUEST_CHECK_SECONDS = 20.0  # while waiting: what the watchers said, at most this often
+# While waiting: what the watchers said, this often (one getGuestAttributes per node), so
+# that a refusal published within seconds (a full disk) is said within 15 s of the start
+GUEST_CHECK_SECONDS = 10.0
 FIRST_CHECK_SECONDS = 5.0  # the first look: a refusal (the nodes' account, a busy host) is said soon
-# A host where no watcher ever said a word this long after the pointers were written will
-# not start by waiting longer (its startup-script did not run, or guest attributes are
-# off): the start fails then rather than at START_SECONDS. (A watcher on a slice just
-# made writes its first word within seconds of its boot; a slice is READY by then.)
-NO_WATCHER_SECONDS = START_SECONDS / 2  # 90 s
+SHOWN_HOSTS = 3  # hosts named in a line (then "and N more")
 POLL_SECONDS = 1.0
 # The watchers whose pointers this podctl writes (their BOOT_VERSION): a slice made by
 # another version of podctl is started over SSH.
@@ -79,17 +83,20 @@ class BootChannel:
     name = "boot"
 
     start_seconds = START_SECONDS
-    no_watcher_seconds = NO_WATCHER_SECONDS
     guest_check_seconds = GUEST_CHECK_SECONDS
     first_check_seconds = FIRST_CHECK_SECONDS
 
     def __init__(self, api: TpuApi, storage: Storage, *, parent: str, info: SliceInfo,
-                 targets: list[Target], fake: bool = False):
+                 targets: list[Target], fake: bool = False, notice: Callable[[str], None] | None = None):
         self.api, self.storage, self.parent = api, storage, parent
         self.info = info
         self.fake = fake  # the fake backend: a denied node's fix is `podctl fake grant`
         self.nodes = first_hosts(info, targets)
         self.targets = targets
+        self.notice = notice or (lambda text: None)  # the hosts still booting, while it waits
+        # a host that has said nothing yet is booting, for up to this long (vocabulary.py)
+        self.boot_seconds = boot_wait_seconds(len(info.hosts) or len(targets))
+        self.beats: dict[int, str] = {}  # host -> its watcher's podctl/beat at the last look
 
     def _node_path(self, node: NodeInfo) -> str:
         return f"{self.parent}/nodes/{node.name}"
@@ -134,36 +141,71 @@ class BootChannel:
 
     async def _wait_started(self, run_id: str) -> None:
         """Until every host's agent beats. The watchers' words are read (one call per node)
-        only when no new host began beating for guest_check_seconds, and at the deadline
-        (then worker by worker where a node's answer leaves workers out, to name them).
-        A refusal, a busy host, or (past no_watcher_seconds) a host with no watcher ends
-        the wait at once."""
+        at first_check_seconds, then every guest_check_seconds, and at the deadline (then
+        worker by worker where a node's answer leaves workers out, to name them). A
+        refusal, a busy host, a failed watcher ends the wait at once, a dead one at the next
+        look that finds the same old beat (a watcher starved of its CPU for a while, as 512
+        fake hosts on two cores are, beats again); a host that has said nothing is booting
+        (named while podctl waits) until boot_seconds. The start's own deadline,
+        start_seconds, counts from the last look that found a host booting."""
         began = time.monotonic()
         next_check = began + self.first_check_seconds
-        num_hosts, seen, letting_go = len(self.targets), 0, False
+        num_hosts, letting_go, booting_since, said_booting = len(self.targets), False, began, 0
+        suspects: dict[int, str] = {}  # host -> the old beat that made it look dead
         while True:
             beating = await self._beating(run_id)
             if len(beating) >= num_hosts:
                 return
             now = time.monotonic()
-            if len(beating) > seen:  # progress: nothing to diagnose yet
-                seen, next_check = len(beating), now + self.guest_check_seconds
-            late = now - began > self.start_seconds + (owner.LET_GO_SECONDS if letting_go else 0.0)
+            late = now - booting_since > self.start_seconds + (owner.LET_GO_SECONDS if letting_go else 0.0)
             if late or now >= next_check:
                 why = await self._why_not(run_id, beating, each_worker=late)
                 # a relaunch in place: the hosts wait for the old run to let go, and so does podctl
                 letting_go = letting_go or any(kind == "letting-go" for kind, _ in why.values())
                 self._raise_if_refused(why)
-                fatal = FATAL | ({"none"} if now - began >= self.no_watcher_seconds else set())
-                refused = {h: text for h, (kind, text) in why.items() if kind in fatal}
+                booting = sorted(h for h, (kind, _) in why.items() if kind == "booting")
+                too_long = now - began >= self.boot_seconds
+                if booting and not too_long:
+                    booting_since, late = now, False
+                    if len(booting) != said_booting:  # named again only when the count moves
+                        said_booting = len(booting)
+                        self.notice(self._booting_line(booting, now - began))
+                fatal = FATAL | ({"booting"} if too_long else set())
+                dead = {h for h, (kind, _) in why.items() if kind == "dead"}
+                confirmed = {h for h in dead if suspects.get(h) == self.beats.get(h)}
+                suspects = {h: self.beats.get(h, "") for h in dead}
+                refused = {h: text for h, (kind, text) in why.items()
+                           if kind in fatal and (kind != "dead" or h in confirmed or late)}
                 if refused or late:
                     shown = refused or {h: text for h, (_, text) in why.items()}
-                    lines = "; ".join(f"host {h:04d}: {w}" for h, w in sorted(shown.items())[:3])
-                    more = f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""
-                    raise JobError(f"run {run_id} did not start on {len(shown)} of {num_hosts} hosts "
-                                   f"through the slice's watchers: {lines}{more}. Try --via ssh.")
+                    kinds = {why[h][0] for h in shown if h in why}
+                    raise JobError(self._not_started(run_id, shown, kinds, now - began))
                 next_check = now + self.guest_check_seconds
             await asyncio.sleep(POLL_SECONDS)
+
+    def _booting_line(self, booting: list[int], waited: float) -> str:
+        """'waiting for 7 of 64 hosts to boot (host 0003, host 0011, host 0042 and 4 more):
+        their startup-script has not run yet (12 s of up to 900 s)'."""
+        named = ", ".join(f"host {h:04d}" for h in booting[:SHOWN_HOSTS])
+        more = f" and {len(booting) - SHOWN_HOSTS} more" if len(booting) > SHOWN_HOSTS else ""
+        return (f"waiting for {len(booting)} of {len(self.targets)} hosts to boot ({named}{more}): "
+                f"their startup-script has not run yet ({waited:.0f} s of up to {self.boot_seconds:.0f} s)")
+
+    def _not_started(self, run_id: str, shown: dict[int, str], kinds: set[str], waited: float) -> str:
+        """The one line a start that did not come up ends with: the first hosts and why,
+        and what to do, which depends on why."""
+        lines = "; ".join(f"host {h:04d}: {w}" for h, w in sorted(shown.items())[:SHOWN_HOSTS])
+        more = f" (and {len(shown) - SHOWN_HOSTS} more)" if len(shown) > SHOWN_HOSTS else ""
+        if any(FULL_DISK in text for text in shown.values()):
+            todo = (f"Free some space on that host's disk (`podctl exec {self.info.name} -- df -h ~`), "
+                    "then run again.")
+        elif kinds == {"booting"}:
+            todo = (f"Not booted {waited:.0f} s after the start: try --via ssh, "
+                    f"or make the slice again (`podctl down {self.info.name}`, `podctl up`).")
+        else:
+            todo = "Try --via ssh."
+        return (f"run {run_id} did not start on {len(shown)} of {len(self.targets)} hosts through the "
+                f"slice's watchers: {lines}{more}. {todo}")
 
     def _raise_if_refused(self, why: dict[int, tuple[str, str]]) -> None:
         """A host is busy with another run (SliceBusyError), or host 0's watcher found GCS
@@ -188,31 +230,34 @@ class BootChannel:
 
     async def _why_not(self, run_id: str, beating: set[int], *,
                        each_worker: bool) -> dict[int, tuple[str, str]]:
-        """Per host not beating: what its watcher published (podctl/watch, podctl/run), as
-        _explain says it. A node's answer that leaves workers out cannot say whose entries
-        are whose: with EACH_WORKER its workers are asked one by one, else its hosts count
-        as waiting (the call per worker is for the diagnosis at the deadline only)."""
+        """Per host not beating: what its watcher published (podctl/watch, podctl/beat,
+        podctl/run), as _explain says it: one call per node, its answer placed by the
+        watchers' podctl/worker words (_placed). An answer that cannot be placed is asked
+        again worker by worker with EACH_WORKER (the diagnosis at the deadline only), else
+        its hosts count as waiting."""
         why: dict[int, tuple[str, str]] = {}
         for node, first in self.nodes:
             waiting = [w for w in range(len(node.hosts)) if first + w not in beating]
             if not waiting:
                 continue
+            path, query = self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/"
             try:
-                said = await node_metadata.guest_attributes(self.api, self._node_path(node),
-                                                            f"{run_layout.GUEST_NAMESPACE}/",
-                                                            workers=len(node.hosts) if each_worker else None)
+                placed = _placed(await node_metadata.guest_attributes(self.api, path, query), len(node.hosts))
+                if placed is None and each_worker:
+                    placed = [_words(entries) for entries in await node_metadata.guest_attributes(
+                        self.api, path, query, workers=len(node.hosts))]
             except PodctlError as e:
                 for w in waiting:
                     why[first + w] = ("waiting", f"waiting (its guest attributes could not be read: {e})")
                 continue
-            if not said:  # no host of the node ever published a word: none has a watcher
-                said = [[] for _ in node.hosts]
-            elif len(said) != len(node.hosts):
+            if placed is None:
                 for w in waiting:
                     why[first + w] = ("waiting", "waiting (its node's guest attributes leave workers out)")
                 continue
+            now = time.time()  # the hosts' beats are on their clocks: NTP-close to this one
             for w in waiting:
-                why[first + w] = _explain(run_id, said[w])
+                why[first + w] = _explain_words(run_id, placed[w], now)
+                self.beats[first + w] = placed[w].get("beat", "")
         return why
 
     async def halt(self, run_id: str, grace_seconds: float | None = None) -> None:
@@ -229,7 +274,9 @@ class BootChannel:
         """No connections to close."""
 
 
-FATAL = frozenset({"denied", "refused", "busy"})  # a start that will not come up by waiting longer
+# a start that will not come up by waiting longer
+FATAL = frozenset({"denied", "refused", "busy", "failed", "dead"})
+FULL_DISK = "No space left on device"  # strerror(ENOSPC), in a watcher's refusal
 
 
 def denied_access(word: str) -> identity.NodeAccess:
@@ -249,11 +296,60 @@ def _words(entries: list[GuestEntry]) -> dict[str, str]:
     return {e.key: e.value for e in entries if e.namespace == run_layout.GUEST_NAMESPACE}
 
 
-def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
+def _placed(said: list[list[GuestEntry]], workers: int) -> list[dict[str, str]] | None:
+    """Per worker, what its watcher published. getGuestAttributes names no worker: an
+    answer with one list per worker is in worker order (as Google documents it); one that
+    leaves out the hosts that said nothing (those still booting) is placed by each list's
+    podctl/worker word; None when a list says no worker (a boot script's `failed` word) and
+    so cannot be placed (then ask worker by worker)."""
+    words = [_words(entries) for entries in said]
+    if len(words) == workers:
+        return words
+    placed: list[dict[str, str]] = [{} for _ in range(workers)]
+    for each in words:
+        number = each.get("worker", "")
+        if not number.isdigit() or int(number) >= workers or placed[int(number)]:
+            return None
+        placed[int(number)] = each
+    return placed
+
+
+def beat_age(said: dict[str, str], now: float) -> float | None:
+    """Seconds since a watcher's last podctl/beat (its host's clock against NOW); None
+    when it has written none or an unreadable one."""
+    try:
+        return max(0.0, now - float(said["beat"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _watcher(said: dict[str, str], now: float) -> tuple[str, str] | None:
+    """What a host's watcher itself is, when that is why it will not start a run: (booting,
+    failed or dead, in words); None for a live one."""
+    if not said:
+        return "booting", ("booting (podctl's watcher has said nothing: the host has not run its "
+                           "startup-script yet)")
+    watch = said.get("watch", "")
+    if watch.startswith("failed"):
+        return "failed", f"its watcher could not start: {watch[len('failed'):].strip()}"
+    age = beat_age(said, now)
+    if "watch" in said and age is not None and age > WATCH_DEAD_SECONDS:
+        return "dead", (f"its watcher is dead (its last beat {age:.0f} s ago; "
+                        "`podctl exec NAME -- cat ~/.podctl/watch/watch.log` shows why)")
+    return None
+
+
+def _explain(run_id: str, entries: list[GuestEntry], now: float | None = None) -> tuple[str, str]:
+    """_explain_words of a host's guest attributes."""
+    return _explain_words(run_id, _words(entries), time.time() if now is None else now)
+
+
+def _explain_words(run_id: str, said: dict[str, str], now: float) -> tuple[str, str]:
     """A host's watcher's words about RUN_ID -> (kind: denied (GCS denied the nodes'
     account: its podctl/access word), refused, busy, letting-go (another run was asked to
-    stop and has not ended yet), started, none or waiting; what to tell the user)."""
-    said = _words(entries)
+    stop and has not ended yet), started, booting (nothing said yet), failed (the watcher
+    could not start), dead (its beat is old), or waiting; what to tell the user). NOW: the
+    time the beats are read against."""
     if said.get("access", "").startswith(f"{run_id} "):
         return "denied", said["access"][len(run_id) + 1:]
     run = said.get("run", "")
@@ -266,18 +362,34 @@ def _explain(run_id: str, entries: list[GuestEntry]) -> tuple[str, str]:
         if state.startswith("letting-go"):
             return "letting-go", f"waiting for run {state[11:]} to let go of its chips (it was asked to stop)"
         return "started", "its watcher started the agent, which has written nothing to GCS yet"
+    state_of_watcher = _watcher(said, now)
+    if state_of_watcher is not None:
+        return state_of_watcher
     if "watch" not in said:
-        return "none", ("no watcher answers (its startup-script did not run or its watcher died; "
-                        "`podctl exec NAME -- cat ~/.podctl/watch/watch.log` shows why)")
+        return "waiting", "waiting (its watcher has not said it is ready yet)"
     return "waiting", f"waiting (watcher {said['watch']}; the run's pointer not seen yet)"
 
 
 async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str, list[str]]:
     """Node -> per worker, what its watcher says: "ready", "ready, RUN started" (its last
-    run), or "none" (no watcher answers); {} for a slice without podctl's watcher or not
+    run), "dead, last beat N s ago" (its beat older than WATCH_DEAD_SECONDS), "failed:
+    WHY" (it could not start), "booting" (nothing said, the node younger than the boot
+    wait) or "none" (nothing said, older); {} for a slice without podctl's watcher or not
     ready. One getGuestAttributes per node; a node whose attributes cannot be read is left out."""
     if not info.ready or not all(n.boot_version for n in info.nodes):
         return {}
+    boot_seconds = boot_wait_seconds(len(info.hosts))
+
+    def state(said: dict[str, str], node: NodeInfo, now: float) -> str:
+        found = _watcher(said, now)
+        if found is None:
+            return "ready" + (f", {said['run']}" if said.get("run") else "")
+        kind, _ = found
+        if kind == "booting":  # the API has no READY time: the node's age stands for it
+            return "booting" if now - node.created < boot_seconds else "none"
+        if kind == "dead":
+            return f"dead, last beat {beat_age(said, now):.0f} s ago"
+        return "failed: " + said.get("watch", "")[len("failed"):].strip()
 
     async def one(node: NodeInfo) -> tuple[str, list[str]] | None:
         workers = len(node.hosts)
@@ -288,16 +400,12 @@ async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str,
                                                         workers=workers if workers <= STATUS_EACH_WORKER else None)
         except PodctlError:
             return None
-        if len(said) != workers:  # whose entries are whose cannot be told: counted, not placed
-            ready = sum(1 for entries in said if "watch" in _words(entries))
-            return node.name, ["ready"] * ready + ["none"] * (workers - ready)
-        states = []
-        for entries in map(_words, said):
-            if "watch" not in entries:
-                states.append("none")
-            else:
-                states.append("ready" + (f", {entries['run']}" if entries.get("run") else ""))
-        return node.name, states
+        now = time.time()
+        placed = _placed(said, workers)
+        if placed is None:  # whose entries are whose cannot be told: counted, not placed
+            states = sorted(state(_words(entries), node, now) for entries in said)
+            return node.name, states + [state({}, node, now)] * (workers - len(said))
+        return node.name, [state(words, node, now) for words in placed]
 
     found = await asyncio.gather(*(one(n) for n in info.nodes))
     return dict(f for f in found if f is not None)

@@ -36,25 +36,39 @@ MAX_BYTES = 32 * 1024  # far under metadata's 256 KiB a value (design 26, F7)
 _TEMPLATE = r"""#!/bin/bash
 # podctl: start this host's watcher (podctl/jobs/boot_script.py). Static: no secrets.
 set -u
+# say KEY VALUE: guest attribute podctl/KEY, as the watcher's report() writes it, with bash
+# alone (no curl, no python3: what is missing may be the cause to say)
+say() {
+  local at="${GCE_METADATA_HOST:-metadata.google.internal}" host port
+  host=${at%:*}; port=80; [ "$host" != "$at" ] && port=${at##*:}
+  (LC_ALL=C; exec 3<>"/dev/tcp/$host/$port" || exit 1
+   printf 'PUT /computeMetadata/v1/instance/guest-attributes/GUEST_NS/%s HTTP/1.0\r\n' "$1" >&3
+   printf 'Host: %s\r\nMetadata-Flavor: Google\r\nContent-Length: %s\r\n\r\n%s' "$at" "${#2}" "$2" >&3
+   timeout 5 cat <&3 > /dev/null) 2> /dev/null || true
+}
+fail() { say watch "failed $1"; echo "podctl: $1" >&2; exit 1; }
 if [ "$(id -u)" = 0 ] && [ -z "${PODCTL_FAKE_HOST:-}" ]; then
   root=1; d=/var/lib/podctl
 else
   root=; d="${HOME:-$(getent passwd "$(id -un)" | cut -d: -f6)}/WATCH_DIR"
 fi
+command -v python3 > /dev/null || fail "no python3 on this host's PATH ($PATH)"
 umask 077
-mkdir -p "$d" && chmod 700 "$d" || exit 1
+why=$(mkdir -p "$d" 2>&1 && chmod 700 "$d" 2>&1) || fail "cannot make $d: ${why:-mkdir failed}"
 t="$d/host_watch.py.$$"
-cat > "$t" <<'EOF_MARK'
+why=$(cat 2>&1 > "$t" <<'EOF_MARK'
 WATCH_SOURCE
 EOF_MARK
-mv -f "$t" "$d/host_watch.py" || exit 1
+) || { rm -f "$t"; fail "cannot write $t: ${why:-write failed}"; }
+why=$(mv -f "$t" "$d/host_watch.py" 2>&1) || fail "cannot write $d/host_watch.py: ${why:-mv failed}"
 if [ -n "$root" ] && [ -d /run/systemd/system ] && command -v systemd-run > /dev/null; then
   # a second run: the unit exists already, systemd-run fails, the watcher runs on
   systemd-run --unit=podctl-watch --property=Restart=on-failure --property=KillMode=process \
     python3 "$d/host_watch.py" "$d" > /dev/null 2>&1 || true
 else
-  cd "$d" || exit 1
-  setsid nohup python3 "$d/host_watch.py" "$d" >> "$d/watch.log" 2>&1 < /dev/null &
+  cd "$d" || fail "cannot enter $d"
+  { setsid nohup python3 "$d/host_watch.py" "$d" >> "$d/watch.log" 2>&1 < /dev/null & } 2> /dev/null \
+    || fail "cannot start the watcher (its log $d/watch.log cannot be written)"
 fi
 exit 0
 """
@@ -62,7 +76,8 @@ exit 0
 if any(line.strip() == _EOF for line in WATCH_SOURCE.splitlines()):  # pragma: no cover
     raise RuntimeError(f"host_watch.py holds the heredoc's end marker {_EOF}")
 
-BOOT_SCRIPT = (_TEMPLATE.replace("WATCH_DIR", run_layout.WATCH_DIR).replace("EOF_MARK", _EOF)
+BOOT_SCRIPT = (_TEMPLATE.replace("WATCH_DIR", run_layout.WATCH_DIR)
+               .replace("GUEST_NS", run_layout.GUEST_NAMESPACE).replace("EOF_MARK", _EOF)
                .replace("WATCH_SOURCE\n", WATCH_SOURCE if WATCH_SOURCE.endswith("\n") else WATCH_SOURCE + "\n"))
 BOOT_VERSION = hashlib.sha256(BOOT_SCRIPT.encode()).hexdigest()[:12]
 

@@ -6,8 +6,8 @@ it imports nothing from podctl: the names it shares with run_layout.py are copie
 and a test holds them equal). It holds no credentials of its own.
 
 It long-polls the metadata server (`instance/attributes/?recursive=true` with
-`wait_for_change`, the ETag of the last answer; an idle host costs one hanging GET per
-TIMEOUT_SEC and nothing else) and, when the node's `podctl-run` key names a run this
+`wait_for_change`, the ETag of the last answer; an idle host costs one hanging GET and
+one guest attribute write per BEAT_SECONDS and nothing else) and, when the node's `podctl-run` key names a run this
 host has not started (a pointer: bucket, launch.json's object and hash, the agent's
 hash, the run's first host on this node), it starts the run's agent as podctl's SSH
 launch does (launch.start_command): once per run and host (the `started` marker), only
@@ -16,10 +16,17 @@ run holds the chips (owner.py's rule), the host's config derived by the zip's ow
 host_config.py written 0600, and the agent detached in a session of its own so that it
 outlives the watcher. The run's host 0 first asks GCS, as identity.py does over SSH,
 whether the node's account may write, read, delete and read the bucket's metadata. It
-says what it did in guest attributes: podctl/watch (`ready VERSION`), podctl/run (`RUN
+says what it did in guest attributes: podctl/watch (`ready VERSION`, or `failed WHY` when
+it cannot start: a full disk, a home it may not write), podctl/beat (the host's clock,
+whole seconds since the epoch, written every BEAT_SECONDS: its liveness, whose age podctl
+reads; a thread keeps it while a run starts, which may take minutes), podctl/worker (its
+worker number, by which podctl tells whose words are whose), podctl/run (`RUN
 started`, `RUN refused WHY`, `RUN busy OTHER`, `RUN letting-go OTHER` while a stopping
 run lets go of the chips) and, on host 0 when GCS denied the node,
 podctl/access (`RUN STEP STATUS PERMISSION EMAIL SCOPES`).
+
+A failure anywhere in a run's start (the claim's mkdir on a full disk included) is a
+refusal with its cause in podctl/run, said by podctl at its next look.
 
 At idle it holds no thread and imports only what the loop needs; the rest is imported
 when a pointer arrives. A second watcher on the same host exits at once (flock).
@@ -47,7 +54,10 @@ AGENTS_DIR = ".podctl/agents"  # the agents' zips by hash, shared with launch.BO
 LET_GO_SECONDS = 630.0
 
 POINTER_VERSION = 1
-TIMEOUT_SEC = 300  # the metadata server's hanging GET
+# vocabulary.WATCH_BEAT_SECONDS: how often podctl/beat is written (test_host_watch holds
+# them equal); also the hanging GET's timeout, so that an idle loop beats on time
+BEAT_SECONDS = 15
+TIMEOUT_SEC = BEAT_SECONDS  # the metadata server's hanging GET
 BACKOFF_SECONDS = (1.0, 60.0)  # after an error: from the first to the most, doubling
 LOCK_FILE = "watch.lock"
 PID_NAME = "watch.pid"
@@ -102,6 +112,45 @@ def report(key: str, value: str) -> None:
                  value[:MAX_GUEST_VALUE].encode(), timeout=5.0)
     except OSError as e:
         log(f"guest attribute {key}: {e}")
+
+
+def beat() -> None:
+    """podctl/beat: this watcher lives (the host's clock, whole seconds)."""
+    report("beat", str(int(time.time())))
+
+
+class Beating:
+    """While a run starts (GCS reads, the wait for another run to let go of the chips: up
+    to minutes), a thread beats every BEAT_SECONDS, so that the start is not taken for a
+    dead watcher; at idle the loop beats itself and no thread runs."""
+
+    def __init__(self) -> None:
+        self._stop = _nothing
+
+    def start(self) -> None:
+        import threading
+
+        done = threading.Event()
+        thread = threading.Thread(target=self._beat, args=(done,), name="beat", daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            done.set()
+            thread.join(timeout=10.0)
+
+        self._stop = stop
+
+    @staticmethod
+    def _beat(done) -> None:
+        while not done.wait(BEAT_SECONDS):
+            beat()
+
+    def stop(self) -> None:
+        self._stop()
+
+
+def _nothing() -> None:
+    pass
 
 
 # ---- the pointer ---------------------------------------------------------------------
@@ -440,9 +489,11 @@ def start(pointer: dict, attrs: dict) -> str | None:
     """Start POINTER's run on this host if it has not been; -> what was reported, or None
     when the run was started (or refused) here before."""
     run_id = pointer["run"]
-    if not claim(run_id):
-        return None
+    beating = Beating()
     try:
+        if not claim(run_id):  # a full disk fails here: a refusal with its cause, said at once
+            return None
+        beating.start()
         host = host_index(pointer, attrs)
         if host == 0 and pointer.get("access"):  # the run's host 0 asks for all, once
             denied = access_denied(pointer["bucket"], pointer["access"])
@@ -466,6 +517,8 @@ def start(pointer: dict, attrs: dict) -> str | None:
         state = f"{run_id} refused {e}"
     except Exception as e:  # a bad launch.json, a full disk: said, and the watcher goes on
         state = f"{run_id} refused {type(e).__name__}: {e}"
+    finally:
+        beating.stop()
     log(state)
     report("run", state)
     return state
@@ -501,8 +554,10 @@ def lock(directory: str):
 
 
 def watch(version: str | None = None) -> None:
-    """Forever: wait for the node's attributes to change, act on the pointer."""
+    """Forever: wait for the node's attributes to change (at most BEAT_SECONDS), act on
+    the pointer, beat."""
     etag, delay, said_ready = "NONE", BACKOFF_SECONDS[0], False
+    next_beat = 0.0
     while True:
         failed = False
         try:
@@ -518,19 +573,33 @@ def watch(version: str | None = None) -> None:
         if attrs is not None:
             if not said_ready:
                 said_ready = True
+                # first: podctl places a node's answer by it (getGuestAttributes names no
+                # worker, and leaves out the hosts that said nothing: those still booting)
+                report("worker", str(attrs.get("agent-worker-number", "")))
+                beat()  # then: a ready watcher always has a beat to read
+                next_beat = time.monotonic() + BEAT_SECONDS
                 report("watch", f"ready {version or attrs.get(BOOT_KEY) or 'unknown'}")
             try:
                 on_attributes(attrs)
             except Exception as e:  # never exit: the next change may be the one that works
                 log(f"pointer: {type(e).__name__}: {e}")
+        if said_ready and time.monotonic() >= next_beat:
+            beat()
+            next_beat = time.monotonic() + BEAT_SECONDS
         if failed:
-            time.sleep(delay)
+            time.sleep(min(delay, BEAT_SECONDS))
             delay = min(delay * 2, BACKOFF_SECONDS[1])
 
 
 def main(argv: list[str]) -> int:
     directory = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    held = lock(directory)
+    try:
+        held = lock(directory)
+    except Exception as e:  # a full disk, a directory it may not write: said, not only logged
+        failure = f"failed {type(e).__name__}: {e}"
+        log(failure)
+        report("watch", failure)
+        return 1
     if held is None:
         log("another watcher holds this host's lock; exiting")
         return 0

@@ -177,7 +177,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
               notice=notice, user=user)
     if via == "boot":
         job.channel = BootChannel(session.api, session.storage, parent=session.settings.parent, info=info,
-                                  targets=job.targets, fake=request.fake_cloud)
+                                  targets=job.targets, fake=request.fake_cloud, notice=notice)
     elif isinstance(job.channel, SshChannel) and usable_on(info):
         job.channel.unreachable_hint = (f"Or start it without SSH, through the slice's watchers: "
                                         f"`podctl run {info.name} --via boot ...`.")

@@ -285,15 +285,22 @@ class SliceStatus:
     watchers: dict[str, list[str]] = field(default_factory=dict)
 
     def watchers_said(self) -> str | None:
-        """'2/2 ready', or '1/2 ready (none on n1 worker 1)'; None without watchers."""
+        """'2/2 ready', or '1/2 ready (dead on worker 1: last beat 63 s ago)', '62/64 ready
+        (booting on workers 3, 40)'; None without watchers."""
         if not self.watchers:
             return None
         states = [(node, w, s) for node, each in sorted(self.watchers.items()) for w, s in enumerate(each)]
-        missing = [f"{node} worker {w}" if len(self.watchers) > 1 else f"worker {w}"
-                   for node, w, s in states if s == "none"]
-        said = f"{len(states) - len(missing)}/{len(states)} ready"
-        if missing:
-            said += f" (none on {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''})"
+        ready = sum(1 for _, _, s in states if s.startswith("ready"))
+        said = f"{ready}/{len(states)} ready"
+        by_kind: dict[str, list[str]] = {}
+        for node, w, s in states:
+            if not s.startswith("ready"):
+                where = f"{node} worker {w}" if len(self.watchers) > 1 else f"worker {w}"
+                kind, _, detail = s.replace(", ", ": ", 1).partition(": ")
+                by_kind.setdefault(kind, []).append(where + (f": {detail}" if detail else ""))
+        if by_kind:
+            said += " (" + "; ".join(f"{kind} on {', '.join(where[:4])}{' ...' if len(where) > 4 else ''}"
+                                     for kind, where in sorted(by_kind.items())) + ")"
         return said
 
     def maintenance_said(self) -> dict[str, str]:

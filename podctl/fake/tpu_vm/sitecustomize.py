@@ -521,11 +521,66 @@ def _node_credentials(module: object) -> None:
     client.__init__ = with_node_credentials
 
 
+DISK_FULL_FILE = ".fake-disk-full"  # faults.DISK_FULL_FILE: in the host's directory while its disk is full
+
+
+def _disk_full() -> None:
+    """The `disk-full` fault: while the host's directory (TMPDIR's parent) holds
+    DISK_FULL_FILE, opening a file to write and making a directory anywhere under it fail
+    with ENOSPC, as on a full disk (the writes of open files and of non-Python programs
+    are not seen)."""
+    import builtins
+    import errno
+    import io
+
+    tmp = os.environ.get("TMPDIR")
+    if not tmp:
+        return
+    root = os.path.dirname(os.path.abspath(tmp))
+    marker = os.path.join(root, DISK_FULL_FILE)
+
+    def refuse(path: object) -> None:
+        if not isinstance(path, (str, bytes, os.PathLike)) or not os.path.exists(marker):
+            return
+        where = os.path.abspath(os.fsdecode(path))
+        if where == root or where.startswith(root + os.sep):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsdecode(path))
+
+    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+    def opening(file: object, mode: object = "r", *args: object, **kwargs: object) -> None:
+        if isinstance(mode, str) and any(c in mode for c in "wax+"):
+            refuse(file)
+
+    def os_opening(path: object, flags: int = 0, *args: object, **kwargs: object) -> None:
+        if flags & writes:
+            refuse(path)
+
+    def making(path: object, *args: object, **kwargs: object) -> None:
+        refuse(path)
+
+    class Checked:
+        """CHECK, then PLAIN. Not a function: pathlib (3.10) keeps io.open and os.mkdir as
+        class attributes, where a function would be bound to the path."""
+
+        def __init__(self, check: Callable[..., None], plain: Callable) -> None:
+            self.check, self.plain = check, plain
+
+        def __call__(self, *args: object, **kwargs: object) -> object:
+            self.check(*args, **kwargs)
+            return self.plain(*args, **kwargs)
+
+    builtins.open = io.open = Checked(opening, builtins.open)  # type: ignore[assignment]
+    os.open = Checked(os_opening, os.open)  # type: ignore[assignment]
+    os.mkdir = Checked(making, os.mkdir)  # type: ignore[assignment]
+
+
 _ADAPT = {"jax._src.distributed": _distributed, "jax._src.xla_bridge": _take_the_chips,
           "google.cloud.storage.client": _node_credentials}
 
 if os.environ.get("PODCTL_FAKE_HOST") == "1":
     _firewall()
+    _disk_full()
     if _the_image_python():
         _no_ensurepip()
         _ADAPT["venv"] = _venv_without_ensurepip
