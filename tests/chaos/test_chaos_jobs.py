@@ -14,7 +14,7 @@ from podctl.storage import Storage
 from tests.chaos.conftest import Kit, Record, run
 from tests.chaos.test_chaos import _down, _up
 from tests.queue_support import Queue
-from tests.test_stray_child import left_alive
+from tests.e2e.test_stray_child import left_alive
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

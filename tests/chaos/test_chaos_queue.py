@@ -16,8 +16,8 @@ import pytest
 
 from podctl.queue.place import open_store
 from tests.conftest import stop_fake_and_check
-from tests.test_queue import SCRIPTS, TERMINAL, QueueCli
-from tests.test_queue_team import ALICE, BOB, _add, _ticker
+from tests.e2e.test_queue import SCRIPTS, TERMINAL, QueueCli
+from tests.e2e.test_queue_team import ALICE, BOB, _add, _ticker
 
 QUOTAS = {ALICE: 8, BOB: 4}  # chips at once: two v5p-8 for alice, one for bob
 ENTRIES = 50

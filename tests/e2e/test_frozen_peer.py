@@ -13,8 +13,8 @@ import signal
 
 import pytest
 
-from tests.test_recovery import TEMPLATE, TINY, run_with_fault
-from tests.test_stall import _cont, _script_pid
+from tests.e2e.test_recovery import TEMPLATE, TINY, run_with_fault
+from tests.e2e.test_stall import _cont, _script_pid
 
 BLAME = ("host 0001 (JAX process 1) stopped answering (its script was stopped (process state T)); "
          "JAX's coordination service then ended host 0000 (JAX process 0) (exit 134)")

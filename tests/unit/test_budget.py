@@ -21,7 +21,7 @@ from podctl.jobs.run_files import load_record
 from podctl.jobs.metrics import read_metrics
 from tests.conftest import FAST, PARENT, TIME_SCALE, ZONE
 from tests.conftest import assert_one_line_error
-from tests.test_jobs import make_job
+from tests.e2e.test_jobs import make_job
 
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")

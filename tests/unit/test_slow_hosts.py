@@ -12,7 +12,7 @@ from podctl.errors import UsageError
 from podctl.fake.admin_client import FakeAdmin
 from podctl.steps.slow_hosts import SlowHostPolicy, SlowHostWatch, paces, slow_hosts
 from tests.conftest import assert_one_line_error
-from tests.test_recovery import TEMPLATE, TINY, run_with_fault
+from tests.e2e.test_recovery import TEMPLATE, TINY, run_with_fault
 
 
 def _beat(host_s: float, step_s: float = 0.1, window: int = 20, process: int | None = None) -> dict:
