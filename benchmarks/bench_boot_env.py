@@ -112,10 +112,10 @@ def main() -> None:
             results: dict[str, list[tuple[float, float, int, int, int]]] = {"boot": [], "ssh": []}
             for r in range(a.rounds):
                 for j, via in enumerate(("boot", "ssh")):
-                    reqs, versions, _ = runs[2 * r + j]
+                    reqs, pins, _ = runs[2 * r + j]
                     before, sessions = outside(admin, name), host_sessions(admin, name)
                     started, ended = one_run(env, name, via, script, ("--requirements", str(reqs)),
-                                             tuple(versions))
+                                             tuple(pins))
                     new = [x - y for x, y in zip(outside(admin, name), before)]
                     results[via].append((started, ended, sum(new), max(new), host_sessions(admin, name) - sessions))
                     print(f"  round {r + 1} --via {via}: started {started:.1f} s, ended {ended:.1f} s, "
