@@ -45,10 +45,13 @@ def podctl(env: dict, *args: str, timeout: float = 1800) -> subprocess.Completed
     return proc
 
 
-def one_run(env: dict, name: str, via: str, script: Path, said: list[str] | None = None) -> tuple[float, float]:
+def one_run(env: dict, name: str, via: str, script: Path, said: list[str] | None = None,
+            options: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> tuple[float, float]:
+    """OPTIONS: more `podctl run` options (e.g. --requirements R); ARGS: the script's; SAID
+    collects podctl's lines."""
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "podctl", "run", name, "--via", via, "--hosts", "0",
-                             str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             *options, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, stdin=subprocess.DEVNULL)
     started = None
     said = [] if said is None else said
