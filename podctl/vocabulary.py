@@ -1,7 +1,7 @@
 """podctl's words for states, times and exit codes: each written once, here.
 
 Standard library only, at the floor of the layers (ARCHITECTURE.md): every layer may use
-it, and `tests/test_vocabulary.py` fails when one of these literals is written again
+it, and `tests/unit/test_vocabulary.py` fails when one of these literals is written again
 elsewhere in podctl/.
 """
 

@@ -20,7 +20,7 @@ TIERS: tuple[Tier, ...] = ("on-demand", "spot", "guaranteed")
 
 # The node metadata key that says which startup script (the boot watcher) the slice carries:
 # its version, or absent on a slice made before it or not by podctl. The same string as
-# jobs/run_layout.BOOT_KEY (cloud may not import jobs; tests/test_node_metadata.py holds them equal).
+# jobs/run_layout.BOOT_KEY (cloud may not import jobs; tests/fake/test_node_metadata.py holds them equal).
 BOOT_METADATA_KEY = "podctl-boot"
 
 # States in which a slice holds chips and bills (or may soon).

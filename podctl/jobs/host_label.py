@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 # agent_logs.process_mark's line (the agent is stdlib-only and standalone, so the
-# format is written there and parsed here; tests/test_labels.py keeps them in step)
+# format is written there and parsed here; tests/fake/test_labels.py keeps them in step)
 _MARK = re.compile(r"\[podctl\] host-(\d{4,}) is JAX process (\d+)")
 
 
