@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -126,33 +126,18 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
     """
 
     def action() -> None:
-        from podctl import maintenance, steps
+        from podctl import steps
         from podctl._sync import run_sync
         from podctl.cli.render import emit_json
         from podctl.durations import parse_duration
-        from podctl.steps.lines import host_name
         from podctl.steps.slow_hosts import SlowHostPolicy
         from podctl.steps.stall import StallPolicy
         from podctl.steps.supervise import Supervision, run_hours, run_supervised
 
         hours = run_hours(max_hours, detach)  # checked before anything starts
-        if (recover or retry_errors) and detach:
-            from podctl.errors import UsageError
-
-            raise UsageError("--recover needs podctl to watch the run: drop --detach (or queue "
-                             "it: podctl queue add --max-attempts K).")
-        if retry_errors and not recover:
-            from podctl.errors import UsageError
-
-            raise UsageError("--retry-errors goes with --recover N.")
-        if detach and (on_stall != "wait" or stall_after or stall_startup):
-            from podctl.errors import UsageError
-
-            raise UsageError("--on-stall/--stall-after need podctl to watch the run: drop --detach.")
-        if detach and on_slow_host != "report":
-            from podctl.errors import UsageError
-
-            raise UsageError("--on-slow-host recover needs podctl to watch the run: drop --detach.")
+        _check_watching(detach=detach, recover=recover, retry_errors=retry_errors,
+                        stall=on_stall != "wait" or bool(stall_after or stall_startup),
+                        slow=on_slow_host != "report")
         stall = StallPolicy(action=on_stall, after=parse_duration(stall_after, "--stall-after")
                             if stall_after else None,
                             startup=parse_duration(stall_startup, "--stall-startup")
@@ -200,38 +185,63 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
             else:
                 click.echo(job.run_id)
             return
-        recovered, result = supervised.recovered, supervised.result
-        if result is None:  # the last attempt's follower was cut off by its slice
-            _notice(f"run {supervised.run_id} lost its slice; exit code {supervised.exit_code}")
-            sys.exit(supervised.exit_code)
-        if as_json:
-            emit_json({"run_id": recovered.run_id if recovered else result.run_id,
-                       "exit_code": result.exit_code,
-                       "failed_host": result.failed.host if result.failed else None,
-                       "processes": {str(h): s.process for h, s in sorted(result.statuses.items())},
-                       "hosts": {str(h): s.exit_code for h, s in sorted(result.statuses.items())},
-                       **({"attempts": [a.to_json() for a in recovered.attempts],
-                           "recoveries": recovered.recoveries, "steps_lost": recovered.steps_lost}
-                          if recovered else {})})
-        if recovered and recovered.recoveries:
-            _notice(f"run {recovered.run_id}: {recovered.recoveries} "
-                    f"recover{'y' if recovered.recoveries == 1 else 'ies'}, "
-                    f"{recovered.steps_lost} steps lost")
-        plan = None if recovered or not result.failed else run_sync(
-            maintenance.stopped_for(session.storage, result.run_id))
-        if plan is not None:  # stopped cleanly before host maintenance: say how to resume
-            _notice(maintenance.stop_message(result.run_id, name, str(script), plan))
-        elif supervised.record is not None:  # its end as the record says it (`runs` too)
-            _notice(f"run {supervised.run_id} {steps.end_words(supervised.record)}")
-        elif result.failed:
-            failed = result.failed
-            _notice(f"run {result.run_id} failed: {host_name(failed.host, failed.process)} exited "
-                    f"{result.exit_code}")
-        else:
-            _notice(f"run {result.run_id} succeeded on {len(result.statuses)} hosts")
-        sys.exit(result.exit_code)
+        _say_end(session, supervised, name=name, script=script, as_json=as_json)
 
     guarded(action)
+
+
+def _check_watching(*, detach: bool, recover: int, retry_errors: bool, stall: bool, slow: bool) -> None:
+    """What needs podctl to watch the run is refused with --detach, before anything starts."""
+    from podctl.errors import UsageError
+
+    if (recover or retry_errors) and detach:
+        raise UsageError("--recover needs podctl to watch the run: drop --detach (or queue "
+                         "it: podctl queue add --max-attempts K).")
+    if retry_errors and not recover:
+        raise UsageError("--retry-errors goes with --recover N.")
+    if detach and stall:
+        raise UsageError("--on-stall/--stall-after need podctl to watch the run: drop --detach.")
+    if detach and slow:
+        raise UsageError("--on-slow-host recover needs podctl to watch the run: drop --detach.")
+
+
+def _say_end(session: Any, supervised: Any, *, name: str, script: Path, as_json: bool) -> NoReturn:
+    """A watched run's end: its JSON or its lines, then its exit code."""
+    from podctl import maintenance, steps
+    from podctl._sync import run_sync
+    from podctl.cli.render import emit_json
+    from podctl.steps.lines import host_name
+
+    recovered, result = supervised.recovered, supervised.result
+    if result is None:  # the last attempt's follower was cut off by its slice
+        _notice(f"run {supervised.run_id} lost its slice; exit code {supervised.exit_code}")
+        sys.exit(supervised.exit_code)
+    if as_json:
+        emit_json({"run_id": recovered.run_id if recovered else result.run_id,
+                   "exit_code": result.exit_code,
+                   "failed_host": result.failed.host if result.failed else None,
+                   "processes": {str(h): s.process for h, s in sorted(result.statuses.items())},
+                   "hosts": {str(h): s.exit_code for h, s in sorted(result.statuses.items())},
+                   **({"attempts": [a.to_json() for a in recovered.attempts],
+                       "recoveries": recovered.recoveries, "steps_lost": recovered.steps_lost}
+                      if recovered else {})})
+    if recovered and recovered.recoveries:
+        _notice(f"run {recovered.run_id}: {recovered.recoveries} "
+                f"recover{'y' if recovered.recoveries == 1 else 'ies'}, "
+                f"{recovered.steps_lost} steps lost")
+    plan = None if recovered or not result.failed else run_sync(
+        maintenance.stopped_for(session.storage, result.run_id))
+    if plan is not None:  # stopped cleanly before host maintenance: say how to resume
+        _notice(maintenance.stop_message(result.run_id, name, str(script), plan))
+    elif supervised.record is not None:  # its end as the record says it (`runs` too)
+        _notice(f"run {supervised.run_id} {steps.end_words(supervised.record)}")
+    elif result.failed:
+        failed = result.failed
+        _notice(f"run {result.run_id} failed: {host_name(failed.host, failed.process)} exited "
+                f"{result.exit_code}")
+    else:
+        _notice(f"run {result.run_id} succeeded on {len(result.statuses)} hosts")
+    sys.exit(result.exit_code)
 
 
 @click.command()

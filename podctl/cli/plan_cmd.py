@@ -135,18 +135,11 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
 
         if from_preflight is not None:
             return _from_preflight()
-        if params_text is None:
-            raise InvalidValueError("how large a model? pass --params N (or --from-preflight FILE).")
-        if mfu_text is not None and mfu_from:
-            raise InvalidValueError("--mfu and --mfu-from both give the MFU: choose one.")
-        if goodput is not None and goodput_from:
-            raise InvalidValueError("--goodput and --goodput-from both give the goodput: choose one.")
-        if spot and tier and tier != "spot":
-            raise InvalidValueError(f"--spot and --tier {tier}: choose one.")
-        if zone and region:
-            raise InvalidValueError("--zone and --region both pin where to price: choose one.")
-        if not frontier and (deadline or budget_text or output):
-            raise InvalidValueError("--deadline, --budget and -o belong to --frontier.")
+        _refuse_conflicts(params=params_text is not None, mfu=mfu_text is not None, mfu_from=mfu_from,
+                          goodput=goodput is not None, goodput_from=goodput_from, spot=spot, tier=tier,
+                          zone=zone, region=region,
+                          frontier_only=not frontier and bool(deadline or budget_text or output))
+        assert params_text is not None  # _refuse_conflicts refused its absence
         names = [n.strip() for n in compare.split(",") if n.strip()] if compare else []
         if slice_type:
             names = [slice_type] + [n for n in names if n != slice_type]
@@ -157,15 +150,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
         if not frontier:
             mfus.check_names("--mfu", names)
             prices.check_names("--price", names)
-        measured = gp = None
-        for run_id in dict.fromkeys(r for r in (mfu_from, goodput_from) if r):
-            metrics, run_bill = _run_facts(ctx, run_id, project, zone, bucket)
-            if run_id == mfu_from:
-                measured = measured_mfu(metrics, run_id)
-            if run_id == goodput_from:
-                if run_bill.goodput is None:
-                    raise InvalidValueError(f"run {run_id} has no billed time yet; pass --goodput.")
-                gp = (run_bill.goodput, f"measured by run {run_id}")
+        measured, gp = _measured(ctx, mfu_from, goodput_from, project, zone, bucket)
         args: dict[str, Any] = dict(
             mfu=mfus, tier="spot" if spot else tier, region=zone or region, price=prices,
             runs=runs, people=people, rate=rate, goodput=gp[0] if gp else goodput,
@@ -214,6 +199,45 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
                             _one_number(price_text, "--price", numbers.check_price), zone, as_json)
 
     guarded(action)
+
+
+def _refuse_conflicts(*, params: bool, mfu: bool, mfu_from: str | None, goodput: bool,
+                      goodput_from: str | None, spot: bool, tier: str | None, zone: str | None,
+                      region: str | None, frontier_only: bool) -> None:
+    """Options that contradict each other, or are missing, in one line each."""
+    from podctl.errors import InvalidValueError
+
+    if not params:
+        raise InvalidValueError("how large a model? pass --params N (or --from-preflight FILE).")
+    if mfu and mfu_from:
+        raise InvalidValueError("--mfu and --mfu-from both give the MFU: choose one.")
+    if goodput and goodput_from:
+        raise InvalidValueError("--goodput and --goodput-from both give the goodput: choose one.")
+    if spot and tier and tier != "spot":
+        raise InvalidValueError(f"--spot and --tier {tier}: choose one.")
+    if zone and region:
+        raise InvalidValueError("--zone and --region both pin where to price: choose one.")
+    if frontier_only:
+        raise InvalidValueError("--deadline, --budget and -o belong to --frontier.")
+
+
+def _measured(ctx: Context, mfu_from: str | None, goodput_from: str | None, project: str | None,
+              zone: str | None, bucket: str | None) -> tuple[Any, tuple[float, str] | None]:
+    """(MFU measured by --mfu-from's run, (goodput, its source) by --goodput-from's), each
+    None where not asked; one reading per run."""
+    from podctl.errors import InvalidValueError
+
+    measured: Any = None
+    gp: tuple[float, str] | None = None
+    for run_id in dict.fromkeys(r for r in (mfu_from, goodput_from) if r):
+        metrics, run_bill = _run_facts(ctx, run_id, project, zone, bucket)
+        if run_id == mfu_from:
+            measured = measured_mfu(metrics, run_id)
+        if run_id == goodput_from:
+            if run_bill.goodput is None:
+                raise InvalidValueError(f"run {run_id} has no billed time yet; pass --goodput.")
+            gp = (run_bill.goodput, f"measured by run {run_id}")
+    return measured, gp
 
 
 def _one_number(text: str | None, flag: str, check: Any) -> float | None:

@@ -140,6 +140,34 @@ def _text(line: bytes) -> str:
     return line[:-1].decode("utf-8", "replace") if line.endswith(b"\r") else line.decode("utf-8", "replace")
 
 
+class _LineSplitter:
+    """Bytes as they come from a pipe, into lines at "\\n": the line being read kept in the
+    pieces it came in (joined once, at its "\\n": a long line is not copied per read), and
+    cut at MAX_LINE_BYTES."""
+
+    def __init__(self) -> None:
+        self.partial: list[bytes] = []
+        self.size = 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        *lines, rest = data.split(b"\n")
+        if lines:
+            lines[0] = b"".join([*self.partial, lines[0]])
+            self.partial, self.size = [], 0
+        if rest:
+            self.partial.append(rest)
+            self.size += len(rest)
+        if self.size >= MAX_LINE_BYTES:
+            joined = b"".join(self.partial)
+            lines.append(joined[:MAX_LINE_BYTES])
+            self.partial = [joined[MAX_LINE_BYTES:]] if len(joined) > MAX_LINE_BYTES else []
+            self.size = len(joined) - MAX_LINE_BYTES
+        return lines
+
+    def rest(self) -> bytes:
+        return b"".join(self.partial)
+
+
 class Agent:
     def __init__(self, cfg: dict, run_dir: Path):
         self.cfg = cfg
@@ -364,8 +392,7 @@ class Agent:
         assert child.stdout is not None
         fd = child.stdout.fileno()
         os.set_blocking(fd, False)
-        partial: list[bytes] = []  # the line being read, in the pieces it came in
-        partial_size = 0  # (joined once, at its "\n": a long line is not copied per read)
+        lines = _LineSplitter()
         exited_at: float | None = None
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
@@ -380,20 +407,8 @@ class Agent:
                         break  # end of file: no process holds the pipe any more
                 if data:
                     self.learn_process()  # before these lines: the index the script wrote first
-                    *lines, rest = data.split(b"\n")
-                    if lines:
-                        lines[0] = b"".join([*partial, lines[0]])
-                        partial, partial_size = [], 0
-                    for line in lines:
+                    for line in lines.feed(data):
                         self.logs.line(_text(line))
-                    if rest:
-                        partial.append(rest)
-                        partial_size += len(rest)
-                    if partial_size >= MAX_LINE_BYTES:
-                        joined = b"".join(partial)
-                        self.logs.line(_text(joined[:MAX_LINE_BYTES]))
-                        partial = [joined[MAX_LINE_BYTES:]] if len(joined) > MAX_LINE_BYTES else []
-                        partial_size = len(joined) - MAX_LINE_BYTES
                 now = time.monotonic()
                 if self.logs.refused and not self.stopping:  # its lines reach nobody: end it
                     self.logs.line(f"[podctl] GCS refused this host's service account "
@@ -403,19 +418,22 @@ class Agent:
                     if child.poll() is not None:
                         exited_at = now
                     elif self.stop_deadline is not None and now > self.stop_deadline:
-                        # A script stopped (state T: SIGSTOP, a debugger) cannot take a
-                        # SIGTERM: kept for the status, where podctl finds who froze a run.
-                        self.killed_state = (agent_watch.process_state(child.pid) or {}).get("state")
-                        self.logs.line("[podctl] the script was stopped (process state T) and "
-                                       "could not take the stop; killing it" if self.killed_state == "T"
-                                       else "[podctl] the script ignored the stop; killing it")
-                        with _quiet():
-                            os.killpg(child.pid, signal.SIGKILL)
-                        self.stop_deadline = float("inf")
+                        self._kill_past_the_stop(child)
                 elif not data or now - exited_at > DRAIN_SECONDS:
                     break
-        if partial:
-            self.logs.line(_text(b"".join(partial)))
+        if lines.partial:
+            self.logs.line(_text(lines.rest()))
+
+    def _kill_past_the_stop(self, child: subprocess.Popen) -> None:
+        # A script stopped (state T: SIGSTOP, a debugger) cannot take a
+        # SIGTERM: kept for the status, where podctl finds who froze a run.
+        self.killed_state = (agent_watch.process_state(child.pid) or {}).get("state")
+        self.logs.line("[podctl] the script was stopped (process state T) and "
+                       "could not take the stop; killing it" if self.killed_state == "T"
+                       else "[podctl] the script ignored the stop; killing it")
+        with _quiet():
+            os.killpg(child.pid, signal.SIGKILL)
+        self.stop_deadline = float("inf")
 
     def end_leftovers(self, session: int) -> None:
         """SIGTERM to every process the script left running, SIGKILL to what is left
