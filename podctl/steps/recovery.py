@@ -366,6 +366,84 @@ async def _start(session: Session, info: SliceInfo, options: RunOptions,
         return None, job.run_id, state
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """Why an attempt ended, as recovery acts on it."""
+
+    reason: str | None  # None: nothing to recover (a success, or the script's own failure)
+    suspect: int | None  # a worker to make the slice again without
+    ours: EndedByPodctl | None  # podctl ended it (a stall, a slow host)
+    plan: Any  # host maintenance it stopped for (maintenance.py), or None
+
+
+async def _judge(session: Session, attempts: list[Attempt], hardware_since: int, result: RunResult | None,
+                 code: int, state: str | None, deleted: bool, policy: RecoveryPolicy,
+                 why_ended: WhyEnded | None) -> _Judged:
+    """Why the last of ATTEMPTS ended (and the worker to blame, noted on it)."""
+    attempt = attempts[-1]
+    failed = result.failed if result else None
+    said = failed.explanation() if failed else None
+    reason = None if code == 0 else infrastructure_reason(code, state, said)
+    if failed is not None and state is None:  # a dead slice explains it: not the host
+        attempt.failed_worker, attempt.hardware = failed.host, hardware_cause(code, said)
+        if result is not None and result.cause is not None:  # a host that stopped answering
+            reason, attempt.hardware = result.cause.describe(), "stopped answering"
+    # Failures count against a worker only on the hardware they happened on.
+    suspect = bad_host([(a.failed_worker, a.hardware) for a in attempts[hardware_since:]])
+    if deleted:
+        reason = "slice deleted"
+    ours = why_ended(attempt.run_id) if why_ended and not deleted else None
+    if ours is not None:  # podctl ended it (a stall): recovered only when asked to be
+        reason = ours.reason
+        if ours.bad_worker is not None:
+            suspect = ours.bad_worker
+    if reason is None and code != 0 and policy.retry_code_errors:
+        reason = f"exit code {code} (retried: --retry-errors)"
+    plan = None if deleted or code not in INFRA_EXIT_CODES else (
+        await maintenance.stopped_for(session.storage, attempt.run_id))  # maintenance.py
+    reason = maintenance.reason(plan) if plan is not None else reason
+    attempt.reason = reason
+    return _Judged(reason, suspect, ours, plan)
+
+
+async def _record_end(session: Session, attempt_id: str, result: RunResult | None, code: int,
+                      state: str | None, deleted: bool, reason: str | None) -> Any:
+    """The attempt's record; where the follower was cut off, saved as `lost` with why."""
+    last_record = await load_record(session.storage, attempt_id)
+    if result is None or deleted:
+        last_record.state, last_record.exit_code, last_record.ended = "lost", code, time.time()
+        lost_why = "slice deleted" if deleted else reason or (f"slice {state.lower()}" if state else None)
+        if lost_why:
+            last_record.extra = {**last_record.extra, "reason": lost_why}
+        await save_record(session.storage, last_record)
+    return last_record
+
+
+def _say_the_end(notice: Notice, run_id: str, slice_name: str, reason: str | None, deleted: bool,
+                 ours: EndedByPodctl | None, policy: RecoveryPolicy) -> None:
+    if deleted:
+        notice(f"run {run_id} ended: {_deleted_message(slice_name, run_id)}")
+    elif ours is not None and not ours.relaunch:
+        notice(f"run {run_id} ended: {reason} ({ours.flag})")
+    elif reason is not None:
+        notice(f"run {run_id} ended: {reason}; no recoveries left (--recover {policy.recoveries})")
+
+
+async def _follow_attempt(session: Session, run_id: str, job: Job, number: int, info: SliceInfo,
+                          policy: RecoveryPolicy, wrap: Wrap | None) -> tuple[Any, str | None]:
+    """Follow one attempt to its end: (its result, the slice's state if that ended it)."""
+    try:
+        if number > 1:
+            await _stop_if_asked(session, run_id, job)
+        return await _follow_watching(job, session, info, policy, wrap)
+    except BaseException:  # Ctrl-C or a budget: stop what runs, as a plain run does
+        with contextlib.suppress(Exception):
+            await job.stop()
+        raise
+    finally:
+        await job.close()
+
+
 async def run_recovering(session: Session, name: str, options: RunOptions,
                          policy: RecoveryPolicy, *, sink: Callable[[int, str], None],
                          notice: Notice, wrap: Wrap | None = None,
@@ -394,16 +472,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         attempt = attempts[-1]
         result = None
         if job is not None:
-            try:
-                if attempt.number > 1:
-                    await _stop_if_asked(session, run_id, job)
-                result, state = await _follow_watching(job, session, info, policy, wrap)
-            except BaseException:  # Ctrl-C or a budget: stop what runs, as a plain run does
-                with contextlib.suppress(Exception):
-                    await job.stop()
-                raise
-            finally:
-                await job.close()
+            result, state = await _follow_attempt(session, run_id, job, attempt.number, info, policy, wrap)
         code = result.exit_code if result is not None else EXIT_HOST_LOST
         attempt.ended, attempt.exit_code = time.time(), code
         measured = await _metrics(session, attempt.run_id)
@@ -419,44 +488,13 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         if state in DELETED_STATES:
             state = await collected_state(session.storage, attempt.run_id, notice) or state
         deleted = code != 0 and deleted_by_owner(session, info, state)
-        failed = result.failed if result else None
-        said = failed.explanation() if failed else None
-        reason = None if code == 0 else infrastructure_reason(code, state, said)
-        if failed is not None and state is None:  # a dead slice explains it: not the host
-            attempt.failed_worker, attempt.hardware = failed.host, hardware_cause(code, said)
-            if result is not None and result.cause is not None:  # a host that stopped answering
-                reason, attempt.hardware = result.cause.describe(), "stopped answering"
-        # Failures count against a worker only on the hardware they happened on.
-        suspect = bad_host([(a.failed_worker, a.hardware) for a in attempts[hardware_since:]])
-        if deleted:
-            reason = "slice deleted"
-        ours = why_ended(attempt.run_id) if why_ended and not deleted else None
-        if ours is not None:  # podctl ended it (a stall): recovered only when asked to be
-            reason = ours.reason
-            if ours.bad_worker is not None:
-                suspect = ours.bad_worker
-        if reason is None and code != 0 and policy.retry_code_errors:
-            reason = f"exit code {code} (retried: --retry-errors)"
-        plan = None if deleted or code not in INFRA_EXIT_CODES else (
-            await maintenance.stopped_for(session.storage, attempt.run_id))  # maintenance.py
-        reason = maintenance.reason(plan) if plan is not None else reason
-        attempt.reason = reason
-        last_record = await load_record(session.storage, attempt.run_id)
-        if result is None or deleted:  # the follower was cut off: say how the attempt ended
-            last_record.state, last_record.exit_code, last_record.ended = "lost", code, time.time()
-            lost_why = "slice deleted" if deleted else reason or (f"slice {state.lower()}" if state else None)
-            if lost_why:
-                last_record.extra = {**last_record.extra, "reason": lost_why}
-            await save_record(session.storage, last_record)
+        judged = await _judge(session, attempts, hardware_since, result, code, state, deleted,
+                              policy, why_ended)
+        reason, suspect, ours, plan = judged.reason, judged.suspect, judged.ours, judged.plan
+        last_record = await _record_end(session, attempt.run_id, result, code, state, deleted, reason)
         if reason is None or deleted or (ours is not None and not ours.relaunch) or not spend():
             await _save_attempts(session, run_id, attempts, last_record)
-            if deleted:
-                notice(f"run {run_id} ended: {_deleted_message(info.name, run_id)}")
-            elif ours is not None and not ours.relaunch:
-                notice(f"run {run_id} ended: {reason} ({ours.flag})")
-            elif reason is not None:
-                notice(f"run {run_id} ended: {reason}; no recoveries left (--recover "
-                       f"{policy.recoveries})")
+            _say_the_end(notice, run_id, info.name, reason, deleted, ours, policy)
             return RecoveredRun(run_id, code, attempts, result, stopped=reason if deleted else None)
         where = f" at step {attempt.last_step}" if attempt.last_step is not None else ""
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
