@@ -1,12 +1,19 @@
-"""`podctl demo`'s wall time by phase, against the floor: the same two trainings
-(STEPS steps, then resumed for MORE more) run directly as two local processes with
-`jax.distributed` and a local checkpoint directory: no fake cloud, no SSH, no GCS.
+"""`podctl demo`'s wall time by phase, first run and later run, against the floor: the
+same two trainings (STEPS steps, then resumed for MORE more) run directly as two local
+processes with `jax.distributed` and a local checkpoint directory: no fake cloud, no
+SSH, no GCS, no environment to build or fetch.
 
-    python benchmarks/bench_demo.py [--steps 30] [--more-steps 10]
+    python benchmarks/bench_demo.py [--steps 30] [--more-steps 10] [--rounds 1]
+                                    [--before DIR]   # a checkout of an earlier podctl
 
-The ratio is what the lifecycle around the training costs on this machine: the fake
-cloud's start and stop, `up`, bundling, SSH fan-out, log shipping through GCS,
-checkpoints to the GCS emulator rather than a local disk, and `down`.
+Each configuration runs in the same benchmark run, alternating: per round, every
+configuration's first demo (a fresh state directory: the hosts' environment built from
+the package index through uv's cache), the floor, then every configuration's later demo
+(the same state directory: the environment packed, or in the fake's GCS, already). With
+--before DIR the demo of the podctl checked out at DIR runs beside this one (`git
+worktree add --detach DIR 23ee834`: the commit before the client-built environment),
+imported from DIR by PYTHONPATH, with this venv's packages. The load average is printed
+at the start and the end: on a shared machine only the ratios carry.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,10 +54,24 @@ def floor_run(steps: int, ckpt: Path, every: int) -> float:
             [sys.executable, str(REPO / "templates" / "train_pjit.py"), *MODEL_ARGS, "--steps", str(steps),
              "--checkpoint-every", str(every)], env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL))
-    codes = [p.wait(timeout=600) for p in procs]
+    codes = [p.wait(timeout=900) for p in procs]
     if any(codes):
         raise SystemExit(f"floor run failed: exit codes {codes}")
     return time.monotonic() - began
+
+
+def demo(tree: Path, state: Path, a: argparse.Namespace) -> tuple[float, dict[str, float]]:
+    """One `podctl demo` of the podctl at TREE with STATE as its state directory."""
+    env = {**os.environ, "PODCTL_STATE_DIR": str(state / "state"), "PODCTL_CONFIG_DIR": str(state / "config"),
+           "PYTHONPATH": str(tree)}
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "podctl", "demo", "--json", "--steps", str(a.steps),
+                           "--more-steps", str(a.more_steps), "--checkpoint-every", str(a.checkpoint_every)],
+                          capture_output=True, text=True, env=env, cwd=tree)
+    wall = time.monotonic() - began
+    if proc.returncode != 0:
+        raise SystemExit(f"podctl demo at {tree} failed:\n{proc.stderr[-3000:]}")
+    return wall, json.loads(proc.stdout)["phases"]
 
 
 def main() -> None:
@@ -57,30 +79,54 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--more-steps", type=int, default=10)
     parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--before", type=Path, help="a checkout of the podctl to compare with")
     a = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PODCTL_STATE_DIR": f"{tmp}/state", "PODCTL_CONFIG_DIR": f"{tmp}/config"}
-        began = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "podctl", "demo", "--json", "--steps", str(a.steps),
-                               "--more-steps", str(a.more_steps), "--checkpoint-every",
-                               str(a.checkpoint_every)], capture_output=True, text=True, env=env)
-        demo_wall = time.monotonic() - began
-        if proc.returncode != 0:
-            raise SystemExit(f"podctl demo failed:\n{proc.stderr[-2000:]}")
-        summary = json.loads(proc.stdout)
-        ckpt = Path(tmp) / "floor-ckpt"
-        floor = floor_run(a.steps, ckpt, a.checkpoint_every)
-        floor += floor_run(a.steps + a.more_steps, ckpt, a.checkpoint_every)
+    trees = {"after": REPO, **({"before": a.before.resolve()} if a.before else {})}
+    walls: dict[str, list[float]] = {}
+    phases: dict[str, list[dict[str, float]]] = {}
+    floors: list[float] = []
+    load = os.getloadavg()
+    print(f"load average at the start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
+        for round_ in range(a.rounds):
+            for when in ("first", "later"):
+                for name, tree in trees.items():
+                    key = f"{name} {when}"
+                    wall, got = demo(tree, Path(tmp) / f"{name}-{round_}", a)
+                    walls.setdefault(key, []).append(wall)
+                    phases.setdefault(key, []).append(got)
+                    print(f"round {round_ + 1}: {key}: {wall:.1f} s {got}", flush=True)
+                if when == "first":
+                    ckpt = Path(tmp) / f"floor-ckpt-{round_}"
+                    floors.append(floor_run(a.steps, ckpt, a.checkpoint_every)
+                                  + floor_run(a.steps + a.more_steps, ckpt, a.checkpoint_every))
+                    print(f"round {round_ + 1}: floor: {floors[-1]:.1f} s", flush=True)
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
-    print(f"podctl demo (--steps {a.steps} --more-steps {a.more_steps}): {demo_wall:.1f} s wall")
-    print("| phase | seconds |")
-    print("|---|---:|")
-    for name, seconds in summary["phases"].items():
-        print(f"| {name} | {seconds:.1f} |")
-    print(f"| **total** | **{demo_wall:.1f}** |")
+    floor = statistics.median(floors)
+    keys = list(walls)
+    names = sorted({n for p in phases.values() for d in p for n in d}, key=lambda n: _ORDER.get(n, 99))
+    print(f"\npodctl demo (--steps {a.steps} --more-steps {a.more_steps}), median of {a.rounds} round(s), seconds")
+    print("| phase | " + " | ".join(keys) + " |")
+    print("|---|" + "---:|" * len(keys))
+    for name in names:
+        cells = [statistics.median(d.get(name, 0.0) for d in phases[k]) for k in keys]
+        print(f"| {name} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+    print("| **total** | " + " | ".join(f"**{statistics.median(walls[k]):.1f}**" for k in keys) + " |")
+    print("| demo / floor | " + " | ".join(f"{statistics.median(walls[k]) / floor:.2f}x" for k in keys) + " |")
     print(f"floor (the two trainings as local processes, local checkpoints): {floor:.1f} s")
-    print(f"demo / floor: {demo_wall / floor:.2f}x")
+    for when in ("first", "later"):
+        if f"before {when}" in walls:
+            ratio = statistics.median(walls[f"after {when}"]) / statistics.median(walls[f"before {when}"])
+            print(f"after / before, {when} run: {ratio:.2f}x")
+
+
+_ORDER = {n: i for i, n in enumerate(("fake_cloud", "up", "bundle", "env_lock", "env_install", "env_pack",
+                                      "env_upload", "start", "train", "checkpoints", "resume", "down"))}
 
 
 if __name__ == "__main__":

@@ -61,3 +61,30 @@ def prepare(root: Path) -> ImagePython:
         (target / f"python{wanted}").symlink_to(other[0])
         (target / "python3").symlink_to(f"python{wanted}")
     return ImagePython(version=version, path=path, bin_dir=bin_dir, store=store, note=note)
+
+
+ZSTD_COMMANDS = frozenset(("zstd", "unzstd", "zstdcat", "zstdmt", "pzstd", "zstdgrep", "zstdless"))
+
+
+def path_without_zstd(image: ImagePython, host_path: str) -> str:
+    """The PATH of an image without Ubuntu's package zstd (the `no-zstd` fault): the
+    image's python3, then every command of HOST_PATH but zstd's, as symlinks made once in
+    ROOT/.image/without-zstd (the first of a name on HOST_PATH, as a shell finds it)."""
+    place = image.bin_dir.parent / "without-zstd"
+    if not place.is_dir():
+        work = place.with_name(f".without-zstd.{os.getpid()}")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        for directory in host_path.split(":"):
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            for name in names:
+                if name not in ZSTD_COMMANDS and not (work / name).is_symlink():
+                    (work / name).symlink_to(os.path.join(directory, name))
+        try:
+            work.rename(place)
+        except OSError:  # made meanwhile by another host's session
+            shutil.rmtree(work, ignore_errors=True)
+    return f"{image.bin_dir}:{place}"

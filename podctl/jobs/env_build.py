@@ -66,6 +66,7 @@ class Built:
     parts: tuple[str, ...]  # sha256 of each PART_SIZE part, in order
     python_inside: bool  # the archive carries its CPython (python/bin/pythonX.Y)
     seconds: float = 0.0  # building and packing; 0 when it was packed earlier
+    pack_seconds: float = 0.0  # of which packing (tar + zstd, the hashes)
 
     def host_config(self, plan: env_lock.EnvPlan, object_name: str) -> dict:
         """The hosts' `environment`: what to fetch and how to check it; no secret."""
@@ -104,13 +105,15 @@ def build(plan: env_lock.EnvPlan, *, ship_python: bool, cache: Path | None = Non
             shutil.copytree(python, tree / "python", symlinks=True)
         install(plan, tree)
         archive = Path(tmp) / "env.tar.zst"
+        packing = time.monotonic()
         sha, size, parts = pack(tree, archive)
+        pack_seconds = time.monotonic() - packing
         os.replace(archive, cache / f"{name}.tar.zst")
     tmp_meta = kept.with_suffix(f".{os.getpid()}.tmp")
     tmp_meta.write_text(json.dumps({"sha256": sha, "size": size, "parts": parts}))
     os.replace(tmp_meta, kept)
     return Built(path=cache / f"{name}.tar.zst", sha256=sha, size=size, parts=tuple(parts),
-                 python_inside=ship_python, seconds=time.monotonic() - started)
+                 python_inside=ship_python, seconds=time.monotonic() - started, pack_seconds=pack_seconds)
 
 
 def install(plan: env_lock.EnvPlan, tree: Path) -> None:
