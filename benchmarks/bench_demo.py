@@ -35,6 +35,12 @@ sys.path.insert(0, str(REPO))
 from podctl.demo import MODEL_ARGS  # noqa: E402
 
 
+def _environ() -> dict[str, str]:
+    """This environment without PYTHONDONTWRITEBYTECODE (set on some CI machines): a user's
+    client, daemon and the floor keep their bytecode, as the fake's hosts do."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,7 +53,7 @@ def floor_run(steps: int, ckpt: Path, every: int) -> float:
     began = time.monotonic()
     procs = []
     for pid in range(2):
-        env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        env = {**_environ(), "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
                "JAX_PLATFORMS": "cpu", "PODCTL_NUM_PROCESSES": "2", "PODCTL_PROCESS_ID": str(pid),
                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "PODCTL_CHECKPOINT_DIR": str(ckpt)}
         procs.append(subprocess.Popen(
@@ -62,7 +68,7 @@ def floor_run(steps: int, ckpt: Path, every: int) -> float:
 
 def demo(tree: Path, state: Path, a: argparse.Namespace) -> tuple[float, dict[str, float]]:
     """One `podctl demo` of the podctl at TREE with STATE as its state directory."""
-    env = {**os.environ, "PODCTL_STATE_DIR": str(state / "state"), "PODCTL_CONFIG_DIR": str(state / "config"),
+    env = {**_environ(), "PODCTL_STATE_DIR": str(state / "state"), "PODCTL_CONFIG_DIR": str(state / "config"),
            "PYTHONPATH": str(tree)}
     began = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "podctl", "demo", "--json", "--steps", str(a.steps),
