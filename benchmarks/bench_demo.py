@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -66,18 +67,49 @@ def floor_run(steps: int, ckpt: Path, every: int) -> float:
     return time.monotonic() - began
 
 
-def demo(tree: Path, state: Path, a: argparse.Namespace) -> tuple[float, dict[str, float]]:
-    """One `podctl demo` of the podctl at TREE with STATE as its state directory."""
+# What the demo's lines say, in order, within each training (`_printer`: host 0's lines)
+_MARKS = (("running", ": running"), ("env", "[podctl] env "), ("jax_up", " parameters on "),
+          ("step1", "(compile)"), ("done", "| done at step"), ("ended", ": succeeded"))
+# a training's parts, from one mark to the next: the lines come through GCS (shipped every
+# 2 s, read every 0.5 s), so each mark is late by up to 2.5 s, and the differences less
+PARTS = (("env fetch (agent start, bundle, environment)", "running", "env"),
+         ("JAX start (imports, jax.distributed, model)", "env", "jax_up"),
+         ("compile + step 1", "jax_up", "step1"),
+         ("steps + checkpoints", "step1", "done"),
+         ("end (exit, last logs, statuses)", "done", "ended"))
+
+
+def demo(tree: Path, state: Path, a: argparse.Namespace) -> tuple[float, dict[str, float], list[dict]]:
+    """One `podctl demo` of the podctl at TREE with STATE as its state directory ->
+    (wall, the demo's phases, each training's marks: seconds since the demo began)."""
     env = {**_environ(), "PODCTL_STATE_DIR": str(state / "state"), "PODCTL_CONFIG_DIR": str(state / "config"),
            "PYTHONPATH": str(tree)}
     began = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "podctl", "demo", "--json", "--steps", str(a.steps),
-                           "--more-steps", str(a.more_steps), "--checkpoint-every", str(a.checkpoint_every)],
-                          capture_output=True, text=True, env=env, cwd=tree)
+    proc = subprocess.Popen([sys.executable, "-m", "podctl", "demo", "--json", "--steps", str(a.steps),
+                             "--more-steps", str(a.more_steps), "--checkpoint-every", str(a.checkpoint_every)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tree)
+    out: list[str] = []
+    reading = threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else ""))
+    reading.start()
+    trainings: list[dict[str, float]] = []
+    said: list[str] = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        said.append(line)
+        now = time.monotonic() - began
+        if line.startswith(("2/6 train", "4/6 resume")):
+            trainings.append({})
+        for mark, words in _MARKS:
+            # the environment's last line before JAX's (a build on host 0 says several)
+            again = mark == "env" and "jax_up" not in (trainings[-1] if trainings else {})
+            if trainings and words in line and (mark not in trainings[-1] or again):
+                trainings[-1][mark] = now
+    code = proc.wait()
+    reading.join()
     wall = time.monotonic() - began
-    if proc.returncode != 0:
-        raise SystemExit(f"podctl demo at {tree} failed:\n{proc.stderr[-3000:]}")
-    return wall, json.loads(proc.stdout)["phases"]
+    if code != 0:
+        raise SystemExit(f"podctl demo at {tree} failed:\n{''.join(said)[-3000:]}")
+    return wall, json.loads(out[0])["phases"], trainings
 
 
 def main() -> None:
@@ -93,6 +125,7 @@ def main() -> None:
     walls: dict[str, list[float]] = {}
     phases: dict[str, list[dict[str, float]]] = {}
     floors: list[float] = []
+    parts: dict[str, list[dict[str, float]]] = {}
     load = os.getloadavg()
     print(f"load average at the start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)",
           flush=True)
@@ -101,9 +134,13 @@ def main() -> None:
             for when in ("first", "later"):
                 for name, tree in trees.items():
                     key = f"{name} {when}"
-                    wall, got = demo(tree, Path(tmp) / f"{name}-{round_}", a)
+                    wall, got, marks = demo(tree, Path(tmp) / f"{name}-{round_}", a)
                     walls.setdefault(key, []).append(wall)
                     phases.setdefault(key, []).append(got)
+                    for which, training in zip(("train", "resume"), marks):
+                        parts.setdefault(f"{key}, {which}", []).append(
+                            {label: training[b] - training[a_] for label, a_, b in PARTS
+                             if a_ in training and b in training})
                     print(f"round {round_ + 1}: {key}: {wall:.1f} s {got}", flush=True)
                 if when == "first":
                     ckpt = Path(tmp) / f"floor-ckpt-{round_}"
@@ -125,6 +162,13 @@ def main() -> None:
     print("| **total** | " + " | ".join(f"**{statistics.median(walls[k]):.1f}**" for k in keys) + " |")
     print("| demo / floor | " + " | ".join(f"{statistics.median(walls[k]) / floor:.2f}x" for k in keys) + " |")
     print(f"floor (the two trainings as local processes, local checkpoints): {floor:.1f} s")
+    print("\nwhere each training's time goes (from the demo's lines), seconds")
+    print("| part | " + " | ".join(parts) + " |")
+    print("|---|" + "---:|" * len(parts))
+    for label, _, _ in PARTS:
+        print(f"| {label} | " + " | ".join(
+            f"{statistics.median(d[label] for d in parts[k] if label in d):.1f}"
+            if any(label in d for d in parts[k]) else "–" for k in parts) + " |")
     for when in ("first", "later"):
         if f"before {when}" in walls:
             ratio = statistics.median(walls[f"after {when}"]) / statistics.median(walls[f"before {when}"])
