@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,10 @@ def prepare(root: Path) -> ImagePython:
     shutil.rmtree(root / ".image", ignore_errors=True)
     bin_dir.mkdir(parents=True)
     store.mkdir(parents=True)
-    found = find(IMAGE_VERSION)
+    wanted_versions = (IMAGE_VERSION, *STORE_VERSIONS)
+    with ThreadPoolExecutor(len(wanted_versions)) as pool:  # each probe starts an interpreter
+        found_by = dict(zip(wanted_versions, pool.map(find, wanted_versions)))
+    found = found_by[IMAGE_VERSION]
     if found is not None:
         path, version = found
         note = f"Python {version} ({path}), as on v5p/v6e images"
@@ -52,7 +56,7 @@ def prepare(root: Path) -> ImagePython:
     for name in ("python3", f"python{minor}"):
         (bin_dir / name).symlink_to(path)
     for wanted in STORE_VERSIONS:
-        other = find(wanted)
+        other = found_by[wanted]
         if other is None or wanted == minor:
             continue
         # uv's layout: cpython-X.Y.Z-linux-x86_64-gnu/bin/pythonX.Y

@@ -124,7 +124,9 @@ def install(plan: env_lock.EnvPlan, tree: Path) -> None:
         lock.write_text(plan.lock)
         argv = [env_lock.uv_binary(), "pip", "install", "--no-config", "--quiet", "--target", str(site),
                 "--python-version", plan.python, "--python-platform", env_lock.HOST_PLATFORM,
-                "--no-build", "--no-deps", "--link-mode", "copy", *plan.index_args, "-r", str(lock)]
+                # hard links into uv's cache (a copy where they cannot be made): the tree is
+                # only read, packed and deleted; a file podctl changes is written anew below
+                "--no-build", "--no-deps", "--link-mode", "hardlink", *plan.index_args, "-r", str(lock)]
         try:
             done = children.run(argv, timeout=_UV_TIMEOUT, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
@@ -137,8 +139,11 @@ def install(plan: env_lock.EnvPlan, tree: Path) -> None:
         (tree / "bin").mkdir(exist_ok=True)
         for script in scripts.iterdir():
             data = script.read_bytes() if script.is_file() and not script.is_symlink() else b""
-            if _SHEBANG.match(data):
+            if _SHEBANG.match(data):  # a new file: the old one may be a hard link into uv's cache
+                mode = script.stat().st_mode & 0o777
+                script.unlink()
                 script.write_bytes(_SHEBANG.sub(_RELOCATABLE, data, count=1))
+                script.chmod(mode)
             os.replace(script, tree / "bin" / script.name)
         scripts.rmdir()
 
