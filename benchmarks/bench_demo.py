@@ -119,6 +119,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--before", type=Path, help="a checkout of the podctl to compare with")
+    parser.add_argument("--reverse", action="store_true", help="the earlier podctl first in round 1")
     a = parser.parse_args()
 
     trees = {"after": REPO, **({"before": a.before.resolve()} if a.before else {})}
@@ -132,7 +133,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
         for round_ in range(a.rounds):
             for when in ("first", "later"):
-                for name, tree in trees.items():
+                # every other round the other order: a load that changes meets both alike
+                order = list(trees.items())[::-1 if (round_ + a.reverse) % 2 else 1]
+                for name, tree in order:
                     key = f"{name} {when}"
                     wall, got, marks = demo(tree, Path(tmp) / f"{name}-{round_}", a)
                     walls.setdefault(key, []).append(wall)
