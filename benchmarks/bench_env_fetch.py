@@ -9,6 +9,9 @@ alternated, ROUNDS times each, into a fresh directory:
   - podctl: agent_env_fetch.stream_into, the host's code: 8 ranged reads in flight
     through agent_gcs.Bucket (urllib), each part's sha256 checked, in order into
     `zstd -d | tar -x`, the whole sha256 checked;
+  - podctl on a host without `zstd` (PATH: a directory holding `tar` only): the same
+    reads and checks, decompressed in the agent's process by the `zstandard` package
+    (the client's, the version it ships to such hosts: env_zstandard.py) into `tar -x`;
   - floor: `curl -s URL | zstd -d | tar -x` (one stream, nothing checked).
 
 And the fake GCS's own speed on that object (curl to /dev/null), with its large-object
@@ -79,6 +82,21 @@ def main() -> None:
             def ours(dest: Path) -> None:
                 agent_env_fetch.stream_into(bucket, name, config, dest)
 
+            tar_only = Path(tmp) / "tar-only"  # the PATH of an image without Ubuntu's zstd
+            tar_only.mkdir()
+            (tar_only / "tar").symlink_to(shutil.which("tar") or "/bin/tar")
+
+            def no_zstd(dest: Path) -> None:
+                import zstandard
+
+                path, os.environ["PATH"] = os.environ["PATH"], str(tar_only)
+                try:
+                    _, how = agent_env_fetch.stream_into(bucket, name, config, dest,
+                                                         zstandard_module=lambda: zstandard)
+                finally:
+                    os.environ["PATH"] = path
+                assert how.startswith("python-zstandard"), how
+
             def floor(dest: Path) -> None:
                 dest.mkdir()
                 subprocess.run(f"curl -sf -H '{auth}' '{url}' | zstd -d -q | tar -x -C '{dest}'",
@@ -87,9 +105,9 @@ def main() -> None:
             def serve_only() -> None:
                 subprocess.run(["curl", "-sf", "-o", "/dev/null", "-H", auth, url], check=True)
 
-            times: dict[str, list[float]] = {"podctl": [], "floor": [], "gcs": [], "emulator": []}
+            times: dict[str, list[float]] = {"podctl": [], "no-zstd": [], "floor": [], "gcs": [], "emulator": []}
             for round_ in range(args.rounds):
-                for what, fn in (("podctl", ours), ("floor", floor)):
+                for what, fn in (("podctl", ours), ("no-zstd", no_zstd), ("floor", floor)):
                     dest = Path(tmp) / f"{what}-{round_}"
                     times[what].append(timed(lambda fn=fn, dest=dest: fn(dest)))
                     shutil.rmtree(dest)
@@ -105,7 +123,10 @@ def main() -> None:
     floor_median = statistics.median(times["floor"])
     print(f"\nfetch + unpack of {mb:.1f} MB, median of {args.rounds} (cores: {os.cpu_count()})")
     print("| approach | median | MB/s (compressed) | vs floor |\n|---|---:|---:|---:|")
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     for what, label in (("podctl", "podctl: 8 ranged reads, each part checked, `zstd -d | tar -x`"),
+                        ("no-zstd", "podctl, host without zstd: the same, python-zstandard into `tar -x`"),
                         ("floor", "floor: `curl | zstd -d | tar -x`")):
         median = statistics.median(times[what])
         print(f"| {label} | {median:.2f} s | {mb / median:.0f} | {median / floor_median:.2f}x |")

@@ -1,12 +1,21 @@
-"""Preparing the hosts' Python environment on a fake slice of bare hosts: podctl's
-build-once-and-ship (host 0 installs from the package index, packs its site-packages
-to GCS, the others fetch and unpack) beside every host installing from the package
-index by itself (a venv and `pip install -r` on each, at once, through `podctl exec`),
-in one run: wall time, package-index downloads (pip's `Collecting` lines), and the
-bytes of the packages pip took. Then, with the environment in GCS, podctl's ship
-step alone on a v5p-512 (64 hosts).
+"""Preparing the hosts' Python environment on a fake slice of bare hosts, in one run,
+each approach on a fresh fake cloud of its own (a state directory each) and a cold uv
+cache of its own (client and hosts):
 
-    python benchmarks/bench_envs.py [--requirements FILE] [--hosts8 v5p-64] [--big v5p-512]
+  - podctl's default: the client locks, installs for the hosts' platform from the
+    package index (uv, wheels only), packs once (tar + zstd) and uploads it; every host
+    streams it from GCS in checked parts (no package index on any host);
+  - `--build-on host`: the client locks, host 0 installs from the package index (uv),
+    packs its site-packages to GCS; the other hosts wait, fetch and unpack;
+  - with --every-host, the old baseline: each host a venv and `pip install -r` at once
+    (`podctl exec`), the package index touched once per host.
+
+The figure is the wall time of a whole `podctl run` of a one-line script on a fresh slice
+(bundle, lock, environment, agents, the script); besides it, the client's build (its own
+line), how many hosts fetched from GCS and how many installed from the index. With --big
+SLICE, the environment in GCS already, the fetch alone on a bigger slice.
+
+    python benchmarks/bench_envs.py [--requirements FILE] [--slice v5p-64] [--every-host] [--big v5p-512]
     python benchmarks/bench_envs.py --installers [--requirements FILE] [--pythons 3.10,3.12]
         [--pip-timeout 600]
 
@@ -17,9 +26,9 @@ for each interpreter (found as the fake's hosts find theirs: podctl/fake/image_p
 default requirements templates/requirements.txt with jax[cpu]. pip gets --pip-timeout
 seconds (on 3.10 it backtracks for many minutes).
 
-The default requirements are small (numpy) so that eight hosts installing at once
-fit a 2-core machine; pass templates/requirements.txt for the template's (jax[cpu],
-optax, orbax, gcsfs: minutes per host here). Each approach gets its own fresh slice.
+The default requirements are small (numpy) so that eight hosts at once fit a 2-core
+machine; pass templates/requirements.txt for the template's (jax[cpu], optax, orbax,
+gcsfs: minutes per host here).
 """
 
 from __future__ import annotations
@@ -116,11 +125,40 @@ def installers(requirements: Path, pythons: list[str], pip_timeout: float) -> No
     print(json.dumps(results))
 
 
+def fresh_env(tmp: Path, name: str) -> dict:
+    """A client of its own: state, config, HOME and uv cache (the hosts' uv cache is the
+    fake's, under its state directory: cold too)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PODCTL_", "CLOUDSDK_"))}
+    env.update({"PODCTL_STATE_DIR": str(tmp / name / "state"), "PODCTL_CONFIG_DIR": str(tmp / name / "config"),
+                "HOME": str(tmp / name / "home"), "PODCTL_BACKEND": "fake", "PODCTL_FAKE_TIME_SCALE": "300",
+                "UV_CACHE_DIR": str(tmp / name / "uv-cache")})
+    (tmp / name / "home").mkdir(parents=True)
+    return env
+
+
+def timed_run(env: dict, slice_name: str, job: Path, *flags: str) -> tuple[float, subprocess.CompletedProcess]:
+    began = time.monotonic()
+    proc = cli(env, "run", slice_name, "--hosts", "all", *flags, str(job))
+    return time.monotonic() - began, proc
+
+
+def figures(proc: subprocess.CompletedProcess) -> dict:
+    out = proc.stdout + proc.stderr
+    built = re.search(r"built here from the package index in ([\d.]+) s", out)
+    host_built = re.search(r"packages in ([\d.]+) s; uploaded", out)
+    fetched = re.findall(r"fetched from GCS \(([\d.]+) MB", out)
+    return {"client_build_s": float(built.group(1)) if built else None,
+            "host0_build_s": float(host_built.group(1)) if host_built else None,
+            "hosts_fetched": len(fetched), "gcs_bytes": sum(float(x) * 1e6 for x in fetched),
+            "hosts_from_index": out.count("from the package index: ") + index_figures(out)[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requirements", type=Path, default=None)
-    parser.add_argument("--hosts8", default="v5p-64")
-    parser.add_argument("--big", default="v5p-512")
+    parser.add_argument("--slice", default="v5p-64")
+    parser.add_argument("--every-host", action="store_true")
+    parser.add_argument("--big", default=None)
     parser.add_argument("--installers", action="store_true")
     parser.add_argument("--pythons", default="3.10,3.12")
     parser.add_argument("--pip-timeout", type=float, default=600.0)
@@ -130,58 +168,57 @@ def main() -> None:
                    opts.pythons.split(","), opts.pip_timeout)
         return
     tmp = Path(tempfile.mkdtemp(prefix="podctl-bench-envs-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PODCTL_", "CLOUDSDK_"))}
-    env.update({"PODCTL_STATE_DIR": str(tmp / "state"), "PODCTL_CONFIG_DIR": str(tmp / "config"),
-                "HOME": str(tmp / "home"), "PODCTL_BACKEND": "fake", "PODCTL_FAKE_TIME_SCALE": "300"})
-    (tmp / "home").mkdir()
     work = tmp / "work"
     work.mkdir()
     (work / "job.py").write_text(SCRIPT)
     requirements = opts.requirements.read_text() if opts.requirements else "numpy\n"
     (work / "requirements.txt").write_text(requirements)
-    results = {}
-    try:
-        # 1. Every host installs from the package index itself.
-        cli(env, "up", "--slice", opts.hosts8, "--name", "each")
-        (work / "each.sh").write_text(
-            "python3 -m venv \"$HOME/each-env\" && \"$HOME/each-env/bin/pip\" install --no-input "
-            f"--progress-bar off -r /dev/stdin <<'EOF'\n{requirements}EOF\n")
-        script = (work / "each.sh").read_text().replace("${PODCTL_JAX_EXTRA}", "cpu")
-        began = time.monotonic()
-        proc = cli(env, "exec", "each", "--hosts", "all", "--", "bash", "-c", script)
-        wall = time.monotonic() - began
-        count, size = index_figures(proc.stdout)
-        results["every host from the index"] = {"wall_s": wall, "downloads": count, "bytes": size}
-        cli(env, "down", "each", "--yes")
-
-        # 2. podctl: built once by host 0, shipped through GCS.
-        cli(env, "up", "--slice", opts.hosts8, "--name", "ship")
-        began = time.monotonic()
-        proc = cli(env, "run", "ship", "--hosts", "all", str(work / "job.py"))
-        wall = time.monotonic() - began
-        count, size = index_figures(proc.stdout)
-        results["podctl build once + ship"] = {"wall_s": wall, "downloads": count, "bytes": size}
-        cli(env, "down", "ship", "--yes")
-
-        # 3. The ship step alone at 64 hosts: the environment is in GCS already.
-        cli(env, "up", "--slice", opts.big, "--name", "big", timeout=1800)
-        began = time.monotonic()
-        proc = cli(env, "run", "big", "--hosts", "all", str(work / "job.py"))
-        wall = time.monotonic() - began
-        count, size = index_figures(proc.stdout)
-        fetched = re.findall(r"fetched from GCS \(([\d.]+) MB", proc.stdout)
-        results[f"podctl ship only, {opts.big}"] = {
-            "wall_s": wall, "downloads": count, "bytes": size, "hosts_fetched": len(fetched),
-            "gcs_bytes": sum(float(x) * 1e6 for x in fetched)}
-        cli(env, "down", "big", "--yes")
-    finally:
-        subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env, capture_output=True)
-    base = results["every host from the index"]
-    for name, r in results.items():
-        ratio = r["wall_s"] / base["wall_s"]
-        print(f"{name:34s} {r['wall_s']:7.1f} s ({ratio:.2f}x)  index downloads {r['downloads']:4d}  "
-              f"index bytes {r['bytes'] / 1e6:8.1f} MB"
-              + (f"  GCS {r['gcs_bytes'] / 1e6:.0f} MB to {r['hosts_fetched']} hosts" if "gcs_bytes" in r else ""))
+    load = os.getloadavg()
+    print(f"load average at the start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)",
+          flush=True)
+    results: dict[str, dict] = {}
+    approaches = [("client", "podctl: client build + every host fetches", ()),
+                  ("host", "--build-on host: host 0 builds, the others fetch", ("--build-on", "host"))]
+    for name, label, flags in approaches:
+        env = fresh_env(tmp, name)
+        try:
+            cli(env, "up", "--slice", opts.slice, "--name", name)
+            wall, proc = timed_run(env, name, work / "job.py", *flags)
+            results[label] = {"wall_s": wall, **figures(proc)}
+            print(f"{label}: {results[label]}", flush=True)
+            cli(env, "down", name, "--yes")
+            if opts.big and name == "client":  # the archive in GCS already: the fetch alone
+                cli(env, "up", "--slice", opts.big, "--name", "big", timeout=1800)
+                wall, proc = timed_run(env, "big", work / "job.py")
+                results[f"podctl: every host fetches only, {opts.big}"] = {"wall_s": wall, **figures(proc)}
+                cli(env, "down", "big", "--yes")
+        finally:
+            subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env, capture_output=True)
+    if opts.every_host:
+        env = fresh_env(tmp, "each")
+        try:
+            cli(env, "up", "--slice", opts.slice, "--name", "each")
+            script = ("python3 -m venv \"$HOME/each-env\" && \"$HOME/each-env/bin/pip\" install --no-input "
+                      f"--progress-bar off -r /dev/stdin <<'EOF'\n{requirements}EOF\n").replace(
+                          "${PODCTL_JAX_EXTRA}", "cpu")
+            began = time.monotonic()
+            proc = cli(env, "exec", "each", "--hosts", "all", "--", "bash", "-c", script)
+            count, size = index_figures(proc.stdout)
+            results["every host from the index (pip)"] = {"wall_s": time.monotonic() - began,
+                                                          "hosts_from_index": count, "index_bytes": size}
+            cli(env, "down", "each", "--yes")
+        finally:
+            subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env, capture_output=True)
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    base = results["--build-on host: host 0 builds, the others fetch"]["wall_s"]
+    print("\n| approach | wall | vs host 0 builds | client build | host 0 build | hosts that fetched | "
+          "from GCS | package downloads on hosts |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, r in results.items():
+        cell = lambda v: "–" if v is None else f"{v:.1f} s"  # noqa: E731
+        print(f"| {label} | {r['wall_s']:.1f} s | {r['wall_s'] / base:.2f}x | {cell(r.get('client_build_s'))} | "
+              f"{cell(r.get('host0_build_s'))} | {r.get('hosts_fetched', 0)} | "
+              f"{r.get('gcs_bytes', 0) / 1e6:.0f} MB | {r.get('hosts_from_index', 0)} |")
     print(json.dumps(results))
 
 

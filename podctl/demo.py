@@ -126,8 +126,9 @@ def _lifecycle(connect: Callable[..., Any], script: Path, *, steps: int, more_st
             say(f"2/6 train: {script.name} for {steps} steps, a checkpoint every {checkpoint_every}")
             args = [*MODEL_ARGS, "--steps", str(steps), "--checkpoint-every", str(checkpoint_every)]
             first = slice_.run(script, args=args)
-            for name in ("bundle", "start"):
-                phases[name] = first.timings.get(name, 0.0)
+            for name in ("bundle", "env_lock", "env_install", "env_pack", "env_upload", "start"):
+                if name in first.timings:  # the env_* steps are the bundle's (env_ship.py)
+                    phases[name] = first.timings[name]
             t = time.monotonic()
             code = first.wait(echo=_printer(say))
             t = timed("train", t)
@@ -184,4 +185,7 @@ def render(summary: DemoSummary, say: Callable[[str], None] = print) -> None:
     say(f"loss         {loss}")
     say(f"checkpoints  steps {', '.join(map(str, s.checkpoint_steps)) or 'none'} kept; older ones "
         f"were pruned (the template keeps the latest {KEEP}: --keep N)")
-    say(f"wall time    {s.wall_s:.1f}s  (" + ", ".join(f"{k} {v:.1f}s" for k, v in s.phases.items()) + ")")
+    env = ", ".join(f"{k[4:]} {v:.1f}s" for k, v in s.phases.items() if k.startswith("env_"))
+    said = [f"{k} {v:.1f}s" + (f" [environment: {env}]" if k == "bundle" and env else "")
+            for k, v in s.phases.items() if not k.startswith("env_")]
+    say(f"wall time    {s.wall_s:.1f}s  (" + ", ".join(said) + ")")

@@ -380,6 +380,29 @@ FAULTS += (
           _disk_full, lambda a, r: f"{a['name']} worker {a['worker']}: " + (
               "disk has room again" if a["off"] else "disk full (No space left on device)")),
 )
+
+
+def _no_zstd(cloud: FakeCloud, args: dict) -> dict:
+    node = find_node(cloud, args["name"])
+    hosts = int(node.get("_hosts", 1))
+    if args["worker"] is not None and not 0 <= args["worker"] < hosts:
+        raise invalid(f"{node['name']} has workers 0 to {hosts - 1}, not {args['worker']}")
+    chosen = set(range(hosts)) if args["worker"] is None else {args["worker"]}
+    now = set(node.get("_no_zstd", ()))
+    # on the world's node: the image outlives its hosts (maintenance, reboot)
+    node["_no_zstd"] = sorted(now - chosen if args["off"] else now | chosen)
+    return {"name": node["name"], "no_zstd": node["_no_zstd"]}
+
+
+FAULTS += (
+    Fault("no-zstd", "a node's hosts (or one: --worker) have an image without Ubuntu's package "
+          "zstd: no zstd on their PATH from the next command on; --off gives it back",
+          (NAME, Arg("worker", "worker", "Only this worker (default: every host).", default=None,
+                     flag="--worker", metavar="N"),
+           Arg("off", "flag", "zstd again.", default=False, flag="--off")),
+          _no_zstd, lambda a, r: f"{r['name']}: no zstd on worker(s) "
+                                 f"{','.join(map(str, r['no_zstd'])) or 'none'}"),
+)
 BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
 
 

@@ -240,7 +240,7 @@ class FakeGcs:
         logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
         gcs_strict.quiet_refusals()
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        storage_class = _lazy_meta_storage(Storage)
+        storage_class = gcs_media.appending_resumable(_lazy_meta_storage(Storage))
         if os.environ.get(STORE_VAR):
             store = Path(os.environ[STORE_VAR])
             store.mkdir(parents=True, exist_ok=True, mode=0o700)

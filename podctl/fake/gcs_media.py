@@ -12,6 +12,10 @@ and a media GET of an object of STREAM_BYTES or more is answered here: the objec
 file is opened under the lock, then the lock is let go and its bytes are sent with
 sendfile(2). The emulator's own writes are made atomic (a new file renamed over the
 old), so a reader keeps the generation it opened, as on GCS.
+
+A resumable upload's chunks are appended to its file (`appending_resumable`): the
+emulator read the whole upload so far and wrote it back for each chunk, so a 176 MB
+environment in 16 MB chunks wrote about 1 GB (17 s of the demo's first run).
 """
 
 from __future__ import annotations
@@ -55,6 +59,31 @@ def atomic_writes(storage: Any) -> None:
         os.replace(tmp, path)
 
     store.write_bytes = write_bytes
+
+
+def appending_resumable(base: type) -> type:
+    """BASE's storage whose resumable uploads append each chunk (on disk; in memory, as the
+    emulator does): the same answers, the same checks, linear in the object's size."""
+    from gcp_storage_emulator.exceptions import BadRequest
+    from gcp_storage_emulator.storage import RESUMABLE_DIR
+
+    class Appending(base):
+        def add_to_resumable_upload(self, file_id, content, total_size=None, expected_start=None):
+            store = self._store
+            if getattr(store, "_use_memory", True):
+                return super().add_to_resumable_upload(file_id, content, total_size, expected_start)
+            path: Path = store._disk_path(self._object_path(RESUMABLE_DIR, self.safe_id(file_id)))
+            had = path.stat().st_size if path.exists() else 0
+            if expected_start is not None and expected_start != had:
+                raise BadRequest(f"Invalid Content-Range start: expected {had}, got {expected_start}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as f:
+                f.write(content or b"")
+            if total_size is None or had + len(content or b"") < total_size:
+                return None
+            return path.read_bytes()[:total_size]
+
+    return Appending
 
 
 def streaming_handler(base: type) -> type:

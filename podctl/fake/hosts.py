@@ -50,6 +50,7 @@ import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 from functools import partial
 from pathlib import Path
@@ -212,6 +213,8 @@ class Host:
                     "PODCTL_FAKE_ADDRESS": self.address,
                     # libtpu's /tmp/libtpu_lockfile, in this host's own /tmp (sitecustomize.py)
                     "PODCTL_FAKE_LIBTPU_LOCKFILE": str(tmp / "libtpu_lockfile")})
+        if self.index in self.node.node.get("_no_zstd", ()):  # the `no-zstd` fault (faults.py)
+            env["PATH"] = image_python.path_without_zstd(self.node.manager.image, HOST_PATH)
         # Like Ubuntu's sshd (AcceptEnv LANG LC_*): a client may set only the locale.
         env.update({k: v for k, v in client_env.items() if k == "LANG" or k.startswith("LC_")})
         tmp.mkdir(exist_ok=True)
@@ -721,5 +724,8 @@ class HostManager:
         if waits:
             await asyncio.wait(waits, timeout=10)
         await self.metadata.close()
-        for directory in self.root.glob(".trash-*"):
-            shutil.rmtree(directory, ignore_errors=True)
+        trash = [str(directory) for directory in self.root.glob(".trash-*")]
+        if trash:  # deleted by a process of its own: gone nodes' hosts hold their environments
+            # (GBs, tens of thousands of files), which took the daemon past its stop timeout
+            subprocess.Popen(["rm", "-rf", "--", *trash], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,10 @@ def prepare(root: Path) -> ImagePython:
     shutil.rmtree(root / ".image", ignore_errors=True)
     bin_dir.mkdir(parents=True)
     store.mkdir(parents=True)
-    found = find(IMAGE_VERSION)
+    wanted_versions = (IMAGE_VERSION, *STORE_VERSIONS)
+    with ThreadPoolExecutor(len(wanted_versions)) as pool:  # each probe starts an interpreter
+        found_by = dict(zip(wanted_versions, pool.map(find, wanted_versions)))
+    found = found_by[IMAGE_VERSION]
     if found is not None:
         path, version = found
         note = f"Python {version} ({path}), as on v5p/v6e images"
@@ -52,7 +56,7 @@ def prepare(root: Path) -> ImagePython:
     for name in ("python3", f"python{minor}"):
         (bin_dir / name).symlink_to(path)
     for wanted in STORE_VERSIONS:
-        other = find(wanted)
+        other = found_by[wanted]
         if other is None or wanted == minor:
             continue
         # uv's layout: cpython-X.Y.Z-linux-x86_64-gnu/bin/pythonX.Y
@@ -61,3 +65,30 @@ def prepare(root: Path) -> ImagePython:
         (target / f"python{wanted}").symlink_to(other[0])
         (target / "python3").symlink_to(f"python{wanted}")
     return ImagePython(version=version, path=path, bin_dir=bin_dir, store=store, note=note)
+
+
+ZSTD_COMMANDS = frozenset(("zstd", "unzstd", "zstdcat", "zstdmt", "pzstd", "zstdgrep", "zstdless"))
+
+
+def path_without_zstd(image: ImagePython, host_path: str) -> str:
+    """The PATH of an image without Ubuntu's package zstd (the `no-zstd` fault): the
+    image's python3, then every command of HOST_PATH but zstd's, as symlinks made once in
+    ROOT/.image/without-zstd (the first of a name on HOST_PATH, as a shell finds it)."""
+    place = image.bin_dir.parent / "without-zstd"
+    if not place.is_dir():
+        work = place.with_name(f".without-zstd.{os.getpid()}")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        for directory in host_path.split(":"):
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            for name in names:
+                if name not in ZSTD_COMMANDS and not (work / name).is_symlink():
+                    (work / name).symlink_to(os.path.join(directory, name))
+        try:
+            work.rename(place)
+        except OSError:  # made meanwhile by another host's session
+            shutil.rmtree(work, ignore_errors=True)
+    return f"{image.bin_dir}:{place}"

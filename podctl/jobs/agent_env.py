@@ -394,7 +394,7 @@ class ClientBuiltEnv:
         self.bucket, self.spec, self.host, self.log, self.stopping = bucket, spec, host, log, stopping
         self.builder = builder  # process 0: deletes an archive changed in the bucket
         self.key, self.python, self.archive = spec["key"], spec["python"], spec["archive"]
-        self.dir = home / "envs" / self.key
+        self.home, self.dir = home, home / "envs" / self.key
         self.tag = f"[podctl] env {self.key[:12]}"
 
     def prepare(self) -> Path:
@@ -435,8 +435,10 @@ class ClientBuiltEnv:
             if interpreter is None:
                 raise EnvError(f"{self.host}: the environment needs Python {self.python}, which this "
                                "host lacks (a client on Google Cloud ships it in the archive)")
-        seconds = agent_env_fetch.stream_into(self.bucket, self.archive["object"], self.archive, work,
-                                              stopping=self.stopping)
+        tool = self.archive.get("zstandard")  # for a host without zstd (env_zstandard.py)
+        load = (lambda: agent_env_fetch.load_zstandard(self.bucket, tool, self.home / "tools")) if tool else None
+        seconds, how = agent_env_fetch.stream_into(self.bucket, self.archive["object"], self.archive, work,
+                                                   stopping=self.stopping, zstandard_module=load)
         if inside:
             interpreter = str(work / "python" / "bin" / f"python{self.python}")
         version = agent_env_fetch.python_version(interpreter)
@@ -449,5 +451,5 @@ class ClientBuiltEnv:
         os.rename(work, self.dir)
         size, whose = int(self.archive["size"]), "in the archive" if inside else "the host's"
         self.log(f"{self.tag}: fetched from GCS ({size / 1e6:.1f} MB in {seconds:.1f} s, "
-                 f"{size / 1e6 / max(seconds, 1e-3):.0f} MB/s, sha256 checked) for Python {version} "
-                 f"({whose}); no package index")
+                 f"{size / 1e6 / max(seconds, 1e-3):.0f} MB/s, sha256 checked, unpacked with {how}) "
+                 f"for Python {version} ({whose}); no package index")

@@ -10,7 +10,11 @@ carries the archive's object, size, sha256 and the sha256 of each of its parts
   - else the archive is read from GCS in parts, several at once (ranged reads), and
     each part, once its hash matches the config's, is written in order into
     `zstd -d | tar -x` (the system's binaries) in a fresh directory beside KEY: tar
-    never sees a byte that is not the client's. The whole is checked too (size,
+    never sees a byte that is not the client's. A host without a `zstd` binary (Ubuntu's
+    images may lack the package) decompresses in this process instead, with the
+    `zstandard` wheel the client shipped for the image's Python (env_zstandard.py: its
+    object and sha256 in the config, checked before it is unzipped into
+    ~/.podctl/tools/), into the same `tar -x`; the log line says which way it took. The whole is checked too (size,
     sha256); only then is the directory made a venv by hand (pyvenv.cfg, bin/python
     linked to the environment's interpreter: no venv module, no pip, no ensurepip)
     and renamed to KEY. A bad part ends the fetch: the directory is deleted, nothing
@@ -24,12 +28,14 @@ host, and a bucket writer who changes the archive is refused.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,26 +72,113 @@ def _read_part(bucket, name: str, start: int, end: int) -> bytes:
     raise AssertionError("unreachable")
 
 
+class _ZstdPipe:
+    """The system's `zstd -d | tar -x` into DEST."""
+
+    how = "zstd"
+
+    def __init__(self, zstd: str, dest: Path):
+        self.unzstd = subprocess.Popen([zstd, "-d", "-q", "-c"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.unzstd.stdin is not None and self.unzstd.stdout is not None
+        self.untar = _untar(dest, self.unzstd.stdout)
+        self.unzstd.stdout.close()  # tar's now: zstd sees a broken pipe if tar dies
+
+    def feed(self, data: bytes) -> bool:
+        """False once the pipe is broken (said by finish, from zstd's or tar's words)."""
+        assert self.unzstd.stdin is not None
+        try:
+            self.unzstd.stdin.write(data)
+        except BrokenPipeError:
+            return False
+        return True
+
+    def finish(self) -> None:
+        assert self.unzstd.stdin is not None and self.unzstd.stderr is not None
+        assert self.untar.stderr is not None
+        self.unzstd.stdin.close()
+        zstd_code, tar_code = self.unzstd.wait(), self.untar.wait()
+        if zstd_code != 0 or tar_code != 0:
+            why = (self.untar.stderr.read() or self.unzstd.stderr.read()).decode(errors="replace").strip()
+            raise Refused(f"unpacking failed (zstd exit {zstd_code}, tar exit {tar_code}): "
+                          f"{' '.join(why.split())[:200]}")
+
+    def close(self) -> None:
+        _end((self.unzstd, self.untar), (self.unzstd.stdin, self.unzstd.stderr, self.untar.stderr))
+
+
+class _PythonZstd:
+    """zstandard's decompressor in this process (ZSTANDARD: the module), into `tar -x`."""
+
+    def __init__(self, zstandard, dest: Path):
+        self.how = f"python-zstandard {zstandard.__version__} (this host has no zstd)"
+        self.error = zstandard.ZstdError
+        self.frame = zstandard.ZstdDecompressor().decompressobj()
+        self.untar = _untar(dest, subprocess.PIPE)
+
+    def feed(self, data: bytes) -> bool:
+        assert self.untar.stdin is not None
+        try:
+            self.untar.stdin.write(self.frame.decompress(data))
+        except BrokenPipeError:
+            return False
+        except self.error as e:
+            raise Refused(f"unpacking failed (zstandard: {' '.join(str(e).split())[:200]})") from None
+        return True
+
+    def finish(self) -> None:
+        assert self.untar.stdin is not None and self.untar.stderr is not None
+        self.untar.stdin.close()
+        tar_code = self.untar.wait()
+        if tar_code != 0:
+            why = self.untar.stderr.read().decode(errors="replace").strip()
+            raise Refused(f"unpacking failed (tar exit {tar_code}): {' '.join(why.split())[:200]}")
+        if not self.frame.eof:
+            raise Refused("unpacking failed: the archive's zstd frame ends early")
+
+    def close(self) -> None:
+        _end((self.untar,), (self.untar.stdin, self.untar.stderr))
+
+
+def _untar(dest: Path, stdin) -> subprocess.Popen:
+    return subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest), "--no-same-owner"],
+                            stdin=stdin, stderr=subprocess.PIPE)
+
+
+def _end(procs: tuple[subprocess.Popen, ...], streams: tuple) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for stream in streams:
+        if stream is not None and not stream.closed:
+            try:
+                stream.close()
+            except BrokenPipeError:
+                pass
+
+
 def stream_into(bucket, name: str, archive: dict, dest: Path, *,
-                stopping: Callable[[], bool] = lambda: False) -> float:
+                stopping: Callable[[], bool] = lambda: False,
+                zstandard_module: Callable[[], object] | None = None) -> tuple[float, str]:
     """Unpack gs://BUCKET/NAME (ARCHIVE: size, sha256, part_size, parts) into DEST
-    through `zstd -d | tar -x`, each part checked before it goes in; seconds taken."""
+    through `zstd -d | tar -x`, each part checked before it goes in; (seconds taken, the
+    way it decompressed). Without a zstd binary, ZSTANDARD_MODULE() gives the client's
+    zstandard (load_zstandard) to decompress here; without that, Refused."""
     started = time.monotonic()
     size, part_size, hashes = int(archive["size"]), int(archive["part_size"]), list(archive["parts"])
     ranges = parts_of(size, part_size)
     if len(ranges) != len(hashes):
         raise Refused(f"the config names {len(hashes)} parts for {len(ranges)}")
     zstd = shutil.which("zstd")
+    module = None
     if zstd is None:
-        raise Refused("this host has no `zstd` (Ubuntu's package zstd, on TPU VM images with "
-                      "initramfs-tools); install it, or run with `podctl run --build-on host`")
+        if zstandard_module is None:
+            raise Refused("this host has no `zstd` (Ubuntu's package zstd) and the run's config carries "
+                          "no zstandard for it; install zstd, or run with `podctl run --build-on host`")
+        module = zstandard_module()  # before the directory: nothing to clean if it is refused
     dest.mkdir(parents=True)
-    unzstd = subprocess.Popen([zstd, "-d", "-q", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
-    assert unzstd.stdin is not None and unzstd.stdout is not None
-    untar = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest), "--no-same-owner"],
-                             stdin=unzstd.stdout, stderr=subprocess.PIPE)
-    unzstd.stdout.close()  # tar's now: zstd sees a broken pipe if tar dies
+    sink: _ZstdPipe | _PythonZstd = _ZstdPipe(zstd, dest) if zstd is not None else _PythonZstd(module, dest)
     got: dict[int, bytes | BaseException] = {}
     ready = threading.Condition()
     next_part = [0]  # the next part a reader takes
@@ -130,34 +223,55 @@ def stream_into(bucket, name: str, archive: dict, dest: Path, *,
                 raise Tampered(f"part {index + 1} of {len(ranges)} is not the client's (its sha256 "
                                "differs: changed in the bucket)")
             whole.update(data)
-            try:
-                unzstd.stdin.write(data)
-            except BrokenPipeError:
-                break  # said below, from zstd's or tar's own words
-        unzstd.stdin.close()
-        zstd_code, tar_code = unzstd.wait(), untar.wait()
-        if zstd_code != 0 or tar_code != 0:
-            assert unzstd.stderr is not None and untar.stderr is not None
-            why = (untar.stderr.read() or unzstd.stderr.read()).decode(errors="replace").strip()
-            raise Refused(f"unpacking failed (zstd exit {zstd_code}, tar exit {tar_code}): "
-                          f"{' '.join(why.split())[:200]}")
+            if not sink.feed(data):
+                break  # said by finish, from the unpacker's own words
+        sink.finish()
         if whole.hexdigest() != archive["sha256"]:
             raise Tampered("its sha256 is not the client's (changed in the bucket)")
     finally:
         with ready:
             next_part[0] = len(ranges)  # the readers stop taking parts
             ready.notify_all()
-        for proc in (unzstd, untar):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for stream in (unzstd.stdin, unzstd.stderr, untar.stderr):
-            if stream is not None and not stream.closed:
-                try:
-                    stream.close()
-                except BrokenPipeError:
-                    pass
-    return time.monotonic() - started
+        sink.close()
+    return time.monotonic() - started, sink.how
+
+
+def load_zstandard(bucket, tool: dict, tools_dir: Path):
+    """The `zstandard` module from the client's zip (TOOL: object, sha256, python): fetched
+    once into TOOLS_DIR/zstandard-SHA, its sha256 checked before it is unzipped; Refused
+    when it is not the client's or does not load in this Python."""
+    sha, wanted = str(tool["sha256"]), str(tool.get("python", ""))
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if wanted and wanted != here:  # a C extension for another Python would not load
+        raise Refused(f"this host has no `zstd`, and the zstandard podctl ships is for Python {wanted}, "
+                      f"not this host's {here}: install zstd (apt-get install zstd)")
+    place = tools_dir / f"zstandard-{sha}"
+    if not (place / COMPLETE).exists():
+        data = _read_part(bucket, str(tool["object"]), 0, int(tool["size"]) - 1)
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise Tampered(f"gs://{bucket.name}/{tool['object']} is not the client's zstandard "
+                           "(its sha256 differs: changed in the bucket)")
+        work = tools_dir / f".zstandard-{sha}.{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        with zipfile.ZipFile(io.BytesIO(data)) as zipped:
+            for member in zipped.namelist():  # checked already; names kept inside WORK anyway
+                if member.startswith("/") or ".." in Path(member).parts:
+                    raise Refused(f"the client's zstandard names {member!r}")
+            zipped.extractall(work)
+        (work / COMPLETE).write_text(sha)
+        try:
+            os.rename(work, place)
+        except OSError:  # another run on this host unzipped it first
+            shutil.rmtree(work, ignore_errors=True)
+    sys.path.insert(0, str(place))
+    try:
+        import zstandard
+    except ImportError as e:
+        raise Refused(f"this host has no `zstd` and the client's zstandard does not load here "
+                      f"({' '.join(str(e).split())[:150]}): install zstd (apt-get install zstd)") from None
+    finally:
+        sys.path.remove(str(place))
+    return zstandard
 
 
 def python_version(python: str) -> str:

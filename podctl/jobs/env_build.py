@@ -66,6 +66,7 @@ class Built:
     parts: tuple[str, ...]  # sha256 of each PART_SIZE part, in order
     python_inside: bool  # the archive carries its CPython (python/bin/pythonX.Y)
     seconds: float = 0.0  # building and packing; 0 when it was packed earlier
+    pack_seconds: float = 0.0  # of which packing (tar + zstd, the hashes)
 
     def host_config(self, plan: env_lock.EnvPlan, object_name: str) -> dict:
         """The hosts' `environment`: what to fetch and how to check it; no secret."""
@@ -104,13 +105,15 @@ def build(plan: env_lock.EnvPlan, *, ship_python: bool, cache: Path | None = Non
             shutil.copytree(python, tree / "python", symlinks=True)
         install(plan, tree)
         archive = Path(tmp) / "env.tar.zst"
+        packing = time.monotonic()
         sha, size, parts = pack(tree, archive)
+        pack_seconds = time.monotonic() - packing
         os.replace(archive, cache / f"{name}.tar.zst")
     tmp_meta = kept.with_suffix(f".{os.getpid()}.tmp")
     tmp_meta.write_text(json.dumps({"sha256": sha, "size": size, "parts": parts}))
     os.replace(tmp_meta, kept)
     return Built(path=cache / f"{name}.tar.zst", sha256=sha, size=size, parts=tuple(parts),
-                 python_inside=ship_python, seconds=time.monotonic() - started)
+                 python_inside=ship_python, seconds=time.monotonic() - started, pack_seconds=pack_seconds)
 
 
 def install(plan: env_lock.EnvPlan, tree: Path) -> None:
@@ -121,7 +124,9 @@ def install(plan: env_lock.EnvPlan, tree: Path) -> None:
         lock.write_text(plan.lock)
         argv = [env_lock.uv_binary(), "pip", "install", "--no-config", "--quiet", "--target", str(site),
                 "--python-version", plan.python, "--python-platform", env_lock.HOST_PLATFORM,
-                "--no-build", "--no-deps", "--link-mode", "copy", *plan.index_args, "-r", str(lock)]
+                # hard links into uv's cache (a copy where they cannot be made): the tree is
+                # only read, packed and deleted; a file podctl changes is written anew below
+                "--no-build", "--no-deps", "--link-mode", "hardlink", *plan.index_args, "-r", str(lock)]
         try:
             done = children.run(argv, timeout=_UV_TIMEOUT, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
@@ -134,8 +139,11 @@ def install(plan: env_lock.EnvPlan, tree: Path) -> None:
         (tree / "bin").mkdir(exist_ok=True)
         for script in scripts.iterdir():
             data = script.read_bytes() if script.is_file() and not script.is_symlink() else b""
-            if _SHEBANG.match(data):
+            if _SHEBANG.match(data):  # a new file: the old one may be a hard link into uv's cache
+                mode = script.stat().st_mode & 0o777
+                script.unlink()
                 script.write_bytes(_SHEBANG.sub(_RELOCATABLE, data, count=1))
+                script.chmod(mode)
             os.replace(script, tree / "bin" / script.name)
         scripts.rmdir()
 

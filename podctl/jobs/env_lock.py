@@ -43,6 +43,7 @@ import re
 import secrets
 import subprocess
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,13 +187,22 @@ def check_file(path: Path, given: Path | None, otherwise: str = "") -> None:
                                 f"e.g. requirements.txt){otherwise}.")
 
 
+_UV_FOUND: list[str] = []
+_UV_LOCK = threading.Lock()
+
+
 def uv_binary() -> str:
-    """The uv that podctl depends on (a static binary in the `uv` wheel)."""
-    try:
-        from uv import find_uv_bin
-    except ImportError as e:  # pragma: no cover - uv is a dependency
-        raise RequirementsError("uv is not installed with podctl: `pip install uv`.") from e
-    return find_uv_bin()
+    """The uv that podctl depends on (a static binary in the `uv` wheel), looked up once:
+    find_uv_bin reads sysconfig, whose first read is not thread-safe (two threads asking
+    at once, the lock's two resolves or the build beside the zstandard fetch, saw EXE None)."""
+    with _UV_LOCK:
+        if not _UV_FOUND:
+            try:
+                from uv import find_uv_bin
+            except ImportError as e:  # pragma: no cover - uv is a dependency
+                raise RequirementsError("uv is not installed with podctl: `pip install uv`.") from e
+            _UV_FOUND.append(find_uv_bin())
+        return _UV_FOUND[0]
 
 
 def compile_lock(requirements: list[str], constraints: list[str], index: tuple[str, ...],

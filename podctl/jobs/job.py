@@ -202,7 +202,7 @@ class Job:
             self.storage, run_id=self.run_id, requirements=spec.requirements, root=root,
             bundle_hash=request.bundle_hash, python=spec.python, jax_extra=request.host_jax_extra,
             relock=spec.relock, build_on=spec.build_on, ship_python=not request.fake_cloud,
-            notice=self.notice)
+            notice=self.notice, timings=self.timings)
         source, sha = launch.agent_source()
         await self.storage.upload_bytes_if_missing(run_layout.agent_object(sha), source)
         self.agent_sha = sha

@@ -310,3 +310,8 @@ def agent_object(sha: str) -> str:
 
 def uv_tool_object(sha: str) -> str:
     return f"{TOOLS}/uv-{sha}"
+
+
+def zstandard_tool_object(sha: str) -> str:
+    """The zstandard package a host without `zstd` unpacks with (env_zstandard.py), zipped."""
+    return f"{TOOLS}/zstandard-{sha}.zip"

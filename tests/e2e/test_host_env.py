@@ -8,6 +8,7 @@ signed) over SSH only; what cannot work refused on the client before any host is
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import io
 import json
 import secrets
@@ -69,6 +70,10 @@ def test_a_fresh_slice_has_no_six_and_the_env_is_built_on_the_client_fetched_by_
     assert six.returncode != 0 and six.stdout.count("No module named 'six'") == 2, six.stdout
     said = podctl("fake", "status").stdout
     assert "hosts' python3: " in said
+    # host 1's image lacks Ubuntu's zstd: it unpacks with the zstandard the client ships
+    podctl("fake", "inject", "no-zstd", "bare16", "--worker", "1")
+    which = podctl("exec", "bare16", "--hosts", "all", "--", "which zstd || echo NO-ZSTD", check=False)
+    assert which.stdout.count("NO-ZSTD") == 1 and "[host 0001] NO-ZSTD" in which.stdout, which.stdout
 
     work = workdir(tmp_path)
     first = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
@@ -76,6 +81,10 @@ def test_a_fresh_slice_has_no_six_and_the_env_is_built_on_the_client_fetched_by_
     assert "packages locked" in out + notes and "Python 3.10" in out + notes
     assert "built here from the package index" in notes and "uploaded to gs://" in notes, notes
     assert out.count("fetched from GCS") == 2 and out.count("sha256 checked") == 2, out
+    fetched = {line.split("]")[0]: line for line in out.splitlines() if "fetched from GCS" in line}
+    assert "unpacked with zstd)" in fetched["[host 0000"], out
+    shipped = importlib.metadata.version("zstandard")  # the client's own, for the hosts' Python
+    assert f"unpacked with python-zstandard {shipped} (this host has no zstd)" in fetched["[host 0001"], out
     assert "no package index" in out and "building" not in out
     store = gcs(podctl)
     lock = asyncio.run(store.download_bytes(f"podctl/runs/{run_id_of(first)}/requirements.lock")).decode()
@@ -90,7 +99,8 @@ def test_a_fresh_slice_has_no_six_and_the_env_is_built_on_the_client_fetched_by_
     objects = env_objects(store)
     assert objects and all(name.endswith(".tar.zst") for name in objects), objects
     configs = podctl("exec", "bare16", "--hosts", "all", "--", "cat", f".podctl/runs/{run_id_of(again)}/config.json")
-    assert configs.stdout.count('"sha256"') == 2 and "sign_key" not in configs.stdout
+    # each host's: the archive's and the zstandard's (for a host without zstd) hashes
+    assert configs.stdout.count('"sha256"') == 4 and "sign_key" not in configs.stdout
 
     # through the watchers (launch.json in GCS, its hash pinned in the node's metadata):
     # the same archive, the same checks, and still no key in the bucket

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -143,3 +144,37 @@ def test_parts_cover_the_object_once_and_a_wrong_part_count_is_refused(tmp_path)
                                     {"size": 10, "part_size": 4, "parts": ["0" * 64], "sha256": ""},
                                     tmp_path / "dest")
 
+
+
+def test_a_host_without_zstd_refuses_a_zstandard_that_is_not_the_clients_and_unpacks_nothing(
+        tmp_path, monkeypatch):
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"  # the env's Python: this one
+    plan = env_lock.EnvPlan(key="c" * 32, python=here, lock=LOCK)
+    built = env_build.build(plan, ship_python=False, cache=tmp_path / "envs")
+    config = built.host_config(plan, "podctl/envs/z.tar.zst")
+    bogus = tmp_path / "bogus.zip"
+    bogus.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip, not the client's
+    tool = {"object": "podctl/tools/zstandard-x.zip", "sha256": "0" * 64, "size": bogus.stat().st_size,
+            "python": here}
+    config["archive"]["zstandard"] = tool
+    no_zstd = tmp_path / "bin"  # tar, and no zstd: the PATH of an image without the package
+    no_zstd.mkdir()
+    (no_zstd / "tar").symlink_to(subprocess.run(["which", "tar"], capture_output=True, text=True).stdout.strip())
+    monkeypatch.setenv("PATH", str(no_zstd))
+
+    class Both(FileBucket):  # the archive and the tool, each its own object
+        def read_range(self, name: str, start: int, end: int) -> bytes:
+            self.path = bogus if name == tool["object"] else built.path
+            return super().read_range(name, start, end)
+
+    env = agent_env.ClientBuiltEnv(Both(built.path), config, home=tmp_path / "host", host="host-0001",
+                                   log=lambda _: None)
+    with pytest.raises(agent_env.EnvError, match="is not the client's zstandard") as caught:
+        env.prepare()
+    assert "\n" not in str(caught.value)
+    assert sorted(p.name for p in (tmp_path / "host" / "envs").iterdir()) == ["c" * 32 + ".lock"]
+    assert not (tmp_path / "host" / "tools").exists() or not any((tmp_path / "host" / "tools").iterdir())
+
+    tool["python"] = "3.10" if here != "3.10" else "3.9"  # a wheel for another Python: said, not tried
+    with pytest.raises(agent_env.EnvError, match=r"is for Python 3\.\d+, not this host's"):
+        env.prepare()

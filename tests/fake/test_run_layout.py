@@ -70,6 +70,7 @@ def test_every_name_is_the_one_runs_in_buckets_were_written_with():
     assert run_layout.bundle_object(sha) == f"podctl/bundles/{sha}.tar.gz"
     assert run_layout.agent_object(sha) == f"podctl/agents/{sha}.zip"
     assert run_layout.uv_tool_object(sha) == f"podctl/tools/uv-{sha}"
+    assert run_layout.zstandard_tool_object(sha) == f"podctl/tools/zstandard-{sha}.zip"
     assert run_layout.env_archive_objects("k1", "s1") == ("podctl/envs/k1.s1.tar.gz", "podctl/envs/k1.s1.json")
     assert run_layout.env_client_archive_object("k1", "ab12") == "podctl/envs/k1/ab12.tar.zst"
 
