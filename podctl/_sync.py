@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Generic, TypeVar
 from collections.abc import Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
 from podctl.signals import on_stop, stop_signals_ignored, takes_ctrl_c_path
 
 T = TypeVar("T")

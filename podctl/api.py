@@ -20,27 +20,24 @@ import asyncio
 import html
 import threading
 from collections import deque
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterable, Sequence
 
+from podctl import settings as settings_mod
 from podctl import steps
-from podctl.vocabulary import DEFAULT_WAIT
 from podctl._display import StatusLine
 from podctl._sync import Background, LoopThread
+from podctl.errors import JobError, NotFoundError, UsageError
+from podctl.settings import Settings
+from podctl.signals import restore, route_stop_signals
+from podctl.steps import lines as host_lines
+from podctl.steps.replay import replay
+from podctl.steps.run_cost import run_cost
 from podctl.steps.slow_hosts import SlowHostPolicy
 from podctl.steps.stall import StallPolicy
 from podctl.steps.supervise import Supervised, Supervision, run_supervised
-from podctl.errors import JobError
-from podctl import settings as settings_mod
-from podctl.settings import Settings
-from podctl.errors import NotFoundError
-from podctl.errors import UsageError
-from podctl.signals import restore
-from podctl.signals import route_stop_signals
-from podctl.steps.replay import replay
-from podctl.steps.run_cost import run_cost
-from podctl.steps import lines as host_lines
+from podctl.vocabulary import DEFAULT_WAIT
 
 if TYPE_CHECKING:
     from podctl.jobs.job import Job

@@ -30,29 +30,25 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from collections.abc import Awaitable, Callable
 
 from podctl import cost
-from podctl.vocabulary import LIVE_RUN_STATES
-from podctl.cloud import terminate
-from podctl.cloud.types import SliceInfo
-from podctl.cloud.wait import WaitPolicy, wait_deleted
-from podctl.durations import parse_duration
-from podctl.errors import BudgetExceededError, InvalidValueError
-from podctl.numbers import plain_number
-from podctl.cloud import describe
-from podctl.cloud.wait import wait_until
-from podctl.errors import CloudError
-from podctl.jobs import run_record
-from podctl.jobs.run_files import close_record, list_runs
-from podctl.jobs.stop import stop_runs
+from podctl.cloud import describe, terminate
 from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.types import SliceInfo
 from podctl.cloud.up import UpRequest
+from podctl.cloud.wait import WaitPolicy, wait_deleted, wait_until
+from podctl.durations import parse_duration
+from podctl.errors import BudgetExceededError, CloudError, InvalidValueError
+from podctl.jobs import run_record
 from podctl.jobs.job import Job
-from podctl.jobs.stop import HostAccess
+from podctl.jobs.run_files import close_record, list_runs
+from podctl.jobs.stop import HostAccess, stop_runs
+from podctl.numbers import plain_number
 from podctl.storage import Storage
+from podctl.vocabulary import LIVE_RUN_STATES
 
 T = TypeVar("T")
 Notice = Callable[[str], None]

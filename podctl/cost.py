@@ -19,21 +19,33 @@ that none of them gives is unknown (None), never guessed; commands then say
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 from podctl import prices
+from podctl.cloud.types import SliceInfo
+from podctl.errors import ConfigError, InvalidValueError
 from podctl.numbers import (  # numbers.py owns them; re-exported for cost's callers
-    check_mfu as check_mfu, check_price as check_price, fmt_count as fmt_count, fmt_usd as fmt_usd,
+    check_mfu as check_mfu,
+)
+from podctl.numbers import (
+    check_price as check_price,
+)
+from podctl.numbers import (
+    fmt_count as fmt_count,
+)
+from podctl.numbers import (
+    fmt_usd as fmt_usd,
+)
+from podctl.numbers import (
     parse_count as parse_count,
 )
-from podctl.errors import ConfigError, InvalidValueError
-from podctl.prices import TIERS as TIERS, region_of as region_of  # prices.py owns them
-from podctl.topology import generations, parse_slice
+from podctl.prices import TIERS as TIERS  # prices.py owns them
+from podctl.prices import region_of as region_of
 from podctl.settings import load_podctl_toml
-from podctl.cloud.types import SliceInfo
+from podctl.topology import generations, parse_slice
 
 DEFAULT_MFU = 0.45  # preflight's assumption; plan takes its MFU from podctl/mfu.py
 

@@ -11,10 +11,10 @@ when a step fails or the user presses Ctrl-C.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from podctl.errors import InvalidValueError, JobError, StoragePermissionError
 from podctl.steps import lines as host_lines

@@ -8,8 +8,9 @@ three never disagree about whether a slice is lost or an exit was the machine's.
 from __future__ import annotations
 
 import re
-from podctl.vocabulary import EXIT_HOST_LOST, EXIT_KILLED, EXIT_TERMINATED
 from typing import TYPE_CHECKING
+
+from podctl.vocabulary import EXIT_HOST_LOST, EXIT_KILLED, EXIT_TERMINATED
 
 if TYPE_CHECKING:  # a type only: cloud/ asks here (up's reuse), so no import back at run time
     from podctl.cloud.types import SliceInfo

@@ -32,24 +32,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
-from collections.abc import Awaitable, Callable, Iterable
 
 from podctl import budget
-from podctl.vocabulary import HOST_LOST_SECONDS
-from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud import terminate
+from podctl.cloud.describe import list_slices
 from podctl.cloud.names import QUEUE_LABEL
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy, wait_deleted
 from podctl.errors import NotFoundError, PodctlError
 from podctl.failures import dead_state
-from podctl.cloud.describe import list_slices
-from podctl.cloud.tpu_client import TpuApi
-from podctl.storage import Storage
 from podctl.jobs import run_layout, run_record
 from podctl.jobs.run_files import close_record, list_runs
+from podctl.storage import Storage
+from podctl.vocabulary import HOST_LOST_SECONDS, LIVE_RUN_STATES
 
 Action = Literal["delete", "keep", "leave"]
 Keep = Callable[[SliceInfo], Awaitable["str | None"]]  # why INFO must stay, or None

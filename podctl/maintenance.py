@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from podctl.durations import format_duration
-from podctl.vocabulary import SERVING_STATES
 from podctl.errors import NotFoundError, PodctlError
 from podctl.storage import Storage
+from podctl.vocabulary import SERVING_STATES
 
 # A window longer than this: recreating the slice (minutes) beats waiting (approximate:
 # a v5p slice takes a few minutes to create; a maintenance window is up to hours).

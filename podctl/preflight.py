@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from podctl import children
-from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 from podctl.errors import ConfigError, DoesNotFitError, PreflightError, UsageError
 from podctl.topology import parse_multislice
+from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 
 GIB = 2**30
 DEFAULT_MFU = 0.45  # as `podctl plan` assumes, and says so

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import functools
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from collections.abc import Iterable
 
 from podctl.errors import InvalidValueError
 

@@ -5,12 +5,16 @@ and only for the errors that can pass (each layer names its own transient error)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 from tenacity import (
-    AsyncRetrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, stop_after_delay,
+    AsyncRetrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
     wait_exponential_jitter,
 )
 

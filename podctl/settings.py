@@ -24,9 +24,9 @@ import configparser
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 
 from podctl.errors import ConfigError, InvalidValueError
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
-from collections.abc import Callable, Iterator
 
 from podctl.vocabulary import EXIT_INTERRUPTED
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _ROUTED = (signal.SIGTERM, signal.SIGHUP)
 received: list[int] = []  # the stop signals this process got, in order (for its exit code)

@@ -25,16 +25,14 @@ import asyncio
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from collections.abc import Callable
-
 
 from podctl.errors import ConfigError, PodctlError, StorageError, StorageNotFound, StorageUnavailable
 from podctl.retry import RetryPolicy
-from podctl.settings import FAKE_BUCKET, FAKE_USER_TOKEN
-from podctl.settings import endpoint_override
+from podctl.settings import FAKE_BUCKET, FAKE_USER_TOKEN, endpoint_override
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one HTTP request (a chunk, not a whole upload)

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from podctl.cli.common import Context, Number, guarded
-from podctl.cli.common import bucket_option
+from podctl.cli.common import Context, Number, bucket_option, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
 
@@ -83,7 +82,7 @@ class _Bar:
 
     def __enter__(self) -> _Bar:
         if self.tty:
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TransferSpeedColumn)
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
             self._progress = Progress("[progress.description]{task.description}", BarColumn(),
                                       DownloadColumn(), TransferSpeedColumn(), transient=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
 
 from podctl.vocabulary import EXIT_INTERRUPTED
-import click
 
 if TYPE_CHECKING:
     from podctl.errors import PodctlError

@@ -6,8 +6,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import AMOUNT, POSITIVE, Context, guarded
-from podctl.cli.common import bucket_option
+from podctl.cli.common import AMOUNT, POSITIVE, Context, bucket_option, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 price_option = click.option("--price", type=POSITIVE, default=None, metavar="USD_PER_CHIP_HOUR",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from podctl.cli.common import Context, guarded
+from podctl.cli.common import Context, bucket_option, guarded
 from podctl.cli.cost_cmds import price_option
-from podctl.cli.common import bucket_option
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 LABELS = {

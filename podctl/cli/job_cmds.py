@@ -8,11 +8,11 @@ from typing import Any, NoReturn
 
 import click
 
-from podctl.vocabulary import EXIT_HOST_LOST
-from podctl.settings import VIAS
-from podctl.cli.common import bucket_option, Context, Number, ScriptCommand, exit_interrupted, guarded, hosts_checked
+from podctl.cli.common import Context, Number, ScriptCommand, bucket_option, exit_interrupted, guarded, hosts_checked
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
+from podctl.settings import VIAS
+from podctl.vocabulary import EXIT_HOST_LOST
 
 
 def _line_printer(stream: Any) -> Any:

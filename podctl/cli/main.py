@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from podctl.vocabulary import EXIT_INTERRUPTED
 from podctl.cli.common import Context
+from podctl.vocabulary import EXIT_INTERRUPTED
 
 # Where each command lives: the one table of podctl's commands, in the order --help lists them.
 # A module's COMMANDS tuple holds its commands; adding a command means a row here.

@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import AMOUNT, COUNT, Context, Number, guarded
-from podctl.cli.common import bucket_option
+from podctl.cli.common import AMOUNT, COUNT, Context, Number, bucket_option, guarded
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from podctl.cli.common import Context, guarded
-from podctl.cli.common import bucket_option
+from podctl.cli.common import Context, bucket_option, guarded
 from podctl.cli.slice_cmds import pass_context, where_options
 
 

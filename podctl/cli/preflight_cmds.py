@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 from podctl.cli.common import COUNT, POSITIVE, Context, Number, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context
+from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from podctl.steps import RunSpec

@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import COUNT, Context, guarded, hosts_checked
-from podctl.cli.common import bucket_option
+from podctl.cli.common import COUNT, Context, bucket_option, guarded, hosts_checked
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 OPEN_HINT = ("open it with TensorBoard's profile plugin: pip install tensorboard "
@@ -45,10 +44,10 @@ def profile(ctx: Context, run_id: str, steps: int, hosts_text: str, pull_dir: Pa
 
     def action() -> None:
         from podctl._sync import run_sync
-        from podctl.steps import Session
         from podctl.cli.render import emit_json
         from podctl.durations import parse_duration
         from podctl.errors import JobError
+        from podctl.steps import Session
         from podctl.steps.profiles import pull_profiles, take_profile
 
         wait_seconds = parse_duration(timeout, "--timeout")

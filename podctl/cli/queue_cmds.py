@@ -225,10 +225,9 @@ def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -
     """Cancel an entry: stop its run if it runs, delete its slice or queued resource."""
 
     def action() -> None:
+        from podctl.errors import QueueError
         from podctl.queue import log as queue_log
         from podctl.queue import tick
-
-        from podctl.errors import QueueError
 
         with _store() as store:
             before = store.get(entry_id)  # NoSuchEntryError before anything connects

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import click
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import click
 
-from podctl.vocabulary import DEFAULT_WAIT
 from podctl.cli.common import COUNT, POSITIVE, Context, guarded, runtime_help, slice_help
+from podctl.vocabulary import DEFAULT_WAIT
 
 pass_context = click.make_pass_decorator(Context)
 

@@ -11,10 +11,10 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import tpu_v2
 
-from podctl.cloud.tpu_client import RetryPolicy, TpuApi
-from podctl.cloud.translate import translate
 from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
+from podctl.cloud.tpu_client import RetryPolicy, TpuApi
+from podctl.cloud.translate import translate
 from podctl.settings import FAKE_ACCOUNT, Settings, endpoint_override
 
 GOOGLE_ENDPOINT = "tpu.googleapis.com"

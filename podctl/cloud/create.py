@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from google.cloud import tpu_v2
 
-from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.describe import Kind
 from podctl.cloud.node_metadata import check_metadata
 from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceSpec
 from podctl.errors import InvalidValueError, NotFoundError
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Iterable
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import CloudError, ConfigError, PermissionDeniedError, TransientError

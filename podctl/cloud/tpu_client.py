@@ -15,8 +15,8 @@ import contextlib
 import email.utils
 import time
 from collections import Counter
-from typing import Any, TypeVar
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import requests
 from google.cloud import tpu_v2

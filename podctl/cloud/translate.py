@@ -22,8 +22,17 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
 from podctl.errors import (
-    ApiDisabledError, AlreadyExistsError, CloudError, ConfigError, InvalidValueError, NotFoundError,
-    PermissionDeniedError, PodctlError, QuotaExceededError, SliceLostError, StockoutError,
+    AlreadyExistsError,
+    ApiDisabledError,
+    CloudError,
+    ConfigError,
+    InvalidValueError,
+    NotFoundError,
+    PermissionDeniedError,
+    PodctlError,
+    QuotaExceededError,
+    SliceLostError,
+    StockoutError,
     TransientError,
 )
 

@@ -15,18 +15,22 @@ from dataclasses import dataclass, field
 from podctl import topology
 from podctl.cloud import create as create_step
 from podctl.cloud import describe, terminate
-from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.names import OWNER_LABEL, REQUEST_LABEL, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo, SliceSpec
-from podctl.failures import slice_lost_reason, unfit
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
 from podctl.errors import (
-    AlreadyExistsError, CloudError, InvalidValueError, NotFoundError, PodctlError, SliceLostError,
+    AlreadyExistsError,
+    CloudError,
+    InvalidValueError,
+    NotFoundError,
+    PodctlError,
+    SliceLostError,
     SpecMismatchError,
 )
+from podctl.failures import slice_lost_reason, unfit
 from podctl.signals import first_stop_only, stop_signals_ignored
-
 
 
 @dataclass(frozen=True)

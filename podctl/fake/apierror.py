@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 
 class ApiError(Exception):

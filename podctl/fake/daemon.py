@@ -21,14 +21,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterator
 
 from podctl.errors import FakeCloudError
-from podctl.settings import switch
 from podctl.fake.admin_client import FakeAdmin
 from podctl.fake.gcs import DEFAULT_BUCKET
+from podctl.settings import switch
 
 DEFAULT_TIME_SCALE = 60.0  # a simulated minute per second: `up` of a v5p-4096 in seconds
 _START_TIMEOUT = 20.0

@@ -12,10 +12,9 @@ tests; nothing else lists faults.
 from __future__ import annotations
 
 import signal
-
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
 
 from podctl.fake.apierror import ApiError, invalid, precondition
 from podctl.fake.fault_args import Arg

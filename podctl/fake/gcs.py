@@ -22,11 +22,11 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from http import server
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from podctl.errors import FakeCloudError

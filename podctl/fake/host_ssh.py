@@ -19,8 +19,8 @@ import ctypes
 import os
 import shutil
 import signal
-from typing import TYPE_CHECKING
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import asyncssh
 

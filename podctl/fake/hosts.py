@@ -52,10 +52,10 @@ import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable, Mapping
 
 import asyncssh
 

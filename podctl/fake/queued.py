@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 
 from podctl.fake import placement_check
 from podctl.fake.apierror import (
-    ApiError, invalid, not_found, page, parse_duration, parse_timestamp, precondition, rfc3339,
+    ApiError,
+    invalid,
+    not_found,
+    page,
+    parse_duration,
+    parse_timestamp,
+    precondition,
+    rfc3339,
 )
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ import shutil
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 from aiohttp import web
 

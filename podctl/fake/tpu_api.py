@@ -8,9 +8,9 @@ to answer with (enums still by name; `wire` encodes them as the client asked).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Mapping
 
 from podctl.fake import filters, queued, wire
 from podctl.fake.apierror import ApiError, invalid, page

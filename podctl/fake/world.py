@@ -23,9 +23,9 @@ import heapq
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from podctl import topology
 from podctl.errors import InvalidSliceError

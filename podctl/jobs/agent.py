@@ -56,7 +56,13 @@ try:  # on a host: the agent's zip holds its sibling modules at the top level
     from agent_procs import _quiet, _reap, become_subreaper, leftovers
 except ImportError:  # imported by podctl itself (the bundle module uses safe_extract)
     from podctl.jobs import (
-        agent_chips, agent_control, agent_env, agent_gcs, agent_maintenance, agent_watch, run_layout,
+        agent_chips,
+        agent_control,
+        agent_env,
+        agent_gcs,
+        agent_maintenance,
+        agent_watch,
+        run_layout,
     )
     from podctl.jobs.agent_logs import TAIL_IN_STATUS, LogShipper, process_mark
     from podctl.jobs.agent_procs import _quiet, _reap, become_subreaper, leftovers

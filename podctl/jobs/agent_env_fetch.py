@@ -158,6 +158,30 @@ def _end(procs: tuple[subprocess.Popen, ...], streams: tuple) -> None:
                 pass
 
 
+def _unpacker(dest: Path, zstandard_module: Callable[[], object] | None) -> _ZstdPipe | _PythonZstd:
+    """`zstd -d | tar -x` into DEST (made here), else the client's zstandard into `tar -x`."""
+    zstd = shutil.which("zstd")
+    module = None
+    if zstd is None:
+        if zstandard_module is None:
+            raise Refused("this host has no `zstd` (Ubuntu's package zstd) and the run's config carries "
+                          "no zstandard for it; install zstd, or run with `podctl run --build-on host`")
+        module = zstandard_module()  # before the directory: nothing to clean if it is refused
+    dest.mkdir(parents=True)
+    return _ZstdPipe(zstd, dest) if zstd is not None else _PythonZstd(module, dest)
+
+
+def _check_part(data: bytes | BaseException, index: int, ranges: list[tuple[int, int]], expected: str) -> None:
+    """Part INDEX as read: Refused when its read failed, Tampered when it is not the client's."""
+    if isinstance(data, BaseException):
+        raise Refused(f"reading part {index + 1} of {len(ranges)} failed: "
+                      f"{' '.join(str(data).split())[:200]}")
+    start, end = ranges[index]
+    if len(data) != end - start + 1 or hashlib.sha256(data).hexdigest() != expected:
+        raise Tampered(f"part {index + 1} of {len(ranges)} is not the client's (its sha256 "
+                       "differs: changed in the bucket)")
+
+
 def stream_into(bucket, name: str, archive: dict, dest: Path, *,
                 stopping: Callable[[], bool] = lambda: False,
                 zstandard_module: Callable[[], object] | None = None) -> tuple[float, str]:
@@ -170,15 +194,7 @@ def stream_into(bucket, name: str, archive: dict, dest: Path, *,
     ranges = parts_of(size, part_size)
     if len(ranges) != len(hashes):
         raise Refused(f"the config names {len(hashes)} parts for {len(ranges)}")
-    zstd = shutil.which("zstd")
-    module = None
-    if zstd is None:
-        if zstandard_module is None:
-            raise Refused("this host has no `zstd` (Ubuntu's package zstd) and the run's config carries "
-                          "no zstandard for it; install zstd, or run with `podctl run --build-on host`")
-        module = zstandard_module()  # before the directory: nothing to clean if it is refused
-    dest.mkdir(parents=True)
-    sink: _ZstdPipe | _PythonZstd = _ZstdPipe(zstd, dest) if zstd is not None else _PythonZstd(module, dest)
+    sink = _unpacker(dest, zstandard_module)
     got: dict[int, bytes | BaseException] = {}
     ready = threading.Condition()
     next_part = [0]  # the next part a reader takes
@@ -215,13 +231,8 @@ def stream_into(bucket, name: str, archive: dict, dest: Path, *,
                 data = got.pop(index)
                 written[0] = index + 1
                 ready.notify_all()
-            if isinstance(data, BaseException):
-                raise Refused(f"reading part {index + 1} of {len(ranges)} failed: "
-                              f"{' '.join(str(data).split())[:200]}")
-            start, end = ranges[index]
-            if len(data) != end - start + 1 or hashlib.sha256(data).hexdigest() != expected:
-                raise Tampered(f"part {index + 1} of {len(ranges)} is not the client's (its sha256 "
-                               "differs: changed in the bucket)")
+            _check_part(data, index, ranges, expected)
+            assert isinstance(data, bytes)
             whole.update(data)
             if not sink.feed(data):
                 break  # said by finish, from the unpacker's own words

@@ -4,8 +4,9 @@ script left behind (its session, and orphans re-parented to the agent), and reap
 
 from __future__ import annotations
 
-import sys
 import os
+import sys
+
 
 def become_subreaper() -> None:
     """Orphans of the script (a daemon it double-forked, a loader whose parent died)

@@ -34,13 +34,13 @@ import hashlib
 import os
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
-from collections.abc import Callable
 
-from podctl.jobs import agent, run_layout
 from podctl.errors import BundleError
+from podctl.jobs import agent, run_layout
 from podctl.storage import Storage
 
 WARN_BYTES = 100 * 1000 * 1000  # a bundle above this (packed or unpacked) is worth a warning

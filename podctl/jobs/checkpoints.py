@@ -25,10 +25,10 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
-from collections.abc import Callable
 
 from podctl.errors import InvalidValueError, JobError
 from podctl.storage import ObjectInfo, Storage

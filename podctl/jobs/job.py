@@ -16,29 +16,29 @@ import re
 import shlex
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from collections.abc import Awaitable, Callable
 
-from podctl.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.names import login
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
 from podctl.failures import coordination_abort
-from podctl.signals import name_of_stop, received
 from podctl.jobs import bundle, env_ship, launch, run_files, run_layout, run_record
 from podctl.jobs.channel import Channel, SshChannel
 from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.peer_cause import PeerCause, peer_cause
-from podctl.jobs.run_spec import RunSpec
-from podctl.jobs.run_record import HostStatus, RunRecord
-from podctl.numbers import parse_hosts_text
-from podctl.jobs.ssh import Fleet, HostPins, Target
 from podctl.jobs.run_files import read_record, read_stop_request, save_record
+from podctl.jobs.run_record import HostStatus, RunRecord
+from podctl.jobs.run_spec import RunSpec
+from podctl.jobs.ssh import Fleet, HostPins, Target
+from podctl.numbers import parse_hosts_text
+from podctl.signals import name_of_stop, received
 from podctl.storage import Storage
+from podctl.vocabulary import EXIT_HOST_LOST
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Fail-fast: once a host failed, the others' scripts get SIGTERM and, this long after,

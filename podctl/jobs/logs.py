@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from podctl.jobs import run_files, run_layout
 from podctl.jobs.host_label import ProcessMarks

@@ -24,13 +24,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from podctl.vocabulary import EXIT_HOST_LOST
-from podctl.vocabulary import HOST_LOST_SECONDS
-from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.errors import InvalidValueError, JobError
 from podctl.jobs import run_layout, run_record
 from podctl.jobs.run_record import HostStatus, RunRecord
 from podctl.storage import Storage, StorageError, StorageNotFound
+from podctl.vocabulary import EXIT_HOST_LOST, HOST_LOST_SECONDS, LIVE_RUN_STATES
 
 MAX_LISTED = 100
 

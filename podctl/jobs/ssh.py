@@ -14,11 +14,10 @@ import asyncio
 import contextlib
 import json
 import os
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from collections.abc import Awaitable, Callable, Iterable
-
 
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Awaitable, Callable
 
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo

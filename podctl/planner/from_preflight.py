@@ -4,9 +4,9 @@ and the memory figure it compiled in place of fit.py's rule of thumb."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from podctl import cost
 from podctl.errors import InvalidValueError

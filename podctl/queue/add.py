@@ -4,10 +4,10 @@ an edit to the workdir after `add` does not change the queued run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from podctl import cost, steps
 from podctl.errors import InvalidValueError

@@ -6,12 +6,13 @@ GET each entry's slice: one call per entry per tick."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from podctl import steps
 from podctl.cloud.types import SliceInfo
 from podctl.failures import slice_lost_reason
+
 
 @dataclass
 class World:

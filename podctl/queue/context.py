@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from podctl.cloud.tpu_client import TpuApi
 from podctl.queue.entry import Entry

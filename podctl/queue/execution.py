@@ -12,8 +12,8 @@ from pathlib import Path
 
 from podctl import steps
 from podctl.cloud.types import SliceInfo
-from podctl.queue.entry import Entry
 from podctl.queue.context import TickContext
+from podctl.queue.entry import Entry
 
 
 def run_options(entry: Entry) -> steps.RunOptions:

@@ -24,18 +24,27 @@ import random
 from typing import Any
 
 from podctl.cloud.types import SliceInfo
+from podctl.cost import slice_hourly_cost
 from podctl.errors import (
-    AlreadyExistsError, CloudError, ConfigError, JobError, PermissionDeniedError, PodctlError,
-    QuotaExceededError, StockoutError, StorageError, StoragePermissionError, TransientError,
+    AlreadyExistsError,
+    CloudError,
+    ConfigError,
+    JobError,
+    PermissionDeniedError,
+    PodctlError,
+    QuotaExceededError,
+    StockoutError,
+    StorageError,
+    StoragePermissionError,
+    TransientError,
 )
-from podctl.queue import execution, entry_names, provision
-from podctl.queue.provision import parent_of
+from podctl.failures import dead_state, infrastructure_reason
+from podctl.queue import entry_names, execution, provision
+from podctl.queue.cloud_view import World, lost_reason
+from podctl.queue.context import TickContext
 from podctl.queue.entry import Entry
 from podctl.queue.interface import QueueStore
-from podctl.failures import dead_state, infrastructure_reason
-from podctl.queue.cloud_view import World, lost_reason
-from podctl.cost import slice_hourly_cost
-from podctl.queue.context import TickContext
+from podctl.queue.provision import parent_of
 
 BACKOFF_BASE = 60.0  # seconds after the first stockout; doubles, capped, with 10 % jitter
 BACKOFF_MAX = 3600.0

@@ -36,7 +36,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from podctl.errors import (
-    ConfigError, NoSuchEntryError, QueueDatabaseError, QueueError, QueueUnreachableError,
+    ConfigError,
+    NoSuchEntryError,
+    QueueDatabaseError,
+    QueueError,
+    QueueUnreachableError,
 )
 from podctl.queue.entry import COLUMNS, Entry, decode, encode, stamped
 from podctl.queue.interface import Quota

@@ -29,7 +29,7 @@ from typing import Any
 
 from podctl.errors import ConfigError
 from podctl.numbers import WHOLE_HIGHEST
-from podctl.queue.interface import Quota, QueueStore
+from podctl.queue.interface import QueueStore, Quota
 
 
 def queue_url(env: Mapping[str, str] = os.environ, cwd: Path | None = None) -> str | None:

@@ -16,9 +16,9 @@ import os
 import secrets
 import sqlite3
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable
 
 from podctl.errors import NoSuchEntryError, QueueDatabaseError
 from podctl.queue.entry import COLUMNS, STATES, TERMINAL, TIERS, Entry, decode, encode, stamped

@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from podctl.vocabulary import LIVE_RUN_STATES
+from podctl._sync import run_sync
 from podctl.errors import CloudError, JobError, QueueUnreachableError, StorageError
+from podctl.queue.cloud_view import observe
+from podctl.queue.context import TickContext
 from podctl.queue.entry import TERMINAL, Entry
 from podctl.queue.interface import QueueStore
 from podctl.queue.machine import Machine, needs_cleanup
 from podctl.queue.provision import parent_of
 from podctl.queue.shares import Ledger, Shares
-from podctl.queue.cloud_view import observe
-from podctl._sync import run_sync
 from podctl.signals import on_stop
-from podctl.queue.context import TickContext
+from podctl.vocabulary import LIVE_RUN_STATES
 
 CANCEL_LOCK_WAIT = 60.0  # seconds `queue cancel` waits for a running tick
 # What a pass may meet that passes by itself (GCS or the TPU API down, a host not

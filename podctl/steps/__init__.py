@@ -41,21 +41,58 @@ once-only with a fixed run id, by_owner=False).
 
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo
-from podctl.steps.runs import (
-    LineSink, Notice, RunOptions, RunSpec, StopResult, exec_on_slice, follow_run, launch_job,
-    list_runs, new_job, parse_env, pull_checkpoint, resume_checkpoint_dir, run_checkpoints,
-    run_started, ship_bundle, signal_stop, start_run, stop_run, valid_run_id,
-)
 from podctl.jobs.run_files import StopRequest
 from podctl.jobs.run_record import RunRecord, end_words
 from podctl.steps.run_progress import (
-    RunProgress, ask_stop, close_run, follow_from_gcs, load_run, owner_stop, run_progress,
+    RunProgress,
+    ask_stop,
+    close_run,
+    follow_from_gcs,
+    load_run,
+    owner_stop,
+    run_progress,
+)
+from podctl.steps.runs import (
+    LineSink,
+    Notice,
+    RunOptions,
+    RunSpec,
+    StopResult,
+    exec_on_slice,
+    follow_run,
+    launch_job,
+    list_runs,
+    new_job,
+    parse_env,
+    pull_checkpoint,
+    resume_checkpoint_dir,
+    run_checkpoints,
+    run_started,
+    ship_bundle,
+    signal_stop,
+    start_run,
+    stop_run,
+    valid_run_id,
 )
 from podctl.steps.session import Session, fake_running, stop_fake
 from podctl.steps.slices import (
-    Budget, BudgetSet, SliceOptions, SliceStatus, ask_slice, budget_request,
-    close_runs_of_deleted, creation_outcome, describe_slice, down, keep_budget, ready_slice,
-    slice_status, slices_in, to_delete, up, up_request,
+    Budget,
+    BudgetSet,
+    SliceOptions,
+    SliceStatus,
+    ask_slice,
+    budget_request,
+    close_runs_of_deleted,
+    creation_outcome,
+    describe_slice,
+    down,
+    keep_budget,
+    ready_slice,
+    slice_status,
+    slices_in,
+    to_delete,
+    up,
+    up_request,
 )
 
 __all__ = [

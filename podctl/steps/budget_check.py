@@ -7,13 +7,13 @@ slices may go): each of those stays one-way."""
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from podctl import gc
 from podctl.budget import GRACE_SECONDS, Notice, Reaped, delete_slice, overdue, stop_runs_on
-from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.describe import list_slices
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy
 from podctl.errors import PodctlError

@@ -24,9 +24,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from podctl import children, pythons
 from podctl.errors import ConfigError, RequirementsError
 from podctl.jobs import env_lock
-from podctl import children, pythons
 from podctl.jobs.run_spec import RunSpec
 from podctl.preflight import CompileEnv
 from podctl.settings import state_dir

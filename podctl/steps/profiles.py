@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from podctl.jobs import profiles
 from podctl.jobs.profiles import ProfileRequest

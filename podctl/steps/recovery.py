@@ -19,36 +19,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from pathlib import Path
-from functools import partial
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
 
 from podctl import maintenance, tombstones
-from podctl.vocabulary import SERVING_STATES
 from podctl.cloud import describe, placement, terminate
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.up import UpRequest
 from podctl.cloud.wait import wait_deleted
 from podctl.errors import (
-    NotFoundError, PodctlError, QuotaExceededError, SliceDeletedError, SliceLostError, StockoutError,
-    TransientError, WaitTimeoutError,
+    NotFoundError,
+    PodctlError,
+    QuotaExceededError,
+    SliceDeletedError,
+    SliceLostError,
+    StockoutError,
+    TransientError,
+    WaitTimeoutError,
 )
 from podctl.failures import (
-    DELETED_STATES, EXIT_HOST_LOST, INFRA_EXIT_CODES, bad_host, dead_state, hardware_cause,
-    infrastructure_reason, is_dead, unfit,
+    DELETED_STATES,
+    EXIT_HOST_LOST,
+    INFRA_EXIT_CODES,
+    bad_host,
+    dead_state,
+    hardware_cause,
+    infrastructure_reason,
+    is_dead,
+    unfit,
 )
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.metrics import RunMetrics, read_metrics
 from podctl.jobs.run_files import (
-    RunRecord, StopRequest, close_record, load_record, read_stop_request, request_stop, save_record,
+    RunRecord,
+    StopRequest,
+    close_record,
+    load_record,
+    read_stop_request,
+    request_stop,
+    save_record,
 )
 from podctl.steps import runs as run_steps
 from podctl.steps import slices
 from podctl.steps.runs import Notice, RunOptions
 from podctl.steps.session import Session
 from podctl.storage import Storage
+from podctl.vocabulary import SERVING_STATES
 
 DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to land
 

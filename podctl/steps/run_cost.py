@@ -9,12 +9,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from podctl import cost
-from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud.describe import find
 from podctl.jobs.metrics import RunMetrics, read_metrics
 from podctl.jobs.run_files import load_record, read_statuses
 from podctl.steps.session import Session
 from podctl.topology import parse_slice
+from podctl.vocabulary import LIVE_RUN_STATES
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import Any
 
 from podctl.failures import coordination_abort
 from podctl.jobs import run_files, run_record
-from podctl.jobs.peer_cause import peer_cause
 from podctl.jobs.logs import LineSink, LogReader
+from podctl.jobs.peer_cause import peer_cause
 from podctl.jobs.run_files import HOST_LOST_SECONDS, StopRequest
 from podctl.jobs.run_record import RunRecord
 from podctl.steps.session import Session

@@ -14,18 +14,16 @@ add`) start runs with `start_run`; `stop_run` is `podctl stop` and `Run.stop()`;
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
-from podctl.vocabulary import LIVE_RUN_STATES
-from podctl.settings import VIAS
+from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
 from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
-from podctl.cloud.sshkey import SSH_USER
 from podctl.jobs.boot_channel import BootChannel, usable_on
 from podctl.jobs.channel import SshChannel
 from podctl.jobs.checkpoints import Checkpoint, PullResult
@@ -33,13 +31,15 @@ from podctl.jobs.env_lock import jax_extra_for
 from podctl.jobs.job import Job, RunRequest, RunResult, exec_on_hosts, parse_hosts
 from podctl.jobs.job import parse_env as parse_env
 from podctl.jobs.run_files import load_record, read_record
-from podctl.jobs.run_spec import RunSpec as RunSpec
 from podctl.jobs.run_record import RunRecord, record_checkpoint_dir
 from podctl.jobs.run_record import valid_run_id as valid_run_id
+from podctl.jobs.run_spec import RunSpec as RunSpec
 from podctl.jobs.stop import signal_runs, stop_runs
+from podctl.settings import VIAS
 from podctl.steps.session import Session
 from podctl.steps.slices import check_network_for_run, describe_slice, ready_slice
 from podctl.storage import Storage
+from podctl.vocabulary import LIVE_RUN_STATES
 
 Notice = Callable[[str], None]
 LineSink = Callable[[int, str], None]

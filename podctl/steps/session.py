@@ -13,12 +13,12 @@ import contextlib
 import dataclasses
 from functools import partial
 
-from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.connect import connect, job_ports, oslogin_client, storage_endpoint
 from podctl.cloud.connect import fake_running as fake_running  # the Python API: start/stop it
 from podctl.cloud.connect import stop_fake as stop_fake
 from podctl.cloud.oslogin import login_user
 from podctl.cloud.sshkey import SSH_USER, SshKey, ensure_ssh_key
+from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.ssh import HostPins, pins_for
 from podctl.jobs.stop import HostAccess

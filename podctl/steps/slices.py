@@ -14,32 +14,31 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from collections.abc import Callable
 
 from podctl import tombstones
 from podctl.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
-from podctl.vocabulary import DEFAULT_WAIT
-from podctl.vocabulary import LIVE_RUN_STATES
 from podctl.cloud import create, describe, firewall, maintenance_info, names, terminate
-from podctl.cloud.create import CreationOutcome
-from podctl.cloud.connect import compute_reader
 from podctl.cloud import up as cloud_up
+from podctl.cloud.connect import compute_reader
+from podctl.cloud.create import CreationOutcome
 from podctl.cloud.placement import Placement
 from podctl.cloud.placement import read as read_placement
 from podctl.cloud.sshkey import ensure_ssh_key
-from podctl.jobs import boot_channel, boot_script
 from podctl.cloud.types import SliceInfo, SliceSpec, Tier
 from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
 from podctl.errors import InvalidValueError, JobError, PodctlError
+from podctl.jobs import boot_channel, boot_script
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.run_record import on_slice
 from podctl.settings import Settings
 from podctl.steps.session import Session
 from podctl.storage import Storage
+from podctl.vocabulary import DEFAULT_WAIT, LIVE_RUN_STATES
 
 Notice = Callable[[str], None]
 Waiting = Callable[[SliceInfo], AbstractContextManager[Progress | None]]

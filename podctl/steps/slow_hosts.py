@@ -23,17 +23,17 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
-from collections.abc import Awaitable, Callable
 
-from podctl.vocabulary import HEARTBEAT_SECONDS
 from podctl.errors import UsageError
 from podctl.jobs import run_files
-from podctl.jobs.job import Job
 from podctl.jobs.host_label import host_name
+from podctl.jobs.job import Job
 from podctl.steps.stall import follow_checking, read_beats
 from podctl.storage import Storage
+from podctl.vocabulary import HEARTBEAT_SECONDS
 
 T = TypeVar("T")
 ACTIONS = ("report", "recover")

@@ -24,15 +24,15 @@ import asyncio
 import contextlib
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
-from collections.abc import Awaitable, Callable
 
 from podctl.errors import UsageError
 from podctl.jobs import metric_line, run_files, run_layout
+from podctl.jobs.host_label import host_name
 from podctl.jobs.job import Job
 from podctl.jobs.peer_cause import NOT_ANSWERING, SILENT_BEAT_SECONDS
-from podctl.jobs.host_label import host_name
 from podctl.storage import Storage, StorageError
 from podctl.vocabulary import HEARTBEAT_SECONDS
 

@@ -56,7 +56,6 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 
-
 def _metadata(key: str) -> str | None:
     """instance/attributes/KEY from the host's metadata server (GCE_METADATA_IP, as JAX's
     get_metadata), None where it has no such key."""
