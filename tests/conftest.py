@@ -255,10 +255,12 @@ def slice_on_daemon(cli: Podctl, slice_type: str, name: str) -> Iterator[Podctl]
     """A CLI test's slice: the fake daemon with NAME up; at the end NAME is brought
     down and the daemon stopped and checked to hold nothing billable."""
     cli.env["PODCTL_BACKEND"] = "fake"
-    cli("up", "--slice", slice_type, "--name", name)
-    yield cli
-    cli("down", name, "--yes", check=False)
-    stop_fake_and_check(cli)
+    try:
+        cli("up", "--slice", slice_type, "--name", name)
+        yield cli
+    finally:  # a failed test too: its fake daemon and hosts must not outlive it
+        cli("down", name, "--yes", check=False)
+        stop_fake_and_check(cli)
 
 
 @pytest.fixture
