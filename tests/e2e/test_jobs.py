@@ -53,6 +53,10 @@ def make_job(fake, info, key, tmp: Path, script: str, *args: str, **request) -> 
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
     spec = RunSpec(script=SCRIPTS / script, args=args,
                    **{k: request.pop(k) for k in ("env", "setup", "workdir") if k in request})
+    # the fake's hosts, as steps.runs says them for the fake backend: CPU jax, and no CPython
+    # shipped in the environment (a real client downloads one; the fake is offline)
+    request.setdefault("fake_cloud", True)
+    request.setdefault("host_jax_extra", "cpu")
     req = RunRequest(info=info, spec=spec, ssh_port=fake.hosts.ssh_port,
                      flush_seconds=request.pop("flush_seconds", 0.5), poll_seconds=0.2,
                      hosts=request.pop("hosts", None), **request)
