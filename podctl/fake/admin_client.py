@@ -11,24 +11,29 @@ from podctl.errors import FakeCloudError
 from podctl.fake import faults
 
 
+def _json_call(method: str, base: str, path: str, body: dict | None, timeout: float, refused_by: str) -> Any:
+    """METHOD BASE/PATH with BODY as JSON; its JSON answer, or FakeCloudError: the server's own
+    message after REFUSED_BY, or that nothing answers at BASE."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{base}/{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        message = json.loads(e.read() or b"{}").get("error", {}).get("message", str(e))
+        raise FakeCloudError(f"{refused_by}: {message}") from e
+    except OSError as e:
+        raise FakeCloudError(f"the fake cloud at {base} does not answer ({e})") from e
+
+
 class FakeAdmin:
     def __init__(self, admin_url: str, timeout: float = 30.0):
         self.admin_url = admin_url.rstrip("/")
         self.timeout = timeout
 
     def _call(self, method: str, path: str, body: dict | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            f"{self.admin_url}/{path}", data=data, method=method,
-            headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            message = json.loads(e.read() or b"{}").get("error", {}).get("message", str(e))
-            raise FakeCloudError(f"fake cloud admin {path}: {message}") from e
-        except OSError as e:
-            raise FakeCloudError(f"the fake cloud at {self.admin_url} does not answer ({e})") from e
+        return _json_call(method, self.admin_url, path, body, self.timeout, f"fake cloud admin {path}")
 
     def status(self) -> dict:
         return self._call("GET", "status")
@@ -148,16 +153,7 @@ class FakeCompute:
         self.timeout = timeout
 
     def _post(self, path: str, body: dict) -> dict:
-        request = urllib.request.Request(f"{self.base}/{path}", data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            message = json.loads(e.read() or b"{}").get("error", {}).get("message", str(e))
-            raise FakeCloudError(f"Compute Engine: {message}") from e
-        except OSError as e:
-            raise FakeCloudError(f"the fake cloud at {self.base} does not answer ({e})") from e
+        return _json_call("POST", self.base, path, body, self.timeout, "Compute Engine")
 
     def create_firewall(self, project: str, rule: dict) -> dict:
         """firewalls.insert: RULE in Compute Engine's JSON (name, network, allowed, ...)."""
