@@ -133,10 +133,15 @@ def main() -> None:
                 r[1] for r in results["boot"])
             print(f"ssh / boot, to every host's script ended (its status in GCS): {ratio:.2f}x")
         finally:
-            subprocess.run([sys.executable, "-m", "podctl", "down", name, "--yes"], env=env,
-                           capture_output=True, timeout=600)
-            subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env, capture_output=True,
-                           timeout=120)
+            down_and_stop(env, name)
+
+
+def down_and_stop(env: dict, name: str) -> None:
+    """The benchmark's slice deleted and its fake stopped, whatever happened before."""
+    subprocess.run([sys.executable, "-m", "podctl", "down", name, "--yes"], env=env,
+                   capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env, capture_output=True,
+                   timeout=120)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_boot import host_sessions, one_run, podctl
+from bench_boot import down_and_stop, host_sessions, one_run, podctl
 
 from podctl.fake.admin_client import FakeAdmin
 from podctl.jobs import env_build, env_lock
@@ -132,10 +130,7 @@ def main() -> None:
             print(f"outside requests since up, all {hosts} hosts: sum {sum(every)}, max per host {max(every)}")
             print(f"load average at end: {os.getloadavg()}")
         finally:
-            subprocess.run([sys.executable, "-m", "podctl", "down", name, "--yes"], env=env,
-                           capture_output=True, timeout=600)
-            subprocess.run([sys.executable, "-m", "podctl", "fake", "stop"], env=env, capture_output=True,
-                           timeout=120)
+            down_and_stop(env, name)
 
 
 if __name__ == "__main__":

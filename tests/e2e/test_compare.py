@@ -1,18 +1,5 @@
-"""`podctl plan --compare`: TPU slices of every generation against GPU reference systems,
-row by row against hand-worked figures.
-
-Hand-worked, for 70B params and 1T tokens: 6ND = 6 x 70e9 x 1e12 = 4.2e23 FLOPs.
-- v5p-4096 at MFU 0.5 in us-east5: 2048 chips x 459e12 x 0.5 = 4.70016e17 FLOP/s;
-  4.2e23 / 4.70016e17 / 3600 = 248.2185 h; $4.20 x 2048 = $8,601.60/h; x 248.2185 h
-  = $2,135,076.25; / 1e6 tokens-millions = $2.1351 per million tokens.
-- h100-1024 (128 x a3-highgpu-8g) at MFU 0.4 in us-east4: 1024 GPUs x 989e12 x 0.4 =
-  4.050944e17 FLOP/s; 4.2e23 / 4.050944e17 / 3600 = 287.9987 h; SkyPilot's us-east4 rows:
-  ($78.37241 GPUs + $9.46006 host) / 8 = $10.979059 per GPU-hour; x 1024 = $11,242.56/h;
-  x 287.9987 h = $3,237,842.6; $3.2378 per million tokens.
-- v6e-256 at 0.45: 256 x 918e12 x 0.45 = 1.057536e17 FLOP/s; 1103.1933 h; $2.70/chip-h.
-- b200-512 (64 x a4-highgpu-8g) at 0.4: 512 x 2250e12 x 0.4 = 4.608e17 FLOP/s; 253.1829 h;
-  $11.28 per GPU-hour in us-central1.
-"""
+"""`podctl plan --compare` as a user runs it: the table and the JSON against the hand-worked
+figures of tests/unit/test_compare.py's docstring (70B params, 1T tokens), and bad input."""
 
 from __future__ import annotations
 
