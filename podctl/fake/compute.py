@@ -82,6 +82,15 @@ def _invalid(message: str) -> web.Response:
     return _error(400, f"Invalid value for field 'resource': {message}", "invalid")
 
 
+def _port_spec(text: str) -> bool:
+    """A firewall rule's port: N or LOW-HIGH, each 0-65535, LOW <= HIGH (as Compute Engine takes it)."""
+    found = re.fullmatch(r"(\d{1,5})(?:-(\d{1,5}))?", text)
+    if not found:
+        return False
+    low, high = int(found.group(1)), int(found.group(2) or found.group(1))
+    return 0 <= low <= high <= 65535
+
+
 def _insert_firewall(world: World, project: str, body: Any) -> web.Response:
     """firewalls.insert, as `gcloud compute firewall-rules create` sends it: INGRESS allow
     rules only (what the fake's hosts enforce); deny and EGRESS rules are refused here
@@ -109,8 +118,8 @@ def _insert_firewall(world: World, project: str, body: Any) -> web.Response:
         return _invalid("'allowed': at least one {IPProtocol, ports?}")
     for entry in allowed:
         for item in entry.get("ports") or []:
-            if not re.fullmatch(r"\d{1,5}(-\d{1,5})?", str(item)):
-                return _invalid(f"port '{item}': a port or a range LOW-HIGH")
+            if not _port_spec(str(item)):  # Google: "Invalid port specification"
+                return _invalid(f"port '{item}': a port 0-65535 or a range LOW-HIGH of them")
     for cidr in body.get("sourceRanges") or []:
         try:
             ipaddress.ip_network(str(cidr), strict=False)

@@ -140,6 +140,10 @@ def test_firewalls_insert_as_compute_engine_answers_it(fake):
         compute.create_firewall(PROJECT, {**rule, "name": "out", "direction": "EGRESS"})
     with pytest.raises(FakeCloudError, match="denied"):
         compute.create_firewall(PROJECT, {**rule, "name": "no", "denied": [{"IPProtocol": "tcp"}]})
+    for port in ("99999", "30-20", "65536"):  # Compute Engine: "Invalid port specification"
+        with pytest.raises(FakeCloudError, match=f"port '{port}'"):
+            compute.create_firewall(PROJECT, {**rule, "name": "bad-port", "allowed": [
+                {"IPProtocol": "tcp", "ports": [port]}]})
 
 
 def test_a_bad_allow_is_one_line(podctl):
