@@ -75,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "axes are 1; the product must be jax.device_count(); default: all on fsdp)")
     s.add_argument("--no-shard", action="store_true", help="one device, nothing sharded "
                    "(single process only; the benchmark's baseline)")
+    s.add_argument("--heartbeat-timeout", type=int, default=None, metavar="S",
+                   help="seconds JAX's coordination service waits for a silent host before "
+                   "ending the others (default: JAX's, 100)")
     c = p.add_argument_group("checkpoints")
     c.add_argument("--checkpoint-dir", default=os.environ.get("PODCTL_CHECKPOINT_DIR") or None,
                    help="local path or gs://... (default: $PODCTL_CHECKPOINT_DIR; "
@@ -103,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             fail(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
     if args.steps < 0:
         fail(f"--steps must not be negative, not {args.steps}")
+    if args.heartbeat_timeout is not None and args.heartbeat_timeout < 1:
+        fail(f"--heartbeat-timeout must be at least 1 second, not {args.heartbeat_timeout}")
     if args.d_model % args.heads:
         fail(f"--d-model {args.d_model} is not a multiple of --heads {args.heads}")
     if args.checkpoint_dir in ("", "none", "None"):
@@ -134,7 +139,7 @@ def configure_storage_emulator() -> None:
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # read at gcsfs import
 
 
-def init_distributed() -> None:
+def init_distributed(heartbeat_timeout: int | None = None) -> None:
     """One process per host. podctl gives every host the coordinator (host 0) and the
     process count and id; jax's auto-detection works only with libtpu, not on the fake's
     CPU hosts, so pass them explicitly (on a real slice this is equally right)."""
@@ -142,9 +147,12 @@ def init_distributed() -> None:
 
     n = int(os.environ.get("PODCTL_NUM_PROCESSES", "1"))
     if n > 1:
+        # a shorter heartbeat timeout ends a run whose host froze sooner (and a run on a
+        # loaded host sooner by mistake): JAX's default stays unless asked
+        timeout = {} if heartbeat_timeout is None else {"heartbeat_timeout_seconds": heartbeat_timeout}
         jax.distributed.initialize(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
                                    num_processes=n,
-                                   process_id=int(os.environ["PODCTL_PROCESS_ID"]))
+                                   process_id=int(os.environ["PODCTL_PROCESS_ID"]), **timeout)
 
 
 # ---- preemption -------------------------------------------------------------------
@@ -819,7 +827,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     set_precision(a)
-    init_distributed()
+    init_distributed(a.heartbeat_timeout)
     stop = StopFlag()
     stop.install()
 

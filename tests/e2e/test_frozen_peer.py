@@ -3,7 +3,8 @@
 Host 1's training script is stopped (SIGSTOP) after its first steps on a fake v5p-16,
 with `--on-stall stop` at its default thresholds: JAX's coordination service (in host
 0's process) gives up on host 1's heartbeats and aborts host 0 (exit 134) long before
-the stall watch would speak. The run's end line, its record and `runs` name host 1."""
+the stall watch would speak. The template's `--heartbeat-timeout 20` shortens JAX's wait
+(100 s by default) for the test's sake; the order of events is the same. The run's end line, its record and `runs` name host 1."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_a_host_frozen_mid_run_is_the_runs_cause_not_the_host_jax_ended(podctl):
     try:
         code, log, out = run_with_fault(
             podctl, ["run", "frz", "--on-stall", "stop", "--json", str(TEMPLATE), *TINY,
-                     "--steps", "100000"], '"kind": "step", "step": 3', freeze, timeout=600, then=400)
+                     "--steps", "100000", "--heartbeat-timeout", "20"], '"kind": "step", "step": 3', freeze, timeout=600, then=400)
         (run_id,) = run_ids
         assert code == 134, log[-4000:]
         assert f"run {run_id} failed: {BLAME}" in log, log[-4000:]
