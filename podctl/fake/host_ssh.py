@@ -20,7 +20,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
@@ -44,7 +44,7 @@ def public_blob(key: str) -> bytes | None:
         return None  # a malformed key grants nothing, as on GCE
 
 
-def authorized_keys(metadata: dict | None) -> frozenset[tuple[str, bytes]]:
+def authorized_keys(metadata: dict[str, Any] | None) -> frozenset[tuple[str, bytes]]:
     """(user, public key blob) for each "USER:KEYTYPE BASE64 [COMMENT]" line of ssh-keys."""
     out = set()
     for line in str((metadata or {}).get("ssh-keys", "")).splitlines():

@@ -87,7 +87,7 @@ def uv_cache_dir(root: Path) -> Path:
     return Path(store) / "uv-cache" if store else root / ".uv-cache"
 
 
-def _devices_per_host(node: dict) -> int:
+def _devices_per_host(node: dict[str, Any]) -> int:
     """CPU devices per fake host = what JAX sees on one of the node's real hosts
     (generations.toml: 4 on a v5p host, 8 on a one-VM v6e-8)."""
     return topology.parse_slice(str(node.get("acceleratorType", ""))).devices_per_host
@@ -250,7 +250,7 @@ class Host:
 class NodeHosts:
     """The hosts of one READY node, sharing one host key and one server-options object."""
 
-    def __init__(self, manager: HostManager, node: dict, directory: Path, key: asyncssh.SSHKey):
+    def __init__(self, manager: HostManager, node: dict[str, Any], directory: Path, key: asyncssh.SSHKey):
         self.manager, self.node, self.directory = manager, node, directory
         self.name, self.id = node["name"], node["id"]
         self.hosts: list[Host] = []
@@ -449,7 +449,7 @@ class HostManager:
             host.close_metadata()
         kill_tagged(frozenset(host.token for host in hosts).__contains__)
 
-    def _start(self, node: dict) -> None:
+    def _start(self, node: dict[str, Any]) -> None:
         directory, key = self._node_dir(node)
         nh = NodeHosts(self, node, directory, key)
         # In place: the create operation's response, taken in world.advance(), shares
@@ -491,7 +491,7 @@ class HostManager:
         self.nodes[nh.name] = nh
         self.track(asyncio.ensure_future(nh.listen()))
 
-    def _base_env(self, node: dict) -> dict[str, str]:
+    def _base_env(self, node: dict[str, Any]) -> dict[str, str]:
         return {
             "PATH": f"{self.image.bin_dir}:{HOST_PATH}", "SHELL": "/bin/bash",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -514,7 +514,7 @@ class HostManager:
             **self._internet(node),
         }
 
-    def _internet(self, node: dict) -> dict[str, str]:
+    def _internet(self, node: dict[str, Any]) -> dict[str, str]:
         """With external IPs a host has the internet: here, how this machine reaches the
         package index (its proxy, its CA: a fake host is this machine) and the fake's uv
         cache shared by its hosts, as a nearby index mirror. Without, none of it: no route
@@ -525,7 +525,7 @@ class HostManager:
         return {"UV_CACHE_DIR": str(uv_cache_dir(self.root)),
                 **{k: v for k, v in os.environ.items() if k in MACHINE_NETWORK_VARS}}
 
-    def nodes_dir(self, node: dict) -> Path:
+    def nodes_dir(self, node: dict[str, Any]) -> Path:
         parts = node["name"].split("/")  # projects/P/locations/Z/nodes/ID
         return self.root.joinpath(parts[1], parts[3], parts[5])
 
@@ -560,7 +560,7 @@ class HostManager:
         except OSError:
             return []
 
-    def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:
+    def _node_dir(self, node: dict[str, Any]) -> tuple[Path, asyncssh.SSHKey]:
         """The node's directory and host key: kept for the same node, new for a new one."""
         parts = node["name"].split("/")  # projects/P/locations/Z/nodes/ID
         directory = self.root.joinpath(parts[1], parts[3], parts[5])

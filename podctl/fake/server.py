@@ -317,7 +317,7 @@ def _drop(request: web.Request) -> web.Response:
     return web.Response()
 
 
-async def _json_body(request: web.Request) -> dict:
+async def _json_body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
     try:
