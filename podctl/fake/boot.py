@@ -158,7 +158,7 @@ def _start(host: Host, script: str) -> None:
     _reap(proc)
 
 
-def _reap(proc: subprocess.Popen) -> None:
+def _reap(proc: subprocess.Popen[bytes]) -> None:
     """Collect PROC's exit status when it ends, without waiting for it."""
     loop = asyncio.get_running_loop()
     try:

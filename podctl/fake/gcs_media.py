@@ -72,7 +72,8 @@ def appending_resumable(base: type) -> type:
                                     expected_start: int | None = None) -> bytes | None:
             store = self._store
             if getattr(store, "_use_memory", True):
-                return super().add_to_resumable_upload(file_id, content, total_size, expected_start)
+                done: bytes | None = super().add_to_resumable_upload(file_id, content, total_size, expected_start)
+                return done
             path: Path = store._disk_path(self._object_path(RESUMABLE_DIR, self.safe_id(file_id)))
             had = path.stat().st_size if path.exists() else 0
             if expected_start is not None and expected_start != had:
@@ -96,7 +97,8 @@ def streaming_handler(base: type) -> type:
             query = parse_qs(url.query)
             match = _MEDIA_PATH.match(url.path)
             if not match or query.get("alt") != ["media"] or set(query) != {"alt"}:
-                return super().do_GET()
+                super().do_GET()
+                return
             from gcp_storage_emulator.exceptions import NotFound
 
             bucket, name = unquote(match.group(1)), unquote(match.group(2))
@@ -105,11 +107,13 @@ def streaming_handler(base: type) -> type:
                 path = self.storage._store._disk_path(self.storage._object_path(bucket, name))
                 f = open(path, "rb")  # noqa: SIM115 - closed by the `with` below
             except (NotFound, OSError, AttributeError):
-                return super().do_GET()
+                super().do_GET()
+                return
             with f:
                 length = os.fstat(f.fileno()).st_size
                 if length < STREAM_BYTES:
-                    return super().do_GET()
+                    super().do_GET()
+                    return
                 self._send(f, length, obj)
 
         def _send(self, f: Any, length: int, obj: dict[str, Any]) -> None:

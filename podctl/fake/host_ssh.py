@@ -124,12 +124,12 @@ class SshServer(asyncssh.SSHServer):
         return ShellSession(self.host, self.conn.get_extra_info("username") or "")
 
 
-class ShellSession(asyncssh.SSHServerSession):
+class ShellSession(asyncssh.SSHServerSession[bytes]):
     """One exec (or shell) channel: a local bash in its own process group."""
 
     def __init__(self, host: Host, user: str):
         self.host, self.user = host, user
-        self.chan: asyncssh.SSHServerChannel | None = None
+        self.chan: asyncssh.SSHServerChannel[bytes] | None = None
         self.command: str | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.pending: list[bytes] = []
@@ -140,7 +140,7 @@ class ShellSession(asyncssh.SSHServerSession):
 
     # ---- what the client asks for -------------------------------------------
 
-    def connection_made(self, chan: asyncssh.SSHServerChannel) -> None:
+    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
         self.chan = chan
 
     def pty_requested(self, *args: object) -> bool:

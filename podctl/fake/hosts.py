@@ -256,7 +256,7 @@ class NodeHosts:
         self.hosts: list[Host] = []
         self.by_socket: dict[tuple[str, int], Host] = {}
         self.base_env: dict[str, str] = {}
-        self._keys: tuple[Any, frozenset] = (None, frozenset())
+        self._keys: tuple[Any, frozenset[tuple[str, bytes]]] = (None, frozenset())
         # Set (and replaced) when the metadata its hosts see changes: wakes the metadata
         # servers' hanging GETs (metadata.py); metadata_seq is the world's count it follows
         self.changed = asyncio.Event()
@@ -347,7 +347,7 @@ class HostManager:
         self.failed: dict[str, str] = {}  # node name -> id of a node whose hosts could not start
         # Preempted nodes in their grace: name -> (node id, host tokens, the SIGKILL timer)
         self.dying: dict[str, tuple[str, list[Host], asyncio.TimerHandle | None]] = {}
-        self._tasks: set[asyncio.Future] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
         self.prefix = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.plan = addresses.AddressPlan(str(self.root.resolve()))
@@ -369,7 +369,7 @@ class HostManager:
                 self.dirs[name] = ((directory / _ID_FILE).read_text().strip(), directory)
         return kill_tagged(lambda token: token.startswith(self.prefix + "."))
 
-    def track(self, future: asyncio.Future) -> None:
+    def track(self, future: asyncio.Future[Any]) -> None:
         self._tasks.add(future)
         future.add_done_callback(self._tasks.discard)
 
@@ -680,7 +680,8 @@ class HostManager:
 
     def guest(self, node_name: str, worker: int) -> dict[str, dict[str, str]]:
         node = self.world.nodes.get(node_name) if self.world is not None else None
-        return ((node or {}).get("_guest") or {}).get(str(worker), {})
+        attributes: dict[str, dict[str, str]] = ((node or {}).get("_guest") or {}).get(str(worker), {})
+        return attributes
 
     def set_guest(self, host: Host, namespace: str, key: str, value: str) -> None:
         """Kept on the world's node, so that World.guest_attributes answers with it."""

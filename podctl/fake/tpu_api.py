@@ -23,7 +23,7 @@ Handler = Callable[[World, dict[str, Any], dict[str, Any], dict[str, Any]], Any]
 @dataclass(frozen=True)
 class Route:
     method: str
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     call: str  # e.g. "nodes.get": what the stats count
     handler: Handler
     mutates: bool
