@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from podctl.errors import ConfigError, PodctlError, StorageError, StorageNotFound, StorageUnavailable
+from podctl.errors import ConfigError, PodctlError
+from podctl.errors import StorageError as StorageError  # errors.py owns them; re-exported for storage's callers
+from podctl.errors import StorageNotFound as StorageNotFound
+from podctl.errors import StorageUnavailable as StorageUnavailable
 from podctl.retry import RetryPolicy
 from podctl.settings import FAKE_BUCKET, FAKE_USER_TOKEN, endpoint_override
 

@@ -27,7 +27,7 @@ from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate, translate_metadata_update
 from podctl.cloud.types import GuestEntry
 from podctl.errors import ConfigError, PodctlError, TransientError
-from podctl.retry import RetryPolicy
+from podctl.retry import RetryPolicy as RetryPolicy  # retry.py owns it; re-exported for connect.py
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request
