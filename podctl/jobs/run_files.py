@@ -227,7 +227,7 @@ async def read_heartbeats(storage: Storage, run_id: str) -> dict[int, float]:
             for o in await storage.list(run_layout.heartbeat_prefix(run_id))}
 
 
-async def read_beats(storage: Storage, run_id: str) -> dict[int, dict]:
+async def read_beats(storage: Storage, run_id: str) -> dict[int, dict[str, Any]]:
     """host -> its agent's last heartbeat as it wrote it (time, the script's progress,
     its process's state, its JAX process index); an unreadable one is left out."""
     beats = {}
