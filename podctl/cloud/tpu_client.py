@@ -224,9 +224,9 @@ class TpuApi:
                                 self.client, "GET", operation.name, timeout=CALL_TIMEOUT)
 
     async def _list(self, method: str, what: str, fn: Callable[..., Any], request: Any,
-                    field: str) -> list:
+                    field: str) -> list[Any]:
         """Follow nextPageToken page by page, each page one counted, retried call."""
-        items: list = []
+        items: list[Any] = []
         token = ""
         while True:
             request.page_token = token
