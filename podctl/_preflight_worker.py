@@ -59,7 +59,8 @@ def _dot_flops(eqn: Any) -> float:
     (lhs_contract, _), _ = eqn.params["dimension_numbers"]
     lhs = eqn.invars[0].aval.shape
     out = eqn.outvars[0].aval.shape
-    return 2.0 * math.prod(out) * math.prod(lhs[d] for d in lhs_contract)
+    flops: float = 2.0 * math.prod(out) * math.prod(lhs[d] for d in lhs_contract)
+    return flops
 
 
 def _sub_jaxprs(eqn: Any) -> list[Any]:
@@ -101,7 +102,7 @@ def matmul_flops(jaxpr: Any) -> tuple[float, float, int]:
     return full, once, unknown
 
 
-def _topology_devices(request: dict) -> list:
+def _topology_devices(request: dict[str, Any]) -> list[Any]:
     from jax.experimental import topologies
 
     topo = topologies.get_topology_desc(
@@ -146,7 +147,7 @@ def _memory(compiled: Any) -> dict[str, int]:
             "code": int(m.generated_code_size_in_bytes)}
 
 
-def run(request: dict) -> dict:
+def run(request: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         import jax  # noqa: F401  (the CPU platform only: JAX_PLATFORMS=cpu, set by the parent)

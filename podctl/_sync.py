@@ -36,7 +36,7 @@ def _run_here(coro: Coroutine[Any, Any, T]) -> T:
     that takes Ctrl-C's path here, whatever SIGINT is set to (a background job's is
     ignored, and asyncio then handles nothing): the first cancels CORO's task, a second
     raises KeyboardInterrupt at once."""
-    task: asyncio.Task | None = None
+    task: asyncio.Task[Any] | None = None
     stops = 0
 
     async def main() -> T:
@@ -114,7 +114,7 @@ class LoopThread:
 class Background(Generic[T]):
     """A coroutine running on a LoopThread's loop."""
 
-    def __init__(self, future: concurrent.futures.Future, started: threading.Event,
+    def __init__(self, future: concurrent.futures.Future[T], started: threading.Event,
                  ended: threading.Event):
         self.future, self._started, self._ended = future, started, ended
 

@@ -40,7 +40,9 @@ from podctl.steps.supervise import Supervised, Supervision, run_supervised
 from podctl.vocabulary import DEFAULT_WAIT
 
 if TYPE_CHECKING:
+    from podctl.jobs.checkpoints import Checkpoint
     from podctl.jobs.job import Job
+    from podctl.jobs.run_record import RunRecord
 
 __all__ = ["connect", "Cloud", "Slice", "Run"]
 
@@ -263,7 +265,7 @@ class Slice:
         return head + _table(["worker", "address"], ((h.worker, f"{h.ip}:{h.port}") for h in i.hosts[:16]))
 
 
-class RunList(list):
+class RunList(list["RunRecord"]):
     def __repr__(self) -> str:
         return "[" + ",\n ".join(repr(r) for r in self) + "]"
 
@@ -276,7 +278,7 @@ class RunList(list):
                         r.script or r.kind) for r in self))
 
 
-class SliceList(list):
+class SliceList(list["Slice"]):
     def _repr_html_(self) -> str:
         return _table(["name", "type", "state", "hosts", "chips", "tier"],
                       ((s.name, s.info.accelerator_type, s.info.state, len(s.info.hosts), s.info.chips,
@@ -287,7 +289,7 @@ class Run:
     """A run of a script on every host of a slice; its logs and status live in GCS."""
 
     def __init__(self, cloud: Cloud, run_id: str, num_hosts: int, *, slice_name: str,
-                 job: Job | None = None, lines: deque | None = None,
+                 job: Job | None = None, lines: deque[tuple[int, str]] | None = None,
                  supervisor: Background[Supervised] | None = None):
         self.cloud, self.run_id, self.num_hosts, self.slice_name = cloud, run_id, num_hosts, slice_name
         self._job = job
@@ -304,7 +306,7 @@ class Run:
 
     @classmethod
     def _supervised(cls, cloud: Cloud, slice_name: str, options: steps.RunOptions, how: Supervision,
-                    sink: steps.LineSink, notices: list[str], lines: deque) -> Run:
+                    sink: steps.LineSink, notices: list[str], lines: deque[tuple[int, str]]) -> Run:
         """Start OPTIONS on SLICE_NAME under podctl's watch (budget, recoveries), in the
         background on podctl's loop; return once its first attempt has started."""
         started: list[Any] = []
@@ -493,7 +495,7 @@ async def _request_stop(session: steps.Session, run_id: str) -> None:
 STOPPED_BY = "Run.stop()"
 
 
-class CheckpointList(list):
+class CheckpointList(list["Checkpoint"]):
     def __repr__(self) -> str:
         return "[" + ", ".join(f"step {c.step}{'' if c.complete else ' (incomplete)'}" for c in self) + "]"
 

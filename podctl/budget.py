@@ -162,7 +162,7 @@ async def delete_slice(api: TpuApi, parent: str, info: SliceInfo,
 
 # ---- while `podctl run` follows -------------------------------------------------------
 
-async def _settled(task: asyncio.Future, timeout: float | None) -> bool:
+async def _settled(task: asyncio.Future[Any], timeout: float | None) -> bool:
     done, _ = await asyncio.wait({task}, timeout=timeout)
     return bool(done)
 

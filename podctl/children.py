@@ -60,7 +60,7 @@ def _kill_group(pid: int) -> None:
 
 
 def run(argv: Sequence[str], *, timeout: float | None = None, text: bool = True,
-        **popen: Any) -> subprocess.CompletedProcess:
+        **popen: Any) -> subprocess.CompletedProcess[Any]:
     """subprocess.run(ARGV, capture_output=True, ...) for a child that ends with podctl:
     on a timeout (TimeoutExpired, as subprocess.run raises it) or any exception in
     podctl, its whole process group is SIGKILLed before the exception goes on."""

@@ -56,7 +56,7 @@ class DemoSummary:
 _NOISE = ("[Gloo]", "google_auth_provider", "Expected number of connected peer ranks")
 
 
-def _steps(metrics: list[dict]) -> list[dict]:
+def _steps(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [m for m in metrics if m.get("kind") == "step"]
 
 

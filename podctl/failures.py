@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from podctl.vocabulary import EXIT_HOST_LOST, EXIT_KILLED, EXIT_TERMINATED
+from podctl.vocabulary import EXIT_HOST_LOST as EXIT_HOST_LOST  # vocabulary.py owns it; re-exported
+from podctl.vocabulary import EXIT_KILLED, EXIT_TERMINATED
 
 if TYPE_CHECKING:  # a type only: cloud/ asks here (up's reuse), so no import back at run time
     from podctl.cloud.types import SliceInfo

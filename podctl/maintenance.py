@@ -38,7 +38,7 @@ MAINTENANCE_HEALTH = "UNHEALTHY_MAINTENANCE"
 POLL_SECONDS = 2.0
 
 
-async def stopped_for(storage: Storage, run_id: str) -> dict | None:
+async def stopped_for(storage: Storage, run_id: str) -> dict[str, Any] | None:
     """The maintenance a host's agent stopped run RUN_ID for, or None (also when GCS
     cannot say: this only refines why a run ended, it never fails the run's ending)."""
     from podctl.jobs import run_layout
@@ -53,7 +53,8 @@ async def stopped_for(storage: Storage, run_id: str) -> dict | None:
         except (ValueError, PodctlError):
             continue
         if isinstance(status, dict) and isinstance(status.get("maintenance"), dict):
-            return status["maintenance"]
+            plan: dict[str, Any] = status["maintenance"]
+            return plan
     return None
 
 
@@ -63,7 +64,7 @@ def _when(epoch: Any) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(epoch))
 
 
-def describe(plan: dict) -> str:
+def describe(plan: dict[str, Any]) -> str:
     """'maintenance 16:50:00 UTC to 17:00:00 UTC' (what is known of the window)."""
     start, end = plan.get("window_start"), plan.get("window_end")
     if start is None:
@@ -71,17 +72,17 @@ def describe(plan: dict) -> str:
     return f"maintenance {_when(start)}" + (f" to {_when(end)}" if end is not None else "")
 
 
-def reason(plan: dict) -> str:
+def reason(plan: dict[str, Any]) -> str:
     return f"stopped for {describe(plan)}"
 
 
-def stop_message(run_id: str, name: str, script: str, plan: dict) -> str:
+def stop_message(run_id: str, name: str, script: str, plan: dict[str, Any]) -> str:
     return (f"run {run_id} checkpointed and stopped for {describe(plan)} on slice {name}; "
             f"after it, resume with `podctl run {name} {script} --resume {run_id}` "
             f"(or run with --recover N to wait it out)")
 
 
-async def wait_out(describe_slice: Callable[[], Any], plan: dict, notice: Callable[[str], None],
+async def wait_out(describe_slice: Callable[[], Any], plan: dict[str, Any], notice: Callable[[str], None],
                    *, poll: float = POLL_SECONDS, now: Callable[[], float] = time.time,
                    sleep: Callable[[float], Any] = asyncio.sleep,
                    overrun: float = OVERRUN_SECONDS) -> bool:

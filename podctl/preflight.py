@@ -140,7 +140,8 @@ class PreflightResult:
     def loop_flops(self) -> float:
         """The matmul FLOPs of loop trips that XLA's analysis leaves out (it counts a
         while loop's body once; a scan over L layers runs it L times)."""
-        return max(0.0, self.raw.get("matmul_flops", 0.0) - self.raw.get("matmul_flops_loops_once", 0.0))
+        flops: float = max(0.0, self.raw.get("matmul_flops", 0.0) - self.raw.get("matmul_flops_loops_once", 0.0))
+        return flops
 
     @property
     def flops_per_step(self) -> float | None:

@@ -27,6 +27,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from podctl.errors import ConfigError, InvalidValueError
 
@@ -116,7 +117,7 @@ def state_dir(env: Mapping[str, str] = os.environ) -> Path:
     return _home_dir(env, "PODCTL_STATE_DIR", "XDG_STATE_HOME", ".local/state")
 
 
-def load_podctl_toml(directory: Path) -> dict:
+def load_podctl_toml(directory: Path) -> dict[str, Any]:
     """The whole of DIRECTORY/podctl.toml ({} when there is none), checked."""
     path = directory / "podctl.toml"
     if not path.exists():
@@ -127,10 +128,11 @@ def load_podctl_toml(directory: Path) -> dict:
         raise ConfigError(f"{path} is not valid TOML ({e}); fix or remove it.") from e
 
 
-def read_podctl_toml(directory: Path) -> dict:
+def read_podctl_toml(directory: Path) -> dict[str, Any]:
     """Its settings: the [podctl] table, or the top level."""
     data = load_podctl_toml(directory)
-    return data.get("podctl", data)
+    settings: dict[str, Any] = data.get("podctl", data)
+    return settings
 
 
 def read_gcloud_config(env: Mapping[str, str]) -> dict[str, str]:
@@ -156,7 +158,7 @@ def read_gcloud_config(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def endpoint_override(service: str, env: Mapping[str, str] = os.environ,
-                      toml: dict | None = None, cwd: Path | None = None) -> str | None:
+                      toml: dict[str, Any] | None = None, cwd: Path | None = None) -> str | None:
     """Where SERVICE ("tpu", "storage", "compute" or "oslogin") is, when gcloud's override or podctl.toml moves it:
     a root URL such as http://127.0.0.1:8080 (no trailing slash, no API path)."""
     var = f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{service.upper()}"
@@ -175,7 +177,7 @@ def endpoint_override(service: str, env: Mapping[str, str] = os.environ,
     return url
 
 
-def _oslogin(env: Mapping[str, str], toml: dict) -> bool:
+def _oslogin(env: Mapping[str, str], toml: dict[str, Any]) -> bool:
     if env.get("PODCTL_OSLOGIN"):
         on = switch(env["PODCTL_OSLOGIN"], "PODCTL_OSLOGIN")
     else:
@@ -186,7 +188,7 @@ def _oslogin(env: Mapping[str, str], toml: dict) -> bool:
 VIAS = ("auto", "boot", "ssh")
 
 
-def _via(env: Mapping[str, str], toml: dict) -> str:
+def _via(env: Mapping[str, str], toml: dict[str, Any]) -> str:
     via = env.get("PODCTL_VIA") or toml.get("via") or "ssh"
     if via not in VIAS:
         where = "PODCTL_VIA" if env.get("PODCTL_VIA") else "via (podctl.toml)"
@@ -194,7 +196,7 @@ def _via(env: Mapping[str, str], toml: dict) -> str:
     return str(via)
 
 
-def _backend(backend: str | None, env: Mapping[str, str], toml: dict) -> str:
+def _backend(backend: str | None, env: Mapping[str, str], toml: dict[str, Any]) -> str:
     backend = backend or env.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
     if backend not in BACKENDS:
         raise InvalidValueError(f"unknown backend {backend!r}: use --backend gcp or --backend fake.")
@@ -205,7 +207,7 @@ def _fallback(backend: str, env: Mapping[str, str]) -> dict[str, str]:
     return {"project": FAKE_PROJECT, "zone": FAKE_ZONE} if backend == "fake" else read_gcloud_config(env)
 
 
-def _zone(zone: str | None, env: Mapping[str, str], toml: dict, fallback: dict[str, str]) -> str | None:
+def _zone(zone: str | None, env: Mapping[str, str], toml: dict[str, Any], fallback: dict[str, str]) -> str | None:
     return zone or env.get("CLOUDSDK_COMPUTE_ZONE") or toml.get("zone") or fallback.get("zone")
 
 

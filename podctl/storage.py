@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from podctl.errors import ConfigError, PodctlError, StorageError, StorageNotFound, StorageUnavailable
+from podctl.errors import ConfigError, PodctlError
+from podctl.errors import StorageError as StorageError  # errors.py owns them; re-exported for storage's callers
+from podctl.errors import StorageNotFound as StorageNotFound
+from podctl.errors import StorageUnavailable as StorageUnavailable
 from podctl.retry import RetryPolicy
 from podctl.settings import FAKE_BUCKET, FAKE_USER_TOKEN, endpoint_override
 
@@ -198,7 +201,7 @@ class Storage:
 
     async def exists(self, name: str) -> bool:
         # A missing bucket reads as False here; the upload that follows says why.
-        found = await self._call("exists", f"looking up {self.gs_url(name)}",
+        found: bool = await self._call("exists", f"looking up {self.gs_url(name)}",
                                  self._bucket.blob(name).exists, retry=None, timeout=self.timeout)
         self._bucket_seen |= found
         return found
@@ -262,7 +265,7 @@ class Storage:
     async def download_bytes(self, name: str) -> bytes:
         """The object's bytes; StorageNotFound when it is missing."""
         try:
-            data = await self._call("download", f"downloading {self.gs_url(name)}",
+            data: bytes = await self._call("download", f"downloading {self.gs_url(name)}",
                                     self._bucket.blob(name).download_as_bytes, retry=None,
                                     timeout=self.timeout)
         except StorageNotFound as e:

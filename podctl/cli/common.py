@@ -13,6 +13,11 @@ from podctl.vocabulary import EXIT_INTERRUPTED
 if TYPE_CHECKING:
     from podctl.errors import PodctlError
 
+    # click's own annotations make ParamType generic (value, input); click 8.1 cannot subscript it
+    NumberParam = click.ParamType[float, Any]
+else:
+    NumberParam = click.ParamType
+
 
 class Context:
     """What the global options say, handed to every command."""
@@ -39,7 +44,7 @@ def refuse_blank(value: str | None, option: str) -> None:
         raise InvalidValueError(f"{option} is empty: give a value, or leave {option} out for the default.")
 
 
-class Number(click.ParamType):
+class Number(NumberParam):
     """A number option, read by `numbers.parse_number`: digits 0-9 only (no '１６', 'nan',
     'inf' or '1_0', which Python's int() and float() take), finite, within the option's
     range (a whole one within 64 bits); else one `podctl: error:` line, exit 2."""

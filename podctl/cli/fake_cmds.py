@@ -136,7 +136,7 @@ def _compute() -> tuple[Any, str, str]:
     return FakeCompute(_admin().status()["tpu_api"]), settings.project, settings.zone.rsplit("-", 1)[0]
 
 
-def allowed_of(text: str) -> list[dict]:
+def allowed_of(text: str) -> list[dict[str, Any]]:
     """gcloud's --allow (tcp:22,tcp:8470-8479,icmp) -> Compute Engine's `allowed` list."""
     from podctl.errors import InvalidValueError
 

@@ -35,7 +35,8 @@ def load_command(name: str) -> click.Command:
     if name not in _FAKE_ONLY and not getattr(command, "_podctl_backend_option", False):
         _backend_option(command)
         command._podctl_backend_option = True
-    return command
+    loaded: click.Command = command  # an imported module's attribute: Any to mypy
+    return loaded
 
 
 class PodctlGroup(click.Group):

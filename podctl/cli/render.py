@@ -54,7 +54,8 @@ def _age(info: SliceInfo) -> str:
 
 def slice_table(slices: Iterable[SliceInfo], costs: dict[str, Any] | None = None) -> None:
     """COSTS: slice name -> podctl.cost.SliceCost, for the $/HOUR and COST columns."""
-    from rich.table import Table, box
+    from rich import box
+    from rich.table import Table
 
     from podctl.numbers import fmt_usd
 

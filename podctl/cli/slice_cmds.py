@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -12,16 +12,17 @@ from podctl.cli.common import COUNT, POSITIVE, Context, guarded, runtime_help, s
 from podctl.vocabulary import DEFAULT_WAIT
 
 pass_context = click.make_pass_decorator(Context)
+Command = TypeVar("Command", bound=Callable[..., Any])  # what an option decorator takes and gives back
 
 
-def where_options(fn: Callable) -> Callable:
+def where_options(fn: Command) -> Command:
     fn = click.option("--zone", default=None, help="Zone (default: $CLOUDSDK_COMPUTE_ZONE, "
                       "podctl.toml, gcloud config).")(fn)
     return click.option("--project", default=None, help="Google Cloud project (default: "
                         "$CLOUDSDK_CORE_PROJECT, podctl.toml, gcloud config).")(fn)
 
 
-def json_option(fn: Callable) -> Callable:
+def json_option(fn: Command) -> Command:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable; see docs/reference/json.md).")(fn)
 
 

@@ -50,7 +50,8 @@ def stop_fake(settings: Settings) -> None:
 def fake_endpoint(settings: Settings) -> str:
     from podctl.fake import daemon
 
-    return daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["tpu_api"]
+    url: str = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["tpu_api"]
+    return url
 
 
 def connect(settings: Settings) -> TpuApi:
@@ -107,7 +108,8 @@ def storage_endpoint(settings: Settings) -> str | None:
         return None
     from podctl.fake import daemon
 
-    return daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["gcs"]
+    url: str | None = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["gcs"]
+    return url
 
 
 def job_ports(settings: Settings) -> tuple[int | None, int]:

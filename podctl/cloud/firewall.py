@@ -58,7 +58,7 @@ class Vpc:
     subnet: str
     subnet_range: str | None = None
     private_google_access: bool | None = None
-    rules: list[dict] = field(default_factory=list)
+    rules: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _covers(ports: list[str] | None, port: int) -> bool:
@@ -74,7 +74,7 @@ def _covers(ports: list[str] | None, port: int) -> bool:
     return False
 
 
-def _from_inside(rule: dict, subnet_range: str | None, tags: tuple[str, ...]) -> bool:
+def _from_inside(rule: dict[str, Any], subnet_range: str | None, tags: tuple[str, ...]) -> bool:
     """The rule's sources hold every address of the subnet, or a tag the node carries."""
     ranges, sources = rule.get("sourceRanges") or [], rule.get("sourceTags") or []
     if not ranges and not sources:
@@ -90,7 +90,7 @@ def _from_inside(rule: dict, subnet_range: str | None, tags: tuple[str, ...]) ->
         return False
 
 
-def admits(rule: dict, network: Network, tags: tuple[str, ...], port: int, *,
+def admits(rule: dict[str, Any], network: Network, tags: tuple[str, ...], port: int, *,
            internal_from: str | None = None) -> bool:
     """An enabled INGRESS allow rule of NETWORK that lets tcp:PORT reach a VM with TAGS
     (from the subnet INTERNAL_FROM, with the same TAGS, when given)."""
@@ -107,7 +107,7 @@ def admits(rule: dict, network: Network, tags: tuple[str, ...], port: int, *,
                for a in rule.get("allowed") or [])
 
 
-def admits_ssh(rule: dict, network: Network, tags: tuple[str, ...]) -> bool:
+def admits_ssh(rule: dict[str, Any], network: Network, tags: tuple[str, ...]) -> bool:
     return admits(rule, network, tags, SSH_PORT)
 
 
@@ -141,7 +141,7 @@ class ComputeReader:
         self.base = base.rstrip("/") + "/compute/v1"
         self.session = AuthorizedSession(credentials) if credentials is not None else requests.Session()
 
-    def get(self, path: str, **params: str) -> tuple[int, dict]:
+    def get(self, path: str, **params: str) -> tuple[int, dict[str, Any]]:
         response = self.session.get(f"{self.base}/{path}", params=params or None, timeout=_TIMEOUT)
         try:
             body = response.json()
@@ -153,7 +153,7 @@ class ComputeReader:
         self.session.close()
 
 
-def _message(body: dict) -> str:
+def _message(body: dict[str, Any]) -> str:
     return str((body.get("error") or {}).get("message") or "no answer")
 
 
@@ -186,7 +186,7 @@ def _read(reader: ComputeReader, project: str, region: str, network: str | None,
         raise InvalidValueError(f"--network {name!r}: no such network in project {owner}.")
     if status != 200:
         return f"could not read network {name!r} ({status}: {_message(body)})"
-    rules: list[dict] = []
+    rules: list[dict[str, Any]] = []
     token = ""
     while True:
         status, body = reader.get(f"projects/{owner}/global/firewalls", **({"pageToken": token} if token else {}))

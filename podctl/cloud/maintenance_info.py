@@ -14,7 +14,7 @@ from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 
 
-def _get(api: TpuApi, name: str) -> dict | None:
+def _get(api: TpuApi, name: str) -> dict[str, Any] | None:
     from google.auth.transport.requests import AuthorizedSession
 
     base = api.endpoint if "://" in api.endpoint else f"https://{api.endpoint}"
@@ -29,11 +29,11 @@ def _get(api: TpuApi, name: str) -> dict | None:
         session.close()
 
 
-async def upcoming(api: TpuApi, info: SliceInfo) -> dict[str, dict]:
+async def upcoming(api: TpuApi, info: SliceInfo) -> dict[str, dict[str, Any]]:
     """Node short name -> its upcomingMaintenance, for the nodes of slice INFO that have one."""
     parent = f"projects/{info.project}/locations/{info.zone}"
 
-    async def one(node: Any) -> tuple[str, dict | None]:
+    async def one(node: Any) -> tuple[str, dict[str, Any] | None]:
         try:
             return node.name, await asyncio.to_thread(_get, api, f"{parent}/nodes/{node.name}")
         except Exception:  # noqa: BLE001 - an extra for the display, never a failure of it
@@ -43,7 +43,7 @@ async def upcoming(api: TpuApi, info: SliceInfo) -> dict[str, dict]:
     return {name: plan for name, plan in found if plan}
 
 
-def describe(plan: dict) -> str:
+def describe(plan: dict[str, Any]) -> str:
     """'PENDING SCHEDULED 2026-12-03T17:00:00Z to 2026-12-03T17:10:00Z'."""
     start, end = plan.get("windowStartTime", "?"), plan.get("windowEndTime")
     return (f"{plan.get('maintenanceStatus', '?')} {plan.get('type', '')} {start}"

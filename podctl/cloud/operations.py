@@ -41,8 +41,8 @@ class Operation:
 
     name: str
     done: bool = False
-    error: dict | None = None  # google.rpc.Status as JSON: code, message, details
-    response: dict | None = None  # with its "@type"
+    error: dict[str, Any] | None = None  # google.rpc.Status as JSON: code, message, details
+    response: dict[str, Any] | None = None  # with its "@type"
 
     @classmethod
     def from_json(cls, data: Any) -> Operation:
@@ -60,7 +60,9 @@ class Operation:
             return None
         code = int(self.error.get("code", 2) or 2)  # 2: UNKNOWN
         details = self.error.get("details") or []
-        return gexc.from_grpc_status(code, str(self.error.get("message", "")), details=details)
+        error: gexc.GoogleAPICallError = gexc.from_grpc_status(code, str(self.error.get("message", "")),
+                                                               details=details)
+        return error
 
     def response_type(self) -> str:
         return str((self.response or {}).get("@type", "")).rsplit("/", 1)[-1]
@@ -69,27 +71,30 @@ class Operation:
         """The finished operation's Node, when it carries one."""
         if self.response_type() != "google.cloud.tpu.v2.Node":
             return None
-        return _parse(tpu_v2.Node, self.response)
+        node: tpu_v2.Node = _parse(tpu_v2.Node, self.response)
+        return node
 
     def queued_resource(self) -> tpu_v2.QueuedResource | None:
         if self.response_type() != "google.cloud.tpu.v2.QueuedResource":
             return None
-        return _parse(tpu_v2.QueuedResource, self.response)
+        queued: tpu_v2.QueuedResource = _parse(tpu_v2.QueuedResource, self.response)
+        return queued
 
 
-def _parse(message_type: Any, data: dict | None) -> Any:
+def _parse(message_type: Any, data: dict[str, Any] | None) -> Any:
     body = {k: v for k, v in (data or {}).items() if k != "@type"}
     return message_type.from_json(json.dumps(body), ignore_unknown_fields=True)
 
 
-def to_body(message: Any) -> dict:
+def to_body(message: Any) -> dict[str, Any]:
     """A proto-plus message as the JSON body the REST API takes (lowerCamelCase, enums by
     name, default values left out, as the generated transport sends them)."""
-    return json_format.MessageToDict(type(message).pb(message))
+    body: dict[str, Any] = json_format.MessageToDict(type(message).pb(message))
+    return body
 
 
-def send(client: tpu_v2.TpuClient, method: str, path: str, *, params: dict | None = None,
-         body: dict | None = None, timeout: float | None = None) -> Operation:
+def send(client: tpu_v2.TpuClient, method: str, path: str, *, params: dict[str, Any] | None = None,
+         body: dict[str, Any] | None = None, timeout: float | None = None) -> Operation:
     """One HTTP call to /v2/PATH that answers with an operation (blocking)."""
     transport = client.transport
     session = transport._session  # type: ignore[attr-defined]  # the generated transport's AuthorizedSession

@@ -64,7 +64,7 @@ class OsLogin:
 
         return AuthorizedSession(self.credentials) if self.credentials is not None else requests.Session()
 
-    def _call(self, method: str, url: str, **kwargs: Any) -> tuple[int, dict]:
+    def _call(self, method: str, url: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
         import requests
 
         session = self._session()
@@ -124,7 +124,7 @@ def _member(account: str) -> str:
     return f"{kind}:{account}"
 
 
-def _username(body: dict, project: str, account: str) -> str:
+def _username(body: dict[str, Any], project: str, account: str) -> str:
     accounts = (body.get("loginProfile") or {}).get("posixAccounts") or []
     chosen = ([a for a in accounts if a.get("accountId") == project]
               or [a for a in accounts if a.get("primary")] or accounts)

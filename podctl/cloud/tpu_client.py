@@ -27,7 +27,7 @@ from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate, translate_metadata_update
 from podctl.cloud.types import GuestEntry
 from podctl.errors import ConfigError, PodctlError, TransientError
-from podctl.retry import RetryPolicy
+from podctl.retry import RetryPolicy as RetryPolicy  # retry.py owns it; re-exported for connect.py
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request
@@ -224,9 +224,9 @@ class TpuApi:
                                 self.client, "GET", operation.name, timeout=CALL_TIMEOUT)
 
     async def _list(self, method: str, what: str, fn: Callable[..., Any], request: Any,
-                    field: str) -> list:
+                    field: str) -> list[Any]:
         """Follow nextPageToken page by page, each page one counted, retried call."""
-        items: list = []
+        items: list[Any] = []
         token = ""
         while True:
             request.page_token = token

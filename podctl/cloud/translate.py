@@ -16,6 +16,7 @@ Each becomes one line that says what to run or whom to ask.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import requests
 from google.api_core import exceptions as gexc
@@ -161,7 +162,7 @@ def _status(e: gexc.GoogleAPICallError) -> str | None:
     return getattr(code, "name", None) if code is not None else None
 
 
-def _error_info(e: gexc.GoogleAPICallError) -> tuple[str | None, dict]:
+def _error_info(e: gexc.GoogleAPICallError) -> tuple[str | None, dict[str, Any]]:
     metadata = getattr(e, "metadata", None)
     return getattr(e, "reason", None), dict(metadata) if isinstance(metadata, dict) else {}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from typing import Any
 
 from podctl.fake.apierror import ApiError
 
@@ -87,7 +88,7 @@ def rate_limited(project: str) -> ApiError:
     ])
 
 
-def exists(projects: dict[str, dict], own_project: str, project: str) -> bool:
+def exists(projects: dict[str, dict[str, Any]], own_project: str, project: str) -> bool:
     """Whether the fake has PROJECT: a known one, the daemon's own, or one the admin API
     added, unless the admin API made it not exist."""
     switches = projects.get(project, {})
@@ -95,7 +96,7 @@ def exists(projects: dict[str, dict], own_project: str, project: str) -> bool:
     return known and switches.get("exists", True)
 
 
-def require_project(projects: dict[str, dict], own_project: str, project: str, permission: str) -> None:
+def require_project(projects: dict[str, dict[str, Any]], own_project: str, project: str, permission: str) -> None:
     """A change to PROJECT's own settings (its metadata: Compute Engine's PERMISSION) refused
     as Google refuses a project that does not exist, with the projects the fake has."""
     if exists(projects, own_project, project):
@@ -111,7 +112,7 @@ def project_of(path: str) -> str | None:
     return found.group(1) if found else None
 
 
-def check(projects: dict[str, dict], own_project: str, call: str, path: str) -> None:
+def check(projects: dict[str, dict[str, Any]], own_project: str, call: str, path: str) -> None:
     """Refuse CALL on PATH (e.g. projects/p/locations/z/nodes/x) as Google would.
 
     PROJECTS holds the admin API's switches per project: {"exists": bool,

@@ -76,7 +76,7 @@ def _probe_port(address: str, port: int) -> int:
     for wanted in (port, 0):
         sock = _try_bind(address, wanted)
         if sock is not None:
-            got = sock.getsockname()[1]
+            got: int = sock.getsockname()[1]
             sock.close()
             return got
     raise OSError(f"cannot bind {address}")

@@ -48,10 +48,10 @@ from podctl.fake.world import Timings, World
 if TYPE_CHECKING:
     from podctl.fake.server import FakeCloud
 
-Action = Callable[["FakeCloud", dict], Any]
+Action = Callable[["FakeCloud", dict[str, Any]], Any]
 
 
-def _seconds(body: dict, key: str, default: float | None = 0.0) -> float | None:
+def _seconds(body: dict[str, Any], key: str, default: float | None = 0.0) -> float | None:
     """A non-negative, finite number of seconds from BODY (DEFAULT when absent)."""
     value = body.get(key)
     if value is None:
@@ -62,7 +62,7 @@ def _seconds(body: dict, key: str, default: float | None = 0.0) -> float | None:
     return seconds
 
 
-def _quota(cloud: FakeCloud, body: dict) -> dict:
+def _quota(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     key = f"{body.get('project', cloud.project)}/{body.get('zone', cloud.zone)}"
     if body.get("chips") is None:
         cloud.world.quota.pop(key, None)
@@ -71,7 +71,7 @@ def _quota(cloud: FakeCloud, body: dict) -> dict:
     return {"quota": cloud.world.quota}
 
 
-def _project(cloud: FakeCloud, body: dict) -> dict:
+def _project(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     project = body.get("project")
     if not isinstance(project, str) or not project:
         raise invalid("project takes {project, exists?, api_enabled?, denied?}")
@@ -84,7 +84,7 @@ def _project(cloud: FakeCloud, body: dict) -> dict:
     return {"projects": cloud.world.projects}
 
 
-def _guest_attributes(cloud: FakeCloud, body: dict) -> dict:
+def _guest_attributes(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     node = faults.find_node(cloud, str(body.get("name", "")))
     worker = int(body.get("worker", 0))
     if not 0 <= worker < node["_hosts"]:
@@ -98,7 +98,7 @@ def _guest_attributes(cloud: FakeCloud, body: dict) -> dict:
     return {"published": sum(len(k) for k in node["_guest"][str(worker)].values())}
 
 
-def _timings(cloud: FakeCloud, body: dict) -> dict:
+def _timings(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     world = cloud.world
     known = {f.name for f in dataclasses.fields(Timings)} | {"time_scale"}
     if set(body) - known:
@@ -112,7 +112,7 @@ def _timings(cloud: FakeCloud, body: dict) -> dict:
     return {"time_scale": world.time_scale, **dataclasses.asdict(world.timings)}
 
 
-def _advance(cloud: FakeCloud, body: dict) -> dict:
+def _advance(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     seconds = float(body.get("seconds", 0))
     if seconds < 0:
         raise invalid("the clock only moves forward")
@@ -121,7 +121,7 @@ def _advance(cloud: FakeCloud, body: dict) -> dict:
     return {"now": cloud.world.now()}
 
 
-def _iam(cloud: FakeCloud, body: dict) -> dict:
+def _iam(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     policy = cloud.world.iam
     if "secure" in body:
         policy["secure"] = bool(body["secure"])
@@ -131,7 +131,7 @@ def _iam(cloud: FakeCloud, body: dict) -> dict:
     return {"iam": policy}
 
 
-def _reset(cloud: FakeCloud, body: dict) -> dict:
+def _reset(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     cloud.world = World(iam=iam.initial(bool(cloud.secure)))
     cloud.faults.clear()
     cloud.calls.clear()
@@ -144,18 +144,18 @@ def _reset(cloud: FakeCloud, body: dict) -> dict:
     return {}
 
 
-def _hosts(cloud: FakeCloud, body: dict) -> dict:
+def _hosts(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     return {"nodes": cloud.hosts.describe() if cloud.hosts else {},
             "host_latency": cloud.hosts.latency if cloud.hosts else 0.0,
             "in_grace": sorted(cloud.hosts.dying) if cloud.hosts else []}  # preempted, not yet SIGKILLed
 
 
-def _reset_stats(cloud: FakeCloud, body: dict) -> dict:
+def _reset_stats(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     cloud.calls.clear()
     return {}
 
 
-def _network(cloud: FakeCloud, body: dict) -> dict:
+def _network(cloud: FakeCloud, body: dict[str, Any]) -> dict[str, Any]:
     return compute.add_network(cloud.world, body, cloud.project)
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+T = TypeVar("T")  # page(): whatever the list holds
 
 
 class ApiError(Exception):
     """An error the fake API answers with, in Google's shape."""
 
-    def __init__(self, http_status: int, status: str, message: str, details: list | None = None):
+    def __init__(self, http_status: int, status: str, message: str, details: list[Any] | None = None):
         super().__init__(message)
         self.http_status, self.status, self.message, self.details = (
             http_status, status, message, details,
@@ -49,7 +52,7 @@ def parse_timestamp(text: str) -> float:
         raise invalid(f"Invalid timestamp {text!r}") from e
 
 
-def page(items: list, page_size: int, page_token: str) -> tuple[list, str]:
+def page(items: list[T], page_size: int, page_token: str) -> tuple[list[T], str]:
     """Google-style paging: an opaque token that resumes after the last item."""
     size = page_size if 0 < page_size <= 1000 else 50
     try:

@@ -42,7 +42,7 @@ import math
 import os
 import random
 import subprocess
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from podctl.fake.host_ssh import BASH, uts_preexec
 from podctl.fake.node_fields import host_metadata
@@ -58,7 +58,7 @@ BOOT_LATE_CAP = 6.0  # no host later than this many means (the distribution's ta
 log = logging.getLogger(__name__)
 
 
-def script_of(node: dict) -> str | None:
+def script_of(node: dict[str, Any]) -> str | None:
     """The node's startup-script as its hosts see it; None when it has none."""
     script = host_metadata(node).get(SCRIPT_KEY)
     return script if isinstance(script, str) and script.strip() else None
@@ -158,7 +158,7 @@ def _start(host: Host, script: str) -> None:
     _reap(proc)
 
 
-def _reap(proc: subprocess.Popen) -> None:
+def _reap(proc: subprocess.Popen[bytes]) -> None:
     """Collect PROC's exit status when it ends, without waiting for it."""
     loop = asyncio.get_running_loop()
     try:

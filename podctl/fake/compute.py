@@ -49,13 +49,13 @@ def _not_found(what: str) -> web.Response:
     return _error(404, f"The resource '{what}' was not found", "notFound")
 
 
-def _rule(project: str, network: str, rule: dict) -> dict:
+def _rule(project: str, network: str, rule: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "compute#firewall", "direction": "INGRESS", "priority": 1000, "disabled": False,
             **rule, "network": f"{_BASE}/projects/{project}/global/networks/{network}",
             "selfLink": f"{_BASE}/projects/{project}/global/firewalls/{rule['name']}"}
 
 
-def _project(world: World, project: str) -> dict:
+def _project(world: World, project: str) -> dict[str, Any]:
     """`projects.get`: what podctl reads of it is commonInstanceMetadata (enable-oslogin)."""
     items = world.project_metadata.get(project, {})
     text = "".join(f"{k}={v};" for k, v in sorted(items.items()))
@@ -67,7 +67,7 @@ def _project(world: World, project: str) -> dict:
                 **({"items": [{"key": k, "value": v} for k, v in sorted(items.items())]} if items else {})}}
 
 
-def _operation(project: str, kind: str, target: str, region: str | None = None) -> dict:
+def _operation(project: str, kind: str, target: str, region: str | None = None) -> dict[str, Any]:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime())
     op_id = str(zlib.crc32(f"{target}{time.time_ns()}".encode()))
     where = f"regions/{region}" if region else "global"

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from podctl.errors import FakeCloudError
 from podctl.fake.admin_client import FakeAdmin
@@ -88,7 +89,7 @@ def _is_daemon(pid: int, state_dir: Path) -> bool:
     return b"podctl.fake.daemon" in argv and str(state_dir).encode() in argv
 
 
-def status(state_dir: Path) -> dict:
+def status(state_dir: Path) -> dict[str, Any]:
     """{"running": False} or the daemon's description, checked against the live process.
 
     A daemon that lives but does not answer is reported with "hung": true.
@@ -111,7 +112,7 @@ def status(state_dir: Path) -> dict:
 
 
 def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None = None,
-          bucket: str = DEFAULT_BUCKET, secure: bool | None = None) -> dict:
+          bucket: str = DEFAULT_BUCKET, secure: bool | None = None) -> dict[str, Any]:
     """Start the daemon unless it runs; returns its status (with "gcs" and "bucket").
 
     BUCKET is made in the GCS emulator when the daemon starts; a running daemon

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,7 +136,7 @@ def _factor(arg: Arg, value: Any, label: str) -> float:
     return number
 
 
-_KINDS = {
+_KINDS: dict[str, Callable[[Arg, Any, str], Any]] = {
     "node": _text, "text": _text, "choice": _choice, "chips": _chips, "workers": _workers,
     "factor": _factor, "flag": _flag,
     "worker": lambda arg, value, label: _whole(value, label),

@@ -30,14 +30,14 @@ class Fault:
     name: str  # CLI subcommand and admin route; FakeAdmin's method with "_" for "-"
     summary: str  # one line: the CLI's help and the admin API's listing
     args: tuple[Arg, ...]
-    act: Callable[[FakeCloud, dict], dict]  # checked arguments -> the JSON answer
-    said: Callable[[dict, dict], str]  # (arguments, answer) -> what the CLI prints
+    act: Callable[[FakeCloud, dict[str, Any]], dict[str, Any]]  # checked arguments -> the JSON answer
+    said: Callable[[dict[str, Any], dict[str, Any]], str]  # (arguments, answer) -> what the CLI prints
 
     @property
     def method(self) -> str:
         return self.name.replace("-", "_")
 
-    def check(self, body: dict) -> dict:
+    def check(self, body: dict[str, Any]) -> dict[str, Any]:
         """BODY's arguments checked and typed (defaults filled); ValueError if bad."""
         known = {a.name for a in self.args}
         unknown = sorted(set(body) - known)
@@ -55,7 +55,7 @@ class Fault:
 # ---- what each fault does ---------------------------------------------------------------
 
 
-def find(cloud: FakeCloud, name: str) -> tuple[str, dict]:
+def find(cloud: FakeCloud, name: str) -> tuple[str, dict[str, Any]]:
     try:
         return cloud.world.find(name)
     except ApiError as e:
@@ -63,14 +63,14 @@ def find(cloud: FakeCloud, name: str) -> tuple[str, dict]:
                        "fake cloud (see `podctl ls`)") from e
 
 
-def find_node(cloud: FakeCloud, name: str) -> dict:
+def find_node(cloud: FakeCloud, name: str) -> dict[str, Any]:
     kind, resource = find(cloud, name)
     if kind != "node":
         raise invalid(f"{resource['name']} is a queued resource; name one of its nodes")
     return resource
 
 
-def on_host(cloud: FakeCloud, args: dict, act: Callable[[Any, str, int], Any]) -> Any:
+def on_host(cloud: FakeCloud, args: dict[str, Any], act: Callable[[Any, str, int], Any]) -> Any:
     """ACT(host manager, node name, worker) on a live host named by ARGS' name and worker."""
     node = find_node(cloud, args["name"])
     if cloud.hosts is None:
@@ -81,35 +81,35 @@ def on_host(cloud: FakeCloud, args: dict, act: Callable[[Any, str, int], Any]) -
         raise precondition(str(e.args[0])) from e
 
 
-def _preempt(cloud: FakeCloud, args: dict) -> dict:
+def _preempt(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     find(cloud, args["name"])
     cloud.world.preempt(args["name"], args["after"], args["grace"])
     return cloud.world.resources()
 
 
-def _kill_host(cloud: FakeCloud, args: dict) -> dict:
+def _kill_host(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     sig = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}[args["signal"]]
     killed = on_host(cloud, args, lambda hosts, node, worker: hosts.kill_processes(node, worker, sig))
     return {"signalled": killed, "signal": args["signal"]}
 
 
-def _cut_ssh(cloud: FakeCloud, args: dict) -> dict:
+def _cut_ssh(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     return {"connections_cut": on_host(cloud, args, lambda h, node, worker: h.cut_ssh(node, worker))}
 
 
-def _drop_host(cloud: FakeCloud, args: dict) -> dict:
+def _drop_host(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     on_host(cloud, args, lambda hosts, node, worker: hosts.drop_host(node, worker))
     return {"dropped": args["worker"]}
 
 
-def _gcs_outage(cloud: FakeCloud, args: dict) -> dict:
+def _gcs_outage(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     if cloud.gcs is None:
         raise precondition("the fake cloud's GCS is not running")
     cloud.gcs.outage(args["seconds"])
     return {"gcs_outage_seconds": args["seconds"]}
 
 
-def _fail_calls(cloud: FakeCloud, args: dict) -> dict:
+def _fail_calls(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     from podctl.fake import tpu_api
 
     call = args["call"]
@@ -119,7 +119,7 @@ def _fail_calls(cloud: FakeCloud, args: dict) -> dict:
     return {"pending_faults": len(cloud.faults)}
 
 
-def _capacity(cloud: FakeCloud, args: dict) -> dict:
+def _capacity(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     world, zone, chips = cloud.world, args["zone"] or cloud.zone, args["chips"]
     if zone not in world.zones:
         raise invalid(f"the fake cloud has no zone {zone!r}; its zones: {', '.join(world.zones)}")
@@ -130,18 +130,18 @@ def _capacity(cloud: FakeCloud, args: dict) -> dict:
     return {"zone": zone, "capacity": world.zone_capacity(zone), "free": world.free_chips(zone)}
 
 
-def _latency(cloud: FakeCloud, args: dict) -> dict:
+def _latency(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     cloud.latency = args["seconds"]
     return {"latency": args["seconds"]}
 
 
-def _host_latency(cloud: FakeCloud, args: dict) -> dict:
+def _host_latency(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     if cloud.hosts:
         cloud.hosts.latency = args["seconds"]
     return {"host_latency": args["seconds"]}
 
 
-def _maintenance(cloud: FakeCloud, args: dict) -> dict:
+def _maintenance(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     from podctl.fake import maintenance
 
     plan = maintenance.announce(cloud.world, find_node(cloud, args["name"]), args["after"],
@@ -150,7 +150,7 @@ def _maintenance(cloud: FakeCloud, args: dict) -> dict:
             "workers": plan["workers"]}
 
 
-def _unhealthy(cloud: FakeCloud, args: dict) -> dict:
+def _unhealthy(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     from podctl.fake import maintenance
 
     node = find_node(cloud, args["name"])
@@ -171,13 +171,13 @@ def host_faults(cloud: FakeCloud) -> Any:
     return cloud.host_faults
 
 
-def _slow(cloud: FakeCloud, args: dict) -> dict:
+def _slow(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     sick = host_faults(cloud)
     on_host(cloud, args, lambda hosts, node, worker: sick.slow(node, worker, args["factor"]))
     return {"slow": sick.describe()}
 
 
-def _crash_loop(cloud: FakeCloud, args: dict) -> dict:
+def _crash_loop(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     sick = host_faults(cloud)
     if args["off"]:
         sick.clear("crash-loop", find_node(cloud, args["name"])["name"], args["worker"])
@@ -187,7 +187,7 @@ def _crash_loop(cloud: FakeCloud, args: dict) -> dict:
     return {"crash_loop": sick.describe()}
 
 
-def _os_login(cloud: FakeCloud, args: dict) -> dict:
+def _os_login(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     from podctl.fake import access, oslogin
 
     project = args["project"] or cloud.project
@@ -197,7 +197,7 @@ def _os_login(cloud: FakeCloud, args: dict) -> dict:
     return oslogin.set_enabled(cloud.world, project, not args["off"])
 
 
-def _no_ssh(cloud: FakeCloud, args: dict) -> dict:
+def _no_ssh(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     node = find_node(cloud, args["name"])
     if args["off"]:
         node.pop("_no_ssh", None)
@@ -208,7 +208,7 @@ def _no_ssh(cloud: FakeCloud, args: dict) -> dict:
     return {"name": node["name"], "no_ssh": not args["off"]}
 
 
-def _reboot(cloud: FakeCloud, args: dict) -> dict:
+def _reboot(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     node = find_node(cloud, args["name"])
     if cloud.hosts is None:
         raise precondition("the fake cloud's hosts are not running")
@@ -225,7 +225,7 @@ def _reboot(cloud: FakeCloud, args: dict) -> dict:
 DISK_FULL_FILE = ".fake-disk-full"  # tpu_vm/sitecustomize.py's: the host's disk is full while it exists
 
 
-def _disk_full(cloud: FakeCloud, args: dict) -> dict:
+def _disk_full(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     def act(hosts: Any, node: str, worker: int) -> str:
         marker = hosts.host(node, worker).root / DISK_FULL_FILE
         if args["off"]:
@@ -245,13 +245,13 @@ WORKER = Arg("worker", "worker", "The host's index (0, 1, ...).", metavar="WORKE
 ZONE = Arg("zone", "text", "Default: the fake cloud's zone.", default=None, flag="--zone", metavar="Z")
 
 
-def _preempt_said(a: dict) -> str:
+def _preempt_said(a: dict[str, Any]) -> str:
     when = f"in {a['after']:g} simulated s" if a["after"] else "now"
     notice = f"{a['grace']:g} s" if a["grace"] is not None else "the default"
     return f"{a['name']}: preempted {when}; its processes get SIGTERM, then SIGKILL after {notice} grace"
 
 
-def _seconds_said(what: str) -> Callable[[dict, dict], str]:
+def _seconds_said(what: str) -> Callable[[dict[str, Any], dict[str, Any]], str]:
     return lambda a, r: f"{what}: {a['seconds']:g} s" if a["seconds"] else f"{what}: none"
 
 
@@ -381,7 +381,7 @@ FAULTS += (
 )
 
 
-def _no_zstd(cloud: FakeCloud, args: dict) -> dict:
+def _no_zstd(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     node = find_node(cloud, args["name"])
     hosts = int(node.get("_hosts", 1))
     if args["worker"] is not None and not 0 <= args["worker"] < hosts:
@@ -410,7 +410,7 @@ def fault(name: str) -> Fault:
     return BY_NAME[name.replace("_", "-")]
 
 
-def listing() -> list[dict]:
+def listing() -> list[dict[str, Any]]:
     """The table as JSON (GET /admin/faults)."""
     return [{"name": f.name, "summary": f.summary,
              "args": [{"name": a.name, "kind": a.kind, "help": a.help, "flag": a.flag or None,

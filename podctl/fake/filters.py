@@ -33,7 +33,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _field(item: dict, path: str, fields: set[str]) -> Any:
+def _field(item: dict[str, Any], path: str, fields: set[str]) -> Any:
     if path.split(".")[0] not in fields:
         raise invalid(f"Invalid filter: unknown field {path!r}; known: {', '.join(sorted(fields))}")
     value: Any = item
@@ -58,7 +58,7 @@ def _compare(actual: Any, op: str, wanted: str) -> bool:
     return {"<": a < w, ">": a > w, "<=": a <= w, ">=": a >= w}[op]
 
 
-def apply_filter(items: list[dict], text: str, fields: set[str]) -> list[dict]:
+def apply_filter(items: list[dict[str, Any]], text: str, fields: set[str]) -> list[dict[str, Any]]:
     if not text or not text.strip():
         return items
     tokens = _tokens(text)
@@ -92,14 +92,14 @@ def apply_filter(items: list[dict], text: str, fields: set[str]) -> list[dict]:
             if i >= len(tokens):
                 raise invalid(f"Invalid filter {text!r}: ends after an operator")
 
-    def keep(item: dict) -> bool:
+    def keep(item: dict[str, Any]) -> bool:
         return any(all(_compare(_field(item, f, fields), op, v) != neg for neg, f, op, v in group)
                    for group in groups)
 
     return [item for item in items if keep(item)]
 
 
-def apply_order(items: list[dict], text: str, fields: set[str]) -> list[dict]:
+def apply_order(items: list[dict[str, Any]], text: str, fields: set[str]) -> list[dict[str, Any]]:
     if not text or not text.strip():
         return items
     keys = []

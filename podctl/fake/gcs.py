@@ -66,7 +66,7 @@ def _lazy_meta_storage(base: Any) -> type:
     run's log chunks are thousands of small objects. This storage marks the file
     dirty instead, and `flush_meta()` writes it, at most every META_SECONDS and at stop."""
 
-    class LazyMetaStorage(base):
+    class LazyMetaStorage(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
         _meta_dirty = False
 
         def _write_config_to_file(self) -> None:
@@ -85,7 +85,7 @@ ENV_PREFIX = "podctl/envs/"  # agent_env.py's built host environments
 STORE_VAR = "PODCTL_FAKE_ENV_STORE"
 
 
-def _shared_envs(base: type, store: Path) -> type:
+def _shared_envs(base: Any, store: Path) -> type:
     """Objects under podctl/envs/ also live in STORE, a directory that every fake cloud
     of a test session shares (as a team shares one bucket): an upload there is copied
     into STORE, a delete deletes it there, and a read of one this emulator lacks imports
@@ -96,8 +96,9 @@ def _shared_envs(base: type, store: Path) -> type:
 
     from gcp_storage_emulator.exceptions import NotFound
 
-    class SharedEnvStorage(base):
-        def create_file(self, bucket_name, file_name, content, file_obj, file_id=None):
+    class SharedEnvStorage(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
+        def create_file(self, bucket_name: str, file_name: str, content: bytes, file_obj: dict[str, Any],
+                        file_id: str | None = None) -> None:
             super().create_file(bucket_name, file_name, content, file_obj, file_id)
             if file_name.startswith(ENV_PREFIX):
                 path = store / quote(file_name, safe="")
@@ -115,7 +116,7 @@ def _shared_envs(base: type, store: Path) -> type:
                 path.unlink(missing_ok=True)
                 path.with_name(path.name + ".meta").unlink(missing_ok=True)
 
-        def get_file_obj(self, bucket_name, file_name):
+        def get_file_obj(self, bucket_name: str, file_name: str) -> Any:
             try:
                 return super().get_file_obj(bucket_name, file_name)
             except NotFound:
@@ -137,7 +138,7 @@ def _generation_handler(base: type) -> type:
     it back on its next conditional read, which then fails as "Malformed
     StorageGeneration": OCDBT checkpoints break on their second manifest read."""
 
-    class GenerationHandler(base):
+    class GenerationHandler(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
         _generation: tuple[str, str] | None = None
 
         def do_GET(self) -> None:
@@ -182,7 +183,7 @@ def _outage_handler(base: type) -> type:
     unavailable; google-cloud-storage, gcsfs and tensorstore all retry that. Every
     do_* method checks first, so nothing reaches the storage meanwhile."""
 
-    class OutageHandler(base):
+    class OutageHandler(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
         def _unavailable(self) -> bool:
             if time.monotonic() >= self.server.outage_until:
                 return False
@@ -201,7 +202,7 @@ def _outage_handler(base: type) -> type:
             self.close_connection = True
             return True
 
-    def guarded(method: str):
+    def guarded(method: str) -> Callable[[Any], None]:
         def handle(self: OutageHandler) -> None:
             if not self._unavailable():
                 getattr(base, method)(self)
@@ -217,7 +218,7 @@ class FakeGcs:
 
     def __init__(self, data_dir: Path, *, bucket: str = DEFAULT_BUCKET, host: str = "127.0.0.1",
                  port: int = 0, tokens: iam.Tokens | None = None,
-                 policy: Callable[[], dict] | None = None):
+                 policy: Callable[[], dict[str, Any]] | None = None):
         # Its tokens are the fake's own (the user's is fixed): loopback keeps others out.
         require_loopback(host)
         self.data_dir, self.bucket, self.host, self.port = Path(data_dir), bucket, host, port

@@ -25,7 +25,7 @@ from podctl.fake.gcs_strict import error_body
 _API = r"(?:/storage/v1)?"
 _B = r"(?P<bucket>[-.\w]+)"
 # (method, path pattern) -> the permission GCS checks; first match wins
-_RULES: list[tuple[str, re.Pattern, str]] = [
+_RULES: list[tuple[str, re.Pattern[str], str]] = [
     (m, re.compile(p), perm) for m, p, perm in [
         ("POST", rf"^{_API}/b/[-.\w]+/o/.+/(?:copyTo|rewriteTo)/b/{_B}/o/.+$", "storage.objects.create"),
         ("POST", rf"^{_API}/b/{_B}/o/.+/compose$", "storage.objects.create"),
@@ -66,7 +66,7 @@ def _what(permission: str) -> str:
 
 
 def refusal(headers: Any, method: str, raw_path: str, tokens: iam.Tokens,
-            policy: dict) -> tuple[int, bytes] | None:
+            policy: dict[str, Any]) -> tuple[int, bytes] | None:
     """The 401 or 403 GCS would answer this request with, or None to let it through."""
     bucket, perm = permission_for(method, urlsplit(raw_path).path)
     denied = (f"does not have {perm} access to the Google Cloud Storage {_what(perm)}. "
@@ -84,11 +84,11 @@ def refusal(headers: Any, method: str, raw_path: str, tokens: iam.Tokens,
     return None
 
 
-def auth_handler(base: type, tokens: iam.Tokens, policy: Callable[[], dict]) -> type:
+def auth_handler(base: type, tokens: iam.Tokens, policy: Callable[[], dict[str, Any]]) -> type:
     """The emulator's handler behind GCS's front door. POLICY gives the project's IAM
     now (the world's, which the admin API may change)."""
 
-    class AuthHandler(base):
+    class AuthHandler(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
         def _refused(self, method: str) -> bool:
             answer = refusal(self.headers, method, self.path, tokens, policy())
             if answer is None:

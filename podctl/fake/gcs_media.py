@@ -35,7 +35,7 @@ _RANGE = re.compile(r"^\s*bytes=(\d*)-(\d*)\s*$")
 def serialized(base: type) -> type:
     """Each request handled under the server's lock (a streaming read lets go of it)."""
 
-    class Serialized(base):
+    class Serialized(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
         def _locked(self, method: str) -> None:
             with self.server.lock:
                 getattr(base, method)(self)
@@ -67,11 +67,13 @@ def appending_resumable(base: type) -> type:
     from gcp_storage_emulator.exceptions import BadRequest
     from gcp_storage_emulator.storage import RESUMABLE_DIR
 
-    class Appending(base):
-        def add_to_resumable_upload(self, file_id, content, total_size=None, expected_start=None):
+    class Appending(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
+        def add_to_resumable_upload(self, file_id: str, content: bytes | None, total_size: int | None = None,
+                                    expected_start: int | None = None) -> bytes | None:
             store = self._store
             if getattr(store, "_use_memory", True):
-                return super().add_to_resumable_upload(file_id, content, total_size, expected_start)
+                done: bytes | None = super().add_to_resumable_upload(file_id, content, total_size, expected_start)
+                return done
             path: Path = store._disk_path(self._object_path(RESUMABLE_DIR, self.safe_id(file_id)))
             had = path.stat().st_size if path.exists() else 0
             if expected_start is not None and expected_start != had:
@@ -89,13 +91,14 @@ def appending_resumable(base: type) -> type:
 def streaming_handler(base: type) -> type:
     """Media GETs of large objects, ranged, sent without the lock (see the module)."""
 
-    class Streaming(base):
+    class Streaming(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             query = parse_qs(url.query)
             match = _MEDIA_PATH.match(url.path)
             if not match or query.get("alt") != ["media"] or set(query) != {"alt"}:
-                return super().do_GET()
+                super().do_GET()
+                return
             from gcp_storage_emulator.exceptions import NotFound
 
             bucket, name = unquote(match.group(1)), unquote(match.group(2))
@@ -104,14 +107,16 @@ def streaming_handler(base: type) -> type:
                 path = self.storage._store._disk_path(self.storage._object_path(bucket, name))
                 f = open(path, "rb")  # noqa: SIM115 - closed by the `with` below
             except (NotFound, OSError, AttributeError):
-                return super().do_GET()
+                super().do_GET()
+                return
             with f:
                 length = os.fstat(f.fileno()).st_size
                 if length < STREAM_BYTES:
-                    return super().do_GET()
+                    super().do_GET()
+                    return
                 self._send(f, length, obj)
 
-        def _send(self, f: Any, length: int, obj: dict) -> None:
+        def _send(self, f: Any, length: int, obj: dict[str, Any]) -> None:
             start, end, status = 0, length - 1, 200
             asked = self.headers.get("Range")
             if asked:

@@ -80,7 +80,7 @@ def _conditions(query: dict[str, list[str]]) -> dict[str, str]:
     return {k: query[k][0] for k in _CONDITIONS if k in query}
 
 
-def holds(conditions: dict[str, str], obj: dict | None) -> bool:
+def holds(conditions: dict[str, str], obj: dict[str, Any] | None) -> bool:
     """Whether CONDITIONS hold for OBJ (None: no live object)."""
     generation = str(obj["generation"]) if obj else "0"
     metageneration = str(obj.get("metageneration", "1")) if obj else None
@@ -101,10 +101,10 @@ def strict_storage(base: type) -> type:
     for the request at hand; a resumable upload keeps those of its start)."""
     from gcp_storage_emulator.exceptions import NotFound
 
-    class StrictStorage(base):
+    class StrictStorage(base):  # type: ignore[misc]  # the emulator's classes are untyped (Any)
         conditions: dict[str, str] = {}
 
-        def _live(self, bucket_name: str, file_name: str) -> dict | None:
+        def _live(self, bucket_name: str, file_name: str) -> dict[str, Any] | None:
             try:
                 return dict(super().get_file_obj(bucket_name, file_name))
             except NotFound:
@@ -115,13 +115,14 @@ def strict_storage(base: type) -> type:
                 _refusing.on = True
                 raise PreconditionFailed
 
-        def create_resumable_upload(self, bucket_name, file_name, file_obj):
+        def create_resumable_upload(self, bucket_name: str, file_name: str, file_obj: dict[str, Any]) -> Any:
             self._check(bucket_name, file_name, self.conditions)
             upload_id = super().create_resumable_upload(bucket_name, file_name, file_obj)
             self.__dict__.setdefault("_upload_conditions", {})[upload_id] = dict(self.conditions)
             return upload_id
 
-        def create_file(self, bucket_name, file_name, content, file_obj, file_id=None):
+        def create_file(self, bucket_name: str, file_name: str, content: bytes, file_obj: dict[str, Any],
+                        file_id: str | None = None) -> Any:
             kept = self.__dict__.get("_upload_conditions", {})
             conditions = kept.pop(file_id, {}) if file_id else self.conditions
             self._check(bucket_name, file_name, conditions)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from podctl.fake.hosts import TOKEN_VAR
+from podctl.fake.hosts import TOKEN_VAR, HostManager
 from podctl.fake.throttle import signal_all
 
 SLOW_RESCAN = 1.0  # how often the host's processes are looked for again (/proc is slow)
@@ -55,9 +55,9 @@ def _is_agent(pid: int) -> bool:
 class HostFaults:
     """The slow and crash-looping hosts of one HostManager, by (node name, worker)."""
 
-    def __init__(self, manager: Any):
+    def __init__(self, manager: HostManager):
         self.manager = manager
-        self.loops: dict[tuple[str, int, str], asyncio.Task] = {}
+        self.loops: dict[tuple[str, int, str], asyncio.Task[None]] = {}
 
     def _token(self, node: str, worker: int) -> str | None:
         try:

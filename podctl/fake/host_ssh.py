@@ -20,7 +20,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
@@ -44,7 +44,7 @@ def public_blob(key: str) -> bytes | None:
         return None  # a malformed key grants nothing, as on GCE
 
 
-def authorized_keys(metadata: dict | None) -> frozenset[tuple[str, bytes]]:
+def authorized_keys(metadata: dict[str, Any] | None) -> frozenset[tuple[str, bytes]]:
     """(user, public key blob) for each "USER:KEYTYPE BASE64 [COMMENT]" line of ssh-keys."""
     out = set()
     for line in str((metadata or {}).get("ssh-keys", "")).splitlines():
@@ -124,12 +124,12 @@ class SshServer(asyncssh.SSHServer):
         return ShellSession(self.host, self.conn.get_extra_info("username") or "")
 
 
-class ShellSession(asyncssh.SSHServerSession):
+class ShellSession(asyncssh.SSHServerSession[bytes]):
     """One exec (or shell) channel: a local bash in its own process group."""
 
     def __init__(self, host: Host, user: str):
         self.host, self.user = host, user
-        self.chan: asyncssh.SSHServerChannel | None = None
+        self.chan: asyncssh.SSHServerChannel[bytes] | None = None
         self.command: str | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.pending: list[bytes] = []
@@ -140,7 +140,7 @@ class ShellSession(asyncssh.SSHServerSession):
 
     # ---- what the client asks for -------------------------------------------
 
-    def connection_made(self, chan: asyncssh.SSHServerChannel) -> None:
+    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
         self.chan = chan
 
     def pty_requested(self, *args: object) -> bool:

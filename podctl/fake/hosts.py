@@ -87,7 +87,7 @@ def uv_cache_dir(root: Path) -> Path:
     return Path(store) / "uv-cache" if store else root / ".uv-cache"
 
 
-def _devices_per_host(node: dict) -> int:
+def _devices_per_host(node: dict[str, Any]) -> int:
     """CPU devices per fake host = what JAX sees on one of the node's real hosts
     (generations.toml: 4 on a v5p host, 8 on a one-VM v6e-8)."""
     return topology.parse_slice(str(node.get("acceleratorType", ""))).devices_per_host
@@ -250,13 +250,13 @@ class Host:
 class NodeHosts:
     """The hosts of one READY node, sharing one host key and one server-options object."""
 
-    def __init__(self, manager: HostManager, node: dict, directory: Path, key: asyncssh.SSHKey):
+    def __init__(self, manager: HostManager, node: dict[str, Any], directory: Path, key: asyncssh.SSHKey):
         self.manager, self.node, self.directory = manager, node, directory
         self.name, self.id = node["name"], node["id"]
         self.hosts: list[Host] = []
         self.by_socket: dict[tuple[str, int], Host] = {}
         self.base_env: dict[str, str] = {}
-        self._keys: tuple[Any, frozenset] = (None, frozenset())
+        self._keys: tuple[Any, frozenset[tuple[str, bytes]]] = (None, frozenset())
         # Set (and replaced) when the metadata its hosts see changes: wakes the metadata
         # servers' hanging GETs (metadata.py); metadata_seq is the world's count it follows
         self.changed = asyncio.Event()
@@ -347,7 +347,7 @@ class HostManager:
         self.failed: dict[str, str] = {}  # node name -> id of a node whose hosts could not start
         # Preempted nodes in their grace: name -> (node id, host tokens, the SIGKILL timer)
         self.dying: dict[str, tuple[str, list[Host], asyncio.TimerHandle | None]] = {}
-        self._tasks: set[asyncio.Future] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
         self.prefix = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.plan = addresses.AddressPlan(str(self.root.resolve()))
@@ -369,7 +369,7 @@ class HostManager:
                 self.dirs[name] = ((directory / _ID_FILE).read_text().strip(), directory)
         return kill_tagged(lambda token: token.startswith(self.prefix + "."))
 
-    def track(self, future: asyncio.Future) -> None:
+    def track(self, future: asyncio.Future[Any]) -> None:
         self._tasks.add(future)
         future.add_done_callback(self._tasks.discard)
 
@@ -449,7 +449,7 @@ class HostManager:
             host.close_metadata()
         kill_tagged(frozenset(host.token for host in hosts).__contains__)
 
-    def _start(self, node: dict) -> None:
+    def _start(self, node: dict[str, Any]) -> None:
         directory, key = self._node_dir(node)
         nh = NodeHosts(self, node, directory, key)
         # In place: the create operation's response, taken in world.advance(), shares
@@ -491,7 +491,7 @@ class HostManager:
         self.nodes[nh.name] = nh
         self.track(asyncio.ensure_future(nh.listen()))
 
-    def _base_env(self, node: dict) -> dict[str, str]:
+    def _base_env(self, node: dict[str, Any]) -> dict[str, str]:
         return {
             "PATH": f"{self.image.bin_dir}:{HOST_PATH}", "SHELL": "/bin/bash",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -514,7 +514,7 @@ class HostManager:
             **self._internet(node),
         }
 
-    def _internet(self, node: dict) -> dict[str, str]:
+    def _internet(self, node: dict[str, Any]) -> dict[str, str]:
         """With external IPs a host has the internet: here, how this machine reaches the
         package index (its proxy, its CA: a fake host is this machine) and the fake's uv
         cache shared by its hosts, as a nearby index mirror. Without, none of it: no route
@@ -525,7 +525,7 @@ class HostManager:
         return {"UV_CACHE_DIR": str(uv_cache_dir(self.root)),
                 **{k: v for k, v in os.environ.items() if k in MACHINE_NETWORK_VARS}}
 
-    def nodes_dir(self, node: dict) -> Path:
+    def nodes_dir(self, node: dict[str, Any]) -> Path:
         parts = node["name"].split("/")  # projects/P/locations/Z/nodes/ID
         return self.root.joinpath(parts[1], parts[3], parts[5])
 
@@ -560,7 +560,7 @@ class HostManager:
         except OSError:
             return []
 
-    def _node_dir(self, node: dict) -> tuple[Path, asyncssh.SSHKey]:
+    def _node_dir(self, node: dict[str, Any]) -> tuple[Path, asyncssh.SSHKey]:
         """The node's directory and host key: kept for the same node, new for a new one."""
         parts = node["name"].split("/")  # projects/P/locations/Z/nodes/ID
         directory = self.root.joinpath(parts[1], parts[3], parts[5])
@@ -680,7 +680,8 @@ class HostManager:
 
     def guest(self, node_name: str, worker: int) -> dict[str, dict[str, str]]:
         node = self.world.nodes.get(node_name) if self.world is not None else None
-        return ((node or {}).get("_guest") or {}).get(str(worker), {})
+        attributes: dict[str, dict[str, str]] = ((node or {}).get("_guest") or {}).get(str(worker), {})
+        return attributes
 
     def set_guest(self, host: Host, namespace: str, key: str, value: str) -> None:
         """Kept on the world's node, so that World.guest_attributes answers with it."""

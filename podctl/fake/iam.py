@@ -26,6 +26,7 @@ import re
 import secrets
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from podctl.settings import FAKE_ACCOUNT, FAKE_USER_TOKEN
 
@@ -78,7 +79,7 @@ def is_default_account(email: str) -> bool:
     return email.endswith("-compute@developer.gserviceaccount.com")
 
 
-def initial(secure: bool) -> dict:
+def initial(secure: bool) -> dict[str, Any]:
     """A project's IAM as the fake starts it: {"secure": bool, "buckets": {bucket: {role:
     [member, ...]}}}. Not secure: the default compute accounts hold roles/editor."""
     return {"secure": bool(secure), "buckets": {}}
@@ -103,7 +104,7 @@ class Tokens:
             return self._by_token.get(token)
 
 
-def grants(policy: dict, who: Identity, bucket: str, permission: str) -> bool:
+def grants(policy: dict[str, Any], who: Identity, bucket: str, permission: str) -> bool:
     """Whether WHO holds PERMISSION on BUCKET under POLICY (initial()'s shape)."""
     if who.member == USER:
         return True  # the project's owner
@@ -119,7 +120,7 @@ def scoped(who: Identity, write: bool) -> bool:
     return bool(set(who.scopes) & (_WRITE_SCOPES if write else _READ_SCOPES))
 
 
-def bind(policy: dict, bucket: str, member: str, role: str, *, remove: bool = False) -> None:
+def bind(policy: dict[str, Any], bucket: str, member: str, role: str, *, remove: bool = False) -> None:
     """Add (or REMOVE) MEMBER's ROLE on BUCKET, as `gcloud storage buckets
     add-iam-policy-binding` (remove-) does."""
     if role not in ROLES:

@@ -45,8 +45,8 @@ SYMPTOMS = {"LOW_MEMORY": 1, "OUT_OF_MEMORY": 2, "EXECUTE_TIMED_OUT": 3, "MESH_B
 _EVENT = "TERMINATE_ON_HOST_MAINTENANCE"
 
 
-def announce(world: World, node: dict, after: float, workers: list[int] | None,
-             window: float = DEFAULT_WINDOW, kind: str = "SCHEDULED") -> dict:
+def announce(world: World, node: dict[str, Any], after: float, workers: list[int] | None,
+             window: float = DEFAULT_WINDOW, kind: str = "SCHEDULED") -> dict[str, Any]:
     """Plan a maintenance of NODE's WORKERS (all: None) AFTER simulated seconds, lasting
     WINDOW simulated seconds. Returns it (times as wall-clock epoch seconds)."""
     if node.get("state") != "READY":
@@ -67,7 +67,7 @@ def announce(world: World, node: dict, after: float, workers: list[int] | None,
     return plan
 
 
-def simulate(world: World, name: str, body: dict) -> dict:
+def simulate(world: World, name: str, body: dict[str, Any]) -> dict[str, Any]:
     """v2alpha1 nodes.simulateMaintenanceEvent: a maintenance on the first of WORKERIDS
     (worker 0 if none) after the 60-s notice; an operation, done when it has started."""
     node = world.get_node(name)
@@ -80,7 +80,7 @@ def simulate(world: World, name: str, body: dict) -> dict:
     return op
 
 
-def _plan(world: World, target: str) -> tuple[dict | None, dict | None]:
+def _plan(world: World, target: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     name, _, plan_id = target.partition("#")
     node = world.nodes.get(name)
     plan = (node or {}).get("_maintenance")
@@ -116,7 +116,7 @@ HANDLERS = {"maintenance_start": started, "maintenance_end": ended}
 # ---- what the API and the metadata server show ------------------------------------------
 
 
-def upcoming(node: dict) -> dict | None:
+def upcoming(node: dict[str, Any]) -> dict[str, Any] | None:
     """v2alpha1 Node.upcomingMaintenance, or None."""
     plan = node.get("_maintenance")
     if not plan:
@@ -126,7 +126,7 @@ def upcoming(node: dict) -> dict | None:
             "latestWindowStartTime": rfc3339(plan["start"]), "maintenanceStatus": plan["status"]}
 
 
-def metadata_upcoming(node: dict, worker: int) -> dict | None:
+def metadata_upcoming(node: dict[str, Any], worker: int) -> dict[str, Any] | None:
     """instance/upcoming-maintenance for WORKER, as GCE's metadata server writes it."""
     plan = node.get("_maintenance")
     if not plan or worker not in plan["workers"]:
@@ -136,7 +136,7 @@ def metadata_upcoming(node: dict, worker: int) -> dict | None:
             "window_end_time": rfc3339(plan["end"]), "window_start_time": rfc3339(plan["start"])}
 
 
-def metadata_event(node: dict, worker: int, now: float, time_scale: float) -> str:
+def metadata_event(node: dict[str, Any], worker: int, now: float, time_scale: float) -> str:
     """instance/maintenance-event for WORKER at NOW."""
     plan = node.get("_maintenance")
     if not plan or worker not in plan["workers"]:
@@ -147,8 +147,8 @@ def metadata_event(node: dict, worker: int, now: float, time_scale: float) -> st
 # ---- health and symptoms ------------------------------------------------------------------
 
 
-def set_health(world: World, node: dict, health: str, symptom: str | None, worker: int | None,
-               details: str = "") -> dict:
+def set_health(world: World, node: dict[str, Any], health: str, symptom: str | None, worker: int | None,
+               details: str = "") -> dict[str, Any]:
     """NODE's health (and a symptom on WORKER), as Cloud TPU reports a sick host."""
     if node.get("state") != "READY":
         raise precondition(f"Node {node['name']} is {node.get('state')}; health is a READY node's")
@@ -171,7 +171,7 @@ def set_health(world: World, node: dict, health: str, symptom: str | None, worke
 _NODE = re.compile(r"^(projects/[^/:]+/locations/[^/:]+/nodes/[^/:]+)(:simulateMaintenanceEvent)?$")
 
 
-def v2alpha1(world: World, method: str, path: str, body: dict) -> dict:
+def v2alpha1(world: World, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """GET nodes/N (the v2 node plus upcomingMaintenance) and POST
     nodes/N:simulateMaintenanceEvent; any other v2alpha1 call is 404 here."""
     from podctl.fake import wire

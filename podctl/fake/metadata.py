@@ -46,7 +46,7 @@ LEAF_POLL = 0.2  # s between looks of a hanging GET on a leaf (one that moves wi
 DIRECTORY_POLL = 1.0  # s between looks of one on a directory, beside the node's wake-ups
 
 
-def hostname(node: dict, worker: int) -> str:
+def hostname(node: dict[str, Any], worker: int) -> str:
     """A TPU VM's hostname: t1v-n-<8 hex of the node>-w-<worker>."""
     return f"t1v-n-{zlib.crc32(str(node.get('id', node['name'])).encode()):08x}-w-{worker}"
 
@@ -103,7 +103,7 @@ def tree(host: Host) -> dict[str, Any]:
     }
 
 
-def identity(node: dict) -> tuple[str, list[str]]:
+def identity(node: dict[str, Any]) -> tuple[str, list[str]]:
     """The node's service account and scopes, as its create set them (the server fills
     the default compute account and gcloud's scopes in: node_fields.server_filled)."""
     _, project, *_ = node["name"].split("/")
@@ -137,7 +137,7 @@ def tpu_env(host: Host, project: str) -> dict[str, str]:
     return env
 
 
-def _megascale(world: Any, node: dict) -> dict[str, str]:
+def _megascale(world: Any, node: dict[str, Any]) -> dict[str, str]:
     """A multislice node's MEGASCALE_* keys: its slice among its queued resource's nodes,
     and the first slice's worker 0 (its internal address) as the coordinator."""
     qr = (world.queued.get(str(node.get("queuedResource", ""))) if world is not None else None) or {}
@@ -151,7 +151,7 @@ def _megascale(world: Any, node: dict) -> dict[str, str]:
             "MEGASCALE_SLICE_ID": str(names.index(node["name"]))}
 
 
-def _lookup(root: dict, parts: list[str]) -> Any:
+def _lookup(root: dict[str, Any], parts: list[str]) -> Any:
     node: Any = root
     for part in parts:
         if not isinstance(node, dict) or part not in node:
@@ -308,7 +308,7 @@ def _answer(request: web.Request, value: Any, parts: list[str]) -> web.Response:
 _VERBATIM = {"attributes": 2, "guest-attributes": 2, "service-accounts": 1}
 
 
-def _recursive(value: dict, verbatim: int = 0) -> dict:
+def _recursive(value: dict[str, Any], verbatim: int = 0) -> dict[str, Any]:
     """`?recursive=true`: GCE's own keys in camelCase (maintenance-event ->
     maintenanceEvent, scopes as a list), the user's keys as they are (see _VERBATIM)."""
     out: dict[str, Any] = {}

@@ -4,6 +4,7 @@ on create, FieldMask paths, and guest attributes (podctl/fake/README.md has the 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from podctl.fake import access
 from podctl.fake.apierror import invalid
@@ -25,7 +26,7 @@ _SCOPES = [
 ]
 
 
-def server_filled(project: str, zone: str, node: dict) -> dict:
+def server_filled(project: str, zone: str, node: dict[str, Any]) -> dict[str, Any]:
     """What Google fills in on create (recorded): network, subnetwork, service account,
     CIDR block, and empty scheduling and shielded-instance configs."""
     network = dict(node.get("networkConfig") or {})
@@ -75,7 +76,7 @@ def check_metadata(metadata: object) -> None:
                       f"{METADATA_TOTAL_BYTES}")
 
 
-def host_metadata(node: dict) -> dict:
+def host_metadata(node: dict[str, Any]) -> dict[str, Any]:
     """The node's metadata as its hosts see it now: a patched map reaches them
     `timings.metadata_propagation` after the patch is done (world._metadata_propagated)."""
     if "_host_metadata" in node:

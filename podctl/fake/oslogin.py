@@ -53,7 +53,7 @@ def _number(text: str, base: int) -> int:
     return base + zlib.crc32(text.encode()) % base
 
 
-def enabled(world: World, project: str, node_metadata: dict | None) -> bool:
+def enabled(world: World, project: str, node_metadata: dict[str, Any] | None) -> bool:
     """OS Login for a VM of PROJECT: its own `enable-oslogin` if it has one, else the
     project's (values are read case-insensitively, as the guest agent reads them)."""
     value = (node_metadata or {}).get("enable-oslogin")
@@ -62,7 +62,7 @@ def enabled(world: World, project: str, node_metadata: dict | None) -> bool:
     return str(value or "").strip().upper() == "TRUE"
 
 
-def set_enabled(world: World, project: str, on: bool) -> dict:
+def set_enabled(world: World, project: str, on: bool) -> dict[str, Any]:
     """The os-login fault: project metadata enable-oslogin=TRUE, or the key removed."""
     items = world.project_metadata.setdefault(project, {})
     if on:
@@ -92,7 +92,7 @@ def _fingerprint(blob: bytes) -> str:
     return hashlib.sha256(blob).hexdigest()  # 64 hex digits, as Google's; over what is the fake's guess
 
 
-def _profile(world: World, email: str, project: str | None) -> dict:
+def _profile(world: World, email: str, project: str | None) -> dict[str, Any]:
     user = posix_username(email)
     number = str(_number(email, 10**9))  # the fake's guess of how uid/gid are chosen
     keys = {fp: {"key": e["key"] + (f" {e['comment']}" if e.get("comment") else ""), "fingerprint": fp,
@@ -108,7 +108,7 @@ def _profile(world: World, email: str, project: str | None) -> dict:
     return profile
 
 
-def answer(world: World, method: str, tail: str, query: Any, body: dict) -> web.Response:
+def answer(world: World, method: str, tail: str, query: Any, body: dict[str, Any]) -> web.Response:
     """One OS Login API call at /v1/TAIL."""
     found = re.fullmatch(r"users/([^/:]+)(:importSshPublicKey|/loginProfile)", tail)
     if not found:

@@ -22,7 +22,7 @@ _TAG = re.compile(rf"^{_NAME}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
-def _fields(value: Any, allowed: set[str], what: str) -> dict:
+def _fields(value: Any, allowed: set[str], what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid(f"Invalid value at '{what}': expected an object")
     unknown = set(value) - allowed
@@ -36,7 +36,7 @@ def _bool(value: Any, what: str) -> None:
         raise invalid(f"Invalid value at '{what}' (TYPE_BOOL), {value!r}")
 
 
-def check_node(body: dict, project: str, zone: str) -> None:
+def check_node(body: dict[str, Any], project: str, zone: str) -> None:
     region = zone.rsplit("-", 1)[0]
     if "networkConfig" in body:
         net = _fields(body["networkConfig"], _NETWORK_FIELDS, "node.network_config")

@@ -12,7 +12,7 @@ them from its request methods and transitions.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from podctl.fake import placement_check
 from podctl.fake.apierror import (
@@ -39,11 +39,11 @@ _DELETABLE_WITHOUT_FORCE = {"ACCEPTED", "FAILED", "SUSPENDED"}
 _WAITING = {"ACCEPTED", "WAITING_FOR_RESOURCES"}
 
 
-def _snapshot(qr: dict) -> dict:
+def _snapshot(qr: dict[str, Any]) -> dict[str, Any]:
     return {"@type": _QR_TYPE, **qr}
 
 
-def _window(world: World, policy: dict) -> tuple[float, float | None]:
+def _window(world: World, policy: dict[str, Any]) -> tuple[float, float | None]:
     """(valid after, valid until) on the world's clock; durations are simulated."""
     now = world.now()
     after, until = now, None
@@ -66,7 +66,7 @@ def _window(world: World, policy: dict) -> tuple[float, float | None]:
     return after, until
 
 
-def _planned_nodes(world: World, parent: str, body: dict, qr_id: str) -> list[dict]:
+def _planned_nodes(world: World, parent: str, body: dict[str, Any], qr_id: str) -> list[dict[str, Any]]:
     specs = body.get("tpu", {}).get("nodeSpec", [])
     if not specs:
         raise invalid("tpu.node_spec must hold at least one node spec")
@@ -95,7 +95,7 @@ def _planned_nodes(world: World, parent: str, body: dict, qr_id: str) -> list[di
     return nodes
 
 
-def create(world: World, parent: str, qr_id: str, body: dict, request_id: str = "") -> dict:
+def create(world: World, parent: str, qr_id: str, body: dict[str, Any], request_id: str = "") -> dict[str, Any]:
     project, zone = world.check_parent(parent)
     body = {k: v for k, v in body.items() if k not in _QR_OUTPUT_ONLY}
     unknown = set(body) - _QR_FIELDS
@@ -144,20 +144,20 @@ def create(world: World, parent: str, qr_id: str, body: dict, request_id: str = 
     return op
 
 
-def get(world: World, name: str) -> dict:
+def get(world: World, name: str) -> dict[str, Any]:
     world.check_parent(name.rpartition("/queuedResources/")[0])
     if name not in world.queued:
         raise not_found(name)
     return world.queued[name]
 
 
-def list_(world: World, parent: str, page_size: int, page_token: str) -> tuple[list, str]:
+def list_(world: World, parent: str, page_size: int, page_token: str) -> tuple[list[dict[str, Any]], str]:
     world.check_parent(parent)
     items = [q for n, q in sorted(world.queued.items()) if n.startswith(parent + "/queuedResources/")]
     return page(items, page_size, page_token)
 
 
-def delete(world: World, name: str, force: bool) -> dict:
+def delete(world: World, name: str, force: bool) -> dict[str, Any]:
     qr = get(world, name)
     state = qr["state"]["state"]
     nodes_left = any(n in world.nodes for n in qr["_node_names"])
@@ -178,7 +178,7 @@ def delete(world: World, name: str, force: bool) -> dict:
     return op
 
 
-def reset(world: World, name: str) -> dict:
+def reset(world: World, name: str) -> dict[str, Any]:
     qr = get(world, name)
     if qr["state"]["state"] != "SUSPENDED":
         raise precondition(f"Queued resource {name} is {qr['state']['state']}; only SUSPENDED resets")
@@ -210,7 +210,7 @@ def place_waiting(world: World) -> bool:
     return changed
 
 
-def _provision(world: World, qr: dict) -> None:
+def _provision(world: World, qr: dict[str, Any]) -> None:
     parent, _, qr_id = qr["name"].rpartition("/queuedResources/")
     for spec_node in _planned_nodes(world, parent, qr, qr_id):
         spec_node.update({"queuedResource": qr["name"], "_reserved": True})
@@ -219,7 +219,7 @@ def _provision(world: World, qr: dict) -> None:
     world.schedule(world.timings.node_create, "qr_active", qr["name"])
 
 
-def preempt(world: World, qr: dict) -> None:
+def preempt(world: World, qr: dict[str, Any]) -> None:
     state = qr["state"]["state"]
     if state not in {"ACTIVE", "PROVISIONING"}:
         raise precondition(f"Queued resource {qr['name']} is {state}; cannot preempt it")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from podctl.errors import FakeCloudError
 from podctl.fake import access, admin_api, compute, iam, maintenance, oslogin, tpu_api, wire
@@ -99,7 +100,7 @@ class FakeCloud:
         self.latency = 0.0  # seconds added to every /v2/ call
         self.calls: Counter[str] = Counter()
         self._runner: web.AppRunner | None = None
-        self._ticker: asyncio.Task | None = None
+        self._ticker: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -168,7 +169,7 @@ class FakeCloud:
             raise
 
     @web.middleware
-    async def _dated(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _dated(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Every answer's Date is the fake's own clock (advanced as tests say), as Google's
         answers carry Google's: what a client reads the service's time from."""
         response = await handler(request)
@@ -317,7 +318,7 @@ def _drop(request: web.Request) -> web.Response:
     return web.Response()
 
 
-async def _json_body(request: web.Request) -> dict:
+async def _json_body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
     try:

@@ -17,13 +17,13 @@ from podctl.fake.apierror import ApiError, invalid, page
 from podctl.fake.world import World
 
 _P = r"(?P<parent>projects/[^/:]+/locations/[^/:]+)"
-Handler = Callable[[World, dict, dict, dict], Any]
+Handler = Callable[[World, dict[str, Any], dict[str, Any], dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
 class Route:
     method: str
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     call: str  # e.g. "nodes.get": what the stats count
     handler: Handler
     mutates: bool
@@ -45,14 +45,14 @@ def check_query(route: Route, query: Mapping[str, Any]) -> None:
                           f"parameter. Field '{name}' could not be found in request message.")
 
 
-def _int(query: dict, key: str) -> int:
+def _int(query: dict[str, Any], key: str) -> int:
     try:
         return int(query.get(key, 0) or 0)
     except ValueError as e:
         raise invalid(f"{key} must be a number") from e
 
 
-def _list(kind: str, items_and_token: tuple[list, str]) -> dict:
+def _list(kind: str, items_and_token: tuple[list[dict[str, Any]], str]) -> dict[str, Any]:
     items, token = items_and_token
     out: dict[str, Any] = {kind: items}
     if token:
@@ -60,50 +60,50 @@ def _list(kind: str, items_and_token: tuple[list, str]) -> dict:
     return out
 
 
-def _then_empty(action: Callable[[str], None], name: str) -> dict:
+def _then_empty(action: Callable[[str], None], name: str) -> dict[str, Any]:
     """Do ACTION on NAME and answer Google's empty message ({}), as delete and cancel do."""
     action(name)
     return {}
 
 
-def _full(g: dict, collection: str) -> str:
+def _full(g: dict[str, Any], collection: str) -> str:
     return f"{g['parent']}/{collection}/{g['id']}"
 
 
-def _locations(w: World, g: dict, q: dict, b: dict) -> dict:
+def _locations(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     items = [{"name": f"projects/{g['project']}/locations/{z}", "locationId": z} for z in w.zones]
     return _list("locations", page(items, _int(q, "pageSize"), q.get("pageToken", "")))
 
 
-def _location(w: World, g: dict, q: dict, b: dict) -> dict:
+def _location(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     w.check_parent(g["parent"])
     return {"name": g["parent"], "locationId": g["parent"].rsplit("/", 1)[-1]}
 
 
-def _list_nodes(w: World, g: dict, q: dict, b: dict) -> dict:
+def _list_nodes(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return _list("nodes", w.list_nodes(g["parent"], _int(q, "pageSize"), q.get("pageToken", "")))
 
 
-def _create_node(w: World, g: dict, q: dict, b: dict) -> dict:
+def _create_node(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return w.create_node(g["parent"], q.get("nodeId", ""), b)
 
 
-def _update_node(w: World, g: dict, q: dict, b: dict) -> dict:
+def _update_node(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return w.update_node(_full(g, "nodes"), b, q.get("updateMask", ""))
 
 
-def _list_qrs(w: World, g: dict, q: dict, b: dict) -> dict:
+def _list_qrs(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return _list("queuedResources",
                  queued.list_(w, g["parent"], _int(q, "pageSize"), q.get("pageToken", "")))
 
 
-def _delete_qr(w: World, g: dict, q: dict, b: dict) -> dict:
+def _delete_qr(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return queued.delete(w, _full(g, "queuedResources"), q.get("force", "").lower() == "true")
 
 
-def _paged(kind: str, source: Callable[[World, str], list], fields: set[str] | None = None) -> Handler:
+def _paged(kind: str, source: Callable[[World, str], list[dict[str, Any]]], fields: set[str] | None = None) -> Handler:
     """A list call; with FIELDS, one that documents `filter` and `orderBy` over them."""
-    def handler(w: World, g: dict, q: dict, b: dict) -> dict:
+    def handler(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         items = source(w, g["parent"])
         if fields is not None:
             items = filters.apply_filter(items, q.get("filter", ""), fields)
@@ -113,7 +113,7 @@ def _paged(kind: str, source: Callable[[World, str], list], fields: set[str] | N
     return handler
 
 
-def _guest_attributes(w: World, g: dict, q: dict, b: dict) -> dict:
+def _guest_attributes(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     workers = b.get("workerIds") or []
     if not isinstance(workers, list):
         raise invalid("workerIds must be a list of worker ids")
@@ -121,7 +121,7 @@ def _guest_attributes(w: World, g: dict, q: dict, b: dict) -> dict:
                               [str(x) for x in workers])
 
 
-def _service_identity(w: World, g: dict, q: dict, b: dict) -> dict:
+def _service_identity(w: World, g: dict[str, Any], q: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     project = g["parent"].split("/")[1]
     w.check_parent(g["parent"])
     return {"identity": {"email": f"service-{project}@cloud-tpu.iam.gserviceaccount.com"}}
@@ -183,7 +183,7 @@ ROUTES: list[Route] = [
 ]
 
 
-def match(method: str, path: str) -> tuple[Route, dict]:
+def match(method: str, path: str) -> tuple[Route, dict[str, Any]]:
     """The route for METHOD /v2/PATH and its named groups; ApiError 404 if none."""
     for route in ROUTES:
         found = route.pattern.match(path)

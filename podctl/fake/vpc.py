@@ -52,7 +52,7 @@ CUSTOM_RANGE = "10.0.0.0/20"
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
-def networks(world: Any, project: str) -> dict[str, list[dict]]:
+def networks(world: Any, project: str) -> dict[str, list[dict[str, Any]]]:
     """The project's networks -> their firewall rules (the default network's four first)."""
     added = {key.split("/", 1)[1]: rules for key, rules in world.networks.items()
              if key.split("/", 1)[0] == project}
@@ -72,7 +72,7 @@ def subnet(world: Any, project: str, region: str, name: str) -> dict[str, Any] |
             "privateIpGoogleAccess": bool(stored.get("privateIpGoogleAccess"))}
 
 
-def add_network(world: Any, body: dict, project: str) -> dict:
+def add_network(world: Any, body: dict[str, Any], project: str) -> dict[str, Any]:
     """Admin `network {project?, network, firewalls: [rule, ...], ipCidrRange?}`: a VPC with
     these rules (a network `default` gets them beside Google's four)."""
     network = str(body.get("network") or "")
@@ -93,7 +93,7 @@ def set_private_google_access(world: Any, project: str, region: str, name: str, 
     world.subnets.setdefault(f"{project}/{region}/{name}", {})["privateIpGoogleAccess"] = bool(on)
 
 
-def where(node: dict) -> tuple[str, str, str, str]:
+def where(node: dict[str, Any]) -> tuple[str, str, str, str]:
     """(project, network, region, subnetwork) of a node, from its server-filled paths."""
     config = node.get("networkConfig") or {}
     net = str(config.get("network") or "").split("/")
@@ -112,7 +112,7 @@ def _covers(ranges: list[str], source: str) -> bool:
         return False
 
 
-def _tcp_ports(rule: dict) -> list[tuple[int, int]]:
+def _tcp_ports(rule: dict[str, Any]) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     for allowed in rule.get("allowed") or []:
         if str(allowed.get("IPProtocol")).lower() not in ("tcp", "all", "6"):
@@ -123,7 +123,7 @@ def _tcp_ports(rule: dict) -> list[tuple[int, int]]:
     return spans
 
 
-def admitted_tcp(rules: list[dict], *, target_tags: list[str], source_range: str,
+def admitted_tcp(rules: list[dict[str, Any]], *, target_tags: list[str], source_range: str,
                  source_tags: list[str]) -> list[tuple[int, int]]:
     """The TCP port spans RULES let in to a VM with TARGET_TAGS from a VM whose address is
     in SOURCE_RANGE and which carries SOURCE_TAGS: enabled INGRESS allow rules only (a
@@ -142,7 +142,7 @@ def admitted_tcp(rules: list[dict], *, target_tags: list[str], source_range: str
     return sorted(set(spans))
 
 
-def reach(world: Any, node: dict, peers: dict[str, list[str]]) -> dict[str, Any]:
+def reach(world: Any, node: dict[str, Any], peers: dict[str, list[str]]) -> dict[str, Any]:
     """What NODE's hosts may reach: {"external": bool, "google_apis": bool, "peers": [{
     "addresses": [...], "tcp": [[low, high], ...]}]}, PEERS being every live node's name
     -> its hosts' internal addresses (only those of NODE's network count)."""

@@ -52,11 +52,11 @@ def enum_name(table: dict[str, int], value: Any) -> str | None:
     return None
 
 
-def _public(data: dict) -> dict:
+def _public(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
-def _encode_enums(data: dict, fields: dict[str, dict[str, int]], ints: bool) -> dict:
+def _encode_enums(data: dict[str, Any], fields: dict[str, dict[str, int]], ints: bool) -> dict[str, Any]:
     out = dict(data)
     for key, table in fields.items():
         if key in out and ints:
@@ -64,7 +64,7 @@ def _encode_enums(data: dict, fields: dict[str, dict[str, int]], ints: bool) -> 
     return out
 
 
-def render_node(node: dict, ints: bool) -> dict:
+def render_node(node: dict[str, Any], ints: bool) -> dict[str, Any]:
     out = _encode_enums(_public(node), _NODE_ENUMS, ints)
     if "acceleratorConfig" in out:
         out["acceleratorConfig"] = _encode_enums(out["acceleratorConfig"], _CONFIG_ENUMS, ints)
@@ -74,12 +74,12 @@ def render_node(node: dict, ints: bool) -> dict:
     return out
 
 
-def render_accelerator_type(accelerator_type: dict, ints: bool) -> dict:
+def render_accelerator_type(accelerator_type: dict[str, Any], ints: bool) -> dict[str, Any]:
     configs = [_encode_enums(c, _CONFIG_ENUMS, ints) for c in accelerator_type["acceleratorConfigs"]]
     return {**accelerator_type, "acceleratorConfigs": configs}
 
 
-def render_queued_resource(qr: dict, ints: bool) -> dict:
+def render_queued_resource(qr: dict[str, Any], ints: bool) -> dict[str, Any]:
     out = _public(qr)
     out["state"] = _encode_enums(out["state"], _QR_STATE_ENUMS, ints)
     specs = []
@@ -91,7 +91,7 @@ def render_queued_resource(qr: dict, ints: bool) -> dict:
     return out
 
 
-def render_operation(op: dict, ints: bool) -> dict:
+def render_operation(op: dict[str, Any], ints: bool) -> dict[str, Any]:
     out = _public(op)
     if not out.get("done"):
         out.pop("done", None)  # proto3 JSON leaves a false `done` out: recorded so
@@ -106,11 +106,11 @@ def render_operation(op: dict, ints: bool) -> dict:
     return out
 
 
-def _strip_type(data: dict) -> dict:
+def _strip_type(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != "@type"}
 
 
-def error_body(http_status: int, status: str, message: str, details: list | None = None) -> dict:
+def error_body(http_status: int, status: str, message: str, details: list[Any] | None = None) -> dict[str, Any]:
     """Google's JSON error shape, which google-api-core turns into its exceptions."""
     error: dict[str, Any] = {"code": http_status, "message": message, "status": status}
     if details:

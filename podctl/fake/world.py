@@ -97,19 +97,19 @@ class World:
     default_capacity: int = POD_CHIPS
     capacity: dict[str, int] = field(default_factory=dict)  # zone -> chips
     quota: dict[str, int] = field(default_factory=dict)  # "project/zone" -> chips
-    nodes: dict[str, dict] = field(default_factory=dict)
-    queued: dict[str, dict] = field(default_factory=dict)
-    operations: dict[str, dict] = field(default_factory=dict)
-    events: list[list] = field(default_factory=list)  # heap of [due, seq, kind, target]
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queued: dict[str, dict[str, Any]] = field(default_factory=dict)
+    operations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[list[Any]] = field(default_factory=list)  # heap of [due, seq, kind, target]
     seq: int = 0
-    projects: dict[str, dict] = field(default_factory=dict)  # admin switches (access.py)
+    projects: dict[str, dict[str, Any]] = field(default_factory=dict)  # admin switches (access.py)
     request_ids: dict[str, str] = field(default_factory=dict)  # "call/requestId" -> operation
-    networks: dict[str, list] = field(default_factory=dict)  # "project/network" -> rules added (vpc.py)
-    subnets: dict[str, dict] = field(default_factory=dict)  # "project/region/name" -> fields set (vpc.py)
+    networks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "project/network" -> rules added (vpc.py)
+    subnets: dict[str, dict[str, Any]] = field(default_factory=dict)  # "project/region/name" -> fields set (vpc.py)
     # project -> its metadata items (Compute Engine's commonInstanceMetadata; oslogin.py)
     project_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
-    login_profiles: dict[str, dict] = field(default_factory=dict)  # email -> OS Login keys (oslogin.py)
-    iam: dict = field(default_factory=dict)  # the project's IAM on buckets (iam.py); {}: not set up yet
+    login_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # email -> OS Login keys (oslogin.py)
+    iam: dict[str, Any] = field(default_factory=dict)  # the project's IAM on buckets (iam.py); {}: not set up yet
 
     # ---- time ---------------------------------------------------------------
 
@@ -173,7 +173,7 @@ class World:
             raise ApiError(404, "NOT_FOUND", f"Location {parent} is not found or access is unauthorized.")
         return project, zone
 
-    def accelerator_type(self, name: str) -> dict:
+    def accelerator_type(self, name: str) -> dict[str, Any]:
         parent, _, type_id = name.rpartition("/acceleratorTypes/")
         self.check_parent(parent)
         try:
@@ -185,16 +185,16 @@ class World:
         return {"name": name, "type": st.name,
                 "acceleratorConfigs": [{"type": st.generation.api_type, "topology": st.topology}]}
 
-    def accelerator_types(self, parent: str) -> list[dict]:
+    def accelerator_types(self, parent: str) -> list[dict[str, Any]]:
         _, zone = self.check_parent(parent)
         return [self.accelerator_type(f"{parent}/acceleratorTypes/{g.type_name(topology.parse_topology(t))}")
                 for g in topology.generations().values() if zone in g.zones for t in g.documented]
 
-    def runtime_versions(self, parent: str) -> list[dict]:
+    def runtime_versions(self, parent: str) -> list[dict[str, Any]]:
         self.check_parent(parent)
         return [{"name": f"{parent}/runtimeVersions/{v}", "version": v} for v in RUNTIME_VERSIONS]
 
-    def runtime_version(self, name: str) -> dict:
+    def runtime_version(self, name: str) -> dict[str, Any]:
         parent, _, version = name.rpartition("/runtimeVersions/")
         match = [v for v in self.runtime_versions(parent) if v["version"] == version]
         if not match:
@@ -203,7 +203,7 @@ class World:
 
     # ---- operations ----------------------------------------------------------
 
-    def new_operation(self, parent: str, verb: str, target: str) -> dict:
+    def new_operation(self, parent: str, verb: str, target: str) -> dict[str, Any]:
         name = f"{parent}/operations/operation-{int(self.now() * 1000)}-{secrets.token_hex(6)}"
         # `done: false` stays off the wire (wire.render_operation), as in the recording.
         op = {"name": name, "done": False, "metadata": {
@@ -213,7 +213,7 @@ class World:
         self.operations[name] = op
         return op
 
-    def finish(self, op_name: str | None, *, response: dict | None = None,
+    def finish(self, op_name: str | None, *, response: dict[str, Any] | None = None,
                 error: tuple[int, str] | None = None) -> None:
         op = self.operations.get(op_name or "")
         if op is None or op["done"]:
@@ -225,12 +225,12 @@ class World:
         else:
             op["response"] = response or {"@type": _EMPTY_TYPE}
 
-    def get_operation(self, name: str) -> dict:
+    def get_operation(self, name: str) -> dict[str, Any]:
         if name not in self.operations:
             raise not_found(name)
         return self.operations[name]
 
-    def list_operations(self, parent: str) -> list[dict]:
+    def list_operations(self, parent: str) -> list[dict[str, Any]]:
         self.check_parent(parent)
         return [op for name, op in sorted(self.operations.items()) if name.startswith(parent + "/")]
 
@@ -244,18 +244,18 @@ class World:
 
     # ---- nodes ----------------------------------------------------------------
 
-    def list_nodes(self, parent: str, page_size: int, page_token: str) -> tuple[list, str]:
+    def list_nodes(self, parent: str, page_size: int, page_token: str) -> tuple[list[dict[str, Any]], str]:
         self.check_parent(parent)
         nodes = [n for name, n in sorted(self.nodes.items()) if name.startswith(parent + "/nodes/")]
         return page(nodes, page_size, page_token)
 
-    def get_node(self, name: str) -> dict:
+    def get_node(self, name: str) -> dict[str, Any]:
         self.check_parent(name.rpartition("/nodes/")[0])
         if name not in self.nodes:
             raise not_found(name)
         return self.nodes[name]
 
-    def node_from_body(self, parent: str, node_id: str, body: dict) -> dict:
+    def node_from_body(self, parent: str, node_id: str, body: dict[str, Any]) -> dict[str, Any]:
         body = {k: v for k, v in body.items() if k not in _NODE_OUTPUT_ONLY}
         unknown = set(body) - _NODE_FIELDS
         if unknown:
@@ -298,7 +298,7 @@ class World:
         return node
 
     @staticmethod
-    def _slice_type(body: dict) -> topology.SliceType:
+    def _slice_type(body: dict[str, Any]) -> topology.SliceType:
         config = body.get("acceleratorConfig")
         try:
             if config:
@@ -311,13 +311,13 @@ class World:
         except (InvalidSliceError, ValueError) as e:
             raise invalid(f"Invalid accelerator: {e}") from e
 
-    def replayed(self, call: str, request_id: str) -> dict | None:
+    def replayed(self, call: str, request_id: str) -> dict[str, Any] | None:
         """The operation a retried request with REQUEST_ID already started (AIP-155; of the
         v2 calls only queuedResources.create and .delete take a requestId)."""
         name = self.request_ids.get(f"{call}/{request_id}") if request_id else None
         return self.operations.get(name) if name else None
 
-    def create_node(self, parent: str, node_id: str, body: dict) -> dict:
+    def create_node(self, parent: str, node_id: str, body: dict[str, Any]) -> dict[str, Any]:
         project, zone = self.check_parent(parent)
         node = self.node_from_body(parent, node_id, body)
         if node["name"] in self.nodes or any(
@@ -335,13 +335,13 @@ class World:
         return op
 
     @staticmethod
-    def _endpoints(hosts: int) -> list[dict]:
+    def _endpoints(hosts: int) -> list[dict[str, Any]]:
         # Every fake host lives on loopback; the server's host manager (hosts.py)
         # writes each one's SSH port here before any client sees the node READY.
         return [{"ipAddress": "127.0.0.1", "port": 0} for _ in range(hosts)]
 
     def guest_attributes(self, name: str, query_path: str = "",
-                         worker_ids: list[str] | None = None) -> dict:
+                         worker_ids: list[str] | None = None) -> dict[str, Any]:
         """nodes.getGuestAttributes: what each host PUT to its metadata server's
         instance/guest-attributes/ (kept on the node by the fake's hosts, or published
         through the admin API), one entry per worker asked for that has something under
@@ -357,21 +357,21 @@ class World:
         return {"guestAttributes": [{"queryPath": query_path, "queryValue": {"items": items}}
                                     for items in answers if items]}
 
-    def make_ready(self, node: dict) -> None:
+    def make_ready(self, node: dict[str, Any]) -> None:
         node["state"], node["health"] = "READY", "HEALTHY"
         node["networkEndpoints"] = self._endpoints(node["_hosts"])
         if (node.get("networkConfig") or {}).get("enableExternalIps"):
             for endpoint in node["networkEndpoints"]:  # recorded shape; loopback stands in
                 endpoint["accessConfig"] = {"externalIp": endpoint["ipAddress"]}
 
-    def delete_node(self, name: str) -> dict:
+    def delete_node(self, name: str) -> dict[str, Any]:
         node = self.get_node(name)
         if node.get("queuedResource"):
             raise precondition(
                 f"Node {name} belongs to queued resource {node['queuedResource']}; delete that instead")
         return self.start_node_deletion(node)
 
-    def start_node_deletion(self, node: dict) -> dict:
+    def start_node_deletion(self, node: dict[str, Any]) -> dict[str, Any]:
         parent = node["name"].rpartition("/nodes/")[0]
         op = self.new_operation(parent, "delete", node["name"])
         node.setdefault("_delete_ops", []).append(op["name"])
@@ -381,7 +381,7 @@ class World:
             self.schedule(self.timings.node_delete, "node_deleted", node["name"])
         return op
 
-    def update_node(self, name: str, body: dict, update_mask: str) -> dict:
+    def update_node(self, name: str, body: dict[str, Any], update_mask: str) -> dict[str, Any]:
         """nodes.patch: a long-running operation that changes the node when it is done,
         `timings.node_update` simulated seconds later (refused while another update of
         the node runs, or when the node is not READY). FieldMask semantics: each masked
@@ -414,7 +414,7 @@ class World:
         self.schedule(self.timings.node_update, "node_updated", f"{name}#{op['name']}")
         return op
 
-    def stop_node(self, name: str) -> dict:
+    def stop_node(self, name: str) -> dict[str, Any]:
         node = self.get_node(name)
         if node["_hosts"] != 1:
             raise precondition(f"Node {name} has {node['_hosts']} hosts; only single-host nodes stop")
@@ -423,14 +423,14 @@ class World:
         node["state"] = "STOPPING"
         return self._transition_op(node, "stop", self.timings.node_stop, "node_stopped")
 
-    def start_node(self, name: str) -> dict:
+    def start_node(self, name: str) -> dict[str, Any]:
         node = self.get_node(name)
         if node["state"] != "STOPPED":
             raise precondition(f"Node {name} is {node['state']}, not STOPPED")
         node["state"] = "STARTING"
         return self._transition_op(node, "start", self.timings.node_start, "node_started")
 
-    def _transition_op(self, node: dict, verb: str, seconds: float, event: str) -> dict:
+    def _transition_op(self, node: dict[str, Any], verb: str, seconds: float, event: str) -> dict[str, Any]:
         op = self.new_operation(node["name"].rpartition("/nodes/")[0], verb, node["name"])
         node["_transition_op"] = op["name"]
         self.schedule(seconds, event, node["name"])
@@ -438,7 +438,7 @@ class World:
 
     # ---- admin: faults and capacity ---------------------------------------------
 
-    def find(self, name: str) -> tuple[str, dict]:
+    def find(self, name: str) -> tuple[str, dict[str, Any]]:
         """A node or queued resource by full name or bare id -> ("node"|"queued", resource)."""
         for kind, table in (("queued", self.queued), ("node", self.nodes)):
             for full, resource in table.items():
@@ -466,7 +466,7 @@ class World:
         else:
             raise precondition(f"Node {resource['name']} is {resource['state']}; cannot preempt it")
 
-    def preempt_grace(self, node: dict) -> float:
+    def preempt_grace(self, node: dict[str, Any]) -> float:
         """The notice a preempted NODE's processes get: its own, its queued resource's, or the default."""
         qr = self.queued.get(node.get("queuedResource") or "", {})
         return float(node.get("_preempt_grace", qr.get("_preempt_grace", self.timings.preempt_grace)))

@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_chips
@@ -175,7 +176,7 @@ class _LineSplitter:
 
 
 class Agent:
-    def __init__(self, cfg: dict, run_dir: Path):
+    def __init__(self, cfg: dict[str, Any], run_dir: Path):
         self.cfg = cfg
         self.run_dir = run_dir
         self.home = Path.home() / ".podctl"
@@ -183,12 +184,12 @@ class Agent:
         self.venv: Path | None = None
         self.logs = LogShipper(cfg, self.bucket, run_dir)
         self.logs.watch = self.watch
-        self.child: subprocess.Popen | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.stop_deadline: float | None = None
         self.termed: int | None = None  # the script (pid) already sent SIGTERM
         self.killed_state: str | None = None  # the script's process state when it was SIGKILLed
-        self.maintenance: dict | None = None  # the maintenance that stopped the run, if one did
+        self.maintenance: dict[str, Any] | None = None  # the maintenance that stopped the run, if one did
         self.stacks_asked = threading.Event()
         self.control: agent_control.Control | None = None  # from main's start to the status
         self.process_index = agent_watch.ProcessIndex(run_dir)
@@ -205,7 +206,7 @@ class Agent:
                 self.logs.process_index = index
                 self.logs.line(process_mark(self.cfg["host"], index))
 
-    def watch(self) -> dict:
+    def watch(self) -> dict[str, Any]:
         """For every heartbeat: the step the script last finished and its process's state."""
         self.learn_process()  # a script that wrote its index but has printed nothing since
         child = self.child
@@ -257,7 +258,7 @@ class Agent:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def on_maintenance(self, info: dict) -> None:
+    def on_maintenance(self, info: dict[str, Any]) -> None:
         """Maintenance is near (agent_maintenance.py): stop the script as a stop would,
         and say why in the status, for `--recover` to wait it out."""
         self.maintenance = info
@@ -269,7 +270,7 @@ class Agent:
 
     def fetch_bundle(self) -> Path:
         digest = self.cfg["bundle_hash"]
-        target = self.home / "bundles" / digest
+        target: Path = self.home / "bundles" / digest
         if (target / ".podctl-complete").exists():
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -337,7 +338,8 @@ class Agent:
     def preempted() -> bool:
         """The metadata server's word, besides the SIGTERM: is this VM being preempted?"""
         try:
-            return agent_gcs.metadata_get("instance/preempted", timeout=2.0).strip() == "TRUE"
+            preempted: str = agent_gcs.metadata_get("instance/preempted", timeout=2.0)
+            return preempted.strip() == "TRUE"
         except Exception:  # no metadata server (a test running the agent by hand)
             return False
 
@@ -349,7 +351,7 @@ class Agent:
         except Exception:  # a host without guest attributes enabled refuses it
             pass
 
-    def setup(self, tree: Path, env: dict) -> int:
+    def setup(self, tree: Path, env: dict[str, str]) -> int:
         steps = []
         if self.cfg.get("setup"):
             steps.append(self.cfg["setup"])
@@ -372,7 +374,7 @@ class Agent:
         marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         return 0
 
-    def run_process(self, argv: list[str], cwd: Path, env: dict) -> int:
+    def run_process(self, argv: list[str], cwd: Path, env: dict[str, str]) -> int:
         """Run ARGV in a session of its own; its lines to the log; -> its exit code.
         The process ends the run when it exits: the agent reads what it left in the
         pipe, then ends every process it left behind (a child holding the pipe
@@ -391,7 +393,7 @@ class Agent:
             child.stdout.close()
         return 128 - code if code < 0 else code  # killed by signal N -> 128 + N
 
-    def _pump(self, child: subprocess.Popen) -> None:
+    def _pump(self, child: subprocess.Popen[bytes]) -> None:
         """Lines from the child's pipe to the log, split at "\\n" only (and "\\r\\n"), until
         every writer closed it, or the child has exited and the pipe stayed quiet (or
         DRAIN_SECONDS passed): whoever still holds it is a leftover."""
@@ -430,7 +432,7 @@ class Agent:
         if lines.partial:
             self.logs.line(_text(lines.rest()))
 
-    def _kill_past_the_stop(self, child: subprocess.Popen) -> None:
+    def _kill_past_the_stop(self, child: subprocess.Popen[bytes]) -> None:
         # A script stopped (state T: SIGSTOP, a debugger) cannot take a
         # SIGTERM: kept for the status, where podctl finds who froze a run.
         self.killed_state = (agent_watch.process_state(child.pid) or {}).get("state")
@@ -470,7 +472,7 @@ class Agent:
             os.killpg(session, signal.SIGKILL)  # without /proc: the session's own group
         _reap()
 
-    def environment(self, tree: Path) -> dict:
+    def environment(self, tree: Path) -> dict[str, str]:
         cfg = self.cfg
         env = dict(os.environ)
         env.update({
@@ -501,7 +503,8 @@ class Agent:
     def stopped_by_podctl(self) -> bool:
         """Only podctl's stop leaves the marker: a SIGTERM from anywhere else (a TPU
         VM's preemption notice, a host going away) is a failure that fails the job fast."""
-        return (self.run_dir / run_layout.STOP_FILE).exists()
+        marker: Path = self.run_dir / run_layout.STOP_FILE
+        return marker.exists()
 
     def stop_asked(self) -> bool:
         """A stop or halt came (signal, marker, or GCS through the control thread)."""

@@ -41,7 +41,12 @@ import math
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # on a host: agent_gcs is a sibling module; the type is for mypy only
+    from podctl.jobs.agent_gcs import Bucket
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import run_layout
@@ -53,7 +58,7 @@ POLL_SECONDS = 5.0  # a request waits at most this long (plus a step) to be seen
 HOST_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".memory_profile.json.gz")
 
 
-def prepare_env(env: dict, cfg: dict, run_dir: Path) -> None:
+def prepare_env(env: dict[str, str], cfg: dict[str, Any], run_dir: Path) -> None:
     """The script's environment: where requests arrive, the run's GCS folder (the
     template writes TensorBoard scalars under it), and the XLA dump folder if asked."""
     control = run_dir / "control"
@@ -70,8 +75,8 @@ class Control:
     profile` requests to the script and ships its traces. STACKS: called (from this
     thread) for each new stacks request."""
 
-    def __init__(self, cfg: dict, bucket, run_dir: Path, say=None, poll_seconds: float = POLL_SECONDS,
-                 stacks=None):
+    def __init__(self, cfg: dict[str, Any], bucket: Bucket, run_dir: Path, say: Callable[[str], None] | None = None,
+                 poll_seconds: float = POLL_SECONDS, stacks: Callable[[], None] | None = None):
         self.cfg, self.bucket, self.run_dir = cfg, bucket, run_dir
         self.run_id, self.host = cfg["run_id"], int(cfg["host"])
         self.dir = run_dir / "control"
@@ -109,7 +114,7 @@ class Control:
             if self._stop.wait(self.poll_seconds):
                 return
 
-    def _guarded(self, fn) -> None:
+    def _guarded(self, fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception as e:  # GCS hiccups: the next poll tries again; the run goes on

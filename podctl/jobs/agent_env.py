@@ -46,6 +46,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # on a host: agent_gcs is a sibling module; the type is for mypy only
+    from podctl.jobs.agent_gcs import Bucket
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import agent_env_fetch
@@ -93,7 +97,7 @@ def _version(python: str) -> str:
 class HostEnv:
     """One host's side of one environment."""
 
-    def __init__(self, bucket, spec: dict, *, home: Path, host: str, builder: bool,
+    def __init__(self, bucket: Bucket, spec: dict[str, Any], *, home: Path, host: str, builder: bool,
                  log: Callable[[str], None], failed_marker: str, log_object: str, build_log: Path,
                  unpack: Callable[[str, str], int], stopping: Callable[[], bool] = lambda: False):
         self.stopping = stopping
@@ -101,7 +105,7 @@ class HostEnv:
         self.key, self.python, self.lock = spec["key"], spec["python"], spec["lock"]
         self.index_args = list(spec.get("index_args") or [])
         self.sign_key, self.uv_tool = spec["sign_key"], spec.get("uv")
-        self.dir = home / "envs" / self.key
+        self.dir: Path = home / "envs" / self.key
         self.object, self.sidecar = run_layout.env_archive_objects(self.key, signer_of(self.sign_key))
         self.failed_marker, self.log_object, self.build_log = failed_marker, log_object, build_log
         self.unpack = unpack
@@ -148,7 +152,7 @@ class HostEnv:
 
     # ---- what the bucket holds, checked against the client's key ----------------------
 
-    def _wait_for_upload(self) -> dict | None:
+    def _wait_for_upload(self) -> dict[str, Any] | None:
         """The signed sidecar once the environment is in GCS; None when this host builds it."""
         deadline, said = time.monotonic() + WAIT_SECONDS, False
         while True:
@@ -180,9 +184,9 @@ class HostEnv:
         return EnvError(f"{self.host}: refused the environment archive gs://{self.bucket.name}/"
                         f"{self.object}: {why}; podctl deletes it, run again to build it anew")
 
-    def _checked_meta(self) -> dict:
+    def _checked_meta(self) -> dict[str, Any]:
         try:
-            meta = json.loads(self.bucket.download(self.sidecar))
+            meta: dict[str, Any] = json.loads(self.bucket.download(self.sidecar))
             sha, size, sig = str(meta["sha256"]), int(meta["size"]), str(meta["signature"])
         except (ValueError, KeyError, TypeError):
             raise self._refuse("its .json is not podctl's") from None
@@ -317,7 +321,7 @@ class HostEnv:
                  f"index: {packages} packages in {time.monotonic() - started:.1f} s; uploaded "
                  f"{size / 1e6:.1f} MB to GCS")
 
-    def _fetch(self, meta: dict) -> None:
+    def _fetch(self, meta: dict[str, Any]) -> None:
         started = time.monotonic()
         uv = self._uv() if _version(sys.executable) != self.python else None
         python, how = self._interpreter(uv)
@@ -389,7 +393,9 @@ def _pack(site: Path, archive: str) -> tuple[int, str]:
 class ClientBuiltEnv:
     """One host's copy of an environment the client built (agent_env_fetch.py)."""
 
-    def __init__(self, bucket, spec: dict, *, home: Path, host: str, log: Callable[[str], None],
+    dir: Path  # HOME/envs/KEY: its venv
+
+    def __init__(self, bucket: Bucket, spec: dict[str, Any], *, home: Path, host: str, log: Callable[[str], None],
                  builder: bool = False, stopping: Callable[[], bool] = lambda: False):
         self.bucket, self.spec, self.host, self.log, self.stopping = bucket, spec, host, log, stopping
         self.builder = builder  # process 0: deletes an archive changed in the bucket

@@ -38,6 +38,11 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # on a host: agent_gcs is a sibling module; the type is for mypy only
+    from podctl.jobs.agent_gcs import Bucket
 
 PARALLEL = 8  # ranged reads in flight at once (each one part)
 TRIES = 4  # a part's read, at most this many times (GCS answers 503 now and then)
@@ -61,7 +66,7 @@ def parts_of(size: int, part_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + part_size, size) - 1) for start in range(0, size, part_size)] or [(0, -1)]
 
 
-def _read_part(bucket, name: str, start: int, end: int) -> bytes:
+def _read_part(bucket: Bucket, name: str, start: int, end: int) -> bytes:
     for attempt in range(TRIES):
         try:
             return bucket.read_range(name, start, end)
@@ -110,7 +115,7 @@ class _ZstdPipe:
 class _PythonZstd:
     """zstandard's decompressor in this process (ZSTANDARD: the module), into `tar -x`."""
 
-    def __init__(self, zstandard, dest: Path):
+    def __init__(self, zstandard: Any, dest: Path):  # the zstandard module, loaded at run time
         self.how = f"python-zstandard {zstandard.__version__} (this host has no zstd)"
         self.error = zstandard.ZstdError
         self.frame = zstandard.ZstdDecompressor().decompressobj()
@@ -140,12 +145,12 @@ class _PythonZstd:
         _end((self.untar,), (self.untar.stdin, self.untar.stderr))
 
 
-def _untar(dest: Path, stdin) -> subprocess.Popen:
+def _untar(dest: Path, stdin: int | IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest), "--no-same-owner"],
                             stdin=stdin, stderr=subprocess.PIPE)
 
 
-def _end(procs: tuple[subprocess.Popen, ...], streams: tuple) -> None:
+def _end(procs: tuple[subprocess.Popen[bytes], ...], streams: tuple[IO[bytes] | None, ...]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
@@ -182,7 +187,7 @@ def _check_part(data: bytes | BaseException, index: int, ranges: list[tuple[int,
                        "differs: changed in the bucket)")
 
 
-def stream_into(bucket, name: str, archive: dict, dest: Path, *,
+def stream_into(bucket: Bucket, name: str, archive: dict[str, Any], dest: Path, *,
                 stopping: Callable[[], bool] = lambda: False,
                 zstandard_module: Callable[[], object] | None = None) -> tuple[float, str]:
     """Unpack gs://BUCKET/NAME (ARCHIVE: size, sha256, part_size, parts) into DEST
@@ -247,7 +252,7 @@ def stream_into(bucket, name: str, archive: dict, dest: Path, *,
     return time.monotonic() - started, sink.how
 
 
-def load_zstandard(bucket, tool: dict, tools_dir: Path):
+def load_zstandard(bucket: Bucket, tool: dict[str, Any], tools_dir: Path) -> ModuleType:
     """The `zstandard` module from the client's zip (TOOL: object, sha256, python): fetched
     once into TOOLS_DIR/zstandard-SHA, its sha256 checked before it is unzipped; Refused
     when it is not the client's or does not load in this Python."""

@@ -10,6 +10,7 @@ Shipped to hosts next to agent.py; imports nothing from podctl.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 GOOGLE = "https://storage.googleapis.com"
 _CHUNK = 1 << 20
@@ -42,7 +44,8 @@ def metadata_get(path: str, timeout: float = 10.0) -> str:
     request = urllib.request.Request(f"http://{metadata_host()}/computeMetadata/v1/{path}",
                                      headers={"Metadata-Flavor": "Google"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.read().decode()
+        text: str = response.read().decode()
+        return text
 
 
 def metadata_put(path: str, value: str, timeout: float = 10.0) -> None:
@@ -61,7 +64,7 @@ class Bucket:
         self.endpoint = (endpoint or os.environ.get("STORAGE_EMULATOR_HOST") or GOOGLE).rstrip("/")
         self._token, self._expires = "", 0.0
 
-    def _auth(self) -> dict:
+    def _auth(self) -> dict[str, str]:
         if time.time() > self._expires - 60:
             data = json.loads(metadata_get("instance/service-accounts/default/token"))
             self._token, self._expires = data["access_token"], time.time() + float(data["expires_in"])
@@ -73,14 +76,15 @@ class Bucket:
                 f"{urllib.parse.quote(name, safe='')}")
 
     def _open(self, url: str, data: bytes | None = None, method: str = "GET",
-              headers: dict | None = None, timeout: float = 300.0):
+              headers: dict[str, str] | None = None, timeout: float = 300.0) -> http.client.HTTPResponse:
         for fresh in (False, True):
             if fresh:  # a 401: the token was revoked or outlived its issuer; ask once more
                 self._expires = 0.0
             request = urllib.request.Request(url, data=data, method=method,
                                              headers={**self._auth(), **(headers or {})})
             try:
-                return urllib.request.urlopen(request, timeout=timeout)
+                response: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=timeout)  # http(s) only
+                return response
             except urllib.error.HTTPError as e:
                 body = e.read()[:300].decode(errors="replace")
                 if e.code == 401 and not fresh:
@@ -136,11 +140,12 @@ class Bucket:
         with self._open(self._object_url(name), method="DELETE") as response:
             response.read()
 
-    def stat(self, name: str) -> dict | None:
+    def stat(self, name: str) -> dict[str, Any] | None:
         """The object's metadata, or None if there is none."""
         try:
             with self._open(self._object_url(name)) as response:
-                return json.loads(response.read())
+                meta: dict[str, Any] = json.loads(response.read())
+                return meta
         except GcsError as e:
             if e.status == 404:
                 return None

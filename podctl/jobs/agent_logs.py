@@ -15,6 +15,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # on a host: agent_gcs is a sibling module; the type is for mypy only
+    from podctl.jobs.agent_gcs import Bucket
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import run_layout
@@ -45,7 +49,7 @@ def process_mark(host: int, process: int) -> str:
 class LogShipper:
     """Lines in, GCS chunks out: a local file for every line, an upload every few seconds."""
 
-    def __init__(self, cfg: dict, bucket, run_dir: Path):
+    def __init__(self, cfg: dict[str, Any], bucket: Bucket, run_dir: Path):
         self.run_id, self.host = cfg["run_id"], int(cfg["host"])
         self.tag = run_layout.host_tag(self.host)
         self.bucket = bucket
@@ -59,7 +63,8 @@ class LogShipper:
         # When each phase began (starting, environment, setup, running, done): where the
         # host's time went, for `podctl goodput`; in every heartbeat and in the status.
         self.phases: dict[str, float] = {}
-        self.watch: Callable[[], dict] = lambda: {}  # the script's progress and process state, for the stall watch
+        # the script's progress and process state, for the stall watch
+        self.watch: Callable[[], dict[str, Any]] = lambda: {}
         self.process_index: int | None = None  # the script's JAX process index, once it says
         self.phase = "starting"
         self.lock = threading.Lock()

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.error
 from collections.abc import Callable
+from typing import Any
 
 LEAD_SECONDS = 300.0
 POLL_SECONDS = 2.0
@@ -40,12 +41,12 @@ def parse_time(text: object) -> float | None:
     return seconds + (float("0." + frac) if frac.isdigit() else 0.0)
 
 
-def _field(data: dict, snake: str) -> object:
+def _field(data: dict[str, Any], snake: str) -> object:
     camel = snake.split("_")[0] + "".join(w.title() for w in snake.split("_")[1:])
     return data.get(snake, data.get(camel))
 
 
-def read(get: Callable[..., str]) -> dict | None:
+def read(get: Callable[..., str]) -> dict[str, Any] | None:
     """What the metadata server says of maintenance now, or None when nothing is planned:
     {window_start, window_end (epoch s or None), type, status, event}."""
     event = get("instance/maintenance-event", timeout=2.0).strip()
@@ -64,7 +65,7 @@ def read(get: Callable[..., str]) -> dict | None:
             "status": _field(data, "maintenance_status"), "event": event or "NONE"}
 
 
-def due(info: dict | None, lead: float, now: float) -> bool:
+def due(info: dict[str, Any] | None, lead: float, now: float) -> bool:
     if info is None:
         return False
     if info["event"] != "NONE" or info.get("status") == "ONGOING":
@@ -76,7 +77,7 @@ def due(info: dict | None, lead: float, now: float) -> bool:
 class Watcher:
     """A daemon thread that calls ON_NOTICE(info) once, when maintenance is due."""
 
-    def __init__(self, on_notice: Callable[[dict], None], get: Callable[..., str], *,
+    def __init__(self, on_notice: Callable[[dict[str, Any]], None], get: Callable[..., str], *,
                  lead: float = LEAD_SECONDS, poll: float = POLL_SECONDS):
         self.on_notice, self.get, self.lead, self.poll = on_notice, get, lead, poll
         self.stopped = threading.Event()
@@ -101,7 +102,7 @@ class Watcher:
             self.stopped.wait(self.poll)
 
 
-def watch(cfg: dict, on_notice: Callable[[dict], None], get: Callable[..., str]) -> Watcher | None:
+def watch(cfg: dict[str, Any], on_notice: Callable[[dict[str, Any]], None], get: Callable[..., str]) -> Watcher | None:
     """A started Watcher for the run config CFG, or None when the run turned it off."""
     if cfg.get("maintenance_watch") is False:
         return None

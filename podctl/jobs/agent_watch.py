@@ -26,6 +26,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 try:  # on a host: the agent's zip holds its sibling modules at the top level
     import metric_line
@@ -49,7 +50,7 @@ def _progress(run_dir: Path) -> object:
         return None
 
 
-def read_progress(run_dir: Path) -> dict | None:
+def read_progress(run_dir: Path) -> dict[str, Any] | None:
     """{"step": N, "t": ...} as the script last wrote it, or None."""
     data = _progress(run_dir)
     return data if isinstance(data, dict) and isinstance(data.get("step"), int) else None
@@ -89,7 +90,7 @@ def read_process(run_dir: Path) -> int | None:
     return index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else None
 
 
-def process_state(pid: int | None) -> dict | None:
+def process_state(pid: int | None) -> dict[str, Any] | None:
     """{"state": "R|S|D|T|Z|...", "cpu_s": user+system seconds} of process PID, or None."""
     if pid is None:
         return None

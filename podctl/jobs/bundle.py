@@ -106,11 +106,11 @@ class _Rules:
         except (OSError, UnicodeDecodeError) as e:
             raise BundleError(f"cannot read {path}: {e}; fix it or remove it.") from e
 
-    def nested(self, directory: Path, rel_dir: str, outer: list) -> list:
+    def nested(self, directory: Path, rel_dir: str, outer: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         spec = self._load(directory / ".gitignore")
         return outer + [(rel_dir, spec)] if spec is not None else outer
 
-    def ignored(self, gitignores: list, rel: str, is_dir: bool) -> bool:
+    def ignored(self, gitignores: list[tuple[str, Any]], rel: str, is_dir: bool) -> bool:
         test = rel + "/" if is_dir else rel
         if self.always.match_file(test):
             return True
@@ -140,7 +140,7 @@ def _collect(root: Path) -> tuple[list[_Entry], list[str]]:
     entries: list[_Entry] = []
     warnings: list[str] = []
 
-    def walk(directory: Path, rel_dir: str, gitignores: list) -> None:
+    def walk(directory: Path, rel_dir: str, gitignores: list[tuple[str, Any]]) -> None:
         gitignores = rules.nested(directory, rel_dir, gitignores)
         try:
             children = sorted(os.scandir(directory), key=lambda e: e.name)

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from podctl import children
 from podctl.errors import RequirementsError
@@ -68,7 +69,7 @@ class Built:
     seconds: float = 0.0  # building and packing; 0 when it was packed earlier
     pack_seconds: float = 0.0  # of which packing (tar + zstd, the hashes)
 
-    def host_config(self, plan: env_lock.EnvPlan, object_name: str) -> dict:
+    def host_config(self, plan: env_lock.EnvPlan, object_name: str) -> dict[str, Any]:
         """The hosts' `environment`: what to fetch and how to check it; no secret."""
         return {"key": plan.key, "python": plan.python,
                 "interpreter": "archive" if self.python_inside else "host",

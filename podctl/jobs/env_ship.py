@@ -89,7 +89,7 @@ async def _client_built(storage: Storage, plan: env_lock.EnvPlan, ship_python: b
     uploaded = await storage.upload_file(built.path, name, if_missing=True, content_type="application/zstd")
     notice(f"{what}, {'uploaded to' if uploaded else 'already in'} {storage.gs_url(name)}")
     timings["env_upload"] = time.monotonic() - began
-    config = built.host_config(plan, name)
+    config: dict[str, Any] = built.host_config(plan, name)
     if zstd is not None:
         config["archive"]["zstandard"] = zstd
     return config

@@ -23,6 +23,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from podctl import children
 from podctl.jobs import env_lock
@@ -38,7 +39,7 @@ class ZstandardZip:
     sha256: str
     size: int
 
-    def host_config(self, object_name: str) -> dict:
+    def host_config(self, object_name: str) -> dict[str, Any]:
         return {"object": object_name, "sha256": self.sha256, "size": self.size, "python": PYTHON,
                 "version": self.version}
 

@@ -11,10 +11,12 @@ paths). Shipped in the agent's zip (launch.AGENT_MODULES), where the host's watc
 
 from __future__ import annotations
 
+from typing import Any
+
 LAUNCH_VERSION = 1
 
 
-def for_host(launch: dict, host: int) -> dict:
+def for_host(launch: dict[str, Any], host: int) -> dict[str, Any]:
     """Host HOST's config (its index in the run: slices in order, workers in order)."""
     if launch.get("v") != LAUNCH_VERSION:
         raise ValueError(f"a launch config of version {launch.get('v')!r}, not {LAUNCH_VERSION}")

@@ -39,6 +39,10 @@ import json
 import os
 import sys
 import time
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where it is used, at run time (the watcher starts at boot)
+    import threading
 
 # run_layout.py's names (test_host_watch holds them equal)
 RUN_POINTER_KEY = "podctl-run"
@@ -76,7 +80,7 @@ def metadata_host() -> str:
 
 
 def metadata(method: str, path: str, body: bytes | None = None,
-             timeout: float = 10.0) -> tuple[int, dict, bytes]:
+             timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
     """One request to computeMetadata/v1/PATH -> (status, headers lowercased, body)."""
     host = metadata_host()
     conn = http.client.HTTPConnection(host, timeout=timeout)
@@ -90,7 +94,7 @@ def metadata(method: str, path: str, body: bytes | None = None,
         conn.close()
 
 
-def attributes(etag: str = "NONE", wait: bool = True) -> tuple[dict, str]:
+def attributes(etag: str = "NONE", wait: bool = True) -> tuple[dict[str, Any], str]:
     """The node's attributes (every key, verbatim) and the answer's ETag. WAIT: answer
     only once they differ from ETAG (NONE: at once), or after TIMEOUT_SEC."""
     path = "instance/attributes/?recursive=true&alt=json"
@@ -141,7 +145,7 @@ class Beating:
         self._stop = stop
 
     @staticmethod
-    def _beat(done) -> None:
+    def _beat(done: threading.Event) -> None:
         while not done.wait(BEAT_SECONDS):
             beat()
 
@@ -165,7 +169,7 @@ def _hex64(text: object) -> bool:
     return isinstance(text, str) and len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
-def parse_pointer(text: object) -> dict | None:
+def parse_pointer(text: object) -> dict[str, Any] | None:
     """The pointer in the node's `podctl-run` key, checked; None for none (an empty key
     or one podctl cleared); ValueError naming what is wrong with a bad one."""
     if text is None or (isinstance(text, str) and not text.strip()):
@@ -197,7 +201,7 @@ def parse_pointer(text: object) -> dict | None:
     return p
 
 
-def host_index(pointer: dict, attrs: dict) -> int:
+def host_index(pointer: dict[str, Any], attrs: dict[str, Any]) -> int:
     """This host's index in the run: the node's first host + this VM's worker number."""
     return int(pointer["first_host"]) + int(attrs["agent-worker-number"])
 
@@ -304,7 +308,8 @@ def _token() -> str:
             said = f"{type(e).__name__}: {e}"
         else:
             if status == 200:
-                return json.loads(data)["access_token"]
+                token: str = json.loads(data)["access_token"]
+                return token
             said = str(status)
             if status < 500:
                 break
@@ -331,7 +336,8 @@ def gcs_get(bucket: str, name: str) -> bytes:
     for attempt in range(3):
         try:
             with urllib.request.urlopen(request, timeout=120) as r:
-                return r.read()
+                body: bytes = r.read()
+                return body
         except urllib.error.HTTPError as e:
             if e.code in (401, 403, 404):
                 raise Refused(f"GCS answered {e.code} for gs://{bucket}/{name}") from None
@@ -404,7 +410,7 @@ def denial_word(run_id: str, denied: tuple[str, int, str], email: str, scopes: l
     return head + short[:max(1, MAX_GUEST_VALUE - len(head))]
 
 
-def fetch_launch(pointer: dict) -> dict:
+def fetch_launch(pointer: dict[str, Any]) -> dict[str, Any]:
     """launch.json, checked against the pointer's hash and naming the pointer's run."""
     import hashlib
 
@@ -418,7 +424,7 @@ def fetch_launch(pointer: dict) -> dict:
     return launch
 
 
-def fetch_agent(pointer: dict) -> str:
+def fetch_agent(pointer: dict[str, Any]) -> str:
     """The agent's zip, from the host's cache or GCS, checked against the pointer's hash."""
     import hashlib
 
@@ -441,19 +447,20 @@ def fetch_agent(pointer: dict) -> str:
     return path
 
 
-def config_for(agent_zip: str, launch: dict, host: int) -> dict:
+def config_for(agent_zip: str, launch: dict[str, Any], host: int) -> dict[str, Any]:
     """host_config.for_host from the agent's own zip (the version the pointer names; a fresh
     namespace each time, so a later run's agent brings its own)."""
     import zipfile
 
     with zipfile.ZipFile(agent_zip) as z:
         source = z.read("host_config.py")
-    namespace: dict = {"__name__": "podctl_host_config"}
+    namespace: dict[str, Any] = {"__name__": "podctl_host_config"}
     exec(compile(source, agent_zip + "/host_config.py", "exec"), namespace)
-    return namespace["for_host"](launch, host)
+    config: dict[str, Any] = namespace["for_host"](launch, host)
+    return config
 
 
-def write_config(run_id: str, config: dict) -> str:
+def write_config(run_id: str, config: dict[str, Any]) -> str:
     """The host's config in its run directory, 0600 (it holds the --env values)."""
     d = run_dir(run_id)
     path = os.path.join(d, CONFIG_FILE)
@@ -485,7 +492,7 @@ def start_agent(agent_zip: str, run_id: str) -> None:
         os.umask(old)
 
 
-def start(pointer: dict, attrs: dict) -> str | None:
+def start(pointer: dict[str, Any], attrs: dict[str, Any]) -> str | None:
     """Start POINTER's run on this host if it has not been; -> what was reported, or None
     when the run was started (or refused) here before."""
     run_id = pointer["run"]
@@ -524,7 +531,7 @@ def start(pointer: dict, attrs: dict) -> str | None:
     return state
 
 
-def on_attributes(attrs: dict) -> str | None:
+def on_attributes(attrs: dict[str, Any]) -> str | None:
     """What one answer of the metadata server asks of this host."""
     try:
         pointer = parse_pointer(attrs.get(RUN_POINTER_KEY))
@@ -538,7 +545,7 @@ def on_attributes(attrs: dict) -> str | None:
 
 # ---- the loop ------------------------------------------------------------------------
 
-def lock(directory: str):
+def lock(directory: str) -> IO[str] | None:
     """The host's one watcher: a lock held for the process's life, or None if another has it."""
     import fcntl
 

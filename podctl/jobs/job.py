@@ -241,8 +241,8 @@ class Job:
     async def follow(self) -> RunResult:
         reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts,
                            notice=self.notice, explain=self._refusal)
-        stopping: asyncio.Future | None = None
-        peers: tuple[dict[int, dict], float] | None = None  # heartbeats when a host was aborted
+        stopping: asyncio.Future[Any] | None = None
+        peers: tuple[dict[int, dict[str, Any]], float] | None = None  # heartbeats when a host was aborted
 
         async def on_status(status: HostStatus) -> None:
             nonlocal stopping, peers

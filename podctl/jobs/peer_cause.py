@@ -15,6 +15,7 @@ says both: who stopped answering, and who JAX ended for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from podctl.failures import coordination_abort
 from podctl.jobs.host_label import host_name
@@ -39,12 +40,12 @@ class PeerCause:
         return (f"{host_name(self.host, self.process)} stopped answering{seen}; JAX's "
                 f"coordination service then ended {ended} (exit {self.messenger.exit_code})")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "process": self.process, "evidence": self.evidence,
                 "ended": self.messenger.host, "ended_exit_code": self.messenger.exit_code}
 
 
-def evidence(status: HostStatus | None, beat: dict | None, now: float) -> str | None:
+def evidence(status: HostStatus | None, beat: dict[str, Any] | None, now: float) -> str | None:
     """What says a host stopped answering: its status (its agent killed a stopped script),
     else its heartbeat (read when the abort landed, NOW): the script's state, or none."""
     if status is not None and status.killed_state in NOT_ANSWERING:
@@ -63,7 +64,7 @@ def evidence(status: HostStatus | None, beat: dict | None, now: float) -> str | 
     return None
 
 
-def peer_cause(statuses: dict[int, HostStatus], beats: dict[int, dict] | None, num_hosts: int,
+def peer_cause(statuses: dict[int, HostStatus], beats: dict[int, dict[str, Any]] | None, num_hosts: int,
                now: float) -> PeerCause | None:
     """The host that stopped answering, when the run's first failure (job_exit_code's) is
     JAX's coordination service giving up on a peer; None otherwise, or when no peer can be

@@ -108,7 +108,7 @@ async def wait_for_profile(storage: Storage, request: ProfileRequest, timeout: f
                            poll_seconds: float = 2.0) -> ProfileRequest:
     """Until every chosen host has answered, the run has ended, or TIMEOUT passed."""
     deadline = time.monotonic() + timeout
-    ended: dict = {}
+    ended: dict[int, run_record.HostStatus] = {}
     while True:
         await read_acks(storage, request)
         if not request.missing:

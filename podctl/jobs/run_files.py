@@ -26,9 +26,12 @@ from typing import Any
 
 from podctl.errors import InvalidValueError, JobError
 from podctl.jobs import run_layout, run_record
-from podctl.jobs.run_record import HostStatus, RunRecord
+from podctl.jobs.run_record import HostStatus
+from podctl.jobs.run_record import RunRecord as RunRecord  # run_record.py owns it; re-exported
 from podctl.storage import Storage, StorageError, StorageNotFound
-from podctl.vocabulary import EXIT_HOST_LOST, HOST_LOST_SECONDS, LIVE_RUN_STATES
+from podctl.vocabulary import EXIT_HOST_LOST as EXIT_HOST_LOST  # vocabulary.py owns them; re-exported
+from podctl.vocabulary import HOST_LOST_SECONDS as HOST_LOST_SECONDS
+from podctl.vocabulary import LIVE_RUN_STATES
 
 MAX_LISTED = 100
 
@@ -224,7 +227,7 @@ async def read_heartbeats(storage: Storage, run_id: str) -> dict[int, float]:
             for o in await storage.list(run_layout.heartbeat_prefix(run_id))}
 
 
-async def read_beats(storage: Storage, run_id: str) -> dict[int, dict]:
+async def read_beats(storage: Storage, run_id: str) -> dict[int, dict[str, Any]]:
     """host -> its agent's last heartbeat as it wrote it (time, the script's progress,
     its process's state, its JAX process index); an unreadable one is left out."""
     beats = {}

@@ -104,7 +104,7 @@ def on_slice(record: RunRecord, name: str, created: float) -> bool:
 
 def record_checkpoint_dir(record: RunRecord) -> str:
     """The gs:// directory a run's script was given as PODCTL_CHECKPOINT_DIR."""
-    given = record.extra.get("checkpoint_dir")
+    given: str | None = record.extra.get("checkpoint_dir")
     if given:
         return given
     return run_layout.checkpoint_dir(record.extra.get("bucket", ""), record.run_id)

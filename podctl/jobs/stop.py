@@ -28,6 +28,7 @@ from podctl.cloud.types import SliceInfo
 from podctl.errors import PodctlError
 from podctl.jobs import agent_control, launch, run_files
 from podctl.jobs.run_files import RunRecord
+from podctl.jobs.run_record import HostStatus
 from podctl.jobs.ssh import Fleet, HostPins
 from podctl.storage import Storage
 
@@ -71,7 +72,7 @@ async def wait_ended(storage: Storage, run_id: str, num_hosts: int, *,
     run_files.HOST_LOST_SECONDS), or GRACE_SECONDS (None: no limit) -> all ended?"""
     until = None if grace_seconds is None else clock() + grace_seconds
     since = time.time()
-    statuses: dict = {}
+    statuses: dict[int, HostStatus] = {}
     while True:
         statuses = await run_files.read_statuses(storage, run_id, statuses)
         if len(statuses) >= num_hosts:

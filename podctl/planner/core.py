@@ -249,7 +249,8 @@ def _per(value: Any, system: System) -> float | None:
     if value is None or isinstance(value, float | int):
         return None if value is None else float(value)
     if hasattr(value, "for_system"):
-        return value.for_system(system.slice_type)
+        per: float | None = value.for_system(system.slice_type)
+        return per
     for key in (system.name, system.slice_type, system.family):
         if key in value:
             return float(value[key])

@@ -10,6 +10,7 @@ from typing import Any
 
 from podctl import cost
 from podctl.errors import InvalidValueError
+from podctl.topology import parse_slice
 
 
 def compiled_fit(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -30,7 +31,7 @@ def plan_from_preflight(data: dict[str, Any], path: Path, tokens_text: str,
     in ZONE() (asked once the options are checked; None: only a PRICE given prices it)
     -> `plan --from-preflight --json`."""
     tokens = cost.parse_count(tokens_text, "--tokens")
-    if slice_type and cost.parse_slice(slice_type).name != data["slice"]:
+    if slice_type and parse_slice(slice_type).name != data["slice"]:
         raise InvalidValueError(f"{path} was compiled for {data['slice']}, not {slice_type}: "
                                 f"run `podctl preflight --slice {slice_type} ...` for that size.")
     chosen, source = ((cost.check_mfu(mfu), "--mfu") if mfu is not None
@@ -44,7 +45,7 @@ def plan_from_preflight(data: dict[str, Any], path: Path, tokens_text: str,
     per_step, per_step_tokens = float(data["flops"]["per_step"]), int(data["tokens_per_step"])
     chips = int(data["chips"])
     peak = float((data.get("predicted") or {}).get("peak_flops_per_chip")
-                 or cost.parse_slice(data["slice"]).generation.peak_flops_per_chip)
+                 or parse_slice(data["slice"]).generation.peak_flops_per_chip)
     steps = tokens / per_step_tokens
     flops = per_step * steps
     hours = flops / (chips * peak * chosen) / 3600

@@ -45,7 +45,8 @@ def rows() -> list[dict[str, Any]]:
 def scaled(mfu: float, published_chips: int, chips: int) -> float:
     """MFU at CHIPS from a run at PUBLISHED_CHIPS: SCALING per doubling beyond it, no gain below."""
     doublings = max(0.0, math.log2(chips / published_chips)) if chips > 0 else 0.0
-    return mfu * SCALING ** doublings
+    kept: float = SCALING ** doublings  # float ** float is typed Any (it may be complex)
+    return mfu * kept
 
 
 def published(system: str, params: float, chips: int | None = None) -> MfuFigure | None:

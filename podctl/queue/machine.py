@@ -55,7 +55,8 @@ START_TRIES = 3  # a slice whose hosts refuse the run this many ticks in a row i
 
 
 def backoff_delay(count: int) -> float:
-    return min(BACKOFF_BASE * 2 ** max(0, count - 1), BACKOFF_MAX) * (1 + 0.1 * random.random())
+    doubled: float = 2 ** max(0, count - 1)  # int ** int is typed Any (a negative power is a float)
+    return min(BACKOFF_BASE * doubled, BACKOFF_MAX) * (1 + 0.1 * random.random())
 
 
 def needs_cleanup(e: Entry) -> bool:
@@ -98,9 +99,10 @@ class Machine:
         now = self.ctx.now()
         hours = sum(((a.get("ended") or now) - a["ready_at"]) / 3600
                     for a in e.attempts if a.get("ready_at"))
-        return round(rate * hours, 4)
+        cost: float = round(rate * hours, 4)
+        return cost
 
-    def end_attempt(self, e: Entry, outcome: str, error: str | None = None) -> list[dict]:
+    def end_attempt(self, e: Entry, outcome: str, error: str | None = None) -> list[dict[str, Any]]:
         attempts = [dict(a) for a in e.attempts]
         if attempts and attempts[-1]["attempt"] == e.attempt and not attempts[-1].get("outcome"):
             attempts[-1].update(outcome=outcome, ended=self.ctx.now(), error=error)

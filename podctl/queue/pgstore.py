@@ -162,15 +162,18 @@ class PgStore:
 
     def _all(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         with self._errors():
-            return self.conn.execute(sql, list(params)).fetchall()
+            rows: list[dict[str, Any]] = self.conn.execute(sql, list(params)).fetchall()
+            return rows
 
     def _one(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
         with self._errors():
-            return self.conn.execute(sql, list(params)).fetchone()
+            row: dict[str, Any] | None = self.conn.execute(sql, list(params)).fetchone()
+            return row
 
     def _run(self, sql: str, params: Iterable[Any] = ()) -> int:
         with self._errors():
-            return self.conn.execute(sql, list(params)).rowcount
+            count: int = self.conn.execute(sql, list(params)).rowcount
+            return count
 
     def _migrate(self) -> None:
         with self.conn.transaction():

@@ -61,7 +61,7 @@ def _number(value: Any, what: str, whole: bool) -> float | int | None:
     return value
 
 
-def _queue_table(cwd: Path | None) -> dict:
+def _queue_table(cwd: Path | None) -> dict[str, Any]:
     from podctl.settings import load_podctl_toml
 
     table = load_podctl_toml(cwd or Path.cwd()).get("queue", {})

@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 from podctl import tombstones
 from podctl.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
@@ -279,7 +280,7 @@ class SliceStatus:
     """`podctl status NAME`: the slice, and its nodes' upcoming maintenance."""
 
     info: SliceInfo
-    maintenance: dict[str, dict]  # node -> its upcomingMaintenance (v2alpha1), as --json shows it
+    maintenance: dict[str, dict[str, Any]]  # node -> its upcomingMaintenance (v2alpha1), as --json shows it
     # node -> per worker, its watcher's word (jobs/boot_channel.watcher_states); {}: no watchers
     watchers: dict[str, list[str]] = field(default_factory=dict)
 

@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from podctl.errors import UsageError
 from podctl.jobs import run_files
@@ -84,7 +84,7 @@ class SlowHost:
                 f"its input batch against {_ms(self.peers_s)} on its "
                 f"peers ({self.ratio:.1f}x); every host waits for it (step {_ms(self.step_s)})")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "process": self.process, "host_s": round(self.host_s, 5),
                 "peers_s": round(self.peers_s, 5),
                 "ratio": round(self.ratio, 2) if self.peers_s > 0 else None,
@@ -95,7 +95,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def paces(beats: dict[int, dict]) -> dict[int, HostPace]:
+def paces(beats: dict[int, dict[str, Any]]) -> dict[int, HostPace]:
     """Each host's pace from its agent's heartbeat (or final status), where its script
     reported one."""
     out = {}

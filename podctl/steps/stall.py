@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from podctl.errors import UsageError
 from podctl.jobs import metric_line, run_files, run_layout
@@ -93,7 +93,7 @@ class StallWatch:
     beats_read_at: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
     reported: bool = False  # this stall was reported; a new step re-arms the watch
-    stalls: list[dict] = field(default_factory=list)
+    stalls: list[dict[str, Any]] = field(default_factory=list)
 
     def saw(self, host: int, line: str) -> None:
         record = metric_line.parse(line) if host == 0 else None
@@ -117,7 +117,7 @@ class StallWatch:
         quiet = self.clock() - since
         return quiet if quiet > self.current_threshold() else None
 
-    def saw_beats(self, beats: dict[int, dict], num_hosts: int) -> None:
+    def saw_beats(self, beats: dict[int, dict[str, Any]], num_hosts: int) -> None:
         """Heartbeats read: once every host's agent has started its script, the wait
         for the first step begins."""
         if self.scripts_started_at is None and len(beats) >= num_hosts and all(
@@ -125,7 +125,7 @@ class StallWatch:
             self.scripts_started_at = self.clock()
 
 
-def name_hosts(beats: dict[int, dict], num_hosts: int, now: float) -> list[str]:
+def name_hosts(beats: dict[int, dict[str, Any]], num_hosts: int, now: float) -> list[str]:
     """Which hosts are behind, stopped or silent, from their agents' heartbeats."""
     steps = {h: (b.get("progress") or {}).get("step") for h, b in beats.items()}
 
@@ -156,7 +156,7 @@ read_beats = run_files.read_beats  # every host's last heartbeat (goodput, slow 
 
 
 async def report(storage: Storage, job: Job, watch: StallWatch, quiet: float,
-                 notice: Callable[[str], None]) -> dict:
+                 notice: Callable[[str], None]) -> dict[str, Any]:
     """Say it, name the hosts, capture every host's stacks, note it in the record."""
     run_id, num_hosts = job.run_id, len(job.targets)
     threshold = watch.current_threshold()

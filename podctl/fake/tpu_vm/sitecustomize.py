@@ -54,6 +54,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import Any
 
 
 def _metadata(key: str) -> str | None:
@@ -67,7 +68,8 @@ def _metadata(key: str) -> str | None:
                                      headers={"Metadata-Flavor": "Google"})
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.read().decode()
+            value: str = answer.read().decode()
+            return value
     except urllib.error.HTTPError:
         return None
 
@@ -253,11 +255,12 @@ class _Network:
         except ValueError:
             self.external_net, self.ssh_port = None, 22
         self.stamp: object = None
-        self.data: dict = {}
-        self.hole: dict[int, tuple] = {}  # family -> (listener, filler, address): where dropped SYNs go
+        self.data: dict[str, Any] = {}
+        # family -> (listener, filler, address): where dropped SYNs go
+        self.hole: dict[int, tuple[object, object, tuple[Any, ...]]] = {}
         self.kept: list[object] = []  # sockets that must live as long as the process
 
-    def current(self) -> dict:
+    def current(self) -> dict[str, Any]:
         import json
 
         try:
@@ -270,11 +273,12 @@ class _Network:
             pass  # not written yet (or no fake): as before, the last known, else open
         return self.data
 
-    def peer_ports(self, host: str) -> list | None:
+    def peer_ports(self, host: str) -> list[list[int]] | None:
         """The TCP spans HOST (a host of this VPC) admits from here; None: not such a host."""
         for peer in self.current().get("peers", []):
             if host in peer.get("addresses", ()):
-                return peer.get("tcp", [])
+                spans: list[list[int]] = peer.get("tcp", [])  # [[low, high], ...]
+                return spans
         return None
 
     def verdict(self, host: str, port: int) -> tuple[bool, bool]:
@@ -316,7 +320,7 @@ class _Network:
         except OSError:
             pass
 
-    def black_hole(self, family: int, bind: Callable, connect: Callable) -> tuple:
+    def black_hole(self, family: int, bind: Callable[..., None], connect: Callable[..., None]) -> tuple[Any, ...]:
         """An address where every SYN is dropped, as a firewall drops it: a listener whose
         accept queue (backlog 0) one connection fills, so the kernel drops every later
         SYN and the connecting socket retries until its timeout (blocking without one:
@@ -562,7 +566,7 @@ def _disk_full() -> None:
         """CHECK, then PLAIN. Not a function: pathlib (3.10) keeps io.open and os.mkdir as
         class attributes, where a function would be bound to the path."""
 
-        def __init__(self, check: Callable[..., None], plain: Callable) -> None:
+        def __init__(self, check: Callable[..., None], plain: Callable[..., object]) -> None:
             self.check, self.plain = check, plain
 
         def __call__(self, *args: object, **kwargs: object) -> object:
