@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from podctl import tombstones
 from podctl.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
@@ -32,7 +33,7 @@ from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
 from podctl.errors import InvalidValueError, JobError, PodctlError
-from podctl.jobs import boot_channel, boot_script
+from podctl.jobs import boot_channel, boot_script, pointer_sign
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.run_record import on_slice
 from podctl.settings import Settings
@@ -60,6 +61,8 @@ class SliceOptions:
     timeout: str = DEFAULT_WAIT
     labels: dict[str, str] = field(default_factory=dict)
     placement: Placement | None = None  # reservation, network, service account, tags
+    # More public keys (files) whose signed runs the slice's watchers accept (--trust-key)
+    trusted_keys: tuple[str, ...] = ()
 
 
 def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
@@ -86,7 +89,16 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
                      labels=dict(options.labels), placement=placement,
                      named_for_owner=options.name is None,
                      # every slice carries the host watcher: runs may reach it without SSH
-                     metadata=boot_script.boot_metadata())
+                     metadata=watcher_metadata(settings, options))
+
+
+def watcher_metadata(settings: Settings, options: SliceOptions) -> dict[str, str]:
+    """The watcher's startup-script and the slice's pin: the keys (this client's, then
+    --trust-key's) whose signed pointers its watchers will accept, and the bucket (kept
+    by each host at its first boot, never changed after: jobs/host_pin.py)."""
+    trusted = tuple(pointer_sign.read_trusted_key(Path(path)) for path in options.trusted_keys)
+    signer = pointer_sign.Signer.load(settings.config_dir)
+    return {**boot_script.boot_metadata(), **pointer_sign.pin_metadata(signer, settings.bucket, trusted)}
 
 
 async def up(session: Session, request: UpRequest, progress: Progress | None = None) -> UpResult:
