@@ -120,6 +120,7 @@ class Signer:
 def read_trusted_key(path: Path) -> tuple[int, int]:
     """`--trust-key PATH`: an RSA public key, PEM (podctl's PUBLIC_NAME) or OpenSSH's
     `ssh-rsa` line -> (n, e); InvalidValueError in one line otherwise."""
+    from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
 
     try:
@@ -129,7 +130,7 @@ def read_trusted_key(path: Path) -> tuple[int, int]:
     for load in (serialization.load_pem_public_key, serialization.load_ssh_public_key):
         try:
             numbers = public_numbers(load(data.strip()))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, UnsupportedAlgorithm):
             continue
         if numbers[0].bit_length() < MIN_TRUSTED_BITS:
             raise InvalidValueError(f"--trust-key {path}: an RSA key of {numbers[0].bit_length()} bits; "
