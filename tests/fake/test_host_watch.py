@@ -380,6 +380,40 @@ def test_a_hash_mismatch_or_a_busy_host_is_refused_and_said(host):
     assert not (host.run_dir(run) / run_layout.CONFIG_FILE).exists()
 
 
+def test_a_pointer_outside_the_pin_kept_at_first_sight_is_refused_said_once_and_nothing_made(host, tmp_path):
+    """The pin is the metadata's at the watcher's first look (here: the first pointer),
+    kept 0600 and never replaced: a metadata writer's own pin and key, a copy of the
+    client's pointer for another slice of the same name, an expired or another node's
+    pointer are refused in podctl/run and leave nothing on the host."""
+    run = "watch-pin-1"
+    host.publish(run, ("true",))
+    assert host.step(run) == f"{run} started"
+    kept = host.home / run_layout.WATCH_DIR / host_pin.PIN_FILE
+    ours = dict(host.node.metadata)[host_pin.PIN_KEY]
+    assert kept.read_text() == ours and kept.stat().st_mode & 0o777 == 0o600
+
+    marker, ours_id = "watch-pin-PWNED", json.loads(ours)["id"]
+    evil = pointer_sign.Signer.load(tmp_path / "evil")
+    theirs = pointer_sign.pin_metadata(evil, None)
+    host.node = host.client.update_node(  # their pin, then their signed pointer: one patch each
+        node=tpu_v2.Node(name=host.node.name, metadata={**dict(host.node.metadata), **theirs}),
+        update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
+    cases = [("watch-pin-2", evil, {}, "the pointer is signed by no key pinned at the slice's creation"),
+             ("watch-pin-3", host.signer, {"pin": "0" * 32}, "the pointer was signed for another slice"),
+             ("watch-pin-4", host.signer, {"node": "other8", "pin": ours_id}, "the pointer was signed for node 'other8'"),
+             ("watch-pin-5", host.signer, {"expires": int(time.time()) - 5, "pin": ours_id},
+              "the pointer has expired")]
+    for run, key, over, why in cases:
+        host.signer = key
+        host.publish(run, ("bash", "-c", f"touch $TMPDIR/{marker}"), **over)
+        said = host.step(run)
+        assert said.startswith(f"{run} refused {why}"), said
+        assert host.guest("run") == said
+        assert not host.run_dir(run).exists()  # nothing made: the run id is not claimed
+    assert kept.read_text() == ours  # the metadata's pin never replaced the first
+    assert host.sh(f"ls $TMPDIR; test -e $TMPDIR/{marker} && echo RAN || true").count("RAN") == 0
+
+
 def test_a_token_the_metadata_server_did_not_give_is_asked_again_and_a_4xx_refuses(monkeypatch):
     """512 watchers starting at once met a metadata server slow to answer: a timeout or a
     5xx is asked again; a 4xx (no service account on the node) is a refusal at once."""
