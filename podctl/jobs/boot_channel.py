@@ -123,7 +123,7 @@ class BootChannel:
         nothing more: a watcher starts a run id once only, and the same pointer again
         costs no call."""
         run_id = spec.run_id
-        pins = self._pins()  # before anything is uploaded: a slice that would refuse is said first
+        pins = self.pins()  # new_job asked first, before the bundle: this is the metadata now
         data = json.dumps(launch.launch_config(spec, self.targets, agent_sha), sort_keys=True).encode()
         launch_object = run_layout.launch_object(run_id)
         await self.storage.upload_bytes(launch_object, data, content_type="application/json")
@@ -144,11 +144,11 @@ class BootChannel:
         await asyncio.gather(*(point(node, first) for node, first in self.nodes))
         await self._wait_started(run_id)
 
-    def _pins(self) -> dict[str, str]:
+    def pins(self) -> dict[str, str]:
         """Node -> its pin's id, as its metadata shows it: JobError in one line where the
         node has no pin, or its pin does not hold this podctl's key (its watchers would
         refuse the pointer; they keep the pin they saw at first boot, whatever the metadata
-        says now)."""
+        says now). Asked before anything of the run is made (steps.new_job)."""
         ours, found = self.signer.numbers, {}
         for node, _ in self.nodes:
             pin = pointer_sign.pin_of(node.metadata)
@@ -156,10 +156,10 @@ class BootChannel:
                 raise JobError(f"slice {self.info.name} has no pin of the keys its watchers accept (made "
                                "by an older podctl): start the run with --via ssh.")
             if ours not in pin["keys"]:
-                raise JobError(f"slice {self.info.name}'s watchers accept runs signed by the keys pinned at "
-                               f"its creation, and this podctl's ({self.signer.public_path}) is not one: "
-                               "start the run with --via ssh, or make the slice with "
-                               f"`podctl up --trust-key {self.signer.public_path}`.")
+                raise JobError(f"slice {self.info.name}'s pin (the keys whose runs its watchers accept, "
+                               f"set at its creation) does not hold this podctl's key "
+                               f"({self.signer.public_path}): start the run with --via ssh, or make the "
+                               f"slice with `podctl up --trust-key {self.signer.public_path}`.")
             found[node.name] = pin["id"]
         return found
 

@@ -179,6 +179,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
         job.channel = BootChannel(session.api, session.storage, parent=session.settings.parent, info=info,
                                   targets=job.targets, signer=pointer_sign.Signer.load(session.settings.config_dir),
                                   fake=request.fake_cloud, notice=notice)
+        job.channel.pins()  # a slice whose watchers would refuse this client: said before the bundle
     elif isinstance(job.channel, SshChannel) and usable_on(info):
         job.channel.unreachable_hint = (f"Or start it without SSH, through the slice's watchers: "
                                         f"`podctl run {info.name} --via boot ...`.")

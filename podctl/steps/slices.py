@@ -297,21 +297,28 @@ class SliceStatus:
 
     def watchers_said(self) -> str | None:
         """'2/2 ready', or '1/2 ready (dead on worker 1: last beat 63 s ago)', '62/64 ready
-        (booting on workers 3, 40)'; None without watchers."""
+        (booting on workers 3, 40)'; a last pointer a ready watcher refused (one the slice's
+        pin does not accept: someone else's), said after: '2/2 ready; pointer refused on
+        workers 0, 1: RUN refused WHY'. None without watchers."""
         if not self.watchers:
             return None
         states = [(node, w, s) for node, each in sorted(self.watchers.items()) for w, s in enumerate(each)]
         ready = sum(1 for _, _, s in states if s.startswith("ready"))
         said = f"{ready}/{len(states)} ready"
         by_kind: dict[str, list[str]] = {}
+        refused: dict[str, list[str]] = {}  # a refusal's words -> where
         for node, w, s in states:
+            where = f"{node} worker {w}" if len(self.watchers) > 1 else f"worker {w}"
             if not s.startswith("ready"):
-                where = f"{node} worker {w}" if len(self.watchers) > 1 else f"worker {w}"
                 kind, _, detail = s.replace(", ", ": ", 1).partition(": ")
                 by_kind.setdefault(kind, []).append(where + (f": {detail}" if detail else ""))
+            elif " refused " in s:
+                refused.setdefault(s.partition(", ")[2], []).append(where)
         if by_kind:
             said += " (" + "; ".join(f"{kind} on {', '.join(where[:4])}{' ...' if len(where) > 4 else ''}"
                                      for kind, where in sorted(by_kind.items())) + ")"
+        for words, places in sorted(refused.items()):
+            said += f"; pointer refused on {', '.join(places[:4])}{' ...' if len(places) > 4 else ''}: {words}"
         return said
 
     def maintenance_said(self) -> dict[str, str]:
