@@ -87,7 +87,7 @@ def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_kee
     assert [(h["ssh_total"], h["sessions_total"]) for h in admin.host_stats(NAME)] == before
     # the secret is in no metadata value, nor in what the hosts publish
     metadata = _node_metadata(podctl)
-    pointer = json.loads(metadata[run_layout.RUN_POINTER_KEY])
+    pointer = json.loads(json.loads(metadata[run_layout.RUN_POINTER_KEY])["body"])  # what the client signed
     assert all(secret not in value for value in metadata.values())
     status = podctl.json("status", NAME)
     assert secret not in json.dumps(status)
@@ -257,6 +257,17 @@ def test_a_bucket_and_metadata_writer_cannot_make_the_watchers_run_anything_acro
     again = podctl("run", NAME, "--via", "boot", "--hosts", "all", str(SCRIPTS / "show_env.py"), "TPU_WORKER_ID",
                    timeout=240)
     assert '[host 0001] ENV {"TPU_WORKER_ID": "1"}' in again.stdout, again.stderr
+
+
+def test_up_refuses_a_trust_key_that_is_no_rsa_public_key_in_one_line_before_anything(tmp_path):
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    (tmp_path / "notakey.pem").write_text("hello\n")
+    for path in (tmp_path / "notakey.pem", tmp_path / "missing.pem"):
+        refused = cli("up", "--slice", "v5p-8", "--name", "trusty", "--trust-key", str(path), check=False)
+        assert_one_line_error(refused, 2, f"--trust-key {path}: ")
+    status = cli("fake", "status", "--json", check=False)
+    assert not json.loads(status.stdout or "{}").get("running")  # no daemon started, nothing made
 
 
 def test_which_path_a_run_takes():
