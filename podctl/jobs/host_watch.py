@@ -526,8 +526,8 @@ def start(pointer: dict, attrs: dict) -> str | None:
     """Start POINTER's run on this host if it has not been; -> what was reported, or None
     when the run was started (or refused) here before."""
     run_id = pointer["run"]
-    if os.path.exists(run_dir(run_id)):
-        return None  # started (or refused) here before: its pointer is not judged again
+    if any(os.path.exists(os.path.join(run_dir(run_id), name)) for name in ("started", STATUS_FILE)):
+        return None  # claimed here before (claim's rule): its pointer is not judged again
     refusal = pin_refusal(pointer, attrs)
     if refusal is not None:
         return refuse_once(pointer, f"{run_id} refused {refusal}")
