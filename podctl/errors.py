@@ -45,9 +45,9 @@ with `raise PodctlX(...) from e`, so nothing above `podctl/cloud/` sees them.
 Outside the tree, on purpose: the host agent (jobs/agent*.py) runs standalone on the hosts
 (standard library, its own zip) with EnvError and GcsError of its own, which end in the
 host's status, never as exceptions in the client; so does the host's watcher
-(jobs/host_watch.py, inlined in the slice's startup-script), whose Refused ends in its
-`podctl/run` guest attribute; and the fake's ApiError is the fake cloud's wire answer
-(fake/apierror.py).
+(jobs/host_watch.py, inlined in the slice's startup-script), whose Refused and its pin
+check's PinRefusal (jobs/host_pin.py) end in its `podctl/run` guest attribute; and the
+fake's ApiError is the fake cloud's wire answer (fake/apierror.py).
 """
 
 from __future__ import annotations

@@ -36,6 +36,17 @@ def boot_wait_seconds(hosts: int) -> float:
     return max(BOOT_WAIT_SECONDS, BOOT_WAIT_PER_ROOT_HOST * math.sqrt(max(1, hosts)))
 
 
+# A boot channel's pointer is signed to expire (jobs/pointer_sign.py; the watchers refuse it
+# after, host_pin.py): the hosts' boot wait (a late host still takes it), plus this hour for
+# the start itself and clocks a little off. A copy replayed later, or on another slice, is refused.
+POINTER_VALID_SECONDS = 3600.0
+
+
+def pointer_valid_seconds(hosts: int) -> float:
+    """How long a pointer for a slice of HOSTS hosts is accepted after it is signed."""
+    return boot_wait_seconds(hosts) + POINTER_VALID_SECONDS
+
+
 WATCH_BEAT_SECONDS = 15.0  # a watcher writes podctl/beat this often (host_watch.BEAT_SECONDS)
 # A beat older than this (three missed, a clock a few seconds off) is a dead watcher: said
 # by `status` within a minute of the death, and by `run --via boot` when its next look, 10 s

@@ -68,6 +68,9 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @click.option("--scopes", default=None, metavar="S1,S2",
               help="OAuth scopes for it, e.g. cloud-platform (short names get the googleapis prefix).")
 @click.option("--tags", default=None, metavar="T1,T2", help="Network tags, for firewall rules.")
+@click.option("--trust-key", "trust_keys", multiple=True, metavar="PATH",
+              help="Also accept runs through the watchers signed by this RSA public key (a colleague's "
+              "or a queue ticker's keys/pointer_rsa3072.pub.pem); repeatable. Pinned at creation.")
 @json_option
 @pass_context
 def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zone: str | None,
@@ -75,7 +78,8 @@ def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zon
        runtime_version: str | None, no_wait: bool, timeout: str, max_cost: float | None,
        max_hours: str | None, price: float | None, reservation: str | None, reserved: bool,
        network: str | None, subnetwork: str | None, internal_ips: bool,
-       service_account: str | None, scopes: str | None, tags: str | None, as_json: bool) -> None:
+       service_account: str | None, scopes: str | None, tags: str | None, trust_keys: tuple[str, ...],
+       as_json: bool) -> None:
     """Create a slice, or reuse the one of the same name and spec, and wait until it is ready.
 
     A budget (--max-cost, --max-hours) is written on the slice as labels and is enforced
@@ -99,7 +103,7 @@ def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zon
         request = steps.up_request(settings, steps.SliceOptions(
             slice_type=slice_type, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
             num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
-            wait=not no_wait, timeout=timeout, placement=placement))
+            wait=not no_wait, timeout=timeout, placement=placement, trusted_keys=trust_keys))
         budget = steps.Budget(max_cost=max_cost, max_hours=max_hours, price=price)
         session = steps.Session.open(settings)
         request = run_sync(steps.budget_request(session, request, budget))

@@ -2,10 +2,12 @@
 
     start: launch.json to GCS (the run-wide config, --env values included) -> one
            nodes.patch per node setting `podctl-run` to a pointer (bucket, object,
-           hashes, the node's first host: no secrets) -> every host's watcher
-           (host_watch.py, started by the slice's startup-script) fetches both,
-           checks their hashes and starts the agent -> podctl waits for every
-           host's first heartbeat in GCS
+           hashes, the node's first host: no secrets), signed for that node, that
+           slice's pin and an hour (pointer_sign.py) -> every host's watcher
+           (host_watch.py, started by the slice's startup-script) checks it against
+           the pin it kept at first boot (host_pin.py), fetches both, checks their
+           hashes and starts the agent -> podctl waits for every host's first
+           heartbeat in GCS
     halt:  control/halt.json (the agents poll control/ every agent_control.POLL_SECONDS)
     stacks: control/stacks.json, a fresh id per capture
 
@@ -33,10 +35,10 @@ from podctl.cloud import node_metadata
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
 from podctl.errors import JobError, PodctlError, SliceBusyError
-from podctl.jobs import boot_script, identity, launch, owner, run_files, run_layout
+from podctl.jobs import boot_script, identity, launch, owner, pointer_sign, run_files, run_layout
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
-from podctl.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds
+from podctl.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds, pointer_valid_seconds
 
 # From the patches to every host's agent beating: the metadata's propagation to the
 # hosts (Google: "some time"; gcloud retries SSH for 50 s after its key's patch), the
@@ -51,7 +53,6 @@ POLL_SECONDS = 1.0
 # The watchers whose pointers this podctl writes (their BOOT_VERSION): a slice made by
 # another version of podctl is started over SSH.
 COMPATIBLE_BOOTS = frozenset({boot_script.BOOT_VERSION})
-POINTER_VERSION = 1
 STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no watcher) up to this many
 
 
@@ -87,8 +88,10 @@ class BootChannel:
     first_check_seconds = FIRST_CHECK_SECONDS
 
     def __init__(self, api: TpuApi, storage: Storage, *, parent: str, info: SliceInfo,
-                 targets: list[Target], fake: bool = False, notice: Callable[[str], None] | None = None):
+                 targets: list[Target], signer: pointer_sign.Signer, fake: bool = False,
+                 notice: Callable[[str], None] | None = None):
         self.api, self.storage, self.parent = api, storage, parent
+        self.signer = signer  # signs each node's pointer (the hosts accept only pinned keys)
         self.info = info
         self.fake = fake  # the fake backend: a denied node's fix is `podctl fake grant`
         self.nodes = first_hosts(info, targets)
@@ -120,24 +123,45 @@ class BootChannel:
         nothing more: a watcher starts a run id once only, and the same pointer again
         costs no call."""
         run_id = spec.run_id
+        pins = self.pins()  # new_job asked first, before the bundle: this is the metadata now
         data = json.dumps(launch.launch_config(spec, self.targets, agent_sha), sort_keys=True).encode()
         launch_object = run_layout.launch_object(run_id)
         await self.storage.upload_bytes(launch_object, data, content_type="application/json")
         digest = hashlib.sha256(data).hexdigest()
 
         async def point(node: NodeInfo, first: int) -> None:
-            pointer = json.dumps({
-                "v": POINTER_VERSION, "run": run_id, "bucket": spec.bucket, "launch": launch_object,
+            pointer = self.signer.pointer({
+                "run": run_id, "bucket": spec.bucket, "launch": launch_object,
                 "sha256": digest, "agent_sha": agent_sha, "agent_object": run_layout.agent_object(agent_sha),
-                "first_host": first, "access": run_layout.identity_check_object(run_id)},
-                sort_keys=True, separators=(",", ":"))
+                "first_host": first, "access": run_layout.identity_check_object(run_id),
+                "node": node.name, "pin": pins[node.name], "expires": expires})
             # Not waited for: the hosts' heartbeats are the proof, and a refused patch's
             # operation is read by the next write to the node.
             await node_metadata.set_key(self.api, self._node_path(node), run_layout.RUN_POINTER_KEY,
                                         pointer, current=node.metadata, wait=False)
 
+        expires = int(time.time() + pointer_valid_seconds(len(self.targets)))
         await asyncio.gather(*(point(node, first) for node, first in self.nodes))
         await self._wait_started(run_id)
+
+    def pins(self) -> dict[str, str]:
+        """Node -> its pin's id, as its metadata shows it: JobError in one line where the
+        node has no pin, or its pin does not hold this podctl's key (its watchers would
+        refuse the pointer; they keep the pin they saw at first boot, whatever the metadata
+        says now). Asked before anything of the run is made (steps.new_job)."""
+        ours, found = self.signer.numbers, {}
+        for node, _ in self.nodes:
+            pin = pointer_sign.pin_of(node.metadata)
+            if pin is None:
+                raise JobError(f"slice {self.info.name} has no pin of the keys its watchers accept (made "
+                               "by an older podctl): start the run with --via ssh.")
+            if ours not in pin["keys"]:
+                raise JobError(f"slice {self.info.name}'s pin (the keys whose runs its watchers accept, "
+                               f"set at its creation) does not hold this podctl's key "
+                               f"({self.signer.public_path}): start the run with --via ssh, or make the "
+                               f"slice with `podctl up --trust-key {self.signer.public_path}`.")
+            found[node.name] = pin["id"]
+        return found
 
     async def _wait_started(self, run_id: str) -> None:
         """Until every host's agent beats. The watchers' words are read (one call per node)

@@ -1,9 +1,9 @@
 """The startup script every slice podctl makes carries: it starts the host's watcher.
 
 The guest environment runs a node's `startup-script` as root at every boot (and after a
-maintenance); this one writes host_watch.py (inlined: nothing is fetched, the script
-holds no secret and is the same for every slice) to /var/lib/podctl/ when root, else to
-~/.podctl/watch/ (0700), and starts it detached:
+maintenance); this one writes host_watch.py and host_pin.py, what it accepts (inlined:
+nothing is fetched, the script holds no secret and is the same for every slice) to
+/var/lib/podctl/ when root, else to ~/.podctl/watch/ (0700), and starts it detached:
 - as root with systemd: `systemd-run --unit=podctl-watch --property=Restart=on-failure
   --property=KillMode=process python3 /var/lib/podctl/host_watch.py /var/lib/podctl`
   (a transient unit: systemd restarts a watcher that dies; KillMode=process, so that
@@ -30,8 +30,9 @@ from pathlib import Path
 from podctl.jobs import run_layout
 
 WATCH_SOURCE = Path(__file__).with_name("host_watch.py").read_text()
+PIN_SOURCE = Path(__file__).with_name("host_pin.py").read_text()  # imported by the watcher
 _EOF = "PODCTL_HOST_WATCH_EOF"
-MAX_BYTES = 32 * 1024  # far under metadata's 256 KiB a value (design 26, F7)
+MAX_BYTES = 48 * 1024  # far under metadata's 256 KiB a value (design 26, F7); the watcher and its pin check
 
 _TEMPLATE = r"""#!/bin/bash
 # podctl: start this host's watcher (podctl/jobs/boot_script.py). Static: no secrets.
@@ -55,6 +56,12 @@ fi
 command -v python3 > /dev/null || fail "no python3 on this host's PATH ($PATH)"
 umask 077
 why=$(mkdir -p "$d" 2>&1 && chmod 700 "$d" 2>&1) || fail "cannot make $d: ${why:-mkdir failed}"
+t="$d/host_pin.py.$$"
+why=$(cat 2>&1 > "$t" <<'EOF_MARK'
+PIN_SOURCE
+EOF_MARK
+) || { rm -f "$t"; fail "cannot write $t: ${why:-write failed}"; }
+why=$(mv -f "$t" "$d/host_pin.py" 2>&1) || fail "cannot write $d/host_pin.py: ${why:-mv failed}"
 t="$d/host_watch.py.$$"
 why=$(cat 2>&1 > "$t" <<'EOF_MARK'
 WATCH_SOURCE
@@ -73,12 +80,17 @@ fi
 exit 0
 """
 
-if any(line.strip() == _EOF for line in WATCH_SOURCE.splitlines()):  # pragma: no cover
-    raise RuntimeError(f"host_watch.py holds the heredoc's end marker {_EOF}")
+if any(line.strip() == _EOF for line in (WATCH_SOURCE + PIN_SOURCE).splitlines()):  # pragma: no cover
+    raise RuntimeError(f"host_watch.py or host_pin.py holds the heredoc's end marker {_EOF}")
+
+
+def _ended(source: str) -> str:
+    return source if source.endswith("\n") else source + "\n"
+
 
 BOOT_SCRIPT = (_TEMPLATE.replace("WATCH_DIR", run_layout.WATCH_DIR)
                .replace("GUEST_NS", run_layout.GUEST_NAMESPACE).replace("EOF_MARK", _EOF)
-               .replace("WATCH_SOURCE\n", WATCH_SOURCE if WATCH_SOURCE.endswith("\n") else WATCH_SOURCE + "\n"))
+               .replace("PIN_SOURCE\n", _ended(PIN_SOURCE)).replace("WATCH_SOURCE\n", _ended(WATCH_SOURCE)))
 BOOT_VERSION = hashlib.sha256(BOOT_SCRIPT.encode()).hexdigest()[:12]
 
 

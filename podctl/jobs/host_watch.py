@@ -9,7 +9,10 @@ It long-polls the metadata server (`instance/attributes/?recursive=true` with
 `wait_for_change`, the ETag of the last answer; an idle host costs one hanging GET and
 one guest attribute write per BEAT_SECONDS and nothing else) and, when the node's `podctl-run` key names a run this
 host has not started (a pointer: bucket, launch.json's object and hash, the agent's
-hash, the run's first host on this node), it starts the run's agent as podctl's SSH
+hash, the run's first host on this node, signed by the client), and the slice's pin
+accepts it (host_pin.py: a key pinned at the slice's creation signed it, for this node
+and slice, not expired, in the pinned bucket and prefix; else `RUN refused WHY`, and
+nothing is made on disk), it starts the run's agent as podctl's SSH
 launch does (launch.start_command): once per run and host (the `started` marker), only
 with launch.json and the agent's zip that match the pointer's hashes, only when no other
 run holds the chips (owner.py's rule), the host's config derived by the zip's own
@@ -39,6 +42,7 @@ import json
 import os
 import sys
 import time
+from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where it is used, at run time (the watcher starts at boot)
@@ -57,7 +61,10 @@ AGENTS_DIR = ".podctl/agents"  # the agents' zips by hash, shared with launch.BO
 # owner.LET_GO_SECONDS: how long a run asked to stop may take to let go of the chips
 LET_GO_SECONDS = 630.0
 
-POINTER_VERSION = 1
+POINTER_VERSION = 2  # {"v", "body": the signed JSON, "sig"} (host_pin.py)
+SIGNED = "signed"  # a parsed pointer's (body text, signature), checked against the pin
+# Where the pin is kept (host_pin.PIN_FILE): the watcher's own directory (main's argument)
+PIN_DIR = os.path.dirname(os.path.abspath(__file__))
 # vocabulary.WATCH_BEAT_SECONDS: how often podctl/beat is written (test_host_watch holds
 # them equal); also the hanging GET's timeout, so that an idle loop beats on time
 BEAT_SECONDS = 15
@@ -177,13 +184,14 @@ def parse_pointer(text: object) -> dict[str, Any] | None:
     if not isinstance(text, str):
         raise ValueError("the pointer is not a string")
     try:
-        p = json.loads(text)
+        outer = json.loads(text)
     except ValueError:
         raise ValueError("the pointer is not JSON") from None
-    if not isinstance(p, dict):
+    if not isinstance(outer, dict):
         raise ValueError("the pointer is not a JSON object")
-    if p.get("v") != POINTER_VERSION:
-        raise ValueError(f"pointer version {p.get('v')!r}, this watcher reads {POINTER_VERSION}")
+    if outer.get("v") != POINTER_VERSION:
+        raise ValueError(f"pointer version {outer.get('v')!r}, this watcher reads {POINTER_VERSION}")
+    p: dict[str, Any] = _pins().signed_body(outer)  # its signature is checked against the pin in start()
     if not _safe_name(p.get("run")):
         raise ValueError("the pointer's run id is not a plain name")
     for key in ("bucket", "launch", "agent_object"):
@@ -198,7 +206,37 @@ def parse_pointer(text: object) -> dict[str, Any] | None:
     access = p.get("access")  # optional: the object the run's host 0 checks access with
     if access is not None and (not isinstance(access, str) or not access or not access.isprintable()):
         raise ValueError("the pointer's access is not a name")
+    p[SIGNED] = (outer["body"], outer["sig"])
     return p
+
+
+def _pins() -> ModuleType:
+    """host_pin.py: beside this file on a host (the startup script writes both), in
+    podctl.jobs where the client's tests import this module."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.host_pin" if __package__ else "host_pin")
+
+
+def pin_refusal(pointer: dict[str, Any], attrs: dict[str, Any]) -> str | None:
+    """Why the slice's pin (kept on first boot in PIN_DIR) refuses POINTER, or None."""
+    pins = _pins()
+    try:
+        text, sig = pointer[SIGNED]
+        pins.check(text, sig, pointer, pins.kept_pin(PIN_DIR, attrs), attrs, time.time())
+    except pins.PinRefusal as e:
+        return str(e)
+    except OSError as e:  # the pin cannot be kept (a full disk): nothing is accepted
+        return f"the slice's pin cannot be kept: {type(e).__name__}: {e}"
+    return None
+
+
+def keep_pin(attrs: dict[str, Any]) -> None:
+    """On the watcher's first answer: the pin copied from the metadata, never again."""
+    try:
+        _pins().kept_pin(PIN_DIR, attrs)
+    except Exception as e:  # said at the first pointer, which it refuses
+        log(f"pin: {type(e).__name__}: {e}")
 
 
 def host_index(pointer: dict[str, Any], attrs: dict[str, Any]) -> int:
@@ -496,6 +534,11 @@ def start(pointer: dict[str, Any], attrs: dict[str, Any]) -> str | None:
     """Start POINTER's run on this host if it has not been; -> what was reported, or None
     when the run was started (or refused) here before."""
     run_id = pointer["run"]
+    if any(os.path.exists(os.path.join(run_dir(run_id), name)) for name in ("started", STATUS_FILE)):
+        return None  # claimed here before (claim's rule): its pointer is not judged again
+    refusal = pin_refusal(pointer, attrs)
+    if refusal is not None:
+        return refuse_once(pointer, f"{run_id} refused {refusal}")
     beating = Beating()
     try:
         if not claim(run_id):  # a full disk fails here: a refusal with its cause, said at once
@@ -526,6 +569,23 @@ def start(pointer: dict[str, Any], attrs: dict[str, Any]) -> str | None:
         state = f"{run_id} refused {type(e).__name__}: {e}"
     finally:
         beating.stop()
+    log(state)
+    report("run", state)
+    return state
+
+
+_refused: list[str] = []  # the last pointers refused by the pin: said once each
+REFUSED_KEPT = 8
+
+
+def refuse_once(pointer: dict[str, Any], state: str) -> str | None:
+    """Say STATE for a pointer the pin refuses, once (each answer of the metadata server
+    shows it again); -> STATE, or None when said before. Nothing is made on disk: a
+    forged pointer cannot claim the run id it names."""
+    body = pointer[SIGNED][0]
+    if body in _refused:
+        return None
+    _refused[:] = [*_refused[-(REFUSED_KEPT - 1):], body]
     log(state)
     report("run", state)
     return state
@@ -580,6 +640,7 @@ def watch(version: str | None = None) -> None:
         if attrs is not None:
             if not said_ready:
                 said_ready = True
+                keep_pin(attrs)  # the first metadata this host saw: its pin, for good
                 # first: podctl places a node's answer by it (getGuestAttributes names no
                 # worker, and leaves out the hosts that said nothing: those still booting)
                 report("worker", str(attrs.get("agent-worker-number", "")))
@@ -599,7 +660,9 @@ def watch(version: str | None = None) -> None:
 
 
 def main(argv: list[str]) -> int:
+    global PIN_DIR
     directory = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    PIN_DIR = directory
     try:
         held = lock(directory)
     except Exception as e:  # a full disk, a directory it may not write: said, not only logged

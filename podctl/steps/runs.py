@@ -23,7 +23,7 @@ from typing import Any
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
-from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
+from podctl.jobs import bundle, checkpoints, launch, pointer_sign, run_files, run_layout
 from podctl.jobs.boot_channel import BootChannel, usable_on
 from podctl.jobs.channel import SshChannel
 from podctl.jobs.checkpoints import Checkpoint, PullResult
@@ -177,7 +177,9 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
               notice=notice, user=user)
     if via == "boot":
         job.channel = BootChannel(session.api, session.storage, parent=session.settings.parent, info=info,
-                                  targets=job.targets, fake=request.fake_cloud, notice=notice)
+                                  targets=job.targets, signer=pointer_sign.Signer.load(session.settings.config_dir),
+                                  fake=request.fake_cloud, notice=notice)
+        job.channel.pins()  # a slice whose watchers would refuse this client: said before the bundle
     elif isinstance(job.channel, SshChannel) and usable_on(info):
         job.channel.unreachable_hint = (f"Or start it without SSH, through the slice's watchers: "
                                         f"`podctl run {info.name} --via boot ...`.")

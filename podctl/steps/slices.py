@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from podctl import tombstones
@@ -33,7 +34,7 @@ from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
 from podctl.errors import InvalidValueError, JobError, PodctlError
-from podctl.jobs import boot_channel, boot_script
+from podctl.jobs import boot_channel, boot_script, pointer_sign
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.run_record import on_slice
 from podctl.settings import Settings
@@ -61,6 +62,8 @@ class SliceOptions:
     timeout: str = DEFAULT_WAIT
     labels: dict[str, str] = field(default_factory=dict)
     placement: Placement | None = None  # reservation, network, service account, tags
+    # More public keys (files) whose signed runs the slice's watchers accept (--trust-key)
+    trusted_keys: tuple[str, ...] = ()
 
 
 def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
@@ -87,7 +90,16 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
                      labels=dict(options.labels), placement=placement,
                      named_for_owner=options.name is None,
                      # every slice carries the host watcher: runs may reach it without SSH
-                     metadata=boot_script.boot_metadata())
+                     metadata=watcher_metadata(settings, options))
+
+
+def watcher_metadata(settings: Settings, options: SliceOptions) -> dict[str, str]:
+    """The watcher's startup-script and the slice's pin: the keys (this client's, then
+    --trust-key's) whose signed pointers its watchers will accept, and the bucket (kept
+    by each host at its first boot, never changed after: jobs/host_pin.py)."""
+    trusted = tuple(pointer_sign.read_trusted_key(Path(path)) for path in options.trusted_keys)
+    signer = pointer_sign.Signer.load(settings.config_dir)
+    return {**boot_script.boot_metadata(), **pointer_sign.pin_metadata(signer, settings.bucket, trusted)}
 
 
 async def up(session: Session, request: UpRequest, progress: Progress | None = None) -> UpResult:
@@ -286,21 +298,28 @@ class SliceStatus:
 
     def watchers_said(self) -> str | None:
         """'2/2 ready', or '1/2 ready (dead on worker 1: last beat 63 s ago)', '62/64 ready
-        (booting on workers 3, 40)'; None without watchers."""
+        (booting on workers 3, 40)'; a last pointer a ready watcher refused (one the slice's
+        pin does not accept: someone else's), said after: '2/2 ready; pointer refused on
+        workers 0, 1: RUN refused WHY'. None without watchers."""
         if not self.watchers:
             return None
         states = [(node, w, s) for node, each in sorted(self.watchers.items()) for w, s in enumerate(each)]
         ready = sum(1 for _, _, s in states if s.startswith("ready"))
         said = f"{ready}/{len(states)} ready"
         by_kind: dict[str, list[str]] = {}
+        refused: dict[str, list[str]] = {}  # a refusal's words -> where
         for node, w, s in states:
+            where = f"{node} worker {w}" if len(self.watchers) > 1 else f"worker {w}"
             if not s.startswith("ready"):
-                where = f"{node} worker {w}" if len(self.watchers) > 1 else f"worker {w}"
                 kind, _, detail = s.replace(", ", ": ", 1).partition(": ")
                 by_kind.setdefault(kind, []).append(where + (f": {detail}" if detail else ""))
+            elif " refused " in s:
+                refused.setdefault(s.partition(", ")[2], []).append(where)
         if by_kind:
             said += " (" + "; ".join(f"{kind} on {', '.join(where[:4])}{' ...' if len(where) > 4 else ''}"
                                      for kind, where in sorted(by_kind.items())) + ")"
+        for words, places in sorted(refused.items()):
+            said += f"; pointer refused on {', '.join(places[:4])}{' ...' if len(places) > 4 else ''}: {words}"
         return said
 
     def maintenance_said(self) -> dict[str, str]:

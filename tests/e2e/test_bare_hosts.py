@@ -25,7 +25,7 @@ from podctl.jobs import launch
 from tests.conftest import PARENT
 
 # the agent's zip (host_config.py among it) and the watcher the startup script writes
-HOST_FILES = [Path(launch.__file__).with_name(n) for n in (*launch.AGENT_MODULES, "host_watch.py")]
+HOST_FILES = [Path(launch.__file__).with_name(n) for n in (*launch.AGENT_MODULES, "host_watch.py", "host_pin.py")]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 

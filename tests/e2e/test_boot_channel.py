@@ -5,6 +5,8 @@ internal-IPs-only slice does."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import secrets
 import signal
@@ -85,7 +87,7 @@ def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_kee
     assert [(h["ssh_total"], h["sessions_total"]) for h in admin.host_stats(NAME)] == before
     # the secret is in no metadata value, nor in what the hosts publish
     metadata = _node_metadata(podctl)
-    pointer = json.loads(metadata[run_layout.RUN_POINTER_KEY])
+    pointer = json.loads(json.loads(metadata[run_layout.RUN_POINTER_KEY])["body"])  # what the client signed
     assert all(secret not in value for value in metadata.values())
     status = podctl.json("status", NAME)
     assert secret not in json.dumps(status)
@@ -180,6 +182,92 @@ def _slice(*boot_versions: str | None) -> SliceInfo:
         for k, v in enumerate(boot_versions))
     return SliceInfo(name="s", project="p", zone="z", kind="node", state="READY", accelerator_type="v5p-16",
                      topology="2x2x2", num_slices=len(nodes), tier="on-demand", created=0.0, labels={}, nodes=nodes)
+
+
+def _patch_metadata(cli: Podctl, metadata: dict[str, str]) -> None:
+    """One `PATCH ?updateMask=metadata` of the node, as anyone with tpu.nodes.update sends it."""
+    from google.cloud import tpu_v2
+    from google.protobuf import field_mask_pb2
+
+    info = json.loads(cli("fake", "status", "--json").stdout)
+    client = api_for_endpoint(info["tpu_api"], retry=FAST_RETRY).client
+    name = f"projects/{info['project']}/locations/{info['zone']}/nodes/{NAME}"
+    client.update_node(node=tpu_v2.Node(name=name, metadata=metadata),
+                       update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=60)
+
+
+def _refused_on_both(cli: Podctl, run_id: str) -> str:
+    """`podctl status`'s watchers line once both hosts' watchers refused RUN_ID's pointer."""
+    assert _eventually(lambda: all(s.startswith(f"ready, {run_id} refused ")
+                                   for s in cli.json("status", NAME)["watchers"][NAME]), 90)
+    return next(line for line in cli("status", NAME).stdout.splitlines() if line.startswith("watchers"))
+
+
+def test_a_bucket_and_metadata_writer_cannot_make_the_watchers_run_anything_across_a_reboot(podctl, tmp_path):
+    """Issue 37's attack: an old launch.json copied under another prefix with another command
+    and one metadata PATCH (the copied pointer changed to name it); then the writer's own
+    pin and key, a reboot between. Both refused by every watcher (its pin is the one it kept
+    at first boot), said by `status` in one line; nothing runs; podctl's own runs still do."""
+    from podctl.fake.gcs import DEFAULT_BUCKET
+    from podctl.jobs import pointer_sign
+    from podctl.storage import Storage
+
+    ok = podctl("run", NAME, "--via", "boot", "--hosts", "all", str(SCRIPTS / "show_env.py"), "TPU_WORKER_ID",
+                timeout=240)
+    assert '[host 0001] ENV {"TPU_WORKER_ID": "1"}' in ok.stdout, ok.stderr
+    metadata = _node_metadata(podctl)
+    pointer = json.loads(metadata[run_layout.RUN_POINTER_KEY])
+    body = json.loads(pointer["body"])
+    assert body["node"] == NAME and body["pin"] == json.loads(metadata[pointer_sign.PIN_KEY])["id"]
+    store = Storage.connect(DEFAULT_BUCKET, endpoint=json.loads(podctl("fake", "status", "--json").stdout)["gcs"])
+    marker = "$TMPDIR/PWNED-" + secrets.token_hex(4)
+
+    # 1. launch.json copied under another prefix, its command changed; the pointer's body
+    # changed to name it (the client's signature kept: the writer has no key)
+    launch_json = json.loads(asyncio.run(store.download_bytes(body["launch"])))
+    launch_json.update(run_id="evil-1", command=["bash", "-c", f"touch {marker}"], script=None)
+    data = json.dumps(launch_json).encode()
+    asyncio.run(store.upload_bytes("evil/runs/evil-1/launch.json", data, content_type="application/json"))
+    forged = {**body, "run": "evil-1", "launch": "evil/runs/evil-1/launch.json",
+              "sha256": hashlib.sha256(data).hexdigest()}
+    _patch_metadata(podctl, {**metadata, run_layout.RUN_POINTER_KEY: json.dumps({**pointer, "body": json.dumps(forged)})})
+    line = _refused_on_both(podctl, "evil-1")
+    assert line.endswith("pointer refused on worker 0, worker 1: evil-1 refused the pointer is signed by no key "
+                         "pinned at the slice's creation"), line
+
+    # 2. the writer's own pin and key, and a pointer signed with it: one PATCH; then a reboot
+    # (the startup script runs again, the watchers start afresh): the pin kept at first boot stands
+    evil = pointer_sign.Signer.load(tmp_path / "evil")
+    theirs = pointer_sign.pin_metadata(evil, None)
+    signed = evil.pointer({**forged, "run": "evil-2", "pin": json.loads(theirs[pointer_sign.PIN_KEY])["id"],
+                           "expires": int(time.time()) + 3600})
+    _patch_metadata(podctl, {**metadata, **theirs, run_layout.RUN_POINTER_KEY: signed})
+    assert "evil-2 refused the pointer is signed by no key pinned" in _refused_on_both(podctl, "evil-2")
+    podctl("fake", "inject", "reboot", NAME)
+    assert _eventually(lambda: [h["boots"] for h in _admin(podctl).host_stats(NAME)] == [2, 2])
+    assert "evil-2 refused the pointer is signed by no key pinned" in _refused_on_both(podctl, "evil-2")
+    left = podctl("exec", NAME, "--hosts", "all", "--", f"test -e {marker} && echo RAN || echo CLEAN")
+    assert left.stdout.count("CLEAN") == 2 and "RAN" not in left.stdout, left.stdout  # nothing ran
+
+    # podctl reads the pin from the metadata: a replaced one is said before anything is sent
+    refused = podctl("run", NAME, "--via", "boot", str(SCRIPTS / "show_env.py"), check=False, timeout=120)
+    assert_one_line_error(refused, 1, "pin", "does not hold this podctl's key", "--via ssh", "--trust-key")
+    # the owner puts the pin back: podctl's own runs start as before
+    _patch_metadata(podctl, {**metadata, run_layout.RUN_POINTER_KEY: signed})
+    again = podctl("run", NAME, "--via", "boot", "--hosts", "all", str(SCRIPTS / "show_env.py"), "TPU_WORKER_ID",
+                   timeout=240)
+    assert '[host 0001] ENV {"TPU_WORKER_ID": "1"}' in again.stdout, again.stderr
+
+
+def test_up_refuses_a_trust_key_that_is_no_rsa_public_key_in_one_line_before_anything(tmp_path):
+    cli = Podctl(tmp_path)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    (tmp_path / "notakey.pem").write_text("hello\n")
+    for path in (tmp_path / "notakey.pem", tmp_path / "missing.pem"):
+        refused = cli("up", "--slice", "v5p-8", "--name", "trusty", "--trust-key", str(path), check=False)
+        assert_one_line_error(refused, 2, f"--trust-key {path}: ")
+    status = cli("fake", "status", "--json", check=False)
+    assert not json.loads(status.stdout or "{}").get("running")  # no daemon started, nothing made
 
 
 def test_which_path_a_run_takes():
@@ -308,7 +396,7 @@ def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words(
     assert kind("r1", said(watch="ready", access="r0 write 403 p sa@p -")) == "waiting"  # an older run's
 
 
-def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(fake, api):
+def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(fake, api, tmp_path):
     """A slice that says it carries the watcher (its podctl-boot version) but whose hosts
     never ran it (no startup-script: as an image without the guest environment's script
     runner, or a host that never boots) is booting, named while podctl waits, until the
@@ -320,6 +408,7 @@ def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(f
 
     from podctl.cloud.convert import slice_from_node
     from podctl.errors import JobError
+    from podctl.jobs import pointer_sign
     from podctl.jobs.boot_channel import BootChannel, usable_on
     from podctl.settings import FAKE_BUCKET
     from podctl.storage import RetryPolicy as StorageRetry, Storage
@@ -335,7 +424,7 @@ def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(f
                                   retry=StorageRetry(attempts=2, initial=0.01, maximum=0.02, jitter=0.01))
         notices: list[str] = []
         channel = BootChannel(api, storage, parent=PARENT, info=info, targets=launch.targets_for(info, 22),
-                              notice=notices.append)
+                              signer=pointer_sign.Signer.load(tmp_path), notice=notices.append)
         assert channel.boot_seconds == vocabulary.boot_wait_seconds(2) == 300.0
         channel.first_check_seconds, channel.guest_check_seconds, channel.boot_seconds = 0.2, 0.5, 2.0
         channel.start_seconds = 120.0

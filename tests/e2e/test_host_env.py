@@ -122,15 +122,18 @@ def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_
 
     # A bucket writer adds a .pth (code that runs at every interpreter start) to the
     # archive; no key on any host or in the bucket lets it make the hosts accept that.
-    out = io.BytesIO()
-    old_bytes = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(asyncio.run(store.download_bytes(archive))))
-    with tarfile.open(fileobj=old_bytes, mode="r|") as old, tarfile.open(fileobj=out, mode="w") as new:
-        for member in old:
-            new.addfile(member, old.extractfile(member) if member.isfile() else None)
-        evil = tarfile.TarInfo("lib/python3.10/site-packages/zz_evil.pth")
-        evil.size = len(EVIL)
-        new.addfile(evil, io.BytesIO(EVIL.encode()))
-    asyncio.run(store.upload_bytes(archive, zstandard.ZstdCompressor().compress(out.getvalue())))
+    def tamper() -> None:
+        out = io.BytesIO()
+        old_bytes = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(asyncio.run(store.download_bytes(archive))))
+        with tarfile.open(fileobj=old_bytes, mode="r|") as old, tarfile.open(fileobj=out, mode="w") as new:
+            for member in old:
+                new.addfile(member, old.extractfile(member) if member.isfile() else None)
+            evil = tarfile.TarInfo("lib/python3.10/site-packages/zz_evil.pth")
+            evil.size = len(EVIL)
+            new.addfile(evil, io.BytesIO(EVIL.encode()))
+        asyncio.run(store.upload_bytes(archive, zstandard.ZstdCompressor().compress(out.getvalue())))
+
+    tamper()
     podctl("exec", "bare16", "--hosts", "all", "--", "rm", "-rf", ".podctl/envs")  # fresh hosts
 
     refused = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), check=False, timeout=300)
@@ -147,6 +150,18 @@ def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_
 
     again = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
     assert "uploaded to gs://" in again.stderr and again.stdout.count("STARTED") == 2  # ... the client sent it anew
+
+    # Through the watchers (root's runs, root's environment cache: none yet): the archive's
+    # sha256 is in launch.json, whose own is in the pointer the client signed; the same refusal
+    tamper()
+    booted = podctl("run", "bare16", "--via", "boot", "--hosts", "all", str(work / "job.py"), check=False,
+                    timeout=300)
+    assert booted.returncode == 125 and "STARTED" not in booted.stdout, booted.stderr
+    failed = [line for line in booted.stderr.splitlines() if "failed (" in line]
+    assert failed and "refused the environment archive" in failed[0], booted.stderr
+    hosts = Path(podctl.env["PODCTL_STATE_DIR"]) / "fake" / "hosts"
+    assert len(list(hosts.glob("*/*/bare16/host-*/root"))) == 2  # root's homes, where the .pth would write
+    assert not list(hosts.glob("*/*/bare16/host-*/root/EVIL")) and not list(hosts.glob("*/*/bare16/host-*/home/*/EVIL"))
 
 
 def test_build_on_host_builds_once_on_host_0_signed_and_is_refused_through_the_watchers(podctl, tmp_path):

@@ -150,11 +150,12 @@ def test_state_files_and_keys_are_private(podctl, tmp_path):
     config = Path(podctl.env["PODCTL_CONFIG_DIR"])
     state = fake_dir(podctl)
     private = [config / "ssh" / "podctl_ed25519", *(config / "known_hosts").glob("*.json"),
+               config / "keys" / "pointer_rsa3072.pem",  # signs runs through the watchers (made by `up`)
                state / "daemon.json", state / "world.json", state / "daemon.log", state / "lock"]
-    assert len(private) == 6
+    assert len(private) == 7
     for path in private:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    for directory in (config / "ssh", config / "known_hosts", state, state / "hosts", state / "gcs",
+    for directory in (config / "ssh", config / "known_hosts", config / "keys", state, state / "hosts", state / "gcs",
                       host_home(podctl), host_home(podctl).parents[1]):  # the home, the host
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
     node_dir = host_home(podctl).parents[2]  # NODE/host-0000/home/podctl

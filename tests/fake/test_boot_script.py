@@ -10,13 +10,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from podctl.jobs import boot_script, host_watch, run_layout
+from podctl.jobs import boot_script, host_pin, host_watch, run_layout
 
 
 def test_the_script_is_small_static_and_names_its_version():
     assert len(boot_script.BOOT_SCRIPT.encode()) <= boot_script.MAX_BYTES
     assert hashlib.sha256(boot_script.BOOT_SCRIPT.encode()).hexdigest()[:12] == boot_script.BOOT_VERSION
     assert Path(host_watch.__file__).read_text() in boot_script.BOOT_SCRIPT  # inlined whole
+    assert Path(host_pin.__file__).read_text() in boot_script.BOOT_SCRIPT  # and what it accepts
     assert boot_script.boot_metadata() == {"startup-script": boot_script.BOOT_SCRIPT,
                                            "podctl-boot": boot_script.BOOT_VERSION,
                                            "enable-guest-attributes": "TRUE"}
@@ -61,6 +62,7 @@ def test_the_script_starts_one_watcher_in_the_users_home_and_a_rerun_is_a_no_op(
         assert done.returncode == 0, done.stderr
         assert time.monotonic() - started < 5  # it does not wait for the watcher
         assert (d / "host_watch.py").read_text() == Path(host_watch.__file__).read_text()
+        assert (d / "host_pin.py").read_text() == Path(host_pin.__file__).read_text()
         assert d.stat().st_mode & 0o777 == 0o700
         pid = int(_eventually(lambda: (d / host_watch.PID_NAME).exists()
                               and (d / host_watch.PID_NAME).read_text()) or 0)

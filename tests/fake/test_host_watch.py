@@ -24,7 +24,7 @@ import pytest
 from google.cloud import storage, tpu_v2
 from google.protobuf import field_mask_pb2
 
-from podctl.jobs import host_config, host_watch, launch, owner, run_layout
+from podctl.jobs import host_config, host_pin, host_watch, launch, owner, pointer_sign, run_layout
 from podctl.jobs.launch import JobSpec
 from podctl.jobs.ssh import Target
 from podctl.settings import FAKE_BUCKET
@@ -34,10 +34,16 @@ SHA = "ab" * 32
 
 
 def _pointer(**over) -> dict:
-    p = {"v": 1, "run": "r-1", "bucket": "b", "launch": run_layout.launch_object("r-1"), "sha256": SHA,
+    p = {"run": "r-1", "bucket": "b", "launch": run_layout.launch_object("r-1"), "sha256": SHA,
          "agent_sha": SHA, "agent_object": run_layout.agent_object(SHA), "first_host": 2}
     p.update(over)
     return p
+
+
+@pytest.fixture(scope="module")
+def signer(tmp_path_factory) -> pointer_sign.Signer:
+    """A client's signing key (made as podctl makes its own, in a config directory)."""
+    return pointer_sign.Signer.load(tmp_path_factory.mktemp("config"))
 
 
 # ---- pieces, without a host ------------------------------------------------------------
@@ -88,16 +94,21 @@ def test_the_watcher_imports_little_at_idle():
     assert not loaded & {"hashlib", "zipfile", "subprocess", "urllib.request", "threading"}
 
 
-def test_a_pointer_is_read_checked_and_placed():
+def test_a_pointer_is_read_checked_and_placed(signer):
     p = _pointer()
-    assert host_watch.parse_pointer(json.dumps(p)) == p
+    text = signer.pointer(p)
+    parsed = host_watch.parse_pointer(text)
+    assert parsed[host_watch.SIGNED] == (json.loads(text)["body"], json.loads(text)["sig"])
+    assert {k: v for k, v in parsed.items() if k != host_watch.SIGNED} == p
     assert host_watch.parse_pointer(None) is None and host_watch.parse_pointer(" ") is None
     assert host_watch.host_index(p, {"agent-worker-number": "3"}) == 5
-    for bad in ("{", "[]", json.dumps(_pointer(v=2)), json.dumps(_pointer(run="../x")),
-                json.dumps(_pointer(run=".hidden")), json.dumps(_pointer(run="a/b")),
-                json.dumps(_pointer(sha256="AB" * 32)), json.dumps(_pointer(agent_sha="ab")),
-                json.dumps(_pointer(first_host=True)), json.dumps(_pointer(first_host=-1)),
-                json.dumps(_pointer(bucket=""))):
+    unsigned = json.dumps({"v": 1, **p})  # the old, unsigned form: not read at all
+    for bad in ("{", "[]", unsigned, json.dumps({"v": 2, "body": json.dumps(p)}),
+                json.dumps({"v": 2, "body": "[]", "sig": ""}), signer.pointer(_pointer(run="../x")),
+                signer.pointer(_pointer(run=".hidden")), signer.pointer(_pointer(run="a/b")),
+                signer.pointer(_pointer(sha256="AB" * 32)), signer.pointer(_pointer(agent_sha="ab")),
+                signer.pointer(_pointer(first_host=True)), signer.pointer(_pointer(first_host=-1)),
+                signer.pointer(_pointer(bucket=""))):
         with pytest.raises(ValueError):
             host_watch.parse_pointer(bad)
     assert host_watch.on_attributes({"podctl-run": "not json"}) is None  # said, and ignored
@@ -192,29 +203,33 @@ def test_the_libtpu_lock_file_is_left_open_to_the_next_owner_whoever_it_is(tmp_p
 # ---- on a fake host ------------------------------------------------------------------
 
 @pytest.fixture
-def host(fake, api):
-    """A READY v5p-8 (one host) with the watcher's file in its user's home."""
+def host(fake, api, signer):
+    """A READY v5p-8 (one host) pinned to SIGNER's key, with the watcher's files (as the
+    startup script writes them) in its user's home."""
     key = asyncssh.generate_private_key("ssh-ed25519")
     pub = key.export_public_key().decode().strip()
+    pin = pointer_sign.pin_metadata(signer, FAKE_BUCKET)
     node = tpu_v2.Node(accelerator_type="v5p-8", runtime_version="v2-alpha-tpuv5",
-                       metadata={"ssh-keys": f"podctl:{pub} podctl"})
+                       metadata={"ssh-keys": f"podctl:{pub} podctl", **pin})
     created = api.client.create_node(parent=PARENT, node_id="watch8", node=node).result(timeout=30)
     gcs = storage.Client(project="p", credentials=user_credentials(),
                          client_options={"api_endpoint": fake.gcs_url}).bucket(FAKE_BUCKET)
-    h = Host(api.client, created, key, fake.hosts.ssh_port, gcs)
+    h = Host(api.client, created, key, fake.hosts.ssh_port, gcs, signer)
     try:
         h.home = Path(h.sh("echo $HOME").strip())
         watch = h.home / run_layout.WATCH_DIR
         watch.mkdir(parents=True)
-        (watch / "host_watch.py").write_text(Path(host_watch.__file__).read_text())
+        for module in (host_watch, host_pin):
+            (watch / Path(module.__file__).name).write_text(Path(module.__file__).read_text())
         yield h
     finally:
         api.client.delete_node(name=created.name).result(timeout=30)  # its processes die with it
 
 
 class Host:
-    def __init__(self, client, node, key, port, gcs):
+    def __init__(self, client, node, key, port, gcs, signer):
         self.client, self.node, self.key, self.port, self.gcs = client, node, key, port, gcs
+        self.signer = signer
         self.home = Path()
         data, self.agent_sha = launch.agent_source()
         gcs.blob(run_layout.agent_object(self.agent_sha)).upload_from_string(data)
@@ -237,13 +252,19 @@ class Host:
         cfg = launch.launch_config(spec, [Target(0, 0, 0, ip, 22, ip)], self.agent_sha)
         data = json.dumps(cfg).encode()
         self.gcs.blob(run_layout.launch_object(run_id)).upload_from_string(data)
-        p = {"v": 1, "run": run_id, "bucket": FAKE_BUCKET, "launch": run_layout.launch_object(run_id),
+        pin = pointer_sign.pin_of(dict(self.node.metadata))
+        p = {"run": run_id, "bucket": FAKE_BUCKET, "launch": run_layout.launch_object(run_id),
              "sha256": hashlib.sha256(data).hexdigest(), "agent_sha": self.agent_sha,
-             "agent_object": run_layout.agent_object(self.agent_sha), "first_host": 0, **pointer}
-        metadata = {**dict(self.node.metadata), run_layout.RUN_POINTER_KEY: json.dumps(p)}
+             "agent_object": run_layout.agent_object(self.agent_sha), "first_host": 0,
+             "node": "watch8", "pin": pin["id"], "expires": int(time.time()) + 600, **pointer}
+        self.point(self.signer.pointer(p))
+        return cfg, p
+
+    def point(self, pointer: str) -> None:
+        """POINTER (the `podctl-run` value) into the node's metadata, as one patch."""
+        metadata = {**dict(self.node.metadata), run_layout.RUN_POINTER_KEY: pointer}
         self.client.update_node(node=tpu_v2.Node(name=self.node.name, metadata=metadata),
                                 update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
-        return cfg, p
 
     def step(self, run_id: str) -> str:
         """On the host: once the pointer for RUN_ID shows in its metadata, the loop's step."""
@@ -251,7 +272,7 @@ class Host:
                 "for _ in range(200):\n"
                 "    attrs, _ = w.attributes(wait=False)\n"
                 "    p = attrs.get('podctl-run')\n"
-                "    if p and json.loads(p)['run'] == sys.argv[2]: break\n"
+                "    if p and json.loads(json.loads(p)['body'])['run'] == sys.argv[2]: break\n"
                 "    time.sleep(0.05)\n"
                 "print(w.on_attributes(attrs))\n")
         return self.sh(f"python3 -c {shlex.quote(code)} ~/{run_layout.WATCH_DIR} {run_id}").strip()
@@ -343,9 +364,7 @@ def test_a_hash_mismatch_or_a_busy_host_is_refused_and_said(host):
     host.gcs.blob(run_layout.launch_object(run)).upload_from_string(launch_data)
     bad = {**p, "agent_sha": "f" * 64, "agent_object": run_layout.agent_object("f" * 64),
            "sha256": hashlib.sha256(launch_data).hexdigest()}
-    metadata = {**dict(host.node.metadata), run_layout.RUN_POINTER_KEY: json.dumps(bad)}
-    host.client.update_node(node=tpu_v2.Node(name=host.node.name, metadata=metadata),
-                            update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
+    host.point(host.signer.pointer(bad))  # signed by the pinned key: only the zip's hash is wrong
     assert host.step(run) == f"{run} refused the agent's zip does not match the pointer's agent_sha"
 
     # another run's live agent holds the chips, as it says in the host's /tmp: refused, naming it
@@ -359,6 +378,40 @@ def test_a_hash_mismatch_or_a_busy_host_is_refused_and_said(host):
     assert host.step(run) == f"{run} busy other-run"
     assert host.guest("run") == f"{run} busy other-run"
     assert not (host.run_dir(run) / run_layout.CONFIG_FILE).exists()
+
+
+def test_a_pointer_outside_the_pin_kept_at_first_sight_is_refused_said_once_and_nothing_made(host, tmp_path):
+    """The pin is the metadata's at the watcher's first look (here: the first pointer),
+    kept 0600 and never replaced: a metadata writer's own pin and key, a copy of the
+    client's pointer for another slice of the same name, an expired or another node's
+    pointer are refused in podctl/run and leave nothing on the host."""
+    run = "watch-pin-1"
+    host.publish(run, ("true",))
+    assert host.step(run) == f"{run} started"
+    kept = host.home / run_layout.WATCH_DIR / host_pin.PIN_FILE
+    ours = dict(host.node.metadata)[host_pin.PIN_KEY]
+    assert kept.read_text() == ours and kept.stat().st_mode & 0o777 == 0o600
+
+    marker, ours_id = "watch-pin-PWNED", json.loads(ours)["id"]
+    evil = pointer_sign.Signer.load(tmp_path / "evil")
+    theirs = pointer_sign.pin_metadata(evil, None)
+    host.node = host.client.update_node(  # their pin, then their signed pointer: one patch each
+        node=tpu_v2.Node(name=host.node.name, metadata={**dict(host.node.metadata), **theirs}),
+        update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=30)
+    cases = [("watch-pin-2", evil, {}, "the pointer is signed by no key pinned at the slice's creation"),
+             ("watch-pin-3", host.signer, {"pin": "0" * 32}, "the pointer was signed for another slice"),
+             ("watch-pin-4", host.signer, {"node": "other8", "pin": ours_id}, "the pointer was signed for node 'other8'"),
+             ("watch-pin-5", host.signer, {"expires": int(time.time()) - 5, "pin": ours_id},
+              "the pointer has expired")]
+    for run, key, over, why in cases:
+        host.signer = key
+        host.publish(run, ("bash", "-c", f"touch $TMPDIR/{marker}"), **over)
+        said = host.step(run)
+        assert said.startswith(f"{run} refused {why}"), said
+        assert host.guest("run") == said
+        assert not host.run_dir(run).exists()  # nothing made: the run id is not claimed
+    assert kept.read_text() == ours  # the metadata's pin never replaced the first
+    assert host.sh(f"ls $TMPDIR; test -e $TMPDIR/{marker} && echo RAN || true").count("RAN") == 0
 
 
 def test_a_token_the_metadata_server_did_not_give_is_asked_again_and_a_4xx_refuses(monkeypatch):

@@ -52,7 +52,7 @@ def test_every_error_class_is_in_the_one_tree():
     on the hosts) and the fake's wire errors are the exceptions its docstring names."""
     outside = []
     for path in _sources():
-        if path.name.startswith("agent") or path.name in ("errors.py", "host_watch.py"):
+        if path.name.startswith("agent") or path.name in ("errors.py", "host_watch.py", "host_pin.py"):
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if re.match(r"class \w+\((\w+Error|Exception|PodctlError|StorageError)\)", line):
