@@ -34,7 +34,7 @@ def migrate_sqlite(state_dir: Path, url: str) -> Moved:
     with QueueLock(state_dir).hold(LOCK_WAIT, "`podctl queue migrate`"):
         with Store(path) as source:
             token, entries, quotas, teams = source.token, source.entries(), source.quotas(), source.teams()
-        with PgStore(url) as target, target.tick_lock().hold(LOCK_WAIT, "`podctl queue migrate`"):
+        with PgStore(url, key_dir=state_dir) as target, target.tick_lock().hold(LOCK_WAIT, "`podctl queue migrate`"):
             already = target.entries()
             if already:
                 raise QueueError(f"the queue at {target.where} already has {len(already)} entries; "

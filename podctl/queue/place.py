@@ -45,7 +45,7 @@ def open_store(state_dir: Path, url: str | None) -> QueueStore:
     if url:
         from podctl.queue.pgstore import PgStore
 
-        return PgStore(url)
+        return PgStore(url, key_dir=state_dir)
     from podctl.queue.store import Store, db_path
 
     return Store(db_path(state_dir))

@@ -208,6 +208,16 @@ class Store:
         vars(entry).update(changes)
         return True
 
+    def me(self, account: str) -> str:
+        return account  # one machine's queue: the owner is who podctl works as
+
+    def register_ticker(self) -> None:
+        """Nothing to seal: the 0600 file is its one user's."""
+
+    def history(self, entry_id: int) -> list[dict[str, Any]]:
+        """None kept: one machine's queue has one user (a PostgreSQL queue records who)."""
+        return []
+
     def import_entry(self, entry: Entry) -> Entry:
         """ENTRY as it is, its id included (`queue migrate`)."""
         values = {k: encode(k, getattr(entry, k)) for k in COLUMNS}
