@@ -1,5 +1,6 @@
 """What a queue store is: the narrow interface the tick, the CLI and `gc` use, with two
-implementations that behave alike (the same tests run against both):
+implementations that behave alike (the same tests run against both), chosen by the
+queue URL's scheme in queue/stores/ (the registry):
 
     Store    (store.py)    SQLite in the state dir: one machine's queue, the default
     PgStore  (pgstore.py)  PostgreSQL at `queue_url`: a team's queue, ticked from anywhere
@@ -13,6 +14,7 @@ holder's connection dies, SIGKILL included).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,6 +70,7 @@ class QueueStore(Protocol):
     def set_quota(self, quota: Quota) -> None: ...
     def teams(self) -> dict[str, str]: ...  # member -> team
     def set_team(self, team: str, members: list[str]) -> None: ...
+    def batch(self) -> AbstractContextManager[None]: ...  # all or nothing (`queue migrate`)
     def import_entry(self, entry: Entry) -> Entry: ...  # `queue migrate`: id and history kept
     def set_token(self, token: str) -> None: ...  # `queue migrate`: the slices keep their owner
     def close(self) -> None: ...

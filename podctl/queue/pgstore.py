@@ -355,6 +355,12 @@ class PgStore:
     def teams(self) -> dict[str, str]:
         return {r["member"]: r["team"] for r in self._all("SELECT * FROM podctl.teams")}
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """What runs inside is one transaction (nested: a savepoint of the outer one)."""
+        with self._errors(), self.conn.transaction():
+            yield
+
     def set_team(self, team: str, members: list[str]) -> None:
         with self._errors(), self.conn.transaction():
             self.conn.execute("DELETE FROM podctl.teams WHERE team = %s", (team,))
