@@ -124,6 +124,8 @@ def v2(cur: Any) -> None:
         cur.execute(f"CREATE POLICY {table}_see ON podctl.{table} FOR SELECT USING ({see})")
         cur.execute(f"CREATE POLICY {table}_add ON podctl.{table} FOR INSERT WITH CHECK ({write})")
         cur.execute(f"CREATE POLICY {table}_change ON podctl.{table} FOR UPDATE USING ({write})")
+    # a ticker machine gone for good: an admin removes its key, and new entries are not sealed to it
+    cur.execute("CREATE POLICY ticker_keys_remove ON podctl.ticker_keys FOR DELETE USING (podctl.is_admin())")
     every = ", ".join(ROLES)
     cur.execute(f"GRANT USAGE ON SCHEMA podctl TO {every}")
     cur.execute(f"GRANT SELECT ON podctl.meta, podctl.quotas, podctl.teams, podctl.events, "
@@ -132,5 +134,6 @@ def v2(cur: Any) -> None:
     cur.execute(f"GRANT USAGE ON SEQUENCE podctl.entries_id_seq TO {every}")
     cur.execute(f"GRANT INSERT, UPDATE ON podctl.ticker_keys TO {TICKER}, {ADMIN}")
     cur.execute(f"GRANT INSERT, UPDATE, DELETE ON podctl.quotas, podctl.teams TO {ADMIN}")
+    cur.execute(f"GRANT DELETE ON podctl.ticker_keys TO {ADMIN}")
     cur.execute(f"GRANT UPDATE ON podctl.meta TO {ADMIN}")
     cur.execute(f"GRANT UPDATE ON SEQUENCE podctl.entries_id_seq TO {ADMIN}")

@@ -99,6 +99,30 @@ def test_tickers_advance_anyones_entry_and_a_ticker_added_later_cannot_open_olde
         assert late.get(second.id).env == {"K": "w"}
 
 
+def test_no_registered_ticker_no_env_and_a_ticker_without_the_key_fails_the_entry_saying_why(roles, tmp_path):
+    from podctl.errors import ConfigError, QueueError
+    from podctl.queue.execution import run_options
+
+    with psycopg.connect(roles["admin"], autocommit=True) as conn:
+        conn.execute("DELETE FROM podctl.ticker_keys")  # the one ticker machine, gone
+    with PgStore(roles[ALICE]) as alice:
+        with pytest.raises(QueueError, match="no ticker .* has registered its key yet.*podctl queue tick"):
+            alice.add(_entry(env={"K": "v"}))
+        assert alice.entries() == []
+        plain = alice.add(_entry(env={}))  # nothing to seal
+    assert plain.env == {}
+    sealed = PgStore(roles[TICKER], key_dir=tmp_path / "ticker")
+    with sealed:
+        sealed.register_ticker()
+        with PgStore(roles[ALICE]) as alice:
+            entry = alice.add(_entry(env={"K": "v"}))
+    with PgStore(roles[TICKER], key_dir=tmp_path / "other") as other:
+        seen = other.get(entry.id)
+    seen.run_id = "r-1"
+    with pytest.raises(ConfigError, match="sealed to the tickers registered when it was added"):
+        run_options(seen)
+
+
 def test_quotas_and_teams_need_the_admin_role_and_no_owner_can_be_named(roles, tmp_path):
     with PgStore(roles[BOB]) as bob:
         for attempt in (lambda: bob.set_quota(Quota(BOB, None, 10_000)),
