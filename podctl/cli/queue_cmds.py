@@ -34,7 +34,14 @@ Exit codes:
 
 @click.group()
 def queue() -> None:
-    """Queued runs: add them now, let `podctl queue tick` (cron) run them."""
+    """Queued runs: add them now, let `podctl queue tick` (cron) run them.
+
+    \b
+    Who: a SQLite queue (the default, queue.db in the state dir) is one user's, and
+    its owners are labels. A PostgreSQL queue (queue_url) is a team's: an entry's owner
+    is the database login that added it, a user sees and cancels only their own, quotas
+    and teams need podctl_admin, --env values are sealed to the tickers' keys
+    (docs/guides/queue.md, "Who may do what")."""
 
 
 def _me(ctx: Context) -> str:
