@@ -115,17 +115,18 @@ def v2(cur: Any) -> None:
                 "OR chip_hours_week = 'Infinity' OR max_chips < 0")
     cur.execute("ALTER TABLE podctl.quotas ADD CONSTRAINT quotas_finite CHECK "
                 "(chip_hours_week >= 0 AND chip_hours_week < 'Infinity' AND max_chips >= 0)")
+    # (SELECT f()): evaluated once per statement, not once per row
+    anyone = "owner = session_user OR (SELECT podctl.is_ticker())"
     for table, see, write in (
-            ("entries", "owner = session_user OR podctl.is_ticker()",
-             "owner = session_user OR podctl.is_ticker()"),
-            ("events", "owner = session_user OR podctl.is_ticker()", "false"),
-            ("ticker_keys", "true", "role = session_user AND podctl.is_ticker()")):
+            ("entries", anyone, anyone),
+            ("events", anyone, "false"),
+            ("ticker_keys", "true", "role = session_user AND (SELECT podctl.is_ticker())")):
         cur.execute(f"ALTER TABLE podctl.{table} ENABLE ROW LEVEL SECURITY")
         cur.execute(f"CREATE POLICY {table}_see ON podctl.{table} FOR SELECT USING ({see})")
         cur.execute(f"CREATE POLICY {table}_add ON podctl.{table} FOR INSERT WITH CHECK ({write})")
         cur.execute(f"CREATE POLICY {table}_change ON podctl.{table} FOR UPDATE USING ({write})")
     # a ticker machine gone for good: an admin removes its key, and new entries are not sealed to it
-    cur.execute("CREATE POLICY ticker_keys_remove ON podctl.ticker_keys FOR DELETE USING (podctl.is_admin())")
+    cur.execute("CREATE POLICY ticker_keys_remove ON podctl.ticker_keys FOR DELETE USING ((SELECT podctl.is_admin()))")
     every = ", ".join(ROLES)
     cur.execute(f"GRANT USAGE ON SCHEMA podctl TO {every}")
     cur.execute(f"GRANT SELECT ON podctl.meta, podctl.quotas, podctl.teams, podctl.events, "
