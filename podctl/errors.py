@@ -219,6 +219,10 @@ class QueueBusyError(QueueError):
     pass
 
 
+class QueueDeniedError(QueueError):
+    """A PostgreSQL queue's roles refused: another's entry, a quota without podctl_admin."""
+
+
 class NoSuchEntryError(QueueError):
     pass
 

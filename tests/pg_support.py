@@ -35,3 +35,23 @@ def pg_url(pg_server) -> Iterator[str]:
     yield pg_server.get_uri(name)
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def role_url(pg_url: str, role: str, group: str) -> str:
+    """PG_URL as the login role ROLE (made if missing, the server's roles are shared by its
+    databases), a member of GROUP (podctl_user, podctl_ticker or podctl_admin). The
+    server trusts its local logins, so no password. The queue's schema must exist (its
+    first migration makes the group roles)."""
+    from urllib.parse import quote
+
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"""DO $$ BEGIN
+            IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
+              CREATE ROLE "{role}" LOGIN;
+            END IF; END $$""")
+        conn.execute(f'GRANT {group} TO "{role}"')
+    prefix = "postgresql://postgres:@"
+    assert pg_url.startswith(prefix), pg_url
+    return f"postgresql://{quote(role, safe='')}:@" + pg_url[len(prefix):]

@@ -151,7 +151,7 @@ def migrate(url: str) -> None:
     def action() -> None:
         from podctl.cli.queue_store import state_dir as _state_dir
         from podctl.queue.migrate import migrate_sqlite
-        from podctl.queue.pgstore import check_url
+        from podctl.queue.stores import check_url
 
         check_url(url, "--to")
         moved = migrate_sqlite(_state_dir(), url)

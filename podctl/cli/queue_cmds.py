@@ -34,7 +34,14 @@ Exit codes:
 
 @click.group()
 def queue() -> None:
-    """Queued runs: add them now, let `podctl queue tick` (cron) run them."""
+    """Queued runs: add them now, let `podctl queue tick` (cron) run them.
+
+    \b
+    Who: a SQLite queue (the default, queue.db in the state dir) is one user's, and
+    its owners are labels. A PostgreSQL queue (queue_url) is a team's: an entry's owner
+    is the database login that added it, a user sees and cancels only their own, quotas
+    and teams need podctl_admin, --env values are sealed to the tickers' keys
+    (docs/guides/queue.md, "Who may do what")."""
 
 
 def _me(ctx: Context) -> str:
@@ -61,8 +68,9 @@ def _me(ctx: Context) -> str:
               help="Attempts after infrastructure failures (preemption, a failed slice).")
 @click.option("--name", default=None, help="A name for the entry (default: the script's).")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V|K",
-              help="Environment for the script (stored in the 0600 queue db; never printed); K alone: "
-              "its value from podctl's own environment, out of argv.")
+              help="Environment for the script (never printed; in SQLite: the 0600 queue db; in "
+              "PostgreSQL: sealed to the tickers' keys); K alone: its value from podctl's own "
+              "environment, out of argv.")
 @click.option("--env-file", "env_files", multiple=True, type=click.Path(path_type=Path),
               metavar="FILE", help="KEY=VALUE lines (# comments) for the script's environment; --env wins.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
@@ -142,19 +150,24 @@ def _row(e: Any) -> str:
 
 
 @queue.command(name="ls")
-@click.option("--mine", is_flag=True, help="Only the entries you added (your gcloud account, else OS user).")
+@click.option("--mine", is_flag=True, help="Only the entries you added (SQLite: your gcloud account, "
+              "else OS user; PostgreSQL: your database role).")
 @json_option
 @pass_context
 def ls(ctx: Context, mine: bool, as_json: bool) -> None:
-    """Everyone's entries, highest priority first (--json: all fields, env keys only)."""
+    """The entries, highest priority first (--json: all fields, env keys only).
+
+    \b
+    SQLite (one machine's queue): one user, everyone's entries. PostgreSQL: the
+    database's roles say: a user sees its own, a ticker or podctl_admin all."""
 
     def action() -> None:
         from podctl.cli.render import emit_json
 
         with _store() as store:
             entries = store.entries()
+            me = store.me(_me(ctx)) if mine else ""
         if mine:
-            me = _me(ctx)
             entries = [e for e in entries if e.owner == me]
         if as_json:
             emit_json([e.to_json() for e in entries])
@@ -174,7 +187,8 @@ def ls(ctx: Context, mine: bool, as_json: bool) -> None:
 @click.argument("entry_id", type=COUNT)
 @json_option
 def show(entry_id: int, as_json: bool) -> None:
-    """One entry: its request, state, attempts (slices, run ids), error, cost."""
+    """One entry: its request, state, attempts (slices, run ids), error, cost, and (a
+    PostgreSQL queue) each state change with the database role that made it."""
 
     def action() -> None:
         import time
@@ -183,13 +197,16 @@ def show(entry_id: int, as_json: bool) -> None:
 
         with _store() as store:
             entry = store.get(entry_id)
+            history = store.history(entry_id)
         data = entry.to_json()
         # the spend so far: chip-hours its slices held (READY to end), and their price
         data["chip_hours"] = round(entry.chip_hours(0.0, time.time()), 2)
+        data["history"] = history
         if as_json:
             emit_json(data)
             return
         attempts = data.pop("attempts")
+        history_rows = data.pop("history")
         for key, value in data.items():
             if key in ("created", "updated", "started", "ended", "next_try_at"):
                 if not value:  # 0.0: never set (no backoff pending), not the epoch
@@ -205,6 +222,10 @@ def show(entry_id: int, as_json: bool) -> None:
             click.echo(shown(f"attempt {a['attempt']}: slice {a['slice']}, run {a.get('run_id') or '-'}, "
                              f"{a.get('outcome') or 'in progress'}"
                              + (f" ({a['error']})" if a.get("error") else "")))
+        for h in history_rows:  # PostgreSQL: who made each state change (the database's record)
+            at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(h["at"]))
+            click.echo(shown(f"{at}  {h['from_state'] or 'added'} -> "
+                             f"{h['to_state']} by {h['actor']}" + (f" ({h['reason']})" if h["reason"] else "")))
 
     guarded(action)
 
@@ -254,7 +275,9 @@ def tick_cmd(ctx: Context, interval: str | None, project: str | None, zone: str 
         opener = _opener()
         # a bad or unreachable queue: exit 1 before the cloud is touched (once it has
         # started, a loop rides out a database that goes away for a while)
-        opener().close()
+        with opener() as store:
+            # this machine's key joins those new entries' --env values are sealed to
+            store.register_ticker()
         log = queue_log.configure()
         context = _tick_context(ctx, log, project, zone)
         if seconds is None:

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from podctl import steps
 from podctl.cloud.types import SliceInfo
+from podctl.errors import ConfigError
 from podctl.queue.context import TickContext
 from podctl.queue.entry import Entry
+from podctl.queue.sealing import SealedEnv
 
 
 def run_options(entry: Entry) -> steps.RunOptions:
@@ -24,6 +26,10 @@ def run_options(entry: Entry) -> steps.RunOptions:
     # checkpoints (the template resumes from the latest complete one), as --recover does.
     first = next((a["run_id"] for a in entry.attempts if a.get("run_id")), None)
     resumed = first if first and first != entry.run_id else None
+    if isinstance(entry.env, SealedEnv):  # a ConfigError: the entry fails, saying why
+        raise ConfigError(f"entry {entry.id}'s --env values are sealed to the tickers registered "
+                          "when it was added, and this ticker's key is not one of them: copy a "
+                          "registered ticker's state-dir queue-ticker.key here, or add it again.")
     spec = steps.RunSpec(script=Path(entry.script), args=tuple(entry.args), env=dict(entry.env))
     return steps.RunOptions(spec, hosts="all", bundle_hash=entry.bundle_hash, resume=resumed,
                             extra={"parent": resumed, "attempt": entry.attempt} if resumed else {},

@@ -1,5 +1,6 @@
 """What a queue store is: the narrow interface the tick, the CLI and `gc` use, with two
-implementations that behave alike (the same tests run against both):
+implementations that behave alike (the same tests run against both), chosen by the
+queue URL's scheme in queue/stores/ (the registry):
 
     Store    (store.py)    SQLite in the state dir: one machine's queue, the default
     PgStore  (pgstore.py)  PostgreSQL at `queue_url`: a team's queue, ticked from anywhere
@@ -13,6 +14,7 @@ holder's connection dies, SIGKILL included).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,15 +57,20 @@ class QueueStore(Protocol):
     token: str  # six hex digits of this queue's own, in its slices' names and labels
     where: str  # the file or the database, for messages (no password)
 
-    def add(self, entry: Entry) -> Entry: ...
+    def add(self, entry: Entry) -> Entry: ...  # a PostgreSQL queue sets the owner itself
+    def me(self, account: str) -> str: ...  # whom `add` makes the owner (ACCOUNT: podctl's own)
     def get(self, entry_id: int) -> Entry: ...
     def entries(self, states: Iterable[str] | None = None) -> list[Entry]: ...
     def update(self, entry: Entry, expect_state: str | None = None, **changes: Any) -> bool: ...
+    # the entry's state changes and who made them, as the store recorded them (none in SQLite)
+    def history(self, entry_id: int) -> list[dict[str, Any]]: ...
+    def register_ticker(self) -> None: ...  # `queue tick`: its key for sealed --env (PostgreSQL)
     def tick_lock(self) -> TickLock: ...
     def quotas(self) -> list[Quota]: ...
     def set_quota(self, quota: Quota) -> None: ...
     def teams(self) -> dict[str, str]: ...  # member -> team
     def set_team(self, team: str, members: list[str]) -> None: ...
+    def batch(self) -> AbstractContextManager[None]: ...  # all or nothing (`queue migrate`)
     def import_entry(self, entry: Entry) -> Entry: ...  # `queue migrate`: id and history kept
     def set_token(self, token: str) -> None: ...  # `queue migrate`: the slices keep their owner
     def close(self) -> None: ...

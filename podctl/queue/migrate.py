@@ -1,5 +1,5 @@
 """`podctl queue migrate --to postgresql://...`: a machine's SQLite queue into the team's
-PostgreSQL one, in one transaction: every entry with its id, state, attempts and
+one (PostgreSQL, or any store of queue/stores/), in one transaction: every entry with its id, state, attempts and
 history, the quotas, the teams, and the queue's token (its slices are named and
 labelled with it, so the new queue's ticks know them as their own)."""
 
@@ -24,8 +24,11 @@ class Moved:
 
 
 def migrate_sqlite(state_dir: Path, url: str) -> Moved:
-    from podctl.queue.pgstore import PgStore
+    from podctl.queue import stores
 
+    stores.check_url(url, "--to")
+    if stores.scheme_of(url) == stores.LOCAL:
+        raise QueueError("--to names the team's queue (a URL); this machine's queue is the one moved.")
     path = db_path(state_dir)
     if not path.exists():
         raise QueueError(f"no queue on this machine ({path}): nothing to migrate.")
@@ -34,12 +37,13 @@ def migrate_sqlite(state_dir: Path, url: str) -> Moved:
     with QueueLock(state_dir).hold(LOCK_WAIT, "`podctl queue migrate`"):
         with Store(path) as source:
             token, entries, quotas, teams = source.token, source.entries(), source.quotas(), source.teams()
-        with PgStore(url) as target, target.tick_lock().hold(LOCK_WAIT, "`podctl queue migrate`"):
+        with stores.open_store(url, state_dir) as target, \
+                target.tick_lock().hold(LOCK_WAIT, "`podctl queue migrate`"):
             already = target.entries()
             if already:
                 raise QueueError(f"the queue at {target.where} already has {len(already)} entries; "
                                  "migrate into an empty one (one queue, one token for its slices).")
-            with target._errors(), target.conn.transaction():
+            with target.batch():
                 target.set_token(token)
                 for entry in sorted(entries, key=lambda e: e.id):
                     target.import_entry(entry)

@@ -7,6 +7,12 @@ Its tables live in their own schema, `podctl`, so the queue can share a database
     podctl.entries  one row per entry (the columns of queue/entry.py's Entry)
     podctl.quotas   chip-hours per week and chips at once, per owner or team
     podctl.teams    member -> team
+    podctl.events   every state change of an entry, and the role that made it
+    podctl.ticker_keys  the tickers' public keys, which `--env` values are sealed to
+
+Who may do what is the database's (schema 2, pg_roles.py): an entry's owner is the role
+that connected, row-level security keeps a user to its own entries, quotas and teams
+need podctl_admin; `--env` values are sealed to the tickers' keys (sealing.py).
 
 Concurrency is the database's:
   - every statement runs in its own transaction (autocommit), and every state change
@@ -29,19 +35,23 @@ the URL's password never appears in either.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from podctl.errors import (
     ConfigError,
     NoSuchEntryError,
     QueueDatabaseError,
+    QueueDeniedError,
     QueueError,
     QueueUnreachableError,
 )
+from podctl.queue import pg_roles, sealing
 from podctl.queue.entry import COLUMNS, Entry, decode, encode, stamped
 from podctl.queue.interface import Quota
 
@@ -75,7 +85,7 @@ def _v1(cur: Any) -> None:
     cur.execute("CREATE TABLE podctl.teams (member TEXT PRIMARY KEY, team TEXT NOT NULL)")
 
 
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1, 2: pg_roles.v2}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 
@@ -84,6 +94,7 @@ def _driver() -> Any:
     try:
         import psycopg
         import psycopg.conninfo
+        import psycopg.errors
         import psycopg.rows
     except ImportError as e:
         raise ConfigError(f"a PostgreSQL queue needs psycopg 3 ({e}): pip install 'podctl[postgres]' "
@@ -122,10 +133,11 @@ def check_url(url: str, name: str = "queue_url") -> None:
 
 
 class PgStore:
-    def __init__(self, url: str):
+    def __init__(self, url: str, key_dir: Path | None = None):
+        """KEY_DIR: the state dir, where a ticker's key for sealed `--env` values lives."""
         check_url(url)
         psycopg = self._psycopg = _driver()
-        self.url, self.where = url, shown_url(url)
+        self.url, self.where, self.key_dir = url, shown_url(url), key_dir
         try:
             self.conn = psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row,
                                         connect_timeout=CONNECT_TIMEOUT, application_name="podctl")
@@ -140,6 +152,11 @@ class PgStore:
                 row = self._one("SELECT value FROM podctl.meta WHERE key = 'token'")
                 assert row is not None  # the first migration writes it
                 self.token = row["value"]
+                me = self._one("SELECT session_user AS role, podctl.is_admin() AS admin, "
+                               "podctl.is_ticker() AS ticker")
+                assert me is not None
+                self.role, self.admin, self.ticker = me["role"], me["admin"], me["ticker"]
+            self._key = sealing.load_key(key_dir) if self.ticker else None
         except BaseException:
             self.conn.close()
             raise
@@ -157,6 +174,12 @@ class PgStore:
             raise QueueUnreachableError(
                 f"lost the queue database {self.where}: {_first_line(e)}; run the command again "
                 "(`queue tick --loop` carries on by itself).") from None
+        except psycopg.errors.InsufficientPrivilege as e:  # the roles of pg_roles.py
+            who = getattr(self, "role", None)
+            raise QueueDeniedError(
+                f"the queue database {self.where} refused{f' role {who}' if who else ''}: "
+                f"{_first_line(e)}. Quotas, teams and others' entries need {pg_roles.ADMIN} "
+                "(docs/guides/queue.md, \"Who may do what\").") from None
         except psycopg.Error as e:
             raise QueueDatabaseError(f"the queue database {self.where} refused: {_first_line(e)}") from None
 
@@ -175,24 +198,32 @@ class PgStore:
             count: int = self.conn.execute(sql, list(params)).rowcount
             return count
 
+    def _version(self) -> int:
+        found = self.conn.execute("SELECT to_regclass('podctl.meta') AS t").fetchone()
+        if found is None or found["t"] is None:
+            return 0
+        row = self.conn.execute("SELECT value FROM podctl.meta WHERE key = 'schema'").fetchone()
+        return int(row["value"]) if row else 1
+
     def _migrate(self) -> None:
+        if self._version() >= SCHEMA_VERSION:  # current or newer: a plain user makes no schema
+            self._refuse_newer(self._version())
+            return
         with self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_KEY,))
             self.conn.execute("CREATE SCHEMA IF NOT EXISTS podctl")
-            found = self.conn.execute("SELECT to_regclass('podctl.meta') AS t").fetchone()
-            exists = found is not None and found["t"] is not None
-            version = 0
-            if exists:
-                row = self.conn.execute("SELECT value FROM podctl.meta WHERE key = 'schema'").fetchone()
-                version = int(row["value"]) if row else 1
-            if version > SCHEMA_VERSION:
-                raise QueueDatabaseError(f"the queue database {self.where} has schema {version}; "
-                                         f"this podctl knows up to {SCHEMA_VERSION}: upgrade podctl.")
+            version = self._version()
+            self._refuse_newer(version)
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 MIGRATIONS[target](self.conn)
             if version < SCHEMA_VERSION:
                 self.conn.execute("INSERT INTO podctl.meta VALUES ('schema', %s) ON CONFLICT (key) "
                                   "DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise QueueDatabaseError(f"the queue database {self.where} has schema {version}; "
+                                     f"this podctl knows up to {SCHEMA_VERSION}: upgrade podctl.")
 
     def close(self) -> None:
         self.conn.close()
@@ -209,21 +240,62 @@ class PgStore:
     # ---- entries -------------------------------------------------------------------------
 
     def add(self, entry: Entry) -> Entry:
+        """The owner is the database's (the role that connected), never ENTRY's own."""
         entry.created = entry.updated = entry.created or time.time()
-        values = {k: encode(k, getattr(entry, k)) for k in COLUMNS if k != "id"}
+        values = {k: encode(k, getattr(entry, k)) for k in COLUMNS if k not in ("id", "owner")}
+        values["env"] = self._sealed(entry.env)
         row = self._one(f"INSERT INTO podctl.entries ({', '.join(values)}) VALUES "
-                        f"({', '.join(['%s'] * len(values))}) RETURNING id", values.values())
+                        f"({', '.join(['%s'] * len(values))}) RETURNING id, owner", values.values())
         assert row is not None  # RETURNING gives the row
-        entry.id = row["id"]
+        entry.id, entry.owner = row["id"], row["owner"]
         return entry
 
     def import_entry(self, entry: Entry) -> Entry:
+        """`queue migrate` (an admin's): the entry's id and owner are kept."""
         values = {k: encode(k, getattr(entry, k)) for k in COLUMNS}
+        values["env"] = self._sealed(entry.env)
         self._run(f"INSERT INTO podctl.entries ({', '.join(values)}) VALUES "
                   f"({', '.join(['%s'] * len(values))})", values.values())
         # the next new entry's id comes after the imported ones
         self._one("SELECT setval(pg_get_serial_sequence('podctl.entries', 'id'), "
                   "(SELECT max(id) FROM podctl.entries))")
+        return entry
+
+    # ---- sealed env values (sealing.py) ------------------------------------------------------
+
+    def register_ticker(self) -> None:
+        """This machine's ticker key (made in the state dir at the first use) joins the
+        keys that new entries' `--env` values are sealed to. A ticker or an admin only."""
+        if self.key_dir is None or not self.ticker:
+            return
+        self._key = sealing.load_or_make_key(self.key_dir)
+        public = sealing.public_b64(self._key)
+        self._run("INSERT INTO podctl.ticker_keys (key_id, public_key) VALUES (%s, %s) "
+                  "ON CONFLICT (key_id) DO NOTHING", (sealing.key_id(public), public))
+
+    def _sealed(self, env: dict[str, str]) -> str:
+        if not env:
+            return encode("env", {})
+        keys = [r["public_key"] for r in self._all("SELECT public_key FROM podctl.ticker_keys ORDER BY key_id")]
+        if not keys and self.ticker:  # one role that adds and ticks: this machine is the ticker
+            self.register_ticker()
+            keys = [r["public_key"] for r in self._all("SELECT public_key FROM podctl.ticker_keys")]
+        if not keys:
+            raise QueueError(f"no ticker of the queue {self.where} has registered its key yet, and "
+                             "--env values are sealed to the tickers' keys: run `podctl queue tick` "
+                             f"once as the ticker role ({pg_roles.TICKER}), then add again.")
+        return sealing.seal(env, keys)
+
+    def _decode(self, row: dict[str, Any]) -> Entry:
+        env = row.get("env")
+        data = None if env is None else json.loads(env)
+        entry = decode({**row, "env": "{}"})
+        if isinstance(data, dict) and sealing.is_sealed(data):
+            if self._key is None and self.ticker:  # made since this store opened
+                self._key = sealing.load_key(self.key_dir)
+            entry.env = sealing.open_env(data, self._key)
+        elif data is not None:
+            entry.env = data  # schema 1's plain values, from before sealing
         return entry
 
     def set_token(self, token: str) -> None:
@@ -233,9 +305,18 @@ class PgStore:
     def get(self, entry_id: int) -> Entry:
         row = (self._one("SELECT * FROM podctl.entries WHERE id = %s", (entry_id,))
                if 0 < entry_id < 2 ** 63 else None)
-        if row is None:
-            raise NoSuchEntryError(f"no queue entry {entry_id}; `podctl queue ls` lists them.")
-        return decode(row)
+        if row is None:  # row-level security: another's entry is none to this role
+            mine = "" if self.ticker else f" of role {self.role}'s"
+            raise NoSuchEntryError(f"no queue entry {entry_id}{mine}; `podctl queue ls` lists them.")
+        return self._decode(row)
+
+    def me(self, account: str) -> str:
+        return self.role  # the database's: the role that connected
+
+    def history(self, entry_id: int) -> list[dict[str, Any]]:
+        """The entry's state changes as the database recorded them: when, who, from, to."""
+        return self._all("SELECT extract(epoch FROM at)::float8 AS at, actor, from_state, to_state, "
+                         "reason FROM podctl.events WHERE entry = %s ORDER BY id", (entry_id,))
 
     def entries(self, states: Iterable[str] | None = None) -> list[Entry]:
         """By priority (highest first), then in the order they were added."""
@@ -244,7 +325,7 @@ class PgStore:
         else:
             rows = self._all("SELECT * FROM podctl.entries WHERE state = ANY(%s) "
                              "ORDER BY priority DESC, id", (list(states),))
-        return [decode(r) for r in rows]
+        return [self._decode(r) for r in rows]
 
     def update(self, entry: Entry, expect_state: str | None = None, **changes: Any) -> bool:
         """Write CHANGES to ENTRY (in memory too), only if its state in the database is
@@ -276,6 +357,12 @@ class PgStore:
 
     def teams(self) -> dict[str, str]:
         return {r["member"]: r["team"] for r in self._all("SELECT * FROM podctl.teams")}
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """What runs inside is one transaction (nested: a savepoint of the outer one)."""
+        with self._errors(), self.conn.transaction():
+            yield
 
     def set_team(self, team: str, members: list[str]) -> None:
         with self._errors(), self.conn.transaction():

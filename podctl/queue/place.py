@@ -1,6 +1,7 @@
 """Where the queue lives, and what podctl.toml says of its shares.
 
-    PODCTL_QUEUE_URL, else queue_url in podctl.toml   -> PostgreSQL (a team's queue)
+    PODCTL_QUEUE_URL, else queue_url in podctl.toml   -> the store of its scheme
+                                                         (queue/stores/: PostgreSQL)
     neither                                           -> SQLite in the state dir
 
 podctl.toml may also carry the queue's quotas and teams (the queue's own, set with
@@ -42,13 +43,10 @@ def queue_url(env: Mapping[str, str] = os.environ, cwd: Path | None = None) -> s
 
 
 def open_store(state_dir: Path, url: str | None) -> QueueStore:
-    if url:
-        from podctl.queue.pgstore import PgStore
+    """The queue at URL, else this machine's (the stores' registry, queue/stores/)."""
+    from podctl.queue import stores
 
-        return PgStore(url)
-    from podctl.queue.store import Store, db_path
-
-    return Store(db_path(state_dir))
+    return stores.open_store(url, state_dir)
 
 
 def _number(value: Any, what: str, whole: bool) -> float | int | None:

@@ -16,7 +16,8 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,16 @@ class Store:
         vars(entry).update(changes)
         return True
 
+    def me(self, account: str) -> str:
+        return account  # one machine's queue: the owner is who podctl works as
+
+    def register_ticker(self) -> None:
+        """Nothing to seal: the 0600 file is its one user's."""
+
+    def history(self, entry_id: int) -> list[dict[str, Any]]:
+        """None kept: one machine's queue has one user (a PostgreSQL queue records who)."""
+        return []
+
     def import_entry(self, entry: Entry) -> Entry:
         """ENTRY as it is, its id included (`queue migrate`)."""
         values = {k: encode(k, getattr(entry, k)) for k in COLUMNS}
@@ -239,11 +250,21 @@ class Store:
 
     def set_team(self, team: str, members: list[str]) -> None:
         """TEAM is exactly MEMBERS from now on (none: the team is no more)."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self.batch():
             self.conn.execute("DELETE FROM teams WHERE team = ?", (team,))
             self.conn.executemany("INSERT INTO teams VALUES (?, ?) ON CONFLICT (member) DO UPDATE "
                                   "SET team = excluded.team", [(m, team) for m in members])
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """What runs inside is one transaction (the write lock taken at once); inside
+        another batch, part of that one."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")

@@ -17,7 +17,8 @@ import pytest
 from podctl.queue.place import open_store
 from tests.conftest import stop_fake_and_check
 from tests.e2e.test_queue import SCRIPTS, TERMINAL, QueueCli
-from tests.e2e.test_queue_team import ALICE, BOB, _add, _ticker
+from tests.e2e.test_queue_team import ALICE, BOB, TICKER, _add, _ticker
+from tests.pg_support import role_url
 
 QUOTAS = {ALICE: 8, BOB: 4}  # chips at once: two v5p-8 for alice, one for bob
 ENTRIES = 50
@@ -27,6 +28,9 @@ ENTRIES = 50
 def test_three_tickers_killed_at_random_over_fifty_entries_of_two_users(tmp_path: Path, pg_url: str):
     cli = QueueCli(tmp_path)
     cli.env.update(PODCTL_BACKEND="fake", PODCTL_QUEUE_URL=pg_url)
+    open_store(tmp_path, pg_url).close()  # the schema and its group roles, then the logins
+    cli.role_urls = {ALICE: role_url(pg_url, ALICE, "podctl_user"), BOB: role_url(pg_url, BOB, "podctl_user"),
+                     TICKER: role_url(pg_url, TICKER, "podctl_ticker")}
     try:
         _chaos(cli, tmp_path, pg_url)
     finally:
@@ -38,12 +42,14 @@ def _chaos(cli: QueueCli, tmp_path: Path, pg_url: str) -> None:
     for who, chips in QUOTAS.items():
         cli("queue", "quota", "set", who, "--max-chips", str(chips))
     first = _add(cli, ALICE, str(SCRIPTS / "many_lines.py"), "2")
-    with open_store(tmp_path, pg_url) as store:  # the rest as `queue add` makes them, quicker
-        model = store.get(first["id"])
+    # the rest as `queue add` makes them, quicker; each owned by the login that adds it
+    with open_store(tmp_path, pg_url) as admin:
+        model = admin.get(first["id"])
+    with open_store(tmp_path, cli.role_urls[ALICE]) as alice, \
+            open_store(tmp_path, cli.role_urls[BOB]) as bob:
         for i in range(1, ENTRIES):
-            store.add(dataclasses.replace(model, id=0, created=0.0, name=f"e{i}",
-                                          owner=chance.choice([ALICE, BOB]),
-                                          priority=chance.choice([-100, 0, 0, 100])))
+            chance.choice([alice, bob]).add(dataclasses.replace(
+                model, id=0, created=0.0, name=f"e{i}", priority=chance.choice([-100, 0, 0, 100])))
     logs = [tmp_path / f"ticker{i}.log" for i in range(3)]
     tickers = [_ticker(cli, log) for log in logs]
     chaos_until, deadline, kills = time.monotonic() + 60, time.monotonic() + 900, 0

@@ -1,7 +1,7 @@
 """A team's queue on a real PostgreSQL, as cron and people meet it: separate `podctl`
-processes, several tickers at once under SIGKILL, two users with quotas and
-priorities, a machine's SQLite queue moved over, and a bad or unreachable database
-said in one line."""
+processes, several tickers at once under SIGKILL, two users (two database roles: the
+owner of an entry is the role that added it) with quotas and priorities, a machine's
+SQLite queue moved over, and a bad or unreachable database said in one line."""
 
 from __future__ import annotations
 
@@ -18,27 +18,43 @@ import pytest
 
 from tests.conftest import assert_one_line_error, stop_fake_and_check
 from tests.e2e.test_queue import SCRIPTS, TERMINAL, QueueCli
+from tests.pg_support import role_url
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 
 
+TICKER = "ticker"
+
+
 @pytest.fixture
 def team(tmp_path: Path, pg_url: str):
+    """The CLI as the database's owner (an admin: quotas, teams, everyone's entries), with
+    login roles for alice and bob (podctl_user) and the tickers (podctl_ticker)."""
+    from podctl.queue.pgstore import PgStore
+
     cli = QueueCli(tmp_path)
     cli.env.update(PODCTL_BACKEND="fake", PODCTL_QUEUE_URL=pg_url)
+    PgStore(pg_url).close()  # the schema, and with it the group roles
+    cli.role_urls = {ALICE: role_url(pg_url, ALICE, "podctl_user"), BOB: role_url(pg_url, BOB, "podctl_user"),
+                     TICKER: role_url(pg_url, TICKER, "podctl_ticker")}
     yield cli
     stop_fake_and_check(cli)
 
 
+def _as(cli: QueueCli, who: str) -> dict[str, str]:
+    """The environment of a command run as WHO: its own database role."""
+    return {"PODCTL_QUEUE_URL": cli.role_urls[who]} if hasattr(cli, "role_urls") else {}
+
+
 def _add(cli: QueueCli, who: str, *args: str) -> dict:
-    return json.loads(cli("queue", "add", "--json", "--slice", "v5p-8", *args,
-                          env={"CLOUDSDK_CORE_ACCOUNT": who}).stdout)
+    return json.loads(cli("queue", "add", "--json", "--slice", "v5p-8", *args, env=_as(cli, who)).stdout)
 
 
 def _ticker(cli: QueueCli, log: Path) -> subprocess.Popen:
+    env = {**cli.env, **_as(cli, TICKER)}
     with open(log, "a") as out:  # a file, not a pipe: a long loop never blocks on a full one
         return subprocess.Popen([sys.executable, "-m", "podctl", "queue", "tick", "--loop", "1s"],
-                                env=cli.env, cwd=cli.tmp, stdout=out, stderr=subprocess.STDOUT)
+                                env=env, cwd=cli.tmp, stdout=out, stderr=subprocess.STDOUT)
 
 
 def test_three_tickers_under_sigkill_make_one_slice_per_attempt_and_one_start_per_run(team, tmp_path):
@@ -106,15 +122,19 @@ def test_quota_priority_and_owners_as_a_team_sees_them(team):
     text = team("queue", "ls").stdout
     assert "pending (waits: quota)" in text and "ablation-a" in text and "  high  " in text
     assert f"quota: {ALICE} holds 4 of 4 chips at once" in text
-    mine = team("queue", "ls", "--mine", "--json", env={"CLOUDSDK_CORE_ACCOUNT": BOB}).stdout
+    mine = team("queue", "ls", "--mine", "--json", env=_as(team, BOB)).stdout
     assert [e["id"] for e in json.loads(mine)] == [bobs["id"]]
     quotas = json.loads(team("queue", "quota", "ls", "--json").stdout)
     assert quotas == [{"name": ALICE, "chip_hours_week": 1000.0, "max_chips": 4,
                        "used_chip_hours_7d": 0.0, "chips_now": 4, "source": "queue"}]
     shown = team("queue", "show", str(urgent["id"])).stdout
     assert f"owner            {ALICE}" in shown and "chip_hours" in shown
-    for e in (normal_a, normal_b, urgent, bobs):
-        team("queue", "cancel", str(e["id"]))
+    assert "pending -> provisioning by postgres" in shown  # who moved it: the tick's role
+    for e in (normal_a, normal_b, urgent):  # each cancels their own
+        team("queue", "cancel", str(e["id"]), env=_as(team, ALICE))
+    team("queue", "cancel", str(bobs["id"]), env=_as(team, BOB))
+    assert f"running -> cancelled by {BOB}" in team("queue", "show", str(bobs["id"])).stdout or (
+        f"provisioning -> cancelled by {BOB}" in team("queue", "show", str(bobs["id"])).stdout)
     team.settle()
 
 

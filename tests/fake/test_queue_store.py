@@ -30,8 +30,9 @@ def test_entries_round_trip_and_a_stale_update_loses(opener):
         e = a.add(_entry(args=["--steps", "5"], attempts=[{"attempt": 1, "slice": "s"}]))
         assert len(a.token) == 6 and a.token == b.token
         seen = b.get(e.id)
+        # the owner: the account given in SQLite; in PostgreSQL the role that connected
         assert (seen.owner, seen.args, seen.env, seen.attempts) == (
-            "alice", ["--steps", "5"], {"TOKEN": "secret"}, [{"attempt": 1, "slice": "s"}])
+            a.me("alice"), ["--steps", "5"], {"TOKEN": "secret"}, [{"attempt": 1, "slice": "s"}])
         assert a.update(e, state="provisioning", attempt=1)
         # B still believes it pending: its move is refused, and its copy is left as it was
         assert not b.update(seen, state="provisioning", attempt=2)
@@ -109,7 +110,7 @@ def test_a_postgresql_queue_from_a_newer_podctl_is_refused(pg_url):
     open_store(Path("/nonexistent"), pg_url).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE podctl.meta SET value = '99' WHERE key = 'schema'")
-    with pytest.raises(QueueDatabaseError, match="schema 99; this podctl knows up to 1: upgrade podctl"):
+    with pytest.raises(QueueDatabaseError, match="schema 99; this podctl knows up to 2: upgrade podctl"):
         open_store(Path("/nonexistent"), pg_url)
 
 

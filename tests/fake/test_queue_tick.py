@@ -274,8 +274,8 @@ def _printed(queue, run_id: str) -> list[str]:
 def test_a_higher_priority_preempts_a_running_lower_one_which_resumes_from_its_checkpoint(queue):
     from podctl.queue.interface import Quota
 
-    with queue.store() as store:
-        store.set_quota(Quota("alice@example.com", max_chips=4))  # one v5p-8 at a time
+    with queue.store() as store:  # the owner: the account (SQLite), the database login (PostgreSQL)
+        store.set_quota(Quota(store.me("alice@example.com"), max_chips=4))  # one v5p-8 at a time
     low = queue.add("resumable_steps.py", "40", name="ablation", priority=-100)
     queue.until(lambda es: es[low.id].state == "running" and len(_printed(queue, es[low.id].run_id)) > 5,
                 "running and stepping")

@@ -21,7 +21,7 @@ from podctl.queue.shares import WEEK, Ledger, Shares
 def _entry(owner: str = "alice", **fields) -> Entry:
     return Entry(id=0, name="job", accelerator_type=fields.pop("accelerator_type", "v5p-8"),
                  project="p", zone="us-central1-a", bucket="b", script="train.py",
-                 bundle_hash="0" * 64, owner=owner, env={"TOKEN": "secret"}, **fields)
+                 bundle_hash="0" * 64, owner=owner, env=fields.pop("env", {"TOKEN": "secret"}), **fields)
 
 
 def _held(state: str, hours_ago: float, hours: float | None, now: float, **fields) -> Entry:
