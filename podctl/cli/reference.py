@@ -20,8 +20,11 @@ HEADER = ("# CLI reference\n\n"
 
 
 def _help(command: click.Command, path: list[str], parent: click.Context | None) -> tuple[str, click.Context]:
-    ctx = click.Context(command, info_name=path[-1], parent=parent, terminal_width=WIDTH,
-                        max_content_width=WIDTH)
+    # the command's own context_settings, as `podctl CMD --help` makes its context (the
+    # group's `-h`): without them the page said `--help` alone, and click caches a
+    # command's help option, so the page depended on what ran before it in the process
+    settings = {**command.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+    ctx = click.Context(command, info_name=path[-1], parent=parent, **settings)
     return command.get_help(ctx), ctx
 
 

@@ -155,7 +155,8 @@ class PgStore:
                 me = self._one("SELECT session_user AS role, podctl.is_admin() AS admin, "
                                "podctl.is_ticker() AS ticker")
                 assert me is not None
-                self.role, self.admin, self.ticker = me["role"], me["admin"], me["ticker"]
+                self.role: str = me["role"]
+                self.admin, self.ticker = me["admin"], me["ticker"]
             self._key = sealing.load_key(key_dir) if self.ticker else None
         except BaseException:
             self.conn.close()
@@ -275,7 +276,7 @@ class PgStore:
 
     def _sealed(self, env: dict[str, str]) -> str:
         if not env:
-            return encode("env", {})
+            return json.dumps({})  # what encode("env", {}) keeps
         keys = [r["public_key"] for r in self._all("SELECT public_key FROM podctl.ticker_keys ORDER BY key_id")]
         if not keys and self.ticker:  # one role that adds and ticks: this machine is the ticker
             self.register_ticker()

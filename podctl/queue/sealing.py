@@ -43,7 +43,8 @@ def _b64(data: bytes) -> str:
 def _raw_public(public: Any) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
-    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    raw: bytes = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return raw
 
 
 def key_id(public_b64: str) -> str:
