@@ -27,7 +27,7 @@ from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
 from podctl.failures import coordination_abort
 from podctl.jobs import bundle, env_ship, launch, run_files, run_layout, run_record
-from podctl.jobs.channel import Channel, SshChannel
+from podctl.jobs.channels.ssh import Channel, SshChannel
 from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.peer_cause import PeerCause, peer_cause

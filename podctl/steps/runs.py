@@ -24,8 +24,8 @@ from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
 from podctl.jobs import bundle, checkpoints, launch, run_files, run_layout
-from podctl.jobs.boot_channel import BootChannel, usable_on
-from podctl.jobs.channel import SshChannel
+from podctl.jobs.channels.boot import BootChannel, usable_on
+from podctl.jobs.channels.ssh import SshChannel
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
 from podctl.jobs.job import Job, RunRequest, RunResult, exec_on_hosts, parse_hosts

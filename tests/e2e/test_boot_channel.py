@@ -20,7 +20,7 @@ from podctl.cloud.types import Host, NodeInfo, SliceInfo
 from podctl.errors import InvalidValueError
 from podctl import vocabulary
 from podctl.jobs import boot_script, launch, run_layout
-from podctl.jobs.boot_channel import first_hosts
+from podctl.jobs.channels.boot import first_hosts
 from podctl.jobs.owner import busy_line
 from podctl.steps.runs import choose_via
 from podctl.cloud.connect import api_for_endpoint
@@ -269,7 +269,7 @@ def test_a_queued_run_starts_through_the_watcher_when_the_ticker_says_so(tmp_pat
 
 def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words():
     from podctl.cloud.types import GuestEntry
-    from podctl.jobs.boot_channel import FATAL, _explain
+    from podctl.jobs.channels.boot import FATAL, _explain
 
     def said(**kv: str) -> list[GuestEntry]:
         return [GuestEntry(run_layout.GUEST_NAMESPACE, k, v) for k, v in kv.items()]
@@ -320,7 +320,7 @@ def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(f
 
     from podctl.cloud.convert import slice_from_node
     from podctl.errors import JobError
-    from podctl.jobs.boot_channel import BootChannel, usable_on
+    from podctl.jobs.channels.boot import BootChannel, usable_on
     from podctl.settings import FAKE_BUCKET
     from podctl.storage import RetryPolicy as StorageRetry, Storage
     from tests.conftest import PARENT
@@ -356,7 +356,7 @@ def test_a_nodes_answer_that_leaves_out_the_silent_hosts_is_placed_by_the_watche
     """getGuestAttributes names no worker and leaves out the hosts that said nothing (those
     still booting): each watcher's podctl/worker word places its entries."""
     from podctl.cloud.types import GuestEntry
-    from podctl.jobs.boot_channel import _placed
+    from podctl.jobs.channels.boot import _placed
 
     def said(**kv: str) -> list[GuestEntry]:
         return [GuestEntry(run_layout.GUEST_NAMESPACE, k, v) for k, v in kv.items()]
