@@ -22,7 +22,7 @@ from podctl import vocabulary
 from podctl.jobs import boot_script, launch, run_layout
 from podctl.jobs.channels.boot import first_hosts
 from podctl.jobs.owner import busy_line
-from podctl.steps.runs import choose_via
+from podctl.jobs import channels
 from podctl.cloud.connect import api_for_endpoint
 from tests.conftest import FAST_RETRY, Podctl, assert_one_line_error, slice_on_daemon, stop_fake_and_check
 
@@ -182,19 +182,30 @@ def _slice(*boot_versions: str | None) -> SliceInfo:
                      topology="2x2x2", num_slices=len(nodes), tier="on-demand", created=0.0, labels={}, nodes=nodes)
 
 
+def _paths(info: SliceInfo, asked: str | None, configured: str | None, **kw) -> list[str]:
+    return [kind.name for kind in channels.candidates(info, asked, configured, **kw)]
+
+
 def test_which_path_a_run_takes():
     ours, old, none = boot_script.BOOT_VERSION, "0123456789ab", None
-    assert choose_via(_slice(ours), None, "ssh") == "ssh"  # the settings' default, this stop
-    assert choose_via(_slice(ours), "boot", "ssh") == "boot"
-    assert choose_via(_slice(ours, ours), None, "auto") == "boot"  # multislice: every node has it
-    # auto: SSH where a node carries no watcher, or one this podctl does not know
-    assert choose_via(_slice(ours, none), "auto", "ssh") == "ssh"
-    assert choose_via(_slice(old), None, "auto") == "ssh"
-    assert choose_via(_slice(none), "ssh", "boot") == "ssh"
+    assert _paths(_slice(ours), None, "ssh") == ["ssh"]
+    assert _paths(_slice(ours), None, None) == [channels.DEFAULT]
+    assert _paths(_slice(ours), "boot", "ssh") == ["boot"]
+    # auto: the watchers first where every node has one this podctl knows (multislice too),
+    # and only when they answer (channels.choose); SSH last
+    assert _paths(_slice(ours, ours), None, "auto") == ["boot", "ssh"]
+    assert _paths(_slice(ours, none), "auto", "ssh") == ["ssh"]
+    assert _paths(_slice(old), None, "auto") == ["ssh"]
+    assert _paths(_slice(none), "ssh", "boot") == ["ssh"]
+    assert _paths(_slice(ours), "auto", None, secrets=True) == ["ssh"]  # --build-on host: SSH only
     with pytest.raises(InvalidValueError, match="--via ssh"):
-        choose_via(_slice(old), "boot", "ssh")
+        _paths(_slice(old), "boot", "ssh")
     with pytest.raises(InvalidValueError, match="--via ssh"):
-        choose_via(_slice(ours, none), None, "boot")
+        _paths(_slice(ours, none), None, "boot")
+    with pytest.raises(InvalidValueError, match="--build-on host needs --via ssh"):
+        _paths(_slice(ours), "boot", None, secrets=True)
+    with pytest.raises(InvalidValueError, match="PODCTL_VIA 'pigeon'.*auto, boot or ssh"):
+        _paths(_slice(ours), None, "pigeon")
 
 
 def test_each_node_knows_its_first_host():

@@ -34,6 +34,7 @@ from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
 from podctl.errors import JobError, PodctlError, SliceBusyError
 from podctl.jobs import boot_script, identity, launch, owner, run_files, run_layout
+from podctl.jobs.channels.base import HostAccess, Reach
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
 from podctl.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds
@@ -58,6 +59,14 @@ STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no wa
 def usable_on(info: SliceInfo) -> bool:
     """Every node of INFO carries a watcher this podctl can start runs through."""
     return bool(info.nodes) and all(n.boot_version in COMPATIBLE_BOOTS for n in info.nodes)
+
+
+def unusable_why(info: SliceInfo) -> str | None:
+    """Why INFO cannot take a run through its watchers, in a refusal's words; None: it can."""
+    if usable_on(info):
+        return None
+    return (f"slice {info.name} carries no podctl watcher this version knows (made by another "
+            "podctl, or not by podctl): start with --via ssh, or make it again with `podctl up`.")
 
 
 def first_hosts(info: SliceInfo, targets: list[Target]) -> list[tuple[NodeInfo, int]]:
@@ -409,3 +418,36 @@ async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str,
 
     found = await asyncio.gather(*(one(n) for n in info.nodes))
     return dict(f for f in found if f is not None)
+
+
+class BootKind:
+    """The registry's entry (channels/__init__.py): a slice podctl made, its watchers alive."""
+
+    name = "boot"
+    needs_ssh = False
+    carries_secrets = False  # launch.json is in GCS, the pointer in the nodes' metadata
+
+    def unusable(self, info: SliceInfo) -> str | None:
+        return unusable_why(info)
+
+    async def answers(self, reach: Reach) -> bool:
+        """Every host's watcher said `ready` and beats (one getGuestAttributes per node)."""
+        states = await watcher_states(reach.api, reach.parent, reach.info)
+        said = [w for node in reach.info.nodes for w in states.get(node.name, [])]
+        return len(said) == len(reach.info.hosts) > 0 and all(w.startswith("ready") for w in said)
+
+    def open(self, reach: Reach) -> BootChannel:
+        return BootChannel(reach.api, reach.storage, parent=reach.parent, info=reach.info,
+                           targets=reach.targets, fake=reach.fake, notice=reach.notice)
+
+    async def signal(self, storage: Storage, info: SliceInfo, access: HostAccess,
+                     run_ids: list[str], grace_seconds: float | None) -> bool:
+        """The halt request each run's agents read from GCS (as BootChannel.halt): no SSH."""
+        for run_id in run_ids:
+            body = {"grace": grace_seconds, "by": "podctl", "requested": time.time()}
+            await storage.upload_bytes(run_layout.halt_request_object(run_id),
+                                       json.dumps(body).encode(), content_type="application/json")
+        return False
+
+
+KIND = BootKind()
