@@ -19,7 +19,7 @@ from podctl.jobs.channels import boot, ssh
 from podctl.jobs.channels.base import Channel, ChannelKind, Reach
 
 AUTO = "auto"
-DEFAULT = "ssh"  # what a run takes when neither --via nor the settings say
+DEFAULT = "auto"  # what a run takes when neither --via nor the settings say
 REGISTRY: dict[str, ChannelKind] = {
     ssh.KIND.name: ssh.KIND,
     boot.KIND.name: boot.KIND,
