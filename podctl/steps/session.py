@@ -105,7 +105,7 @@ class Session:
     def close(self) -> None:
         """Close the HTTP connections. They are keep-alive: the fake's single-threaded
         GCS emulator would otherwise wait on them when asked to stop."""
-        for storage in self.storages.values():
+        for storage in list(self.storages.values()):  # taken whole: a loop thread may add one
             with contextlib.suppress(Exception):
                 storage.client._http.close()
         if self._api is not None:
