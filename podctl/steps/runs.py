@@ -170,7 +170,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     reach = Reach(api=session.api, storage=session.storage, parent=session.settings.parent, info=info,
                   access=access, fake=request.fake_cloud, notice=notice)
     kind = await channels.choose(reach, options.via, session.settings.via,
-                                 secrets=options.spec.build_on == "host",
+                                 secrets=bool(options.spec.env), signing_key=options.spec.build_on == "host",
                                  configured_from=session.settings.via_from)
     await check_network_for_run(session, info, ssh=kind.needs_ssh)
     return Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,

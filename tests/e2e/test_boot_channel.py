@@ -189,7 +189,7 @@ def _paths(info: SliceInfo, asked: str | None, configured: str | None, **kw) -> 
 def test_which_path_a_run_takes():
     ours, old, none = boot_script.BOOT_VERSION, "0123456789ab", None
     assert _paths(_slice(ours), None, "ssh") == ["ssh"]
-    assert _paths(_slice(ours), None, None) == [channels.DEFAULT]
+    assert channels.DEFAULT == "auto" and _paths(_slice(ours), None, None) == ["boot", "ssh"]
     assert _paths(_slice(ours), "boot", "ssh") == ["boot"]
     # auto: the watchers first where every node has one this podctl knows (multislice too),
     # and only when they answer (channels.choose); SSH last
@@ -197,13 +197,15 @@ def test_which_path_a_run_takes():
     assert _paths(_slice(ours, none), "auto", "ssh") == ["ssh"]
     assert _paths(_slice(old), None, "auto") == ["ssh"]
     assert _paths(_slice(none), "ssh", "boot") == ["ssh"]
-    assert _paths(_slice(ours), "auto", None, secrets=True) == ["ssh"]  # --build-on host: SSH only
+    assert _paths(_slice(ours), "auto", None, signing_key=True) == ["ssh"]  # --build-on host: SSH only
+    assert _paths(_slice(ours), "auto", None, secrets=True) == ["ssh"]  # --env values stay out of GCS
+    assert _paths(_slice(ours), "boot", None, secrets=True) == ["boot"]  # ...unless boot is asked for
     with pytest.raises(InvalidValueError, match="--via ssh"):
         _paths(_slice(old), "boot", "ssh")
     with pytest.raises(InvalidValueError, match="--via ssh"):
         _paths(_slice(ours, none), None, "boot")
     with pytest.raises(InvalidValueError, match="--build-on host needs --via ssh"):
-        _paths(_slice(ours), "boot", None, secrets=True)
+        _paths(_slice(ours), "boot", None, signing_key=True)
     with pytest.raises(InvalidValueError, match="PODCTL_VIA 'pigeon'.*auto, boot or ssh"):
         _paths(_slice(ours), None, "pigeon")
 

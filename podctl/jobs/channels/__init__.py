@@ -49,21 +49,25 @@ def recorded(via: object) -> ChannelKind:
 
 
 def candidates(info: SliceInfo, asked: str | None, configured: str | None = None, *,
-               secrets: bool = False, configured_from: str = "PODCTL_VIA") -> list[ChannelKind]:
+               secrets: bool = False, signing_key: bool = False,
+               configured_from: str = "PODCTL_VIA") -> list[ChannelKind]:
     """The kinds a run on INFO may take, in the order to try them: ASKED (--via), else
     CONFIGURED (the settings'), else DEFAULT. A named one comes alone, refused in one line
-    where INFO cannot take it or the run carries SECRETS it may not; auto's list holds
-    only those that can (SSH always can).
+    where INFO cannot take it or the run carries a SIGNING_KEY it may not; auto's list
+    holds only those that can (SSH always can).
 
-    SECRETS (--build-on host): host 0 signs what it builds with a key that may reach the
-    hosts only over a channel that carries secrets (in GCS a bucket writer could read it
-    and re-sign a changed environment)."""
+    SECRETS (--env values): auto takes only a kind that carries secrets (a kind that does
+    not keeps them in GCS, where the bucket's readers see them); a kind named takes them
+    as it documents. SIGNING_KEY (--build-on host): host 0 signs what it builds with a key
+    that may reach the hosts only over a kind that carries secrets (in GCS a bucket writer
+    could read it and re-sign a changed environment): refused by any other, named or not."""
     name = checked(asked, "--via") if asked else checked(configured or DEFAULT, configured_from)
     if name == AUTO:
         return [REGISTRY[n] for n in AUTO_ORDER if n in REGISTRY
-                and (REGISTRY[n].carries_secrets or not secrets) and REGISTRY[n].unusable(info) is None]
+                and (REGISTRY[n].carries_secrets or not (secrets or signing_key))
+                and REGISTRY[n].unusable(info) is None]
     kind = REGISTRY[name]
-    if secrets and not kind.carries_secrets:
+    if signing_key and not kind.carries_secrets:
         raise InvalidValueError(f"--build-on host needs --via ssh (host 0's signing key travels "
                                 f"only over SSH, not through --via {name}); drop --build-on host "
                                 "to build the environment here, or run with --via ssh.")
@@ -74,11 +78,13 @@ def candidates(info: SliceInfo, asked: str | None, configured: str | None = None
 
 
 async def choose(reach: Reach, asked: str | None, configured: str | None = None, *,
-                 secrets: bool = False, configured_from: str = "PODCTL_VIA") -> ChannelKind:
+                 secrets: bool = False, signing_key: bool = False,
+                 configured_from: str = "PODCTL_VIA") -> ChannelKind:
     """The one kind a run on REACH's slice takes (candidates): a named one as it is;
     auto's first whose hosts answer now, else its last (SSH, which says itself why a
     host cannot be reached)."""
-    found = candidates(reach.info, asked, configured, secrets=secrets, configured_from=configured_from)
+    found = candidates(reach.info, asked, configured, secrets=secrets, signing_key=signing_key,
+                       configured_from=configured_from)
     for kind in found[:-1]:
         if await kind.answers(reach):
             return kind
