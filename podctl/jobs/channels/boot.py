@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from podctl.cloud import node_metadata
+from podctl.cloud import node_metadata, placement
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
 from podctl.errors import JobError, PodctlError, SliceBusyError
@@ -115,10 +115,21 @@ class BootChannel:
         agent (owner.py's rule) and says `busy` when another run holds them."""
 
     async def check_access(self, run_id: str) -> None:
-        """The bucket exists. The nodes' access is asked on the host, once the pointer is
-        there: the run's host 0 makes identity.py's four calls with its node's token, and a
-        denial (podctl/access) ends the start in identity's line (_raise_if_refused)."""
+        """The bucket exists, and the nodes' scopes (the API's record of the node, read
+        before anything is uploaded) let them write to it. Their roles are asked on the
+        host, once the pointer is there: the run's host 0 makes identity.py's four calls with
+        its node's token, and a denial (podctl/access) ends the start in identity's line
+        (_raise_if_refused)."""
         await self.storage.require_bucket()
+        made = await placement.read(self.api, self.parent, self.info)
+        access = identity.NodeAccess(email=made.service_account or "the default compute service account",
+                                     scopes=made.scopes, refused="write", status=403, message="scope")
+        if not made.scopes or access.can_write:  # none recorded: the API's defaults, judged on the host
+            return
+        error = identity.refusal_error(access, bucket=self.storage.bucket_name, slice_name=self.info.name,
+                                       slice_type=self.info.accelerator_type, fake=self.fake)
+        if error is not None:
+            raise error
 
     async def explain_silence(self, run_id: str) -> str | None:
         """No host to ask without SSH: the silence is said as such."""
