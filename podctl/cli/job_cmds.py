@@ -73,7 +73,7 @@ def _notice(text: str) -> None:
 @click.option("--via", default=None, metavar="CHANNEL",
               help="How the run reaches its hosts: boot (the slice's watchers, one metadata "
                    "patch per node, no SSH), ssh (a session per host), auto (boot where the "
-                   "slice's watchers answer, else ssh). Default: PODCTL_VIA, else auto.")
+                   "slice's watchers answer, else ssh). Default: PODCTL_VIA, else ssh.")
 @click.option("--resume", default=None, metavar="RUN_ID",
               help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
 @click.option("--recover", default=0, show_default=True, type=Number(whole=True, low=0, high=100), metavar="N",

@@ -189,7 +189,7 @@ def _paths(info: SliceInfo, asked: str | None, configured: str | None, **kw) -> 
 def test_which_path_a_run_takes():
     ours, old, none = boot_script.BOOT_VERSION, "0123456789ab", None
     assert _paths(_slice(ours), None, "ssh") == ["ssh"]
-    assert channels.DEFAULT == "auto" and _paths(_slice(ours), None, None) == ["boot", "ssh"]
+    assert _paths(_slice(ours), None, None) == [channels.DEFAULT]
     assert _paths(_slice(ours), "boot", "ssh") == ["boot"]
     # auto: the watchers first where every node has one this podctl knows (multislice too),
     # and only when they answer (channels.choose); SSH last
