@@ -82,8 +82,10 @@ class Settings:
     oslogin: bool = True
     account: str | None = None  # who podctl is to OS Login: gcloud's account (gcp), the fake's user
     # How runs reach their hosts when `run --via` does not say (PODCTL_VIA, or via = "..." in
-    # podctl.toml): ssh (a session per host), boot (the slice's watchers: no SSH), auto.
-    via: str = "ssh"
+    # podctl.toml): a channel's name or auto, checked where channels are chosen
+    # (jobs/channels/__init__.py, the one registry); None: the registry's default (ssh).
+    via: str | None = None
+    via_from: str = "PODCTL_VIA"  # where VIA was said, for the line that refuses it
 
     def require_bucket(self) -> str:
         if not self.bucket:
@@ -185,15 +187,12 @@ def _oslogin(env: Mapping[str, str], toml: dict[str, Any]) -> bool:
     return True if on is None else on
 
 
-VIAS = ("auto", "boot", "ssh")
-
-
-def _via(env: Mapping[str, str], toml: dict[str, Any]) -> str:
-    via = env.get("PODCTL_VIA") or toml.get("via") or "ssh"
-    if via not in VIAS:
-        where = "PODCTL_VIA" if env.get("PODCTL_VIA") else "via (podctl.toml)"
-        raise InvalidValueError(f"{where}={via!r}: use auto, boot or ssh.")
-    return str(via)
+def _via(env: Mapping[str, str], toml: dict[str, Any]) -> tuple[str | None, str]:
+    """(the channel asked for, unchecked: the registry knows the names; where it was said)."""
+    if env.get("PODCTL_VIA"):
+        return env["PODCTL_VIA"], "PODCTL_VIA"
+    via = toml.get("via")
+    return (None if via in (None, "") else str(via)), "via (podctl.toml)"
 
 
 def _backend(backend: str | None, env: Mapping[str, str], toml: dict[str, Any]) -> str:
@@ -258,7 +257,8 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
                                     "digits, -, _ and .).")
     tpu_endpoint = endpoint_override("tpu", env, toml) if backend == "gcp" else None
     account = _account(backend, env)
+    via, via_from = _via(env, toml)
     return Settings(backend=backend, project=project, zone=zone,
                     config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket,
                     tpu_endpoint=tpu_endpoint, oslogin=_oslogin(env, toml), account=account,
-                    via=_via(env, toml))
+                    via=via, via_from=via_from)

@@ -21,7 +21,7 @@ HEARTBEAT_SECONDS = 10.0  # the agent writes its heartbeat this often (jobs/agen
 # for every reader: a follower, `logs --follow`, the queue's tick and gc.
 HOST_LOST_SECONDS = 90.0
 
-# ---- a slice's hosts booting, and their watchers (jobs/boot_channel.py, jobs/host_watch.py) ----
+# ---- a slice's hosts booting, and their watchers (jobs/channels/boot.py, jobs/host_watch.py) ----
 # READY is not booted: on big slices hosts run their startup-script minutes after the node
 # is READY. marin waits for its workers' bootstrap 300 s by default (marin-community/marin
 # PR 4180), 900 s from 64 workers and 1,800 s from 256 (PR 4792, after "255/256 healthy").

@@ -11,7 +11,6 @@ import click
 from podctl.cli.common import Context, Number, ScriptCommand, bucket_option, exit_interrupted, guarded, hosts_checked
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
-from podctl.settings import VIAS
 from podctl.vocabulary import EXIT_HOST_LOST
 
 
@@ -71,10 +70,10 @@ def _notice(text: str) -> None:
               help="Whose lines to show: all, or host numbers like 0,3.")
 @click.option("--detach", is_flag=True, help="Return once every host has started.")
 @click.option("--keep-going", is_flag=True, help="Do not stop the other hosts when one fails.")
-@click.option("--via", type=click.Choice(VIAS), default=None,
+@click.option("--via", default=None, metavar="CHANNEL",
               help="How the run reaches its hosts: boot (the slice's watchers, one metadata "
                    "patch per node, no SSH), ssh (a session per host), auto (boot where the "
-                   "slice has podctl's watcher). Default: PODCTL_VIA, else ssh.")
+                   "slice's watchers answer, else ssh). Default: PODCTL_VIA, else ssh.")
 @click.option("--resume", default=None, metavar="RUN_ID",
               help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
 @click.option("--recover", default=0, show_default=True, type=Number(whole=True, low=0, high=100), metavar="N",

@@ -27,7 +27,8 @@ from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, StoragePermissionError
 from podctl.failures import coordination_abort
 from podctl.jobs import bundle, env_ship, launch, run_files, run_layout, run_record
-from podctl.jobs.channel import Channel, SshChannel
+from podctl.jobs.channels.base import Channel
+from podctl.jobs.channels.ssh import SshChannel
 from podctl.jobs.host_label import host_name
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.peer_cause import PeerCause, peer_cause
@@ -154,7 +155,7 @@ class Job:
 
     def __init__(self, storage: Storage, request: RunRequest, *, project: str, zone: str,
                  private_key: Path, pins: HostPins, sink: LineSink, notice: Notice,
-                 user: str = SSH_USER):
+                 user: str = SSH_USER, channel: Channel | None = None):
         self.storage = storage
         self.request = request
         self.project, self.zone = project, zone
@@ -163,8 +164,10 @@ class Job:
         info = request.info
         self.targets: list[Target] = launch.targets_for(info, request.ssh_port)
         self.run_id = request.run_id or run_record.new_run_id(info.name)
-        self.fleet = Fleet(self.targets, private_key, pins, user=user)
-        self.channel: Channel = SshChannel(self.fleet, storage, info, fake=request.fake_cloud)
+        # how the run reaches its hosts, chosen by the caller from the registry
+        # (jobs/channels); none given: SSH as USER
+        self.channel: Channel = channel or SshChannel(Fleet(self.targets, private_key, pins, user=user),
+                                                      storage, info, fake=request.fake_cloud)
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
         self.starting = False  # agents may be running: a stop must reach them

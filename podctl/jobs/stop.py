@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 
-from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import PodctlError
-from podctl.jobs import agent_control, launch, run_files
+from podctl.jobs import agent_control, channels, run_files
+from podctl.jobs.channels.base import HostAccess as HostAccess
 from podctl.jobs.run_files import RunRecord
 from podctl.jobs.run_record import HostStatus
-from podctl.jobs.ssh import Fleet, HostPins
 from podctl.storage import Storage
 
 POLL_SECONDS = 1.0
@@ -38,31 +35,23 @@ POLL_SECONDS = 1.0
 GCS_STOP_MARGIN_SECONDS = agent_control.POLL_SECONDS + 30.0
 
 
-@dataclass(frozen=True)
-class HostAccess:
-    """How to reach a slice's hosts: the SSH key, the host-key pins, the SSH port, and
-    the user (podctl's own, or OS Login's POSIX username: cloud/oslogin.py)."""
-
-    private_key: Path
-    pins: HostPins
-    ssh_port: int | None
-    user: str = SSH_USER
-    # asked at connection time instead of USER, so that an OS Login import that fails
-    # fails inside the SSH step, which a stop survives by asking through GCS
-    who: Callable[[], Awaitable[str]] | None = None
-
-    async def login(self) -> str:
-        return await self.who() if self.who is not None else self.user
-
-
-async def signal_runs(info: SliceInfo, run_ids: list[str], access: HostAccess,
-                      grace_seconds: float | None = None) -> None:
-    """SIGTERM each run's script on every host of INFO (a host that is gone has nothing
-    to stop); SIGKILL after GRACE_SECONDS (None: the agent's own grace)."""
-    async with Fleet(launch.targets_for(info, access.ssh_port), access.private_key,
-                     access.pins, user=await access.login()) as fleet:
-        for run_id in run_ids:
-            await launch.stop_agents(fleet, run_id, grace_seconds)
+async def signal_runs(storage: Storage, info: SliceInfo, records: list[RunRecord], access: HostAccess,
+                      grace_seconds: float | None = None) -> bool:
+    """SIGTERM each of RECORDS' runs (its live attempt) on every host of INFO, through the
+    channel its record names (`via`; a host that is gone has nothing to stop); SIGKILL
+    after GRACE_SECONDS (None: the agent's own grace) -> True when every host was asked
+    directly, False when some read it from GCS within their poll."""
+    by_kind: dict[str, list[str]] = {}
+    for record in records:
+        live_id = run_files.attempt_ids(record)[-1]
+        # a recovered run's live attempt may have taken another channel (auto, a new slice)
+        live = record if live_id == record.run_id else await run_files.read_record(storage, live_id)
+        kind = channels.recorded((live or record).extra.get("via"))
+        by_kind.setdefault(kind.name, []).append(live_id)
+    direct = True
+    for name, run_ids in by_kind.items():  # a dict of this call's own: no other task changes it
+        direct = await channels.REGISTRY[name].signal(storage, info, access, run_ids, grace_seconds) and direct
+    return direct
 
 
 async def wait_ended(storage: Storage, run_id: str, num_hosts: int, *,
@@ -98,19 +87,16 @@ async def stop_runs(storage: Storage, info: SliceInfo, records: list[RunRecord],
     await run_files.request_stop(storage, [i for r in records for i in (r.run_id, live[r.run_id])],
                                  by=stopped_by, grace_seconds=grace_seconds)
     wait = grace_seconds
-    if all(r.extra.get("via") == "boot" for r in records):
-        # started through the slice's watchers: the hosts are not asked over SSH (which may be
-        # closed to them); every agent reads the request within its poll
-        if wait is not None:
-            wait += GCS_STOP_MARGIN_SECONDS
-    else:
-        try:
-            await signal_runs(info, list(live.values()), access, grace_seconds)
-        except (PodctlError, OSError) as e:
-            if wait is not None:
-                wait += GCS_STOP_MARGIN_SECONDS
-            notice(f"could not reach the hosts of {info.name} over SSH ({e}); asked them to stop "
-                   f"through GCS (their agents read it within {agent_control.POLL_SECONDS:.0f} s)")
+    try:
+        # through each run's own channel (its record's `via`): a run started through the
+        # slice's watchers is not asked over SSH (which may be closed to it)
+        direct = await signal_runs(storage, info, records, access, grace_seconds)
+    except (PodctlError, OSError) as e:
+        direct = False
+        notice(f"could not reach the hosts of {info.name} over SSH ({e}); asked them to stop "
+               f"through GCS (their agents read it within {agent_control.POLL_SECONDS:.0f} s)")
+    if not direct and wait is not None:  # every agent reads the request within its poll
+        wait += GCS_STOP_MARGIN_SECONDS
     for record in records:
         await wait_ended(storage, live[record.run_id], record.num_hosts,
                          grace_seconds=wait, clock=clock)

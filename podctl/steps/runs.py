@@ -20,12 +20,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
 from podctl.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
-from podctl.jobs import bundle, checkpoints, launch, pointer_sign, run_files, run_layout
-from podctl.jobs.boot_channel import BootChannel, usable_on
-from podctl.jobs.channel import SshChannel
+from podctl.jobs import bundle, channels, checkpoints, launch, run_files, run_layout
+from podctl.jobs.channels.base import Reach
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
 from podctl.jobs.job import Job, RunRequest, RunResult, exec_on_hosts, parse_hosts
@@ -35,12 +33,12 @@ from podctl.jobs.run_record import RunRecord, record_checkpoint_dir
 from podctl.jobs.run_record import valid_run_id as valid_run_id
 from podctl.jobs.run_spec import RunSpec as RunSpec
 from podctl.jobs.stop import signal_runs, stop_runs
-from podctl.settings import VIAS
 from podctl.steps.session import Session
 from podctl.steps.slices import check_network_for_run, describe_slice, ready_slice
 from podctl.storage import Storage
 from podctl.vocabulary import LIVE_RUN_STATES
 
+VIAS = channels.choices()  # what --via takes (the CLI's choice list)
 Notice = Callable[[str], None]
 LineSink = Callable[[int, str], None]
 PullProgress = Callable[[int, int], None]  # bytes done, bytes in all
@@ -68,14 +66,14 @@ class RunOptions:
     # tells whether an earlier try got it going.
     once: bool = False
     run_id: str | None = None
-    # How the run reaches its hosts: "boot" (one metadata patch per node, for the watcher
-    # every slice podctl makes carries; no SSH), "ssh" (a session per host), "auto" (boot
-    # where the slice carries a watcher this podctl knows, else ssh); None: the settings'.
+    # How the run reaches its hosts: a channel's name from the registry (jobs/channels:
+    # "ssh", a session per host; "boot", the slice's watchers, no SSH), or "auto" (the
+    # first the slice takes whose hosts answer); None: the settings'.
     via: str | None = None
 
     def __post_init__(self) -> None:
-        if self.via is not None and self.via not in VIAS:
-            raise InvalidValueError(f"--via {self.via!r}: expected one of {', '.join(VIAS)}.")
+        if self.via is not None:
+            channels.checked(self.via)
         if self.bundle_hash is None:  # a relaunch's script is a path inside its bundle
             self.spec.check()
         if self.resume is not None and not valid_run_id(self.resume):
@@ -168,48 +166,17 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
                          resumed_from=options.resume, bundle_hash=options.bundle_hash,
                          run_id=options.run_id, detach=options.detach,
                          record_extra=dict(options.extra))
-    via = choose_via(info, options.via, session.settings.via,
-                     build_on_host=options.spec.build_on == "host")
-    await check_network_for_run(session, info, ssh=via == "ssh")
-    user = await session.ssh_user(info) if via == "ssh" else SSH_USER
-    job = Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
-              private_key=session.ssh_key().private_path, pins=session.pins(info), sink=sink,
-              notice=notice, user=user)
-    if via == "boot":
-        job.channel = BootChannel(session.api, session.storage, parent=session.settings.parent, info=info,
-                                  targets=job.targets, signer=pointer_sign.Signer.load(session.settings.config_dir),
-                                  fake=request.fake_cloud, notice=notice)
-        job.channel.pins()  # a slice whose watchers would refuse this client: said before the bundle
-    elif isinstance(job.channel, SshChannel) and usable_on(info):
-        job.channel.unreachable_hint = (f"Or start it without SSH, through the slice's watchers: "
-                                        f"`podctl run {info.name} --via boot ...`.")
-    return job
-
-
-def choose_via(info: SliceInfo, asked: str | None, configured: str, *, build_on_host: bool = False) -> str:
-    """"boot" or "ssh" for a run on INFO: ASKED (--via), else CONFIGURED (the settings'
-    `via`); auto is boot where every node carries a watcher this podctl knows (a slice
-    made by another podctl, or not by podctl, has none) and ssh elsewhere.
-
-    BUILD_ON_HOST (--build-on host): host 0 signs what it builds with a key that may
-    reach the hosts only over SSH (in launch.json a bucket writer could read it and
-    re-sign a changed environment), so auto is ssh and boot is refused."""
-    via = asked or configured
-    if build_on_host:
-        if via == "boot":
-            raise InvalidValueError("--build-on host needs --via ssh (host 0's signing key travels "
-                                    "only over SSH); drop --build-on host to build the environment "
-                                    "here, or run with --via ssh.")
-        return "ssh"
-    if via == "ssh":
-        return via
-    if usable_on(info):
-        return "boot"
-    if via == "boot":
-        raise InvalidValueError(f"slice {info.name} carries no podctl watcher this version knows "
-                                "(made by another podctl, or not by podctl): start with --via ssh, "
-                                "or make it again with `podctl up`.")
-    return "ssh"
+    access = session.host_access(info)
+    reach = Reach(api=session.api, storage=session.storage, parent=session.settings.parent, info=info,
+                  config_dir=session.settings.config_dir,
+                  access=access, fake=request.fake_cloud, notice=notice)
+    kind = await channels.choose(reach, options.via, session.settings.via,
+                                 secrets=bool(options.spec.env), signing_key=options.spec.build_on == "host",
+                                 configured_from=session.settings.via_from)
+    await check_network_for_run(session, info, ssh=kind.needs_ssh)
+    return Job(session.storage, request, project=session.settings.project, zone=session.settings.zone,
+               private_key=access.private_key, pins=access.pins, sink=sink, notice=notice,
+               channel=channels.open_channel(kind, reach))
 
 
 async def launch_job(job: Job, *, notice: Notice, once: bool = False) -> Job:
@@ -266,7 +233,10 @@ async def signal_stop(session: Session, info: SliceInfo, run_id: str) -> None:
     """SIGTERM RUN_ID's script on every host of INFO and return: no stop request in GCS
     and no wait, for a caller that deletes the slice next (which ends whatever is left)
     and closes the run's record itself (the queue's tick). `stop_run` is the stop for good."""
-    await signal_runs(info, [run_id], session.host_access(info))
+    record = await read_record(session.storage, run_id)
+    if record is None:  # never recorded: it was never started on the hosts
+        return
+    await signal_runs(session.storage, info, [record], session.host_access(info))
 
 
 @dataclass

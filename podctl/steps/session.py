@@ -20,8 +20,9 @@ from podctl.cloud.oslogin import login_user
 from podctl.cloud.sshkey import SSH_USER, SshKey, ensure_ssh_key
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
+from podctl.jobs import channels
+from podctl.jobs.channels.base import HostAccess
 from podctl.jobs.ssh import HostPins, pins_for
-from podctl.jobs.stop import HostAccess
 from podctl.settings import Settings
 from podctl.storage import Storage
 
@@ -43,6 +44,8 @@ class Session:
     def open(cls, settings: Settings) -> Session:
         """Connect now (the fake backend starts its daemon here), so a bad setting or a
         cloud that does not answer is said before anything else is done."""
+        if settings.via is not None:  # a channel no registry line names (PODCTL_VIA)
+            channels.checked(settings.via, settings.via_from)
         return cls(settings, connect(settings))
 
     def at(self, *, project: str, zone: str, bucket: str) -> Session:
@@ -102,7 +105,7 @@ class Session:
     def close(self) -> None:
         """Close the HTTP connections. They are keep-alive: the fake's single-threaded
         GCS emulator would otherwise wait on them when asked to stop."""
-        for storage in self.storages.values():
+        for storage in list(self.storages.values()):  # taken whole: a loop thread may add one
             with contextlib.suppress(Exception):
                 storage.client._http.close()
         if self._api is not None:

@@ -34,7 +34,8 @@ from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
 from podctl.durations import parse_duration
 from podctl.errors import InvalidValueError, JobError, PodctlError
-from podctl.jobs import boot_channel, boot_script, pointer_sign
+from podctl.jobs import boot_script, pointer_sign
+from podctl.jobs.channels import boot as boot_channel
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.run_record import on_slice
 from podctl.settings import Settings

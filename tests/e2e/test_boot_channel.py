@@ -22,9 +22,9 @@ from podctl.cloud.types import Host, NodeInfo, SliceInfo
 from podctl.errors import InvalidValueError
 from podctl import vocabulary
 from podctl.jobs import boot_script, launch, run_layout
-from podctl.jobs.boot_channel import first_hosts
+from podctl.jobs.channels.boot import first_hosts
 from podctl.jobs.owner import busy_line
-from podctl.steps.runs import choose_via
+from podctl.jobs import channels
 from podctl.cloud.connect import api_for_endpoint
 from tests.conftest import FAST_RETRY, Podctl, assert_one_line_error, slice_on_daemon, stop_fake_and_check
 
@@ -270,19 +270,32 @@ def test_up_refuses_a_trust_key_that_is_no_rsa_public_key_in_one_line_before_any
     assert not json.loads(status.stdout or "{}").get("running")  # no daemon started, nothing made
 
 
+def _paths(info: SliceInfo, asked: str | None, configured: str | None, **kw) -> list[str]:
+    return [kind.name for kind in channels.candidates(info, asked, configured, **kw)]
+
+
 def test_which_path_a_run_takes():
     ours, old, none = boot_script.BOOT_VERSION, "0123456789ab", None
-    assert choose_via(_slice(ours), None, "ssh") == "ssh"  # the settings' default, this stop
-    assert choose_via(_slice(ours), "boot", "ssh") == "boot"
-    assert choose_via(_slice(ours, ours), None, "auto") == "boot"  # multislice: every node has it
-    # auto: SSH where a node carries no watcher, or one this podctl does not know
-    assert choose_via(_slice(ours, none), "auto", "ssh") == "ssh"
-    assert choose_via(_slice(old), None, "auto") == "ssh"
-    assert choose_via(_slice(none), "ssh", "boot") == "ssh"
+    assert _paths(_slice(ours), None, "ssh") == ["ssh"]
+    assert _paths(_slice(ours), None, None) == [channels.DEFAULT]
+    assert _paths(_slice(ours), "boot", "ssh") == ["boot"]
+    # auto: the watchers first where every node has one this podctl knows (multislice too),
+    # and only when they answer (channels.choose); SSH last
+    assert _paths(_slice(ours, ours), None, "auto") == ["boot", "ssh"]
+    assert _paths(_slice(ours, none), "auto", "ssh") == ["ssh"]
+    assert _paths(_slice(old), None, "auto") == ["ssh"]
+    assert _paths(_slice(none), "ssh", "boot") == ["ssh"]
+    assert _paths(_slice(ours), "auto", None, signing_key=True) == ["ssh"]  # --build-on host: SSH only
+    assert _paths(_slice(ours), "auto", None, secrets=True) == ["ssh"]  # --env values stay out of GCS
+    assert _paths(_slice(ours), "boot", None, secrets=True) == ["boot"]  # ...unless boot is asked for
     with pytest.raises(InvalidValueError, match="--via ssh"):
-        choose_via(_slice(old), "boot", "ssh")
+        _paths(_slice(old), "boot", "ssh")
     with pytest.raises(InvalidValueError, match="--via ssh"):
-        choose_via(_slice(ours, none), None, "boot")
+        _paths(_slice(ours, none), None, "boot")
+    with pytest.raises(InvalidValueError, match="--build-on host needs --via ssh"):
+        _paths(_slice(ours), "boot", None, signing_key=True)
+    with pytest.raises(InvalidValueError, match="PODCTL_VIA 'pigeon'.*auto, boot or ssh"):
+        _paths(_slice(ours), None, "pigeon")
 
 
 def test_each_node_knows_its_first_host():
@@ -357,7 +370,7 @@ def test_a_queued_run_starts_through_the_watcher_when_the_ticker_says_so(tmp_pat
 
 def test_a_start_that_does_not_come_up_is_said_per_host_from_the_watchers_words():
     from podctl.cloud.types import GuestEntry
-    from podctl.jobs.boot_channel import FATAL, _explain
+    from podctl.jobs.channels.boot import FATAL, _explain
 
     def said(**kv: str) -> list[GuestEntry]:
         return [GuestEntry(run_layout.GUEST_NAMESPACE, k, v) for k, v in kv.items()]
@@ -409,7 +422,7 @@ def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(f
     from podctl.cloud.convert import slice_from_node
     from podctl.errors import JobError
     from podctl.jobs import pointer_sign
-    from podctl.jobs.boot_channel import BootChannel, usable_on
+    from podctl.jobs.channels.boot import BootChannel, usable_on
     from podctl.settings import FAKE_BUCKET
     from podctl.storage import RetryPolicy as StorageRetry, Storage
     from tests.conftest import PARENT
@@ -445,7 +458,7 @@ def test_a_nodes_answer_that_leaves_out_the_silent_hosts_is_placed_by_the_watche
     """getGuestAttributes names no worker and leaves out the hosts that said nothing (those
     still booting): each watcher's podctl/worker word places its entries."""
     from podctl.cloud.types import GuestEntry
-    from podctl.jobs.boot_channel import _placed
+    from podctl.jobs.channels.boot import _placed
 
     def said(**kv: str) -> list[GuestEntry]:
         return [GuestEntry(run_layout.GUEST_NAMESPACE, k, v) for k, v in kv.items()]

@@ -190,7 +190,9 @@ def test_budget_check_from_another_identity_stops_the_run_with_grace_before_dele
     script.write_text((Path(__file__).parents[1] / "scripts" / "budget_train.py").read_text())
     fake = ("--backend", "fake")
     podctl(*fake, "up", "--slice", "v5p-8", "--name", "team8", "--max-hours", "3s")
-    run_id = podctl(*fake, "run", "team8", "--detach", str(script)).stdout.strip()
+    # started over SSH: the cron's own SSH key is refused, and it falls back to GCS (a run
+    # started through the watchers is stopped through GCS by anyone, without trying SSH)
+    run_id = podctl(*fake, "run", "team8", "--via", "ssh", "--detach", str(script)).stdout.strip()
     while '"kind": "step"' not in podctl(*fake, "logs", run_id).stdout:
         time.sleep(0.5)  # the script is training: it has something to lose
     deadline = int(podctl.json(*fake, "status", "team8")["labels"]["podctl-deadline"])

@@ -22,6 +22,9 @@ from podctl.settings import FAKE_ACCOUNT as CLIENT_ACCOUNT
 from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, slice_on_daemon
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "show_env.py")
+# OS Login is who SSH logs in as: these runs take SSH (`auto` would start them through
+# the slice's watchers, which run the agent as root and need no login)
+SSH = ("--via", "ssh")
 POSIX_USER = "fake_user_example_com"
 
 
@@ -46,7 +49,7 @@ def _user_seen(proc) -> str | None:
 def test_with_os_login_on_a_run_logs_in_as_the_posix_username(cli):
     said = cli("fake", "inject", "os-login").stdout
     assert "OS Login on (enable-oslogin=TRUE)" in said
-    proc = cli("run", "osl", SCRIPT, "USER")
+    proc = cli("run", "osl", *SSH, SCRIPT, "USER")
     assert _user_seen(proc) == POSIX_USER
     assert _admin(cli).status()["account"] == FAKE_ACCOUNT == CLIENT_ACCOUNT
     exec_proc = cli("exec", "osl", "--", "bash", "-c", "echo $USER")
@@ -56,7 +59,7 @@ def test_with_os_login_on_a_run_logs_in_as_the_posix_username(cli):
 def test_with_podctls_os_login_path_off_the_run_fails_as_on_google(cli):
     cli("fake", "inject", "os-login")
     before = len(json.loads(cli("runs", "--json").stdout))
-    proc = cli("run", "osl", SCRIPT, "USER", check=False, env={"PODCTL_OSLOGIN": "off"})
+    proc = cli("run", "osl", *SSH, SCRIPT, "USER", check=False, env={"PODCTL_OSLOGIN": "off"})
     assert_one_line_error(proc, 1, "refused podctl's SSH key for podctl", "OS Login",
                           "PODCTL_OSLOGIN=off")
     # nothing runs on the host: no SSH session is open, and no run of it goes on
@@ -68,16 +71,16 @@ def test_with_podctls_os_login_path_off_the_run_fails_as_on_google(cli):
 
 def test_an_import_the_api_refuses_stops_the_run_before_it_starts(cli):
     cli("fake", "inject", "os-login")
-    proc = cli("run", "osl", SCRIPT, "USER", check=False, env={"CLOUDSDK_CORE_ACCOUNT": "other@example.com"})
+    proc = cli("run", "osl", *SSH, SCRIPT, "USER", check=False, env={"CLOUDSDK_CORE_ACCOUNT": "other@example.com"})
     assert_one_line_error(proc, 1, "uses OS Login", "other@example.com", "roles/compute.osAdminLogin",
                           "gcloud projects add-iam-policy-binding fake-project --member=user:other@example.com")
 
 
 def test_os_login_off_gives_the_metadata_keys_back(cli):
     assert "OS Login off" in cli("fake", "inject", "os-login", "--off").stdout
-    proc = cli("run", "osl", SCRIPT, "USER", env={"PODCTL_OSLOGIN": "off"})
+    proc = cli("run", "osl", *SSH, SCRIPT, "USER", env={"PODCTL_OSLOGIN": "off"})
     assert _user_seen(proc) == "podctl"
-    assert _user_seen(cli("run", "osl", SCRIPT, "USER")) == "podctl"  # detected off: as before
+    assert _user_seen(cli("run", "osl", *SSH, SCRIPT, "USER")) == "podctl"  # detected off: as before
 
 
 def test_each_user_logs_in_to_their_own_home_as_the_login_profile_says(cli):

@@ -65,7 +65,7 @@ def test_a_denial_word_fits_a_guest_attribute_and_reads_back_as_identitys_access
     """What host 0 says in podctl/access reads back (boot_channel.denied_access) as what
     identity.py's check over SSH finds, the write scope kept first when the list is cut."""
     from podctl.jobs import identity
-    from podctl.jobs.boot_channel import denied_access
+    from podctl.jobs.channels.boot import denied_access
 
     scopes = [identity.SCOPE_PREFIX + s for s in
               ("logging.write", "monitoring.write", "servicecontrol", "service.management.readonly",

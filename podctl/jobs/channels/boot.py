@@ -31,11 +31,12 @@ import time
 import uuid
 from collections.abc import Callable
 
-from podctl.cloud import node_metadata
+from podctl.cloud import node_metadata, placement
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
 from podctl.errors import JobError, PodctlError, SliceBusyError
 from podctl.jobs import boot_script, identity, launch, owner, pointer_sign, run_files, run_layout
+from podctl.jobs.channels.base import HostAccess, Reach
 from podctl.jobs.ssh import Target
 from podctl.storage import Storage
 from podctl.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds, pointer_valid_seconds
@@ -59,6 +60,14 @@ STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no wa
 def usable_on(info: SliceInfo) -> bool:
     """Every node of INFO carries a watcher this podctl can start runs through."""
     return bool(info.nodes) and all(n.boot_version in COMPATIBLE_BOOTS for n in info.nodes)
+
+
+def unusable_why(info: SliceInfo) -> str | None:
+    """Why INFO cannot take a run through its watchers, in a refusal's words; None: it can."""
+    if usable_on(info):
+        return None
+    return (f"slice {info.name} carries no podctl watcher this version knows (made by another "
+            "podctl, or not by podctl): start with --via ssh, or make it again with `podctl up`.")
 
 
 def first_hosts(info: SliceInfo, targets: list[Target]) -> list[tuple[NodeInfo, int]]:
@@ -109,10 +118,21 @@ class BootChannel:
         agent (owner.py's rule) and says `busy` when another run holds them."""
 
     async def check_access(self, run_id: str) -> None:
-        """The bucket exists. The nodes' access is asked on the host, once the pointer is
-        there: the run's host 0 makes identity.py's four calls with its node's token, and a
-        denial (podctl/access) ends the start in identity's line (_raise_if_refused)."""
+        """The bucket exists, and the nodes' scopes (the API's record of the node, read
+        before anything is uploaded) let them write to it. Their roles are asked on the
+        host, once the pointer is there: the run's host 0 makes identity.py's four calls with
+        its node's token, and a denial (podctl/access) ends the start in identity's line
+        (_raise_if_refused)."""
         await self.storage.require_bucket()
+        made = await placement.read(self.api, self.parent, self.info)
+        access = identity.NodeAccess(email=made.service_account or "the default compute service account",
+                                     scopes=made.scopes, refused="write", status=403, message="scope")
+        if not made.scopes or access.can_write:  # none recorded: the API's defaults, judged on the host
+            return
+        error = identity.refusal_error(access, bucket=self.storage.bucket_name, slice_name=self.info.name,
+                                       slice_type=self.info.accelerator_type, fake=self.fake)
+        if error is not None:
+            raise error
 
     async def explain_silence(self, run_id: str) -> str | None:
         """No host to ask without SSH: the silence is said as such."""
@@ -433,3 +453,56 @@ async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str,
 
     found = await asyncio.gather(*(one(n) for n in info.nodes))
     return dict(f for f in found if f is not None)
+
+
+class BootKind:
+    """The registry's entry (channels/__init__.py): a slice podctl made, its watchers alive."""
+
+    name = "boot"
+    needs_ssh = False
+    carries_secrets = False  # launch.json is in GCS, the pointer in the nodes' metadata
+
+    def unusable(self, info: SliceInfo) -> str | None:
+        return unusable_why(info)
+
+    async def answers(self, reach: Reach) -> bool:
+        """Every host's watcher said `ready` and beats (one getGuestAttributes per node)."""
+        if not _pinned_for(reach):  # its watchers would refuse this client's pointers
+            return False
+        states = await watcher_states(reach.api, reach.parent, reach.info)
+        said = [w for node in reach.info.nodes for w in states.get(node.name, [])]
+        return len(said) == len(reach.info.hosts) > 0 and all(w.startswith("ready") for w in said)
+
+    def open(self, reach: Reach) -> BootChannel:
+        channel = BootChannel(reach.api, reach.storage, parent=reach.parent, info=reach.info,
+                              targets=reach.targets, signer=_signer(reach), fake=reach.fake,
+                              notice=reach.notice)
+        channel.pins()  # a slice whose watchers would refuse this client: said before the bundle
+        return channel
+
+    async def signal(self, storage: Storage, info: SliceInfo, access: HostAccess,
+                     run_ids: list[str], grace_seconds: float | None) -> bool:
+        """The halt request each run's agents read from GCS (as BootChannel.halt): no SSH."""
+        for run_id in run_ids:
+            body = {"grace": grace_seconds, "by": "podctl", "requested": time.time()}
+            await storage.upload_bytes(run_layout.halt_request_object(run_id),
+                                       json.dumps(body).encode(), content_type="application/json")
+        return False
+
+
+def _signer(reach: Reach) -> pointer_sign.Signer:
+    if reach.config_dir is None:
+        raise JobError("a run through the watchers needs podctl's config directory (its signing key)")
+    return pointer_sign.Signer.load(reach.config_dir)
+
+
+def _pinned_for(reach: Reach) -> bool:
+    """Every node's pin (its metadata, as made at creation) holds this client's key."""
+    if reach.config_dir is None:
+        return False
+    ours = _signer(reach).numbers
+    pins = [pointer_sign.pin_of(node.metadata) for node in reach.info.nodes]
+    return bool(pins) and all(pin is not None and ours in pin["keys"] for pin in pins)
+
+
+KIND = BootKind()

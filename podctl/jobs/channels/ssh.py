@@ -1,53 +1,19 @@
-"""How a run's requests reach its hosts' agents: the one seam between a Job and the hosts.
+"""The SSH channel: one SSH session per host (launch.py), the path every slice has.
 
-    claim (the chips are free) · check_access (the nodes may use the bucket) · start
-    (every host's agent begins the run) · halt (SIGTERM to the script, SIGKILL after a
-    grace) · stacks (every script's stacks into GCS) · explain_silence · close
-
-`SshChannel` is the path every slice has: one SSH session per host (launch.py). A
-stop for good is not a channel's business: it is the stop request in GCS
-(run_files.request_stop), which every agent reads whatever the channel, and which a
-halt is not (a halted attempt may be relaunched by `--recover`).
+The channel's seam itself (`Channel`, what each step means) is base.py's.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Awaitable, Callable
 
 from podctl.cloud.types import SliceInfo
 from podctl.errors import HostKeyError, JobError, StoragePermissionError
 from podctl.jobs import identity, launch, owner
+from podctl.jobs.channels.base import Channel as Channel
+from podctl.jobs.channels.base import HostAccess, Reach
 from podctl.jobs.ssh import Fleet
 from podctl.storage import Storage
-
-
-class Channel(Protocol):
-    name: str  # "ssh" or "boot": said in the run's record and its notices
-
-    async def claim(self, run_id: str, slice_name: str) -> None:
-        """Before anything is uploaded: the chips are free for RUN_ID (owner.py), or a
-        channel whose hosts check it themselves says nothing here."""
-
-    async def check_access(self, run_id: str) -> None:
-        """Before anything is uploaded for the hosts: the bucket exists, and (where the
-        channel can ask a host) the nodes' account may use it; StoragePermissionError
-        naming the account and the fix if not."""
-
-    async def start(self, spec: launch.JobSpec, agent_sha: str, *, once: bool) -> None:
-        """Every host's agent starts the run; returns once each host has it."""
-
-    async def halt(self, run_id: str, grace_seconds: float | None = None) -> None:
-        """SIGTERM RUN_ID's script on every host (SIGKILL after GRACE_SECONDS; None: the
-        agent's own grace); best effort: a host that is gone has nothing to stop."""
-
-    async def stacks(self, run_id: str) -> None:
-        """Every host's agent captures its script's stacks into the run's stacks/ folder."""
-
-    async def explain_silence(self, run_id: str) -> str | None:
-        """Why the hosts went quiet mid-run, if it is GCS refusing the nodes' account (the
-        line check_access would say); None: no explanation (the silence is said as such)."""
-
-    async def close(self) -> None: ...
 
 
 class SshChannel:
@@ -55,15 +21,21 @@ class SshChannel:
 
     name = "ssh"
 
-    def __init__(self, fleet: Fleet, storage: Storage, info: SliceInfo, *, fake: bool = False):
+    def __init__(self, fleet: Fleet, storage: Storage, info: SliceInfo, *, fake: bool = False,
+                 who: Callable[[], Awaitable[str]] | None = None):
         self.fleet, self.storage, self.info = fleet, storage, info
+        # who to log in as, asked when the first connection opens (OS Login imports the
+        # key then: cloud/oslogin.py); None: the fleet's user
+        self.who = who
         self.fake = fake  # the fake backend: the identity check's fix is `podctl fake grant`
-        # Said after a host SSH cannot reach or that refuses the key, where the slice's
-        # watchers could start the run without SSH (steps/runs.new_job sets it).
+        # Said after a host SSH cannot reach or that refuses the key, where another channel
+        # could start the run without SSH (SshKind.open, from the registry's Reach).
         self.unreachable_hint: str | None = None
 
     async def _open(self) -> None:
         if not self.fleet.connections:
+            if self.who is not None:
+                self.fleet.user = await self.who()
             try:
                 await self.fleet.open()
             except HostKeyError:
@@ -118,3 +90,38 @@ class SshChannel:
 
     async def close(self) -> None:
         await self.fleet.close()
+
+
+class SshKind:
+    """The registry's entry (channels/__init__.py): every slice takes it."""
+
+    name = "ssh"
+    needs_ssh = True
+    carries_secrets = True
+
+    def unusable(self, info: SliceInfo) -> str | None:
+        return None
+
+    async def answers(self, reach: Reach) -> bool:
+        return True  # the last resort of `auto`: a host SSH cannot reach says so when it opens
+
+    def open(self, reach: Reach) -> SshChannel:
+        access = reach.access
+        channel = SshChannel(Fleet(reach.targets, access.private_key, access.pins, user=access.user),
+                             reach.storage, reach.info, fake=reach.fake, who=access.who)
+        if reach.without_ssh:
+            other = reach.without_ssh[0]
+            channel.unreachable_hint = (f"Or start it without SSH, through --via {other}: "
+                                        f"`podctl run {reach.info.name} --via {other} ...`.")
+        return channel
+
+    async def signal(self, storage: Storage, info: SliceInfo, access: HostAccess,
+                     run_ids: list[str], grace_seconds: float | None) -> bool:
+        async with Fleet(launch.targets_for(info, access.ssh_port), access.private_key,
+                         access.pins, user=await access.login()) as fleet:
+            for run_id in run_ids:
+                await launch.stop_agents(fleet, run_id, grace_seconds)
+        return True
+
+
+KIND = SshKind()
