@@ -39,6 +39,8 @@ and bucket; where it differs from the CLI, by an option of the same step: no wai
 once-only with a fixed run id, by_owner=False).
 """
 
+from podctl.cloud.create import CreationOutcome
+from podctl.cloud.names import ENTRY_LABEL, QUEUE_LABEL, owner, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.run_files import StopRequest
@@ -75,6 +77,7 @@ from podctl.steps.runs import (
     valid_run_id,
 )
 from podctl.steps.session import Session, fake_running, stop_fake
+from podctl.steps.slice_cost import slice_hourly_cost, unknown_price
 from podctl.steps.slices import (
     Budget,
     BudgetSet,
@@ -96,6 +99,8 @@ from podctl.steps.slices import (
 )
 
 __all__ = [
+    "ENTRY_LABEL", "QUEUE_LABEL", "CreationOutcome", "owner", "podctl_labels", "slice_hourly_cost",
+    "unknown_price", "validate_name",
     "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "RunProgress",
     "RunRecord", "RunSpec", "Session", "SliceInfo", "SliceOptions", "SliceStatus",
     "StopRequest", "StopResult", "ask_slice", "ask_stop", "budget_request", "close_run",
