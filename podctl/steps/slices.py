@@ -137,7 +137,7 @@ async def ask_slice(session: Session, request: UpRequest) -> str | None:
     (the caller's next look adopts the slice), no capacity StockoutError, no quota
     QuotaExceededError."""
     creation = await session.api.create(cloud_up.create_request_of(request, request.labels))
-    return creation.operation.name if creation.kind == "node" else None
+    return creation.operation_name
 
 
 async def creation_outcome(session: Session, operation: str) -> CreationOutcome | None:
