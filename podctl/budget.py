@@ -35,13 +35,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from podctl import cost
-from podctl.cloud import describe, terminate
-from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.provider import SliceProvider
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.up import UpRequest
-from podctl.cloud.wait import WaitPolicy, wait_deleted, wait_until
+from podctl.cloud.wait import WaitPolicy
 from podctl.durations import parse_duration
-from podctl.errors import BudgetExceededError, CloudError, InvalidValueError
+from podctl.errors import BudgetExceededError, InvalidValueError
 from podctl.jobs import run_record
 from podctl.jobs.job import Job
 from podctl.jobs.run_files import close_record, list_runs
@@ -153,10 +152,10 @@ def overdue(info: SliceInfo, now: float) -> str | None:
     return None
 
 
-async def delete_slice(api: TpuApi, parent: str, info: SliceInfo,
+async def delete_slice(api: SliceProvider, parent: str, info: SliceInfo,
                        policy: WaitPolicy = WaitPolicy()) -> SliceInfo:
-    deleted = await terminate.delete(api, parent, info)
-    await wait_deleted(api, parent, deleted.name, kind=deleted.kind, policy=policy)
+    deleted = await api.delete(parent, info)
+    await api.wait_deleted(parent, deleted.name, kind=deleted.kind, policy=policy)
     return deleted
 
 
@@ -167,7 +166,7 @@ async def _settled(task: asyncio.Future[Any], timeout: float | None) -> bool:
     return bool(done)
 
 
-async def watch_budget(follow: Awaitable[T], *, api: TpuApi, parent: str, job: Job, info: SliceInfo,
+async def watch_budget(follow: Awaitable[T], *, api: SliceProvider, parent: str, job: Job, info: SliceInfo,
                        max_hours: float | None, notice: Notice,
                        grace_seconds: float = GRACE_SECONDS,
                        clock: Callable[[], float] = time.time,
@@ -305,7 +304,7 @@ def existing_budget_labels(info: SliceInfo, *, max_cost: float | None, max_hours
     return labels
 
 
-async def set_on_existing(api: TpuApi, parent: str, info: SliceInfo, labels: dict[str, str],
+async def set_on_existing(api: SliceProvider, parent: str, info: SliceInfo, labels: dict[str, str],
                           policy: WaitPolicy = WaitPolicy(timeout=120)) -> SliceInfo:
     """Write budget LABELS on an existing slice (replacing an earlier budget), so that
     `budget check` and `run` enforce it; a queued resource's labels cannot be changed
@@ -318,20 +317,7 @@ async def set_on_existing(api: TpuApi, parent: str, info: SliceInfo, labels: dic
     if not info.managed:
         raise InvalidValueError(f"{info.name} was not created by podctl: podctl does not put a "
                                 "budget on it.")
-    operation = await api.update_node_labels(f"{parent}/nodes/{info.name}", {**info.labels, **labels})
-    await wait_until(lambda: _finished(api, operation.name), what=f"labelling {info.name}",
-                     policy=policy)
-    return await describe.describe(api, parent, info.name, "node")
-
-
-async def _finished(api: TpuApi, operation_name: str) -> bool | None:
-    operation = await api.get_operation(operation_name)
-    if not operation.done:
-        return None
-    error = operation.exception()
-    if error is not None:
-        raise CloudError(f"the budget labels could not be written: {error}")
-    return True
+    return await api.set_labels(parent, info, {**info.labels, **labels}, policy)
 
 
 def describe_labels(labels: dict[str, str]) -> str:

@@ -37,12 +37,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from podctl import budget
-from podctl.cloud import terminate
-from podctl.cloud.describe import list_slices
 from podctl.cloud.names import QUEUE_LABEL
-from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.provider import SliceProvider
 from podctl.cloud.types import SliceInfo
-from podctl.cloud.wait import WaitPolicy, wait_deleted
+from podctl.cloud.wait import WaitPolicy
 from podctl.errors import NotFoundError, PodctlError
 from podctl.failures import dead_state
 from podctl.jobs import run_layout, run_record
@@ -124,7 +122,7 @@ async def survey(slices: Iterable[SliceInfo], *, now: float | None = None,
     return sorted(found, key=lambda item: item.info.name)
 
 
-async def reap(api: TpuApi, parent: str, leftovers: list[Leftover], *, dry_run: bool = False,
+async def reap(api: SliceProvider, parent: str, leftovers: list[Leftover], *, dry_run: bool = False,
                wait: bool = True, policy: WaitPolicy = WaitPolicy(),
                notice: Notice = lambda text: None) -> list[Leftover]:
     """Delete the leftovers marked `delete` (all at once, then wait until every one is
@@ -138,7 +136,7 @@ async def reap(api: TpuApi, parent: str, leftovers: list[Leftover], *, dry_run: 
             done.append(item)
             continue
         try:
-            deleting.append(await terminate.delete(api, parent, item.info))
+            deleting.append(await api.delete(parent, item.info))
         except NotFoundError:  # gone already: what gc wanted
             pass
         except PodctlError as e:
@@ -147,12 +145,12 @@ async def reap(api: TpuApi, parent: str, leftovers: list[Leftover], *, dry_run: 
         notice(f"deleting {item.info.kind} {item.info.name}: {item.reason}")
         done.append(dataclasses.replace(item, deleted=True))
     if wait and deleting:
-        await asyncio.gather(*(wait_deleted(api, parent, d.name, kind=d.kind, policy=policy)
+        await asyncio.gather(*(api.wait_deleted(parent, d.name, kind=d.kind, policy=policy)
                                for d in deleting))
     return done
 
 
-async def collect(api: TpuApi, parent: str, *, now: float | None = None, dry_run: bool = False,
+async def collect(api: SliceProvider, parent: str, *, now: float | None = None, dry_run: bool = False,
                   select: Callable[[SliceInfo], bool] | None = None, keep: Keep | None = None,
                   wait: bool = True, policy: WaitPolicy = WaitPolicy(),
                   notice: Notice = lambda text: None,
@@ -160,8 +158,8 @@ async def collect(api: TpuApi, parent: str, *, now: float | None = None, dry_run
                   ) -> list[Leftover]:
     """List PARENT's slices once, find the leftovers, delete podctl's that nothing owns
     (BEFORE_DELETE, given the slices about to go, first: close_runs). NOW (default: the
-    service's clock, `TpuApi.server_now`) judges budgets' deadlines."""
-    slices = await list_slices(api, parent)
+    service's clock, `SliceProvider.server_now`) judges budgets' deadlines."""
+    slices = await api.list_slices(parent)
     now = api.server_now() if now is None else now
     found = await survey(slices, now=now, select=select, keep=keep)
     if before_delete is not None and not dry_run:
@@ -224,7 +222,7 @@ def run_keeper(storage: Storage, *, now: float | None = None,
     """Slices a run is going on: a run recorded as going on that very slice whose
     hosts' agents beat within HOST_LOST_SECONDS, or whose record was written that
     recently (still starting), both GCS's times, set against CLOCK (the service's,
-    `TpuApi.server_now`, where the caller has one; or NOW): a client clock hours off
+    `SliceProvider.server_now`, where the caller has one; or NOW): a client clock hours off
     cannot make a live run look dead, and a run killed while it started does not hold
     its slice forever. The runs are listed once, at the first slice asked about."""
     going: list[Any] | None = None
@@ -276,7 +274,7 @@ async def close_runs(storage: Storage, deleted: Iterable[SliceInfo]) -> list[str
 
 # ---- for `queue tick` and `budget check`: their own slices only -------------------------
 
-async def reap_queue_leftovers(api: TpuApi, token: str, entries: Iterable[QueueEntry],
+async def reap_queue_leftovers(api: SliceProvider, token: str, entries: Iterable[QueueEntry],
                                listed: dict[str, dict[str, SliceInfo]], log: EventLog) -> list[Leftover]:
     """`queue tick`: delete the dead slices labelled with this queue's TOKEN that no entry
     owns any more, among those the tick listed anyway (LISTED: parent -> name -> slice;
@@ -293,7 +291,7 @@ async def reap_queue_leftovers(api: TpuApi, token: str, entries: Iterable[QueueE
     return done
 
 
-async def reap_budgeted(api: TpuApi, parent: str, slices: Iterable[SliceInfo], *, now: float,
+async def reap_budgeted(api: SliceProvider, parent: str, slices: Iterable[SliceInfo], *, now: float,
                         dry_run: bool, keep: Keep | None, notice: Notice,
                         policy: WaitPolicy) -> list[Any]:
     """`budget check`: the dead slices among SLICES that carry a podctl budget (they are

@@ -1,4 +1,5 @@
-"""Backend selection: a TpuApi for Google Cloud or for the local fake cloud.
+"""Backend selection: the Cloud TPU provider (providers/cloud_tpu.py) for Google Cloud or
+for the local fake cloud; `connect` is its opener in cloud/provider.py's registry.
 
 This is the one place (besides the demo and tests) that knows the fake exists:
 with backend "fake" it starts the fake cloud's daemon if it is not running and
@@ -13,7 +14,9 @@ from google.cloud import tpu_v2
 
 from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
-from podctl.cloud.tpu_client import RetryPolicy, TpuApi
+from podctl.cloud.provider import SliceProvider
+from podctl.cloud.providers.cloud_tpu import CloudTpu
+from podctl.cloud.tpu_client import RetryPolicy
 from podctl.cloud.translate import translate
 from podctl.settings import FAKE_ACCOUNT, Settings, endpoint_override
 
@@ -22,15 +25,15 @@ _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
-                     retry: RetryPolicy = RetryPolicy(), override: str | None = None) -> TpuApi:
-    """A TpuApi on the REST transport at ENDPOINT (e.g. the fake's http://127.0.0.1:PORT);
-    OVERRIDE names the setting that moved it there, if one did."""
+                     retry: RetryPolicy = RetryPolicy(), override: str | None = None) -> CloudTpu:
+    """The Cloud TPU provider (a TpuApi) on the REST transport at ENDPOINT (e.g. the fake's
+    http://127.0.0.1:PORT); OVERRIDE names the setting that moved it there, if one did."""
     client = tpu_v2.TpuClient(
         transport="rest",
         credentials=credentials or AnonymousCredentials(),
         client_options=ClientOptions(api_endpoint=endpoint),
     )
-    return TpuApi(client, endpoint=endpoint, retry=retry, override=override)
+    return CloudTpu(client, endpoint=endpoint, retry=retry, override=override)
 
 
 # The backend switch: the one place below the CLI that knows the fake cloud (a daemon
@@ -54,7 +57,7 @@ def fake_endpoint(settings: Settings) -> str:
     return url
 
 
-def connect(settings: Settings) -> TpuApi:
+def connect(settings: Settings) -> CloudTpu:
     if settings.backend == "fake":
         return api_for_endpoint(fake_endpoint(settings))
     import google.auth
@@ -69,9 +72,9 @@ def connect(settings: Settings) -> TpuApi:
     return api_for_endpoint(GOOGLE_ENDPOINT, credentials)
 
 
-def compute_reader(settings: Settings, api: TpuApi) -> ComputeReader:
+def compute_reader(settings: Settings, api: SliceProvider) -> ComputeReader:
     """The Compute Engine API, for what podctl reads of VPC networks (firewall.py): the
-    fake's on its TPU API's server (API's endpoint), Google's with ADC otherwise."""
+    fake's on its slice API's server (API's endpoint), Google's with ADC otherwise."""
     if settings.backend == "fake":
         return ComputeReader(api.endpoint)
     import google.auth
@@ -83,7 +86,7 @@ def compute_reader(settings: Settings, api: TpuApi) -> ComputeReader:
     return ComputeReader(endpoint_override("compute") or GOOGLE_COMPUTE, credentials)
 
 
-def oslogin_client(settings: Settings, api: TpuApi) -> OsLogin:
+def oslogin_client(settings: Settings, api: SliceProvider) -> OsLogin:
     """Project metadata and the OS Login API (oslogin.py): the fake's on its TPU API's
     server (API's endpoint) as its one user, Google's with ADC and gcloud's account."""
     if settings.backend == "fake":

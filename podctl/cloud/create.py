@@ -50,9 +50,18 @@ class CreateRequest:
 
 @dataclass(frozen=True)
 class Creation:
+    """A create asked for (any provider's: cloud/provider.py); OPERATION is the provider's
+    handle on it, None where there is nothing to follow (the slice was made at once)."""
+
     name: str
     kind: Kind
-    operation: Operation
+    operation: Operation | None = None
+
+    @property
+    def operation_name(self) -> str | None:
+        """What `creation_outcome` follows from another process: a node's create operation;
+        None for a queued resource (it waits for capacity by itself) or nothing to follow."""
+        return self.operation.name if self.operation is not None and self.kind == "node" else None
 
 
 def node_template(request: CreateRequest) -> tpu_v2.Node:

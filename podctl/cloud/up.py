@@ -5,6 +5,8 @@
 A second `up` with the same name and spec reuses the slice; a different spec is
 refused. A slice this call created is deleted again if the wait fails, times out
 or is interrupted (Ctrl-C), so a failed `up` never leaves chips billing.
+
+Written once for every slice provider (cloud/provider.py): each step is the provider's.
 """
 
 from __future__ import annotations
@@ -12,18 +14,15 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from podctl import topology
 from podctl.cloud import create as create_step
-from podctl.cloud import describe, terminate
 from podctl.cloud.names import OWNER_LABEL, REQUEST_LABEL, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
-from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.provider import SliceProvider
 from podctl.cloud.types import SliceInfo, SliceSpec
-from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_ready
+from podctl.cloud.wait import Clock, Progress, WaitPolicy
 from podctl.errors import (
     AlreadyExistsError,
     CloudError,
-    InvalidValueError,
     NotFoundError,
     PodctlError,
     SliceLostError,
@@ -65,20 +64,6 @@ def create_request_of(request: UpRequest, labels: dict[str, str]) -> create_step
                                      placement=request.placement, extra_metadata=dict(request.metadata))
 
 
-async def check_zone(api: TpuApi, parent: str, slice_type: topology.SliceType) -> None:
-    """One call that tells a zone without this slice's generation (or no such zone) before
-    anything is created. It asks for the generation's smallest type in Google's table,
-    which every zone of the generation lists, not for the size asked."""
-    gen = slice_type.generation
-    try:
-        smallest = gen.valid_sizes(documented_only=True)[0]
-        await api.get_accelerator_type(f"{parent}/acceleratorTypes/{gen.key}-{smallest}")
-    except NotFoundError as e:
-        zone = parent.rsplit("/", 1)[-1]
-        raise InvalidValueError(f"zone {zone!r} offers no {gen.name} (or does not exist); "
-                                f"{gen.name} zones include {', '.join(gen.zones[:2])}.") from e
-
-
 def _check_reusable(info: SliceInfo, request: UpRequest) -> None:
     if not info.managed:
         raise SpecMismatchError(f"a slice named {info.name!r} exists but was not created by podctl; "
@@ -103,23 +88,23 @@ def _check_reusable(info: SliceInfo, request: UpRequest) -> None:
                              f"`podctl down {info.name}`, then `podctl up` again.")
 
 
-async def _reuse(api: TpuApi, request: UpRequest, info: SliceInfo, clock: Clock,
+async def _reuse(api: SliceProvider, request: UpRequest, info: SliceInfo, clock: Clock,
                  progress: Progress | None) -> UpResult:
     _check_reusable(info, request)
     if request.wait and not info.ready:
-        info = await wait_ready(api, request.parent, request.name, kind=info.kind,
+        info = await api.wait_ready(request.parent, request.name, kind=info.kind,
                                 policy=request.policy, clock=clock, progress=progress)
         _check_reusable(info, request)  # ready now, and still fit to run on
     return UpResult(info, created=False)
 
 
-async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
+async def up(api: SliceProvider, request: UpRequest, *, clock: Clock = Clock(),
              progress: Progress | None = None) -> UpResult:
     validate_name(request.name, request.spec.num_slices)
-    existing = await describe.find(api, request.parent, request.name)
+    existing = await api.find(request.parent, request.name)
     if existing:
         return await _reuse(api, request, existing, clock, progress)
-    await check_zone(api, request.parent, request.spec.slice_type)
+    await api.check_zone(request.parent, request.spec.slice_type)
     # A label unique to this call tells, after a lost response or an interrupt,
     # whether a slice of this name is the one this call created.
     token = secrets.token_hex(6)
@@ -129,13 +114,13 @@ async def up(api: TpuApi, request: UpRequest, *, clock: Clock = Clock(),
         return await _create_and_wait(api, request, token, create_request, clock, progress)
 
 
-async def _create_and_wait(api: TpuApi, request: UpRequest, token: str,
+async def _create_and_wait(api: SliceProvider, request: UpRequest, token: str,
                            create_request: create_step.CreateRequest, clock: Clock,
                            progress: Progress | None) -> UpResult:
-    operation = None
+    creation = None
     try:
-        creation = await create_step.create(api, create_request)
-        kind, operation = creation.kind, creation.operation
+        creation = await api.create(create_request)
+        kind = creation.kind
     except AlreadyExistsError as e:
         info = await _taken_by(api, request, e)
         if info.labels.get(REQUEST_LABEL) != token:  # another `up` won the race
@@ -145,22 +130,20 @@ async def _create_and_wait(api: TpuApi, request: UpRequest, token: str,
         await _undo(api, request.parent, request.name, token, progress)
         raise
     if not request.wait:
-        info = await describe.describe(api, request.parent, request.name, kind)
+        info = await api.describe(request.parent, request.name, kind)
         return UpResult(info, created=True)
     try:
-        info = await wait_ready(
-            api, request.parent, request.name, kind=kind,
-            operation=operation if kind == "node" else None,
-            policy=request.policy, clock=clock, progress=progress)
+        info = await api.wait_ready(request.parent, request.name, kind=kind, creation=creation,
+                                    policy=request.policy, clock=clock, progress=progress)
     except BaseException:
         await _undo(api, request.parent, request.name, token, progress)
         raise
     return UpResult(info, created=True)
 
 
-async def _taken_by(api: TpuApi, request: UpRequest, conflict: AlreadyExistsError) -> SliceInfo:
+async def _taken_by(api: SliceProvider, request: UpRequest, conflict: AlreadyExistsError) -> SliceInfo:
     try:
-        return await describe.describe(api, request.parent, request.name)
+        return await api.describe(request.parent, request.name)
     except NotFoundError:
         nodes = (f" or one of its node ids {request.name}-0 ... {request.name}-"
                  f"{request.spec.num_slices - 1}" if request.spec.num_slices > 1 else "")
@@ -168,16 +151,16 @@ async def _taken_by(api: TpuApi, request: UpRequest, conflict: AlreadyExistsErro
                                  "this slice; choose another --name.") from conflict
 
 
-async def _undo(api: TpuApi, parent: str, name: str, token: str, progress: Progress | None) -> None:
+async def _undo(api: SliceProvider, parent: str, name: str, token: str, progress: Progress | None) -> None:
     """Delete the slice NAME if this call created it (its label carries TOKEN)."""
     with stop_signals_ignored():
         try:
-            info = await describe.find(api, parent, name)
+            info = await api.find(parent, name)
             if info is None or info.labels.get(REQUEST_LABEL) != token:
                 return  # nothing was created (a stockout leaves nothing), or not by us
             if progress:
                 progress(f"deleting {name}, which this failed `up` created")
-            await terminate.delete(api, parent, info)
+            await api.delete(parent, info)
         except PodctlError as e:
             raise CloudError(f"{name} could not be deleted after a failed `up` ({e}); "
                              f"run `podctl down {name}` so that it does not bill.") from e

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podctl import cost, steps
+from podctl import steps
 from podctl.errors import InvalidValueError
 from podctl.numbers import check_number
 from podctl.queue.entry import Entry, check_name
@@ -62,9 +62,8 @@ def check_priced(request: AddRequest, zone: str) -> None:
     for the slice in ZONE is refused, as `up` refuses it."""
     if request.max_cost is None:
         return
-    if cost.slice_hourly_cost(request.slice_type, zone, spot=request.tier == "spot") is None:
-        why = cost.unknown_price_message(zone, cost.generation_of(request.slice_type)).replace(
-            "pass --price or ", "")
+    if steps.slice_hourly_cost(request.slice_type, zone, spot=request.tier == "spot") is None:
+        why = steps.unknown_price(request.slice_type, zone).replace("pass --price or ", "")
         raise InvalidValueError(f"--max-cost needs a price: {why}.")
 
 

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from podctl import steps
-from podctl.cloud.types import SliceInfo
 from podctl.failures import slice_lost_reason
+from podctl.steps import SliceInfo
 
 
 @dataclass

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from podctl.cloud.tpu_client import TpuApi
 from podctl.queue.entry import Entry
 from podctl.queue.interface import Quota
 from podctl.settings import Settings
@@ -35,10 +34,6 @@ class TickContext:
     preempt: bool = False  # [queue] preempt = true: a higher priority may preempt (shares.py)
     # one session per (project, zone, bucket) that entries name, sharing SESSION's clients
     _places: dict[tuple[str, str, str], Session] = field(default_factory=dict)
-
-    @property
-    def api(self) -> TpuApi:
-        return self.session.api
 
     def session_for(self, entry: Entry) -> Session:
         """The session at ENTRY's project, zone and bucket (an entry names its own, as

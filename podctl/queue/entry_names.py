@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 
-from podctl.cloud.names import ENTRY_LABEL, QUEUE_LABEL, owner, podctl_labels, validate_name
+from podctl.steps import ENTRY_LABEL, QUEUE_LABEL, owner, podctl_labels, validate_name
 
 
 def slice_name(token: str, entry_id: int, attempt: int) -> str:

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 from podctl import steps
-from podctl.cloud.types import SliceInfo
 from podctl.errors import ConfigError
 from podctl.queue.context import TickContext
 from podctl.queue.entry import Entry
 from podctl.queue.sealing import SealedEnv
+from podctl.steps import SliceInfo
 
 
 def run_options(entry: Entry) -> steps.RunOptions:

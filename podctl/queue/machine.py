@@ -23,8 +23,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from podctl.cloud.types import SliceInfo
-from podctl.cost import slice_hourly_cost
 from podctl.errors import (
     AlreadyExistsError,
     CloudError,
@@ -45,6 +43,7 @@ from podctl.queue.context import TickContext
 from podctl.queue.entry import Entry
 from podctl.queue.interface import QueueStore
 from podctl.queue.provision import parent_of
+from podctl.steps import SliceInfo, slice_hourly_cost
 
 BACKOFF_BASE = 60.0  # seconds after the first stockout; doubles, capped, with 10 % jitter
 BACKOFF_MAX = 3600.0

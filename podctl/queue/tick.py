@@ -29,6 +29,7 @@ from podctl.queue.machine import Machine, needs_cleanup
 from podctl.queue.provision import parent_of
 from podctl.queue.shares import Ledger, Shares
 from podctl.signals import on_stop
+from podctl.steps.collect import QueueOwners, reap_queue_leftovers
 from podctl.vocabulary import LIVE_RUN_STATES
 
 CANCEL_LOCK_WAIT = 60.0  # seconds `queue cancel` waits for a running tick
@@ -79,7 +80,7 @@ def _admitted(ctx: TickContext, store: QueueStore, ledger: Ledger, e: Entry) -> 
 
 async def run_pass(ctx: TickContext, store: QueueStore) -> PassResult:
     """One pass with the lock already held."""
-    calls_before = ctx.api.total_calls
+    calls_before = ctx.session.api.total_calls
     entries = store.entries()
     active = [e for e in entries if not e.terminal or needs_cleanup(e)]
     world = await observe(ctx.session, {parent_of(e) for e in active if _needs_world(e)})
@@ -94,9 +95,9 @@ async def run_pass(ctx: TickContext, store: QueueStore) -> PassResult:
             await machine.step(e)
         elif ctx.preempt:
             await _preempt_for(ctx, machine, ledger, e, active)
-    from podctl.gc import reap_queue_leftovers  # this queue's dead slices no entry owns
-    await reap_queue_leftovers(ctx.api, store.token, store.entries(), world.slices, ctx.log)
-    return PassResult(True, len(active), machine.changed, ctx.api.total_calls - calls_before)
+    # this queue's dead slices that no entry owns
+    await reap_queue_leftovers(ctx.session, QueueOwners(store.token, store.entries()), world.slices, ctx.log)
+    return PassResult(True, len(active), machine.changed, ctx.session.api.total_calls - calls_before)
 
 
 @contextlib.contextmanager

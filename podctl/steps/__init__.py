@@ -4,7 +4,7 @@ nothing below this door (an import-linter contract, pyproject.toml): what it sho
 a step comes back as the step's dataclasses, and where callers differ a step takes a
 hook (a notice, a progress, the CLI's spinner or bar for a long wait).
 
-    session.py       Session: settings, the Cloud TPU API, GCS, the SSH key, host-key pins;
+    session.py       Session: settings, the slice provider, GCS, the SSH key, host-key pins;
                      Session.at: the same clients at another project, zone and bucket
     slices.py        up_request / budget_request / up / keep_budget, ask_slice (up with no
                      wait: the queue's) / creation_outcome, ready_slice, describe_slice /
@@ -22,7 +22,7 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
     goodput.py       run_goodput: where a run's chip-hours went
     profiles.py      take_profile / pull_profiles: a JAX profiler trace of a running run
     budget_check.py  check_budgets: `podctl budget check`
-    collect.py       collect: `podctl gc`
+    collect.py       collect: `podctl gc`; reap_queue_leftovers: the queue tick's own
     lines.py         a host's line as callers print it (its label, progress or not)
     run_progress.py  run_progress / owner_stop / close_run: a detached run looked at from
                      GCS now and then (the queue's tick); load_run, follow_from_gcs, ask_stop
@@ -30,15 +30,18 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
     preflight_env.py compile_env: the hosts' jax and libtpu for a preflight compile (their
                      locked environment, built here once per lock)
 
-Below the steps: cloud/ (the Cloud TPU API), jobs/ (hosts, agents, a run's files in
+Below the steps: cloud/ (a SliceProvider: the Cloud TPU API), jobs/ (hosts, agents, a run's files in
 GCS), storage.py, budget.py, cost.py, gc.py, failures.py (what counts as the
 infrastructure's fault). Above them: cli/, api.py, queue/ (which keeps its own state
 machine and store, but makes and deletes slices, starts, looks at (run_progress.py)
 and stops runs only through these steps, over a Session at each entry's project, zone
 and bucket; where it differs from the CLI, by an option of the same step: no wait,
-once-only with a fixed run id, by_owner=False).
+once-only with a fixed run id, by_owner=False; what it needs of cloud/ and cost.py is
+named here: SliceInfo, CreationOutcome, the slice names and labels, slice_hourly_cost).
 """
 
+from podctl.cloud.create import CreationOutcome
+from podctl.cloud.names import ENTRY_LABEL, QUEUE_LABEL, owner, podctl_labels, validate_name
 from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.run_files import StopRequest
@@ -75,6 +78,7 @@ from podctl.steps.runs import (
     valid_run_id,
 )
 from podctl.steps.session import Session, fake_running, stop_fake
+from podctl.steps.slice_cost import slice_hourly_cost, unknown_price
 from podctl.steps.slices import (
     Budget,
     BudgetSet,
@@ -96,6 +100,8 @@ from podctl.steps.slices import (
 )
 
 __all__ = [
+    "ENTRY_LABEL", "QUEUE_LABEL", "CreationOutcome", "owner", "podctl_labels", "slice_hourly_cost",
+    "unknown_price", "validate_name",
     "Budget", "BudgetSet", "LineSink", "Notice", "Placement", "RunOptions", "RunProgress",
     "RunRecord", "RunSpec", "Session", "SliceInfo", "SliceOptions", "SliceStatus",
     "StopRequest", "StopResult", "ask_slice", "ask_stop", "budget_request", "close_run",

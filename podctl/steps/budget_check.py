@@ -12,8 +12,7 @@ from typing import Any
 
 from podctl import gc
 from podctl.budget import GRACE_SECONDS, Notice, Reaped, delete_slice, overdue, stop_runs_on
-from podctl.cloud.describe import list_slices
-from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.provider import SliceProvider
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy
 from podctl.errors import PodctlError
@@ -22,14 +21,14 @@ from podctl.steps.session import Session
 StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
 
 
-async def reap(api: TpuApi, parent: str, *, now: float | None = None, dry_run: bool = False,
+async def reap(api: SliceProvider, parent: str, *, now: float | None = None, dry_run: bool = False,
                stop_runs: StopRuns | None = None, notice: Notice = lambda text: None,
                policy: WaitPolicy = WaitPolicy(), keep: Any = None) -> list[Reaped]:
     """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached;
     and delete the budgeted ones that are dead (PREEMPTED, FAILED, ...) unless KEEP
     (podctl.gc.Keep) says a run still owns one."""
     reaped = []
-    slices = await list_slices(api, parent)
+    slices = await api.list_slices(parent)
     now = api.server_now() if now is None else now  # deadlines are on the service's clock
     for info in slices:
         reason = overdue(info, now)

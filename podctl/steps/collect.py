@@ -1,5 +1,5 @@
 """`podctl gc`: collect the zone's leftovers that hold quota (what is one, and what
-still owns one, is podctl/gc.py's).
+still owns one, is podctl/gc.py's); `queue tick`: reap_queue_leftovers, the queue's own.
 
     found = await collect(session, dry_run=False, queue=QueueOwners(token, entries))
 
@@ -53,3 +53,12 @@ async def collect(session: Session, *, dry_run: bool = False, queue: QueueOwners
 
     return await gc.collect(api, settings.parent, dry_run=dry_run,
                             keep=gc.all_of(queue_keep, runs_keep), before_delete=close_runs)
+
+
+async def reap_queue_leftovers(session: Session, queue: QueueOwners,
+                               listed: dict[str, dict[str, SliceInfo]],
+                               log: gc.EventLog) -> list[gc.Leftover]:
+    """`queue tick`: delete the dead slices labelled with QUEUE's token that none of its
+    entries owns any more, among those the tick listed anyway (LISTED: parent -> name ->
+    slice, at any of the entries' zones: one provider serves them all); never waits."""
+    return await gc.reap_queue_leftovers(session.api, queue.token, queue.entries, listed, log)

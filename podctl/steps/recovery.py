@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from podctl import maintenance, tombstones
-from podctl.cloud import describe, placement, terminate
+from podctl.cloud import placement
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.up import UpRequest
-from podctl.cloud.wait import wait_deleted
 from podctl.errors import (
     NotFoundError,
     PodctlError,
@@ -145,7 +144,7 @@ class RecoveredRun:
 async def slice_state(session: Session, name: str) -> str:
     """The slice's state now, a node's dead state first; "GONE" when it no longer exists."""
     try:
-        info = await describe.describe(session.api, session.settings.parent, name)
+        info = await session.api.describe(session.settings.parent, name)
     except NotFoundError:
         return "GONE"
     return dead_state(info) or info.state
@@ -219,11 +218,11 @@ async def _clear(session: Session, name: str, notice: Notice) -> None:
     wait until it is gone, so that the name is free to be made again."""
     parent = session.settings.parent
     with contextlib.suppress(NotFoundError):
-        current = await describe.describe(session.api, parent, name)
-        current = await terminate.owning_slice(session.api, parent, current)
+        current = await session.api.describe(parent, name)
+        current = await session.api.owning_slice(parent, current)
         notice(f"deleting {current.name} ({current.state})")
-        deleted = await terminate.delete(session.api, parent, current)
-        await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind)
+        deleted = await session.api.delete(parent, current)
+        await session.api.wait_deleted(parent, deleted.name, kind=deleted.kind)
 
 
 async def _recreate(session: Session, info: SliceInfo, policy: RecoveryPolicy,
@@ -243,8 +242,8 @@ async def _recreate(session: Session, info: SliceInfo, policy: RecoveryPolicy,
         try:
             if where is None:  # made again where it was: reservation, network, account, tags
                 try:
-                    current = await describe.describe(session.api, parent, info.name)
-                    where = await placement.read(session.api, parent, current)
+                    current = await session.api.describe(parent, info.name)
+                    where = await session.api.placement(parent, current)
                 except NotFoundError:
                     where = placement.Placement()
             await _clear(session, info.name, notice)
@@ -344,7 +343,7 @@ async def _fit_to_rerun(session: Session, name: str, notice: Notice) -> bool:
     """The slice is up (READY, ACTIVE) and no node reports unfit health: a relaunch may go
     where the attempt ran."""
     try:
-        info = await describe.describe(session.api, session.settings.parent, name)
+        info = await session.api.describe(session.settings.parent, name)
     except NotFoundError:
         return False
     if (dead_state(info) or info.state) not in SERVING_STATES:
@@ -520,7 +519,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
         if plan is not None and await maintenance.wait_out(  # waited out: resume in place
-                partial(describe.describe, session.api, session.settings.parent, info.name), plan, notice):
+                partial(session.api.describe, session.settings.parent, info.name), plan, notice):
             info = await slices.ready_slice(session, info.name)
         elif suspect is not None:
             if ours is not None and ours.bad_worker is not None:

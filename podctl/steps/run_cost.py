@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from podctl import cost
-from podctl.cloud.describe import find
 from podctl.jobs.metrics import RunMetrics, read_metrics
 from podctl.jobs.run_files import load_record, read_statuses
 from podctl.steps.session import Session
@@ -57,7 +56,7 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
         statuses = await read_statuses(storage, run_id)
         ended = max((s.ended for s in statuses.values()), default=None)
     # The slice, if it is still there, says its tier; a slice made after the run is another.
-    info = await find(session.api, f"projects/{record.project}/locations/{record.zone}",
+    info = await session.api.find(f"projects/{record.project}/locations/{record.zone}",
                       record.slice_name)
     if info is not None and info.created > record.created:
         info = None

@@ -1,4 +1,5 @@
-"""One Session: what every step needs, opened once — the settings, the Cloud TPU API,
+"""One Session: what every step needs, opened once — the settings, the slice provider
+(cloud/provider.py: the Cloud TPU API today, chosen from the providers' registry),
 GCS (per bucket), the SSH key and the host-key pins, the ports a job uses, and who to
 log in to a slice's hosts as (OS Login's user where the project turns it on).
 
@@ -13,12 +14,12 @@ import contextlib
 import dataclasses
 from functools import partial
 
-from podctl.cloud.connect import connect, job_ports, oslogin_client, storage_endpoint
 from podctl.cloud.connect import fake_running as fake_running  # the Python API: start/stop it
+from podctl.cloud.connect import job_ports, oslogin_client, storage_endpoint
 from podctl.cloud.connect import stop_fake as stop_fake
 from podctl.cloud.oslogin import login_user
+from podctl.cloud.provider import SliceProvider, open_provider
 from podctl.cloud.sshkey import SSH_USER, SshKey, ensure_ssh_key
-from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 from podctl.jobs import channels
 from podctl.jobs.channels.base import HostAccess
@@ -28,7 +29,7 @@ from podctl.storage import Storage
 
 
 class Session:
-    def __init__(self, settings: Settings, api: TpuApi | None = None, *,
+    def __init__(self, settings: Settings, api: SliceProvider | None = None, *,
                  ports: tuple[int | None, int] | None = None,
                  storages: dict[str, Storage] | None = None):
         self.settings = settings
@@ -46,7 +47,7 @@ class Session:
         cloud that does not answer is said before anything else is done."""
         if settings.via is not None:  # a channel no registry line names (PODCTL_VIA)
             channels.checked(settings.via, settings.via_from)
-        return cls(settings, connect(settings))
+        return cls(settings, open_provider(settings))
 
     def at(self, *, project: str, zone: str, bucket: str) -> Session:
         """This session for another project, zone and bucket (the queue's entries name
@@ -59,9 +60,10 @@ class Session:
         return other
 
     @property
-    def api(self) -> TpuApi:
+    def api(self) -> SliceProvider:
+        """The slice provider (whatever makes this session's slices)."""
         if self._api is None:
-            self._api = connect(self.settings)
+            self._api = open_provider(self.settings)
         return self._api
 
     @property

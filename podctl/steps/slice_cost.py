@@ -14,9 +14,12 @@ from dataclasses import dataclass
 
 from podctl import cost
 from podctl.budget import SliceBudget, slice_budget
-from podctl.cloud.describe import describe, list_slices
 from podctl.cloud.types import SliceInfo
 from podctl.steps.session import Session
+
+# A slice's price per hour (None: unknown), for callers above the door (the queue's
+# budgets: `queue add` refuses a --max-cost it cannot price, a tick enforces it).
+slice_hourly_cost = cost.slice_hourly_cost
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,8 @@ async def slice_costs(session: Session, *, name: str | None = None, managed_only
     """NAME (else every slice in the zone, podctl's own only if MANAGED_ONLY), priced at
     PRICE per chip-hour (else podctl.toml [prices], else the shipped table)."""
     settings = session.settings
-    slices = ([await describe(session.api, settings.parent, name)] if name else
-              [s for s in await list_slices(session.api, settings.parent)
+    slices = ([await session.api.describe(settings.parent, name)] if name else
+              [s for s in await session.api.list_slices(settings.parent)
                if s.managed or not managed_only])
     config = cost.load_price_config()
     priced = [PricedSlice(s, cost.slice_cost(s, override=price, config=config), slice_budget(s))
@@ -46,3 +49,9 @@ async def slice_costs(session: Session, *, name: str | None = None, managed_only
     unknown = dict.fromkeys(cost.generation_of(p.info.accelerator_type) for p in priced
                             if p.cost.usd_so_far is None)
     return SliceCosts(priced, [cost.unknown_price_message(settings.zone, g) for g in unknown])
+
+
+def unknown_price(accelerator_type: str, zone: str) -> str:
+    """Why ACCELERATOR_TYPE in ZONE has no price, and what to do (pass --price or set
+    podctl.toml's [prices])."""
+    return cost.unknown_price_message(zone, cost.generation_of(accelerator_type))

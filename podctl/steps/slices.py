@@ -22,16 +22,15 @@ from typing import Any
 
 from podctl import tombstones
 from podctl.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
-from podctl.cloud import create, describe, firewall, maintenance_info, names, terminate
+from podctl.cloud import firewall, maintenance_info, names
 from podctl.cloud import up as cloud_up
 from podctl.cloud.connect import compute_reader
 from podctl.cloud.create import CreationOutcome
 from podctl.cloud.placement import Placement
-from podctl.cloud.placement import read as read_placement
 from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.types import SliceInfo, SliceSpec, Tier
 from podctl.cloud.up import UpRequest, UpResult
-from podctl.cloud.wait import Progress, WaitPolicy, wait_deleted
+from podctl.cloud.wait import Progress, WaitPolicy
 from podctl.durations import parse_duration
 from podctl.errors import InvalidValueError, JobError, PodctlError
 from podctl.jobs import boot_script, pointer_sign
@@ -131,7 +130,7 @@ async def check_network_for_run(session: Session, info: SliceInfo, *, ssh: bool)
     Google Access without external IPs), rather than a run that hangs on billed chips."""
     if len(info.hosts) < 2 and not ssh and all(h.external_ip for h in info.hosts):
         return  # one host started by its watcher, with external IPs: nothing to judge
-    where = await read_placement(session.api, session.settings.parent, info)
+    where = await session.api.placement(session.settings.parent, info)
     reader = compute_reader(session.settings, session.api)
     try:
         await firewall.check_run(
@@ -151,14 +150,14 @@ async def ask_slice(session: Session, request: UpRequest) -> str | None:
     slice's only mark (the caller's own), a name already taken raises AlreadyExistsError
     (the caller's next look adopts the slice), no capacity StockoutError, no quota
     QuotaExceededError."""
-    creation = await create.create(session.api, cloud_up.create_request_of(request, request.labels))
-    return creation.operation.name if creation.kind == "node" else None
+    creation = await session.api.create(cloud_up.create_request_of(request, request.labels))
+    return creation.operation_name
 
 
 async def creation_outcome(session: Session, operation: str) -> CreationOutcome | None:
     """How the node creation OPERATION (an `ask_slice` of an earlier process) ended;
     None if the API has forgotten it."""
-    return await create.creation_outcome(session.api, operation)
+    return await session.api.creation_outcome(operation)
 
 
 @dataclass(frozen=True)
@@ -205,7 +204,7 @@ async def keep_budget(session: Session, request: UpRequest, result: UpResult,
 
 
 async def ready_slice(session: Session, name: str) -> SliceInfo:
-    info = await describe.describe(session.api, session.settings.parent, name)
+    info = await session.api.describe(session.settings.parent, name)
     if not info.ready:
         raise JobError(f"slice {name} is {info.state}, not ready; wait with `podctl up` "
                        f"(or see `podctl status {name}`).")
@@ -216,8 +215,8 @@ async def to_delete(session: Session, name: str) -> SliceInfo:
     """What `down NAME` deletes: NAME, or the queued resource that owns it (its nodes go
     with it). A caller that asks the user first shows this, then hands it to `down`."""
     parent = session.settings.parent
-    info = await describe.describe(session.api, parent, name)
-    return await terminate.owning_slice(session.api, parent, info)
+    info = await session.api.describe(parent, name)
+    return await session.api.owning_slice(parent, info)
 
 
 async def down(session: Session, name: str, *, wait: bool = True, timeout: str = DEFAULT_WAIT,
@@ -236,7 +235,7 @@ async def down(session: Session, name: str, *, wait: bool = True, timeout: str =
     wait_seconds = parse_duration(timeout, "--timeout")  # refused before anything is deleted
     parent = session.settings.parent
     info = found or await to_delete(session, name)
-    deleted = await terminate.delete(session.api, parent, info)
+    deleted = await session.api.delete(parent, info)
     if by_owner:
         _tombstone(session, info)
     if by_owner and session.settings.bucket:  # a detached run on it is over
@@ -249,8 +248,8 @@ async def down(session: Session, name: str, *, wait: bool = True, timeout: str =
                 notice(f"run {run_id} ended with its slice (slice deleted)")
     if wait:
         with waiting(deleted) if waiting is not None else contextlib.nullcontext(progress) as shown:
-            await wait_deleted(session.api, parent, deleted.name, kind=deleted.kind,
-                               policy=WaitPolicy(timeout=wait_seconds), progress=shown)
+            await session.api.wait_deleted(parent, deleted.name, kind=deleted.kind,
+                                           policy=WaitPolicy(timeout=wait_seconds), progress=shown)
     return deleted
 
 
@@ -276,7 +275,7 @@ async def close_runs_of_deleted(settings: Settings, storage: Storage, info: Slic
 
 
 async def describe_slice(session: Session, name: str) -> SliceInfo:
-    return await describe.describe(session.api, session.settings.parent, name)
+    return await session.api.describe(session.settings.parent, name)
 
 
 LIST_PAGE_SIZE = 1000  # the Cloud TPU API's largest page
@@ -285,7 +284,7 @@ LIST_PAGE_SIZE = 1000  # the Cloud TPU API's largest page
 async def slices_in(session: Session, parent: str) -> list[SliceInfo]:
     """Every slice in PARENT (projects/P/locations/Z): one list of nodes and one of
     queued resources, LIST_PAGE_SIZE to a page (the queue's tick: once per zone)."""
-    return await describe.list_slices(session.api, parent, LIST_PAGE_SIZE)
+    return await session.api.list_slices(parent, LIST_PAGE_SIZE)
 
 
 @dataclass(frozen=True)
@@ -330,6 +329,6 @@ class SliceStatus:
 
 async def slice_status(session: Session, name: str) -> SliceStatus:
     info = await describe_slice(session, name)
-    # v2alpha1 only (cloud/maintenance_info.py): any failure there is no maintenance shown
-    return SliceStatus(info, await maintenance_info.upcoming(session.api, info),
+    # an extra of the provider's (Cloud TPU: v2alpha1 only): any failure is no maintenance shown
+    return SliceStatus(info, await session.api.upcoming_maintenance(info),
                        await boot_channel.watcher_states(session.api, session.settings.parent, info))

@@ -40,6 +40,10 @@ def test_the_tree_keeps_the_import_rules(tmp_path):
     ("cli/slice_cmds.py", "from podctl.cloud import terminate", "go through the one door"),
     ("cli/render.py", "from podctl.cost import fmt_usd", "go through the one door"),
     ("api.py", "from podctl.jobs import run_files", "The callers (CLI, Python API, demo) go through the one door"),
+    ("queue/tick.py", "from podctl.gc import reap_queue_leftovers", "The queue goes through the same door"),
+    ("queue/machine.py", "from podctl.cost import slice_hourly_cost", "The queue goes through the same door"),
+    ("steps/slices.py", "from podctl.cloud.tpu_client import TpuApi", "Only cloud/ names the Cloud TPU client"),
+    ("jobs/launch.py", "from podctl.cloud import node_metadata", "Only cloud/ names the Cloud TPU client"),
 ])
 def test_a_planted_forbidden_import_fails_the_check(tmp_path, module, planted, contract):
     tree = _copy_of_the_tree(tmp_path)

@@ -25,7 +25,7 @@ from podctl.jobs.ssh import HostPins, Target
 from podctl.storage import Storage
 
 if TYPE_CHECKING:
-    from podctl.cloud.tpu_client import TpuApi
+    from podctl.cloud.provider import SliceProvider
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Reach:
     """Everything a channel may use to reach a run's hosts; each kind takes what it needs
     (SSH: ACCESS; the watchers: the API, PARENT and the nodes)."""
 
-    api: TpuApi
+    api: SliceProvider
     storage: Storage
     parent: str  # projects/P/locations/Z
     info: SliceInfo

@@ -31,8 +31,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from podctl.cloud import node_metadata, placement
-from podctl.cloud.tpu_client import TpuApi
+from podctl.cloud.provider import SliceProvider
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
 from podctl.errors import JobError, PodctlError, SliceBusyError
 from podctl.jobs import boot_script, identity, launch, owner, pointer_sign, run_files, run_layout
@@ -96,7 +95,7 @@ class BootChannel:
     guest_check_seconds = GUEST_CHECK_SECONDS
     first_check_seconds = FIRST_CHECK_SECONDS
 
-    def __init__(self, api: TpuApi, storage: Storage, *, parent: str, info: SliceInfo,
+    def __init__(self, api: SliceProvider, storage: Storage, *, parent: str, info: SliceInfo,
                  targets: list[Target], signer: pointer_sign.Signer, fake: bool = False,
                  notice: Callable[[str], None] | None = None):
         self.api, self.storage, self.parent = api, storage, parent
@@ -124,7 +123,7 @@ class BootChannel:
         its node's token, and a denial (podctl/access) ends the start in identity's line
         (_raise_if_refused)."""
         await self.storage.require_bucket()
-        made = await placement.read(self.api, self.parent, self.info)
+        made = await self.api.placement(self.parent, self.info)
         access = identity.NodeAccess(email=made.service_account or "the default compute service account",
                                      scopes=made.scopes, refused="write", status=403, message="scope")
         if not made.scopes or access.can_write:  # none recorded: the API's defaults, judged on the host
@@ -157,8 +156,8 @@ class BootChannel:
                 "node": node.name, "pin": pins[node.name], "expires": expires})
             # Not waited for: the hosts' heartbeats are the proof, and a refused patch's
             # operation is read by the next write to the node.
-            await node_metadata.set_key(self.api, self._node_path(node), run_layout.RUN_POINTER_KEY,
-                                        pointer, current=node.metadata, wait=False)
+            await self.api.set_metadata_key(self._node_path(node), run_layout.RUN_POINTER_KEY,
+                                            pointer, current=node.metadata, wait=False)
 
         expires = int(time.time() + pointer_valid_seconds(len(self.targets)))
         await asyncio.gather(*(point(node, first) for node, first in self.nodes))
@@ -286,10 +285,10 @@ class BootChannel:
                 continue
             path, query = self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/"
             try:
-                placed = _placed(await node_metadata.guest_attributes(self.api, path, query), len(node.hosts))
+                placed = _placed(await self.api.guest_attributes(path, query), len(node.hosts))
                 if placed is None and each_worker:
-                    placed = [_words(entries) for entries in await node_metadata.guest_attributes(
-                        self.api, path, query, workers=len(node.hosts))]
+                    placed = [_words(entries) for entries in await self.api.guest_attributes(
+                        path, query, workers=len(node.hosts))]
             except PodctlError as e:
                 for w in waiting:
                     why[first + w] = ("waiting", f"waiting (its guest attributes could not be read: {e})")
@@ -414,7 +413,7 @@ def _explain_words(run_id: str, said: dict[str, str], now: float) -> tuple[str, 
     return "waiting", f"waiting (watcher {said['watch']}; the run's pointer not seen yet)"
 
 
-async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str, list[str]]:
+async def watcher_states(api: SliceProvider, parent: str, info: SliceInfo) -> dict[str, list[str]]:
     """Node -> per worker, what its watcher says: "ready", "ready, RUN started" (its last
     run), "dead, last beat N s ago" (its beat older than WATCH_DEAD_SECONDS), "failed:
     WHY" (it could not start), "booting" (nothing said, the node younger than the boot
@@ -439,9 +438,9 @@ async def watcher_states(api: TpuApi, parent: str, info: SliceInfo) -> dict[str,
         workers = len(node.hosts)
         try:
             # Worker by worker only where an answer that leaves workers out costs few calls
-            said = await node_metadata.guest_attributes(api, f"{parent}/nodes/{node.name}",
-                                                        f"{run_layout.GUEST_NAMESPACE}/",
-                                                        workers=workers if workers <= STATUS_EACH_WORKER else None)
+            said = await api.guest_attributes(f"{parent}/nodes/{node.name}",
+                                             f"{run_layout.GUEST_NAMESPACE}/",
+                                             workers=workers if workers <= STATUS_EACH_WORKER else None)
         except PodctlError:
             return None
         now = time.time()

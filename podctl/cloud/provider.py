@@ -1,0 +1,174 @@
+"""SliceProvider: what podctl asks of whatever makes slices, and the registry that picks one.
+
+Everything above cloud/ (steps/, jobs/, gc.py, budget.py, the queue through steps/) holds a
+SliceProvider and speaks slices: `SliceSpec` and `CreateRequest` in, `SliceInfo`,
+`GuestEntry` and `Placement` out (cloud/types.py), never an API's dict or protobuf. Only
+cloud/ names a concrete provider, so a second way of making slices (Compute Engine, which
+serves TPU7x: issue 38) is one module under cloud/providers/ and one line in PROVIDERS.
+
+What is the same for every provider is written once above the interface: `up`'s reuse,
+create, wait and undo (cloud/up.py); what differs (how a slice is asked for, described,
+waited for, deleted, labelled; its metadata and its hosts' guest attributes) is each
+provider's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from podctl.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: the protocol costs no import of a provider
+    from podctl import topology
+    from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
+    from podctl.cloud.describe import Kind
+    from podctl.cloud.placement import Placement
+    from podctl.cloud.types import GuestEntry, SliceInfo
+    from podctl.cloud.wait import Clock, Progress, WaitPolicy
+    from podctl.settings import Settings
+
+
+class SliceProvider(Protocol):
+    """One cloud API that makes slices. PARENT is `projects/P/locations/ZONE`; a node's
+    name is its full path (`PARENT/nodes/N`, as NodeInfo and the metadata calls take it)."""
+
+    # Where the provider's API answers; the fake serves its other APIs (Compute's network
+    # reads, OS Login) on the same address, so connect.py finds them from here.
+    endpoint: str
+
+    # ---- the service: its clock, its calls ------------------------------------------------
+
+    @property
+    def total_calls(self) -> int:
+        """HTTP requests sent so far (a queue tick reports its own)."""
+        ...
+
+    def server_now(self) -> float:
+        """Now on the service's clock (budgets and expiry are judged on it)."""
+        ...
+
+    async def server_clock(self, parent: str) -> float:
+        """`server_now` after one light call, when the service has not answered yet."""
+        ...
+
+    def close(self) -> None:
+        """Close the HTTP sessions."""
+        ...
+
+    # ---- slices ---------------------------------------------------------------------------
+
+    async def check_zone(self, parent: str, slice_type: topology.SliceType) -> None:
+        """Refuse a zone without SLICE_TYPE's generation (InvalidValueError), before any create."""
+        ...
+
+    async def create(self, request: CreateRequest) -> Creation:
+        """Ask for the slice; return at once with what `wait_ready` and `creation_outcome` follow."""
+        ...
+
+    async def creation_outcome(self, operation_name: str) -> CreationOutcome | None:
+        """How a create started earlier (by another process) ended; None if forgotten."""
+        ...
+
+    async def describe(self, parent: str, name: str, kind: Kind | None = None) -> SliceInfo:
+        """The slice NAME; NotFoundError (one line, what to do) if there is none."""
+        ...
+
+    async def find(self, parent: str, name: str) -> SliceInfo | None:
+        ...
+
+    async def list_slices(self, parent: str, page_size: int = 0) -> list[SliceInfo]:
+        """Every slice in the zone, by name."""
+        ...
+
+    async def owning_slice(self, parent: str, info: SliceInfo) -> SliceInfo:
+        """What deleting INFO deletes (a node of a bigger request goes with the request)."""
+        ...
+
+    async def delete(self, parent: str, info: SliceInfo) -> SliceInfo:
+        """Start deleting INFO's slice (gone already is done); the slice as it was found."""
+        ...
+
+    async def wait_ready(self, parent: str, name: str, *, kind: Kind | None = None,
+                         creation: Creation | None = None, policy: WaitPolicy | None = None,
+                         clock: Clock | None = None, progress: Progress | None = None) -> SliceInfo:
+        """Until the slice is ready to run on; SliceLostError / WaitTimeoutError if it cannot be."""
+        ...
+
+    async def wait_deleted(self, parent: str, name: str, *, kind: Kind | None = None,
+                           policy: WaitPolicy | None = None, clock: Clock | None = None,
+                           progress: Progress | None = None) -> None:
+        ...
+
+    async def set_labels(self, parent: str, info: SliceInfo, labels: Mapping[str, str],
+                         policy: WaitPolicy | None = None) -> SliceInfo:
+        """Replace INFO's labels with LABELS and wait until written (InvalidValueError where
+        the slice's kind cannot be relabelled); the slice as it is then."""
+        ...
+
+    async def placement(self, parent: str, info: SliceInfo) -> Placement:
+        """What INFO's slice was made with (reservation, network, account, tags): recovery
+        makes the next one alike."""
+        ...
+
+    async def upcoming_maintenance(self, info: SliceInfo) -> dict[str, dict[str, Any]]:
+        """Node short name -> its announced maintenance, for the nodes that have one; an
+        extra for the display: any failure is nothing."""
+        ...
+
+    # ---- a node's metadata and what its hosts publish ------------------------------------
+
+    async def set_metadata_key(self, node_name: str, key: str, value: str, *,
+                               current: Mapping[str, str] | None = None,
+                               wait: bool = True) -> dict[str, str]:
+        """KEY=VALUE in the node's metadata, every other key kept; the map written."""
+        ...
+
+    async def remove_metadata_key(self, node_name: str, key: str, *,
+                                  current: Mapping[str, str] | None = None,
+                                  wait: bool = True) -> dict[str, str]:
+        ...
+
+    async def guest_attributes(self, node_name: str, query_path: str = "", *,
+                               workers: int | None = None) -> list[list[GuestEntry]]:
+        """What each host published under QUERY_PATH, one list per worker in worker order."""
+        ...
+
+
+# ---- the registry ---------------------------------------------------------------------------
+
+# Provider name -> "module:function", the opener: Settings in, a SliceProvider out (the
+# backend switch inside it: Google's endpoint or the fake's). Imported only when chosen,
+# so that `podctl --help` loads no cloud client. A new provider is one line here.
+PROVIDERS: dict[str, str] = {
+    "cloud-tpu": "podctl.cloud.connect:connect",  # tpu.googleapis.com (v6e and older)
+}
+DEFAULT = "cloud-tpu"
+ENV = "PODCTL_PROVIDER"  # which provider makes slices, where the default is not wanted
+
+
+def provider_name(env: Mapping[str, str] = os.environ) -> str:
+    """The provider to make slices with: PODCTL_PROVIDER, else the default (today the only
+    one Google serves through podctl; a slice type that only another serves will choose
+    that one here). An unknown name is refused in one line with the known ones."""
+    name = env.get(ENV) or DEFAULT
+    if name not in PROVIDERS:
+        raise ConfigError(f"{ENV}={name!r} names no slice provider; known: {', '.join(sorted(PROVIDERS))}.")
+    return name
+
+
+def opener(name: str) -> Callable[[Settings], SliceProvider]:
+    """The registered opener of provider NAME (ConfigError if none is registered)."""
+    where = PROVIDERS.get(name)
+    if where is None:
+        raise ConfigError(f"no slice provider named {name!r}; known: {', '.join(sorted(PROVIDERS))}.")
+    module, _, function = where.partition(":")
+    found: Callable[[Settings], SliceProvider] = getattr(importlib.import_module(module), function)
+    return found
+
+
+def open_provider(settings: Settings, name: str | None = None) -> SliceProvider:
+    """Open provider NAME (or the chosen one: `provider_name`) for SETTINGS."""
+    return opener(name or provider_name())(settings)
