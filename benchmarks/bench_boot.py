@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 
 SCRIPT = "print('ok', flush=True)\n"
 

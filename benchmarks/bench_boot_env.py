@@ -37,7 +37,7 @@ from pathlib import Path
 
 from bench_boot import down_and_stop, host_sessions, one_run, podctl
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.jobs import env_build, env_lock
 
 # One set per run (a new archive each time); versions that resolve on the image's 3.10.

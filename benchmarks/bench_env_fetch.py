@@ -15,7 +15,7 @@ alternated, ROUNDS times each, into a fresh directory:
   - floor: `curl -s URL | zstd -d | tar -x` (one stream, nothing checked).
 
 And the fake GCS's own speed on that object (curl to /dev/null), with its large-object
-path (fake/gcs_media.py) and without it (the emulator's: the whole object read into
+path (fake/storage/gcs_media.py) and without it (the emulator's: the whole object read into
 memory per request, one request at a time).
 
     python benchmarks/bench_env_fetch.py --rounds 3
@@ -35,10 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podctl.fake import gcs_media  # noqa: E402
-from podctl.fake.gcs import FakeGcs  # noqa: E402
-from podctl.jobs import agent_env_fetch, agent_gcs, env_build, env_lock  # noqa: E402
-from podctl.settings import FAKE_USER_TOKEN  # noqa: E402
+from podctl.fake.storage import gcs_media  # noqa: E402
+from podctl.fake.storage.gcs import FakeGcs  # noqa: E402
+from podctl.host import agent_env_fetch, agent_gcs
+from podctl.jobs import env_build, env_lock  # noqa: E402
+from podctl.base.settings import FAKE_USER_TOKEN  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ SLICE, the environment in GCS already, the fetch alone on a bigger slice.
 --installers: no fake cloud, one host's build alone: uv (resolve with `uv pip compile`,
 as podctl's client does, then `uv venv` + `uv pip sync`, as host 0 does) against pip
 (`python -m venv` + `pip install -r`), each with a cold cache of its own, same run,
-for each interpreter (found as the fake's hosts find theirs: podctl/fake/image_python.py);
+for each interpreter (found as the fake's hosts find theirs: podctl/fake/vm/image_python.py);
 default requirements templates/requirements.txt with jax[cpu]. pip gets --pip-timeout
 seconds (on 3.10 it backtracks for many minutes).
 
@@ -86,7 +86,7 @@ def timed(argv: list[str], env: dict, timeout: float | None = None) -> tuple[flo
 
 def installers(requirements: Path, pythons: list[str], pip_timeout: float) -> None:
     sys.path.insert(0, str(REPO))
-    from podctl.fake.image_python import find
+    from podctl.fake.vm.image_python import find
     from podctl.jobs import env_lock
 
     uv = env_lock.uv_binary()

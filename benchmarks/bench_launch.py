@@ -31,8 +31,8 @@ from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud import terminate
 from podctl.cloud.wait import WaitPolicy
-from podctl.fake import daemon
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin import daemon
+from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.jobs import launch
 from podctl.jobs.ssh import Fleet, HostPins
 

@@ -26,13 +26,13 @@ from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.wait import WaitPolicy
-from podctl.fake import daemon
+from podctl.fake.admin import daemon
 from podctl.jobs import launch
 from podctl.jobs.job import Job, RunRequest
 from podctl.jobs.run_spec import RunSpec
 from podctl.jobs.ssh import Fleet, HostPins
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 
 PARENT = "projects/bench/locations/us-central1-a"
 LINES = "import os, sys\nme = os.environ['PODCTL_PROCESS_ID']\nfor i in range(int(sys.argv[1])):\n    print(me, i)\n"

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podctl._sync import run_sync  # noqa: E402
+from podctl.base._sync import run_sync  # noqa: E402
 from podctl.cloud import describe  # noqa: E402
 from podctl.cloud.connect import api_for_endpoint  # noqa: E402
-from podctl.fake.server import fake_cloud  # noqa: E402
+from podctl.fake.api.server import fake_cloud  # noqa: E402
 from podctl.queue.provision import parent_of  # noqa: E402
 from podctl.queue.entry import Entry  # noqa: E402
 from podctl.queue.tick import tick  # noqa: E402

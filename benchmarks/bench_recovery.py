@@ -87,7 +87,7 @@ def main() -> None:
                "PODCTL_BACKEND": "fake", "PODCTL_FAKE_TIME_SCALE": str(a.time_scale)}
         podctl(env, "fake", "start")
         try:
-            from podctl.fake.admin_client import FakeAdmin
+            from podctl.fake.admin.admin_client import FakeAdmin
 
             admin = FakeAdmin(json.loads(podctl(env, "fake", "status", "--json"))["admin"])
             phases = recovered(env, admin)

@@ -1,5 +1,5 @@
 """Unpacking a host's Python environment: what every host of a new slice does before
-its script starts (jobs/agent_env.py fetches KEY.tar.gz from GCS, checks it and
+its script starts (host/agent_env.py fetches KEY.tar.gz from GCS, checks it and
 unpacks it with agent.safe_extract, which refuses members that would land outside).
 
 Three ways, alternated in the same run on the same archive:
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podctl.jobs.agent import safe_extract  # noqa: E402
+from podctl.host.agent import safe_extract  # noqa: E402
 
 PACKAGES = ("jax", "jaxlib", "numpy", "scipy")
 

@@ -19,7 +19,7 @@ from podctl.cloud.connect import api_for_endpoint
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.wait import Clock, WaitPolicy
-from podctl.fake.server import fake_cloud
+from podctl.fake.api.server import fake_cloud
 
 PARENT = "projects/bench/locations/us-central1-a"
 KEY = "podctl:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBench podctl"

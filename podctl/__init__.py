@@ -27,8 +27,8 @@ __all__ = ["connect", "Cloud", "Slice", "Run", "Checkpoint", "PodctlError", "pla
 
 _WHERE = {
     "connect": "podctl.api", "Cloud": "podctl.api", "Slice": "podctl.api", "Run": "podctl.api",
-    "Checkpoint": "podctl.jobs.checkpoints", "PodctlError": "podctl.errors",
-    "plan": "podctl.planner.core", "frontier": "podctl.planner.frontier",
+    "Checkpoint": "podctl.jobs.checkpoints", "PodctlError": "podctl.base.errors",
+    "plan": "podctl.policy.planner.core", "frontier": "podctl.policy.planner.frontier",
 }
 
 

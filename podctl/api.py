@@ -24,20 +24,20 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from podctl import settings as settings_mod
 from podctl import steps
-from podctl._display import StatusLine
-from podctl._sync import Background, LoopThread
-from podctl.errors import JobError, NotFoundError, UsageError
-from podctl.settings import Settings
-from podctl.signals import restore, route_stop_signals
+from podctl.base import settings as settings_mod
+from podctl.base._display import StatusLine
+from podctl.base._sync import Background, LoopThread
+from podctl.base.errors import JobError, NotFoundError, UsageError
+from podctl.base.settings import Settings
+from podctl.base.signals import restore, route_stop_signals
+from podctl.base.vocabulary import DEFAULT_WAIT
 from podctl.steps import lines as host_lines
 from podctl.steps.replay import replay
 from podctl.steps.run_cost import run_cost
 from podctl.steps.slow_hosts import SlowHostPolicy
 from podctl.steps.stall import StallPolicy
 from podctl.steps.supervise import Supervised, Supervision, run_supervised
-from podctl.vocabulary import DEFAULT_WAIT
 
 if TYPE_CHECKING:
     from podctl.jobs.checkpoints import Checkpoint
@@ -435,9 +435,9 @@ class Run:
         return CheckpointList(found)
 
     def plot(self, path: str | Path | None = None) -> Any:
-        """Loss, step time, tokens/s and MFU over steps, from GCS (podctl.plot): shown
+        """Loss, step time, tokens/s and MFU over steps, from GCS (podctl.policy.plot): shown
         in a notebook; also written to PATH (.png or .html) when given."""
-        from podctl.plot import Picture, plot_runs
+        from podctl.policy.plot import Picture, plot_runs
 
         fig, series = self.cloud._run(plot_runs(self.cloud.session.storage, [self.run_id],
                                                 Path(path) if path is not None else None))

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podctl.errors import InvalidValueError, JobError, StoragePermissionError
+from podctl.base.errors import InvalidValueError, JobError, StoragePermissionError
 from podctl.steps import lines as host_lines
 
 SLICE_TYPE = "v5p-16"

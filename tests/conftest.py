@@ -32,8 +32,8 @@ import pytest
 from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.connect import api_for_endpoint
 from podctl.cloud.wait import WaitPolicy
-from podctl.fake.admin_client import FakeCompute
-from podctl.fake.server import fake_cloud
+from podctl.fake.admin.admin_client import FakeCompute
+from podctl.fake.api.server import fake_cloud
 from tests.pg_support import pg_server, pg_url  # noqa: F401 (fixtures: a real PostgreSQL)
 
 PROJECT = "test-project"
@@ -46,7 +46,7 @@ TIME_SCALE = 300.0  # a 90 s creation takes 0.3 s
 # One store of built host environments for every fake cloud of this test session (the
 # daemons of CLI tests too, and every pytest-xdist worker), as a team shares one bucket:
 # the hosts' Python environment is built from the package index once per session
-# (podctl/fake/gcs.py, _shared_envs). The process that starts the session names it;
+# (podctl/fake/storage/gcs.py, _shared_envs). The process that starts the session names it;
 # xdist's workers inherit that name from it (PYTEST_XDIST_WORKER says which we are).
 # PODCTL_TEST_ENV_STORE: a store kept across test sessions (a developer's reruns of one
 # test need not build the hosts' environment each time); CI builds its own.
@@ -207,7 +207,7 @@ def fake(_session_cloud, request: pytest.FixtureRequest) -> Iterator:
     admin.set_timings(time_scale=TIME_SCALE)
     # The tests' project has Private Google Access on its default subnet, so that a node
     # made here without external IPs (a raw API node's default) reaches GCS, as a company
-    # project set up for internal IPs does; the fake's own default is off (fake/vpc.py).
+    # project set up for internal IPs does; the fake's own default is off (fake/api/vpc.py).
     FakeCompute(_session_cloud.tpu_api_url).set_private_google_access(
         PROJECT, ZONE.rsplit("-", 1)[0], "default", True)
     yield _session_cloud
@@ -247,7 +247,7 @@ def stop_fake_and_check(cli: Podctl) -> None:
     """The end of a CLI test: stop its fake daemon, and fail if it held anything billable."""
     status = cli("fake", "status", "--json", check=False)
     if json.loads(status.stdout or "{}").get("running"):
-        from podctl.fake.admin_client import FakeAdmin
+        from podctl.fake.admin.admin_client import FakeAdmin
 
         leftover = FakeAdmin(json.loads(status.stdout)["admin"]).resources()
         cli("fake", "stop")
@@ -276,10 +276,10 @@ def podctl(tmp_path: Path):
 
 def user_credentials():
     """The user's own credentials on the fake cloud (its GCS wants a token, as GCS does;
-    this one is the fake project's owner: podctl/fake/iam.py)."""
+    this one is the fake project's owner: podctl/fake/storage/iam.py)."""
     from google.oauth2.credentials import Credentials
 
-    from podctl.settings import FAKE_USER_TOKEN
+    from podctl.base.settings import FAKE_USER_TOKEN
 
     return Credentials(token=FAKE_USER_TOKEN)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podctl.errors import ConfigError, NoSuchEntryError, QueueBusyError
+from podctl.base.errors import ConfigError, NoSuchEntryError, QueueBusyError
 from podctl.queue.entry import Entry, stamped
 from podctl.queue.interface import QueueStore, Quota
 

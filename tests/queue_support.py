@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from podctl._sync import run_sync
+from podctl.base._sync import run_sync
 from podctl.queue import add as adding
 from podctl.queue import tick as ticking
 from podctl.queue.context import TickContext
@@ -19,10 +19,10 @@ from podctl.queue.machine import needs_cleanup
 from podctl.queue.entry import Entry
 from podctl.queue.interface import QueueStore
 from podctl.queue.place import open_store
-from podctl.settings import FAKE_BUCKET, Settings
+from podctl.base.settings import FAKE_BUCKET, Settings
 from podctl.steps import RunSpec
 from podctl.steps.session import Session
-from podctl.storage import Storage
+from podctl.cloud.storage import Storage
 
 SCRIPTS = Path(__file__).parent / "scripts"
 PROJECT = "test-project"

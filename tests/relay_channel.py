@@ -11,7 +11,7 @@ from podctl.cloud.types import SliceInfo
 from podctl.jobs import launch
 from podctl.jobs.channels import ssh
 from podctl.jobs.channels.base import HostAccess, Reach
-from podctl.storage import Storage
+from podctl.cloud.storage import Storage
 
 ASKED: list[str] = []  # every step asked of a relay channel or of the kind, in order
 

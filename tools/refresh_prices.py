@@ -6,7 +6,7 @@ SkyPilot (github.com/skypilot-org/skypilot-catalog) fetches Google's Cloud Billi
 into one CSV row per machine and zone: `Price` and `SpotPrice` in USD per hour. From it:
 
 - TPU rows (`tpu-v5p-12288`, `tpu-v6e-256`, ...): the slice's hourly price / its chips
-  (podctl.topology counts the chips, as everywhere else), per region. SkyPilot writes
+  (podctl.base.topology counts the chips, as everywhere else), per region. SkyPilot writes
   700.0 where a region does not sell a type; those rows are dropped.
 - GPU rows: an `a3-highgpu-8g` machine is its host row (vCPUs and memory) plus the
   `,,,H100,8` row in the same zone; / 8 per GPU.
@@ -40,7 +40,7 @@ OUTLIER = 0.6
 def catalog_rows(path: Path) -> tuple[list[dict], list[str]]:
     """The catalog's prices per chip/GPU-hour as table rows, and what was dropped, why."""
     sys.path.insert(0, str(REPO))
-    from podctl.topology import parse_slice
+    from podctl.base.topology import parse_slice
 
     per: dict[tuple[str, str, str], float] = {}
     hosts: dict[tuple[str, str], tuple[float, float]] = {}

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def _run_checkpoints(session: steps.Session, run_id: str) -> tuple[Any, str, list[Any]]:
     from podctl import steps
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
 
     return run_sync(steps.run_checkpoints(session, run_id))
 
@@ -120,7 +120,7 @@ def ckpt_pull(ctx: Context, run_id: str, directory: Path, step: int | None, para
 
     def action() -> None:
         from podctl import steps
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
 
         session = steps.Session(ctx.settings(project, zone, bucket), api=None)
         result = run_sync(steps.pull_checkpoint(session, run_id, directory, step=step,

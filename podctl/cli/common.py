@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from podctl.vocabulary import EXIT_INTERRUPTED
+from podctl.base.vocabulary import EXIT_INTERRUPTED
 
 if TYPE_CHECKING:
-    from podctl.errors import PodctlError
+    from podctl.base.errors import PodctlError
 
     # click's own annotations make ParamType generic (value, input); click 8.1 cannot subscript it
     NumberParam = click.ParamType[float, Any]
@@ -27,7 +27,7 @@ class Context:
 
     def settings(self, project: str | None = None, zone: str | None = None,
                  bucket: str | None = None) -> Any:
-        from podctl import settings
+        from podctl.base import settings
 
         for option, value in (("--project", project), ("--zone", zone), ("--bucket", bucket)):
             refuse_blank(value, option)  # '' is a mistake, not "the default"
@@ -39,7 +39,7 @@ def refuse_blank(value: str | None, option: str) -> None:
     falling back to the default bucket, or `--name ''` to the default name, would act on
     something the user did not name."""
     if value is not None and not value.strip():
-        from podctl.errors import InvalidValueError
+        from podctl.base.errors import InvalidValueError
 
         raise InvalidValueError(f"{option} is empty: give a value, or leave {option} out for the default.")
 
@@ -56,8 +56,8 @@ class Number(NumberParam):
         self.whole, self.low, self.high, self.above = whole, low, high, above
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from podctl.errors import InvalidValueError
-        from podctl.numbers import parse_number
+        from podctl.base.errors import InvalidValueError
+        from podctl.base.numbers import parse_number
 
         option = (param.opts[0] if param is not None and param.opts else "value") if not (
             isinstance(param, click.Argument)) else param.human_readable_name
@@ -72,8 +72,8 @@ def hosts_checked(ctx: click.Context, param: click.Parameter, value: str) -> str
     """A --hosts value ('all', '0,3') checked when it is read, before anything is made
     (''  is refused, not read as every host); the steps take the text and check it
     against the slice's hosts."""
-    from podctl.errors import InvalidValueError
-    from podctl.numbers import parse_hosts_text
+    from podctl.base.errors import InvalidValueError
+    from podctl.base.numbers import parse_hosts_text
 
     try:
         parse_hosts_text(value, param.opts[0] if param.opts else "--hosts")
@@ -90,7 +90,7 @@ POSITIVE = Number(above=0)  # dollars, hours, a price: above 0
 
 def guarded(action: Callable[[], Any]) -> Any:
     """Run a command body: podctl's errors become one line and an exit code."""
-    from podctl.errors import PodctlError, disk_full
+    from podctl.base.errors import PodctlError, disk_full
 
     try:
         return action()
@@ -101,7 +101,7 @@ def guarded(action: Callable[[], Any]) -> Any:
         if full is None:
             raise
         fail(full)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (podctl.signals routes them here)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (podctl.base.signals routes them here)
         exit_interrupted()
 
 
@@ -115,7 +115,7 @@ def exit_interrupted(then: str = "") -> NoReturn:
     """Say "interrupted" (with the stop signal that came, and THEN: what podctl did about
     it) in one line and exit 128 + the signal's number (130 Ctrl-C, 143 SIGTERM, 129
     SIGHUP); a further signal can no longer change that."""
-    from podctl import signals
+    from podctl.base import signals
 
     signals.ignore_further_stops()
     how = f" ({signals.name_of_stop()})" if signals.received else ""
@@ -125,7 +125,7 @@ def exit_interrupted(then: str = "") -> NoReturn:
 
 def slice_help() -> str:
     """--slice's help, from the generation records (topology reads one small TOML file)."""
-    from podctl import topology
+    from podctl.base import topology
 
     sizes = "; ".join(f"{g.key}-N ({g.key}-{g.valid_sizes()[0]} ... {g.key}-{g.valid_sizes()[-1]}, "
                       f"N {'TensorCores' if g.size_unit == 'cores' else 'chips'})"
@@ -134,7 +134,7 @@ def slice_help() -> str:
 
 
 def runtime_help() -> str:
-    from podctl import topology
+    from podctl.base import topology
 
     return ", ".join(f"{g.key} {g.default_runtime_version}" for g in topology.generations().values())
 
@@ -205,6 +205,6 @@ def bucket_option(fn: Any) -> Any:
 
 def plan_zone(ctx: Context, zone: str | None) -> str | None:
     """The zone a preflight plan is priced in: as `settings` finds it, but no project is needed."""
-    from podctl import settings
+    from podctl.base import settings
 
     return settings.resolve_zone(backend=ctx.backend, zone=zone)

@@ -33,8 +33,8 @@ def _slice_json(priced: Any) -> dict[str, Any]:
 def _run_cost(ctx: Context, run_id: str, price: float | None, project: str | None,
               zone: str | None, bucket: str | None, inputs: Any) -> dict[str, Any]:
     """RUN_ID's bill, and the project's parts (as `plan` gives them) from what it measured."""
-    from podctl._sync import run_sync
-    from podctl.planner.bill import measured_bill
+    from podctl.base._sync import run_sync
+    from podctl.policy.planner.bill import measured_bill
     from podctl.steps import Session
     from podctl.steps.run_cost import checkpoint_bytes, run_cost
 
@@ -50,7 +50,7 @@ def _run_cost(ctx: Context, run_id: str, price: float | None, project: str | Non
 
 
 def _print_run(r: dict[str, Any]) -> None:
-    from podctl.numbers import fmt_usd
+    from podctl.base.numbers import fmt_usd
 
     goodput = "?" if r["goodput"] is None else f"{r['goodput']:.1%}"
     tier = r["tier"] + ("" if r["tier_known"] else " (assumed: the slice is gone)")
@@ -97,15 +97,15 @@ def cost_cmd(ctx: Context, target: str | None, price: float | None, people: floa
     transfer) from what it measured. Without NAME: every podctl slice in the zone."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.base.numbers import check_price, fmt_usd
         from podctl.cli.render import emit_json
-        from podctl.numbers import check_price, fmt_usd
         from podctl.steps import Session, valid_run_id
         from podctl.steps.slice_cost import slice_costs
 
         check_price(price)
         if target and valid_run_id(target):
-            from podctl.planner.bill import BillInputs
+            from podctl.policy.planner.bill import BillInputs
 
             inputs = BillInputs(people=people, usd_per_person_hour=rate, dataset_tb=dataset_tb,
                                 egress_usd_per_gb=egress_usd_per_gb,
@@ -170,9 +170,9 @@ def budget_check(ctx: Context, dry_run: bool, grace: str, project: str | None, z
     (its podctl-deadline label passed, or its cost so far reached podctl-max-cost)."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.base.durations import parse_duration
         from podctl.cli.render import emit_json
-        from podctl.durations import parse_duration
         from podctl.steps import Session
         from podctl.steps.budget_check import check_budgets
 

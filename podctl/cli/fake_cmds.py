@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from podctl.settings import Settings
+    from podctl.base.settings import Settings
 
 from podctl.cli.common import POSITIVE, guarded
 from podctl.cli.fake_inject import inject
@@ -18,7 +18,7 @@ EXIT_NOT_RUNNING = 3
 
 
 def _settings() -> Settings:
-    from podctl import settings
+    from podctl.base import settings
 
     return settings.resolve(backend="fake")
 
@@ -42,9 +42,9 @@ def start(time_scale: float | None, secure: bool | None, as_json: bool) -> None:
     """Start the fake cloud's daemon (nothing happens if it runs)."""
 
     def action() -> None:
+        from podctl.base.errors import InvalidValueError
         from podctl.cli.render import emit_json
-        from podctl.errors import InvalidValueError
-        from podctl.fake import daemon
+        from podctl.fake.admin import daemon
 
         if time_scale is not None and time_scale <= 0:
             raise InvalidValueError("--time-scale must be positive.")
@@ -74,7 +74,7 @@ def stop() -> None:
     """Stop the fake cloud's daemon; its slices are kept for the next start."""
 
     def action() -> None:
-        from podctl.fake import daemon
+        from podctl.fake.admin import daemon
 
         stopped = daemon.stop(_settings().fake_dir)
         click.echo("fake cloud stopped" if stopped else "fake cloud was not running")
@@ -90,7 +90,7 @@ def status(as_json: bool) -> None:
 
     def action() -> None:
         from podctl.cli.render import emit_json
-        from podctl.fake import daemon
+        from podctl.fake.admin import daemon
 
         info = daemon.status(_settings().fake_dir)
         if as_json:
@@ -130,7 +130,7 @@ def grant(member: str, role: str, bucket: str | None, revoke: bool) -> None:
 def _compute() -> tuple[Any, str, str]:
     """The running daemon's Compute Engine API, its project and region."""
     from podctl.cli.fake_inject import _admin
-    from podctl.fake.admin_client import FakeCompute
+    from podctl.fake.admin.admin_client import FakeCompute
 
     settings = _settings()
     return FakeCompute(_admin().status()["tpu_api"]), settings.project, settings.zone.rsplit("-", 1)[0]
@@ -138,7 +138,7 @@ def _compute() -> tuple[Any, str, str]:
 
 def allowed_of(text: str) -> list[dict[str, Any]]:
     """gcloud's --allow (tcp:22,tcp:8470-8479,icmp) -> Compute Engine's `allowed` list."""
-    from podctl.errors import InvalidValueError
+    from podctl.base.errors import InvalidValueError
 
     by_protocol: dict[str, list[str]] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -228,7 +228,7 @@ def subnets_update(name: str, region: str | None, access: bool | None) -> None:
     """Turn Private Google Access on or off on subnet NAME."""
 
     def action() -> None:
-        from podctl.errors import InvalidValueError
+        from podctl.base.errors import InvalidValueError
 
         if access is None:
             raise InvalidValueError("say --enable-private-ip-google-access or --no-enable-private-ip-google-access.")

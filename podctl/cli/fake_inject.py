@@ -1,6 +1,6 @@
 """podctl fake inject ...: faults for the running fake cloud's daemon, by hand.
 
-One subcommand per fault of podctl/fake/faults.py's table, made from it: the same
+One subcommand per fault of podctl/fake/admin/faults.py's table, made from it: the same
 name, arguments and checks as the admin API and FakeAdmin. Arguments are taken as text
 and checked here with the table's checks, so that bad input is one line and exit 2
 rather than click's usage screen; what only the daemon knows (a node's name, its number
@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from podctl.cli.common import guarded
-from podctl.fake import faults
+from podctl.fake.admin import faults
 
 # A negative number ("-1") would read as an unknown option and get click's usage screen;
 # as an argument it reaches the table's check and its one-line error.
@@ -23,10 +23,10 @@ _NUMBERS = {"ignore_unknown_options": True}
 
 def _admin() -> Any:
     """The running daemon's admin client; a one-line error when none runs."""
-    from podctl import settings
-    from podctl.errors import FakeCloudError
-    from podctl.fake import daemon
-    from podctl.fake.admin_client import FakeAdmin
+    from podctl.base import settings
+    from podctl.base.errors import FakeCloudError
+    from podctl.fake.admin import daemon
+    from podctl.fake.admin.admin_client import FakeAdmin
 
     info = daemon.status(settings.resolve(backend="fake").fake_dir)
     if not info.get("running"):
@@ -37,7 +37,7 @@ def _admin() -> Any:
 def _command(fault: faults.Fault) -> click.Command:
     def callback(**given: str | None) -> None:
         def action() -> None:
-            from podctl.errors import InvalidValueError
+            from podctl.base.errors import InvalidValueError
 
             try:
                 args = {a.name: a.parse(given[a.name]) for a in fault.args}

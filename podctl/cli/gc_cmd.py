@@ -1,4 +1,4 @@
-"""podctl gc: delete podctl's leftovers that hold quota (steps/collect.py, podctl/gc.py)."""
+"""podctl gc: delete podctl's leftovers that hold quota (steps/collect.py, podctl/policy/gc.py)."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
     a queue entry owns; slices podctl did not create are listed, never touched."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.base.errors import CloudError
         from podctl.cli.render import emit_json
-        from podctl.errors import CloudError
         from podctl.steps import Session
         from podctl.steps.collect import collect
 

@@ -34,8 +34,8 @@ def goodput(ctx: Context, run_id: str, price: float | None, project: str | None,
     The buckets add up to the run's billed slice time (`podctl cost RUN_ID`)."""
 
     def action() -> None:
-        from podctl import numbers
-        from podctl._sync import run_sync
+        from podctl.base import numbers
+        from podctl.base._sync import run_sync
         from podctl.cli.render import emit_json
         from podctl.steps import Session
         from podctl.steps.goodput import run_goodput

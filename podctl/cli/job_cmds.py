@@ -8,10 +8,10 @@ from typing import Any, NoReturn
 
 import click
 
+from podctl.base.vocabulary import EXIT_HOST_LOST
 from podctl.cli.common import Context, Number, ScriptCommand, bucket_option, exit_interrupted, guarded, hosts_checked
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
-from podctl.vocabulary import EXIT_HOST_LOST
 
 
 def _line_printer(stream: Any) -> Any:
@@ -126,9 +126,9 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 
     def action() -> None:
         from podctl import steps
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.base.durations import parse_duration
         from podctl.cli.render import emit_json
-        from podctl.durations import parse_duration
         from podctl.steps.slow_hosts import SlowHostPolicy
         from podctl.steps.stall import StallPolicy
         from podctl.steps.supervise import Supervision, run_hours, run_supervised
@@ -191,7 +191,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
 
 def _check_watching(*, detach: bool, recover: int, retry_errors: bool, stall: bool, slow: bool) -> None:
     """What needs podctl to watch the run is refused with --detach, before anything starts."""
-    from podctl.errors import UsageError
+    from podctl.base.errors import UsageError
 
     if (recover or retry_errors) and detach:
         raise UsageError("--recover needs podctl to watch the run: drop --detach (or queue "
@@ -206,9 +206,10 @@ def _check_watching(*, detach: bool, recover: int, retry_errors: bool, stall: bo
 
 def _say_end(session: Any, supervised: Any, *, name: str, script: Path, as_json: bool) -> NoReturn:
     """A watched run's end: its JSON or its lines, then its exit code."""
-    from podctl import maintenance, steps
-    from podctl._sync import run_sync
+    from podctl import steps
+    from podctl.base._sync import run_sync
     from podctl.cli.render import emit_json
+    from podctl.policy import maintenance
     from podctl.steps.lines import host_name
 
     recovered, result = supervised.recovered, supervised.result
@@ -258,7 +259,7 @@ def logs(ctx: Context, run_id: str, follow: bool, host_text: str, project: str |
     A recovered run (--recover) shows each attempt in turn; --follow follows the last."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
         from podctl.steps import Session
         from podctl.steps.lines import host_name
         from podctl.steps.replay import replay
@@ -291,7 +292,7 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
     recoveries and the steps they cost (its later attempts: --json, or `podctl logs`)."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
         from podctl.cli.render import emit_json
         from podctl.steps import Session, end_words, list_runs
 
@@ -339,7 +340,7 @@ def stop(ctx: Context, run_id: str, no_wait: bool, project: str | None, zone: st
 
     def action() -> None:
         from podctl import steps
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
 
         session = steps.Session.open(ctx.settings(project, zone, bucket))
         try:
@@ -371,7 +372,7 @@ def exec_cmd(ctx: Context, name: str, command: tuple[str, ...], hosts_text: str,
     """Run a plain command on the hosts (no bundle), e.g. podctl exec NAME -- python3 -V."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
         from podctl.steps import Session, exec_on_slice
 
         session = Session.open(ctx.settings(project, zone))

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
+from podctl.base.vocabulary import EXIT_INTERRUPTED
 from podctl.cli.common import Context
-from podctl.vocabulary import EXIT_INTERRUPTED
 
 # Where each command lives: the one table of podctl's commands, in the order --help lists them.
 # A module's COMMANDS tuple holds its commands; adding a command means a row here.
@@ -131,7 +131,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
 
 
 def main() -> None:
-    from podctl.signals import route_stop_signals
+    from podctl.base.signals import route_stop_signals
 
     route_stop_signals()  # SIGTERM and SIGHUP undo what Ctrl-C undoes (a slice `up` made)
     cli(prog_name="podctl")

@@ -18,7 +18,7 @@ def _notice(text: str) -> None:
 def _run_facts(ctx: Context, run_id: str, project: str | None, zone: str | None,
                bucket: str | None) -> tuple[Any, Any]:
     """RUN_ID's measured metrics and bill (steps.run_cost), for --mfu-from / --goodput-from."""
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.steps import Session
     from podctl.steps.run_cost import run_cost, run_metrics
 
@@ -31,8 +31,8 @@ def _run_facts(ctx: Context, run_id: str, project: str | None, zone: str | None,
 
 
 def measured_mfu(metrics: Any, run_id: str) -> Any:
-    from podctl.errors import InvalidValueError
-    from podctl.planner.mfu import MfuFigure
+    from podctl.base.errors import InvalidValueError
+    from podctl.policy.planner.mfu import MfuFigure
 
     if metrics.median_mfu is None:
         if not metrics.steps:
@@ -46,7 +46,7 @@ def measured_mfu(metrics: Any, run_id: str) -> Any:
 
 
 def _money(text: str | None, option: str) -> float | None:
-    from podctl.numbers import parse_count
+    from podctl.base.numbers import parse_count
 
     return None if text is None else parse_count(text.strip().lstrip("$"), option)
 
@@ -126,11 +126,11 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
     """
 
     def action() -> None:
-        from podctl import compare as cmp
-        from podctl import numbers
+        from podctl.base import numbers
+        from podctl.base.errors import InvalidValueError
         from podctl.cli import plan_render as render
         from podctl.cli.render import emit_json
-        from podctl.errors import InvalidValueError
+        from podctl.policy import compare as cmp
 
         if from_preflight is not None:
             return _from_preflight()
@@ -158,7 +158,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             measured_mfu=measured, where_option="--zone" if zone else "--region")
         if frontier:
             return _frontier(names, args, render, emit_json)
-        from podctl.planner.core import plan as make_plan
+        from podctl.policy.planner.core import plan as make_plan
 
         result = make_plan(params_text, tokens_text, names, num_slices=num_slices, **args)
         if as_json:
@@ -171,8 +171,8 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             _notice(note)
 
     def _frontier(names: list[str], args: dict[str, Any], render: Any, emit_json: Any) -> None:
-        from podctl.durations import parse_duration
-        from podctl.planner import frontier as lib
+        from podctl.base.durations import parse_duration
+        from podctl.policy.planner import frontier as lib
 
         days = parse_duration(deadline, "--deadline") / 86400 if deadline else None
         front = lib.frontier(params_text or "", tokens_text, names or list(lib.DEFAULT_SYSTEMS),
@@ -185,9 +185,9 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             render.print_frontier(front, output)
 
     def _from_preflight() -> None:
-        from podctl import numbers
+        from podctl.base import numbers
+        from podctl.base.errors import InvalidValueError
         from podctl.cli.preflight_cmds import plan_from_preflight
-        from podctl.errors import InvalidValueError
 
         assert from_preflight is not None
         if params_text or compare or mfu_from or frontier:
@@ -204,7 +204,7 @@ def _refuse_conflicts(*, params: bool, mfu: bool, mfu_from: str | None, goodput:
                       goodput_from: str | None, spot: bool, tier: str | None, zone: str | None,
                       region: str | None, frontier_only: bool) -> None:
     """Options that contradict each other, or are missing, in one line each."""
-    from podctl.errors import InvalidValueError
+    from podctl.base.errors import InvalidValueError
 
     if not params:
         raise InvalidValueError("how large a model? pass --params N (or --from-preflight FILE).")
@@ -224,7 +224,7 @@ def _measured(ctx: Context, mfu_from: str | None, goodput_from: str | None, proj
               zone: str | None, bucket: str | None) -> tuple[Any, tuple[float, str] | None]:
     """(MFU measured by --mfu-from's run, (goodput, its source) by --goodput-from's), each
     None where not asked; one reading per run."""
-    from podctl.errors import InvalidValueError
+    from podctl.base.errors import InvalidValueError
 
     measured: Any = None
     gp: tuple[float, str] | None = None
@@ -241,8 +241,8 @@ def _measured(ctx: Context, mfu_from: str | None, goodput_from: str | None, proj
 
 def _one_number(text: str | None, flag: str, check: Any) -> float | None:
     """A single --mfu / --price value (a preflight prices one slice, not several systems)."""
-    from podctl.errors import InvalidValueError
-    from podctl.numbers import plain_number
+    from podctl.base.errors import InvalidValueError
+    from podctl.base.numbers import plain_number
 
     if text is None:
         return None

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.numbers import fmt_count, fmt_usd
+from podctl.base.numbers import fmt_count, fmt_usd
 
 
 def short_source(source: str) -> str:

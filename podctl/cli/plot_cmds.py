@@ -1,4 +1,4 @@
-"""podctl plot: pictures of runs (podctl/plot.py draws them)."""
+"""podctl plot: pictures of runs (podctl/policy/plot.py draws them)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def plot(ctx: Context, run_ids: tuple[str, ...], output: Path | None, project: s
     """
 
     def action() -> None:
-        from podctl import plot as plot_lib
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.policy import plot as plot_lib
         from podctl.steps import Session
         from podctl.steps.goodput import goodput_buckets
 

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from podctl.base.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 from podctl.cli.common import COUNT, POSITIVE, Context, Number, ScriptCommand, guarded
 from podctl.cli.slice_cmds import json_option, pass_context
-from podctl.vocabulary import PREFLIGHT_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from podctl.steps import RunSpec
@@ -25,7 +25,7 @@ def _mib_or_gib(n: float) -> str:
 
 def render(r: Any, err: bool = False) -> None:
     """The human report of one PreflightResult: each figure with its working."""
-    from podctl.numbers import fmt_count
+    from podctl.base.numbers import fmt_count
 
     j = r.to_json()
     t, h, f, p = r.target, j["hbm"], j["flops"], j["predicted"]
@@ -72,8 +72,8 @@ def compile_checked(slice_type: str, spec: RunSpec, *, num_slices: int = 1,
     """Compile with the jax and libtpu the run's hosts will get (its requirements, as the
     run finds them); print one line (fits) or the report (does not fit), then raise
     DoesNotFitError (exit 1) when it does not fit. Used by run/queue add --preflight."""
-    from podctl import preflight
-    from podctl.numbers import check_mfu
+    from podctl.base.numbers import check_mfu
+    from podctl.policy import preflight
     from podctl.steps.preflight_env import compile_env
 
     env = compile_env(spec, notice=_notice)
@@ -137,9 +137,9 @@ def preflight(ctx: Context, script: Path, args: tuple[str, ...], slice_type: str
     """
 
     def action() -> None:
-        from podctl import preflight as lib
+        from podctl.base.numbers import check_mfu
         from podctl.cli.render import emit_json
-        from podctl.numbers import check_mfu
+        from podctl.policy import preflight as lib
         from podctl.steps import RunSpec
         from podctl.steps.preflight_env import compile_env
 
@@ -166,13 +166,13 @@ def plan_from_preflight(ctx: Context, path: Path, tokens_text: str, slice_type: 
                         as_json: bool) -> None:
     """`podctl plan --from-preflight FILE --tokens D`: the run priced with the compiled
     FLOPs per step (FLOPs/step x D / tokens per step) instead of 6·N·D
-    (podctl/planner/from_preflight.py)."""
-    from podctl import preflight as lib
+    (podctl/policy/planner/from_preflight.py)."""
+    from podctl.base.numbers import fmt_count, fmt_usd
     from podctl.cli.common import plan_zone as _plan_zone
     from podctl.cli.plan_render import short_source as _short_source
     from podctl.cli.render import emit_json
-    from podctl.numbers import fmt_count, fmt_usd
-    from podctl.planner import from_preflight
+    from podctl.policy import preflight as lib
+    from podctl.policy.planner import from_preflight
 
     data = lib.load_result(path)
     report = from_preflight.plan_from_preflight(data, path, tokens_text, slice_type, mfu=mfu,

@@ -43,10 +43,10 @@ def profile(ctx: Context, run_id: str, steps: int, hosts_text: str, pull_dir: Pa
     """
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.base.durations import parse_duration
+        from podctl.base.errors import JobError
         from podctl.cli.render import emit_json
-        from podctl.durations import parse_duration
-        from podctl.errors import JobError
         from podctl.steps import Session
         from podctl.steps.profiles import pull_profiles, take_profile
 

@@ -33,7 +33,7 @@ def quota_set(name: str, chip_hours_week: float | None, max_chips: int | None, c
     """Set the quota of NAME: a user's account (as `queue ls` shows owners) or a team."""
 
     def action() -> None:
-        from podctl.errors import InvalidValueError
+        from podctl.base.errors import InvalidValueError
         from podctl.queue.interface import Quota
 
         if clear == (chip_hours_week is not None or max_chips is not None):

@@ -45,8 +45,8 @@ def queue() -> None:
 
 
 def _me(ctx: Context) -> str:
+    from podctl.base.settings import resolve_account
     from podctl.queue.entry import default_owner
-    from podctl.settings import resolve_account
 
     return default_owner(resolve_account(backend=ctx.backend))
 
@@ -91,10 +91,10 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
     """Queue SCRIPT [ARGS...] to run on a slice; the workdir is bundled now."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.base.durations import parse_duration
+        from podctl.base.errors import InvalidValueError
         from podctl.cli.render import emit_json
-        from podctl.durations import parse_duration
-        from podctl.errors import InvalidValueError
         from podctl.queue import add as adding
         from podctl.queue.entry import check_name, default_owner, parse_priority
         from podctl.steps import RunSpec, Session, parse_env
@@ -246,7 +246,7 @@ def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -
     """Cancel an entry: stop its run if it runs, delete its slice or queued resource."""
 
     def action() -> None:
-        from podctl.errors import QueueError
+        from podctl.base.errors import QueueError
         from podctl.queue import log as queue_log
         from podctl.queue import tick
 
@@ -268,7 +268,7 @@ def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -
 @pass_context
 def tick_cmd(ctx: Context, interval: str | None, project: str | None, zone: str | None) -> None:
     def action() -> None:
-        from podctl.durations import parse_duration
+        from podctl.base.durations import parse_duration
         from podctl.queue import log as queue_log
         from podctl.queue import tick
         seconds = parse_duration(interval, "--loop") if interval else None

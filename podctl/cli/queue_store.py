@@ -9,7 +9,7 @@ from typing import Any
 
 
 def state_dir() -> Path:
-    from podctl import settings
+    from podctl.base import settings
 
     return settings.state_dir()
 

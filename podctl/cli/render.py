@@ -47,17 +47,17 @@ def _console(stderr: bool = False) -> Any:
 
 
 def _age(info: SliceInfo) -> str:
-    from podctl.durations import format_duration
+    from podctl.base.durations import format_duration
 
     return format_duration(info.age_seconds)
 
 
 def slice_table(slices: Iterable[SliceInfo], costs: dict[str, Any] | None = None) -> None:
-    """COSTS: slice name -> podctl.cost.SliceCost, for the $/HOUR and COST columns."""
+    """COSTS: slice name -> podctl.money.cost.SliceCost, for the $/HOUR and COST columns."""
     from rich import box
     from rich.table import Table
 
-    from podctl.numbers import fmt_usd
+    from podctl.base.numbers import fmt_usd
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("NAME", "KIND", "STATE", "TYPE", "TOPOLOGY", "CHIPS", "HOSTS", "TIER", "AGE",

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
+from podctl.base.vocabulary import DEFAULT_WAIT
 from podctl.cli.common import COUNT, POSITIVE, Context, guarded, runtime_help, slice_help
-from podctl.vocabulary import DEFAULT_WAIT
 
 pass_context = click.make_pass_decorator(Context)
 Command = TypeVar("Command", bound=Callable[..., Any])  # what an option decorator takes and gives back
@@ -89,7 +89,7 @@ def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zon
 
     def action() -> None:
         from podctl import steps
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
         from podctl.cli.render import ProgressReporter, emit_json, slice_detail
 
         def listed(text: str | None) -> tuple[str, ...]:
@@ -142,7 +142,7 @@ def ls(ctx: Context, project: str | None, zone: str | None, as_json: bool) -> No
     """List the slices (nodes and queued resources) in the zone."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
         from podctl.cli.render import emit_json, slice_table
         from podctl.steps.slice_cost import slice_costs
 
@@ -169,7 +169,7 @@ def status(ctx: Context, name: str, project: str | None, zone: str | None, as_js
     """Show one slice: state, health, hosts with IPs, topology, age, labels."""
 
     def action() -> None:
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
         from podctl.cli.render import emit_json, slice_detail
         from podctl.steps import slice_status
 
@@ -197,10 +197,10 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
 
     def action() -> None:
         from podctl import steps
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
+        from podctl.base.durations import parse_duration
+        from podctl.base.errors import UsageError
         from podctl.cli.render import ProgressReporter, emit_json
-        from podctl.durations import parse_duration
-        from podctl.errors import UsageError
 
         parse_duration(timeout, "--timeout")  # refused before anything connects
         session = _open(ctx, project, zone)

@@ -12,13 +12,13 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import tpu_v2
 
+from podctl.base.settings import FAKE_ACCOUNT, Settings, endpoint_override
 from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.providers.cloud_tpu import CloudTpu
 from podctl.cloud.tpu_client import RetryPolicy
 from podctl.cloud.translate import translate
-from podctl.settings import FAKE_ACCOUNT, Settings, endpoint_override
 
 GOOGLE_ENDPOINT = "tpu.googleapis.com"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -39,19 +39,19 @@ def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
 # The backend switch: the one place below the CLI that knows the fake cloud (a daemon
 # on loopback that the fake backend starts on first use). Callers above ask here.
 def fake_running(settings: Settings) -> bool:
-    from podctl.fake import daemon
+    from podctl.fake.admin import daemon
 
     return bool(daemon.status(settings.fake_dir).get("running"))
 
 
 def stop_fake(settings: Settings) -> None:
-    from podctl.fake import daemon
+    from podctl.fake.admin import daemon
 
     daemon.stop(settings.fake_dir)
 
 
 def fake_endpoint(settings: Settings) -> str:
-    from podctl.fake import daemon
+    from podctl.fake.admin import daemon
 
     url: str = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["tpu_api"]
     return url
@@ -109,7 +109,7 @@ def storage_endpoint(settings: Settings) -> str | None:
     """Where GCS is: None for Google's, the fake's emulator for the fake backend."""
     if settings.backend != "fake":
         return None
-    from podctl.fake import daemon
+    from podctl.fake.admin import daemon
 
     url: str | None = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)["gcs"]
     return url
@@ -124,7 +124,7 @@ def job_ports(settings: Settings) -> tuple[int | None, int]:
     """
     if settings.backend != "fake":
         return 22, COORDINATOR_PORT
-    from podctl.fake import daemon
+    from podctl.fake.admin import daemon
 
     info = daemon.start(settings.fake_dir, project=settings.project, zone=settings.zone)
     return info.get("ssh_port"), COORDINATOR_PORT

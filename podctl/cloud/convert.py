@@ -6,9 +6,9 @@ import time
 
 from google.cloud import tpu_v2
 
+from podctl.base.errors import InvalidSliceError
+from podctl.base.topology import parse_slice
 from podctl.cloud.types import GuestEntry, Host, NodeInfo, SliceInfo, Tier
-from podctl.errors import InvalidSliceError
-from podctl.topology import parse_slice
 
 
 def short(name: str) -> str:

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 from google.cloud import tpu_v2
 
+from podctl.base.errors import InvalidValueError, NotFoundError
 from podctl.cloud.describe import Kind
 from podctl.cloud.node_metadata import check_metadata
 from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceSpec
-from podctl.errors import InvalidValueError, NotFoundError
 
 # Every queued resource carries a validity window, so that a request forgotten in a
 # queue (a client killed, a cron entry removed) fails on its own instead of turning

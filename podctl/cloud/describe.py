@@ -7,11 +7,11 @@ from typing import Literal
 
 from google.cloud import tpu_v2
 
+from podctl.base.errors import NotFoundError
 from podctl.cloud.convert import queued_node_ids, short, slice_from_node, slice_from_queued_resource
 from podctl.cloud.names import validate_name
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
-from podctl.errors import NotFoundError
 
 Kind = Literal["node", "queued-resource"]
 

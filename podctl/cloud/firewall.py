@@ -27,7 +27,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from podctl.errors import InvalidValueError
+from podctl.base.errors import InvalidValueError
 
 SSH_PORT = 22
 # JAX's coordinator: the port Google's TPU firewall opens. jax-ml/jax issue 35905: the rule

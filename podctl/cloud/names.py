@@ -7,8 +7,8 @@ import hashlib
 import re
 import time
 
+from podctl.base.errors import InvalidValueError
 from podctl.cloud.types import SliceSpec
-from podctl.errors import InvalidValueError
 
 # Cloud TPU node ids: a lowercase letter, then letters, digits and hyphens, at most 63,
 # not ending with a hyphen. A multislice NAME also names its nodes NAME-0, NAME-1, ...

@@ -22,12 +22,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from podctl.base.errors import AlreadyExistsError, CloudError, InvalidValueError, PodctlError
 from podctl.cloud.operations import Operation
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.translate import METADATA_LIMITS, translate_metadata_update
 from podctl.cloud.types import GuestEntry
 from podctl.cloud.wait import Clock, WaitPolicy, wait_until
-from podctl.errors import AlreadyExistsError, CloudError, InvalidValueError, PodctlError
 
 CONFLICT_SECONDS = 60.0  # how long a patch is retried while other updates of the node run
 _BACKOFF = (1.0, 8.0)  # the first wait after a 409, and the longest

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from podctl.base.errors import CloudError, ConfigError, PermissionDeniedError, TransientError
 from podctl.cloud.types import SliceInfo
-from podctl.errors import CloudError, ConfigError, PermissionDeniedError, TransientError
 
 GOOGLE_OSLOGIN = "https://oslogin.googleapis.com"
 GOOGLE_COMPUTE = "https://compute.googleapis.com"

@@ -22,9 +22,9 @@ from typing import Any
 
 from google.cloud import tpu_v2
 
+from podctl.base.errors import InvalidValueError
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
-from podctl.errors import InvalidValueError
 
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"
 _TAG = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1035, as GCE network tags

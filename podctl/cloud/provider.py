@@ -1,6 +1,6 @@
 """SliceProvider: what podctl asks of whatever makes slices, and the registry that picks one.
 
-Everything above cloud/ (steps/, jobs/, gc.py, budget.py, the queue through steps/) holds a
+Everything above cloud/ (steps/, jobs/, policy/gc.py, money/budget.py, the queue through steps/) holds a
 SliceProvider and speaks slices: `SliceSpec` and `CreateRequest` in, `SliceInfo`,
 `GuestEntry` and `Placement` out (cloud/types.py), never an API's dict or protobuf. Only
 cloud/ names a concrete provider, so a second way of making slices (Compute Engine, which
@@ -19,16 +19,16 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from podctl.errors import ConfigError
+from podctl.base.errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: the protocol costs no import of a provider
-    from podctl import topology
+    from podctl.base import topology
+    from podctl.base.settings import Settings
     from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
     from podctl.cloud.describe import Kind
     from podctl.cloud.placement import Placement
     from podctl.cloud.types import GuestEntry, SliceInfo
     from podctl.cloud.wait import Clock, Progress, WaitPolicy
-    from podctl.settings import Settings
 
 
 class SliceProvider(Protocol):

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from podctl.errors import ConfigError
+from podctl.base.errors import ConfigError
 
 SSH_USER = "podctl"
 KEY_NAME = "podctl_ed25519"

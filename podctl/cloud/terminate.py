@@ -8,11 +8,11 @@ like any other.
 
 from __future__ import annotations
 
+from podctl.base.errors import NotFoundError
 from podctl.cloud import describe
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_deleted
-from podctl.errors import NotFoundError
 
 
 async def owning_slice(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:

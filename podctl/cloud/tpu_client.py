@@ -21,13 +21,13 @@ from typing import Any, TypeVar
 import requests
 from google.cloud import tpu_v2
 
+from podctl.base.errors import ConfigError, PodctlError, TransientError
+from podctl.base.retry import RetryPolicy as RetryPolicy  # base/retry.py owns it; re-exported for connect.py
 from podctl.cloud import operations
 from podctl.cloud.convert import guest_entries
 from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate, translate_metadata_update
 from podctl.cloud.types import GuestEntry
-from podctl.errors import ConfigError, PodctlError, TransientError
-from podctl.retry import RetryPolicy as RetryPolicy  # retry.py owns it; re-exported for connect.py
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request

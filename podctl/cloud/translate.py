@@ -1,4 +1,4 @@
-"""Google's errors -> podctl's, at the one place they enter (see errors.py).
+"""Google's errors -> podctl's, at the one place they enter (see base/errors.py).
 
 google-api-core raises one exception class per HTTP status; requests raises its
 own for a connection that fails. Quota and rate limiting both arrive as 429: a
@@ -22,7 +22,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
-from podctl.errors import (
+from podctl.base.errors import (
     AlreadyExistsError,
     ApiDisabledError,
     CloudError,

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from podctl.errors import InvalidValueError
-from podctl.topology import MultiSlice, SliceType, parse_multislice, parse_topology
-from podctl.vocabulary import SERVING_STATES
+from podctl.base.errors import InvalidValueError
+from podctl.base.topology import MultiSlice, SliceType, parse_multislice, parse_topology
+from podctl.base.vocabulary import SERVING_STATES
 
 Tier = Literal["on-demand", "spot", "guaranteed"]
 TIERS: tuple[Tier, ...] = ("on-demand", "spot", "guaranteed")

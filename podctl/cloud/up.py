@@ -14,13 +14,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from podctl.cloud import create as create_step
-from podctl.cloud.names import OWNER_LABEL, REQUEST_LABEL, podctl_labels, validate_name
-from podctl.cloud.placement import Placement
-from podctl.cloud.provider import SliceProvider
-from podctl.cloud.types import SliceInfo, SliceSpec
-from podctl.cloud.wait import Clock, Progress, WaitPolicy
-from podctl.errors import (
+from podctl.base.errors import (
     AlreadyExistsError,
     CloudError,
     NotFoundError,
@@ -28,8 +22,14 @@ from podctl.errors import (
     SliceLostError,
     SpecMismatchError,
 )
-from podctl.failures import slice_lost_reason, unfit
-from podctl.signals import first_stop_only, stop_signals_ignored
+from podctl.base.failures import slice_lost_reason, unfit
+from podctl.base.signals import first_stop_only, stop_signals_ignored
+from podctl.cloud import create as create_step
+from podctl.cloud.names import OWNER_LABEL, REQUEST_LABEL, podctl_labels, validate_name
+from podctl.cloud.placement import Placement
+from podctl.cloud.provider import SliceProvider
+from podctl.cloud.types import SliceInfo, SliceSpec
+from podctl.cloud.wait import Clock, Progress, WaitPolicy
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,14 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, retry_if_result, wait_exponential_jitter
 
+from podctl.base.errors import (
+    NotFoundError,
+    SliceDeletedError,
+    SliceLostError,
+    TransientError,
+    WaitTimeoutError,
+)
+from podctl.base.vocabulary import DEFAULT_WAIT_SECONDS
 from podctl.cloud import describe
 from podctl.cloud.convert import slice_from_node
 from podctl.cloud.describe import Kind
@@ -24,14 +32,6 @@ from podctl.cloud.operations import Operation
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.translate import translate_operation_error
 from podctl.cloud.types import SliceInfo
-from podctl.errors import (
-    NotFoundError,
-    SliceDeletedError,
-    SliceLostError,
-    TransientError,
-    WaitTimeoutError,
-)
-from podctl.vocabulary import DEFAULT_WAIT_SECONDS
 
 T = TypeVar("T")
 Progress = Callable[[str], None]

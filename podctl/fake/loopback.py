@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from podctl.errors import FakeCloudError
+from podctl.base.errors import FakeCloudError
 
 
 def require_loopback(host: str) -> None:

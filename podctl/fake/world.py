@@ -27,11 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from podctl import topology
-from podctl.errors import InvalidSliceError
-from podctl.fake import label_rules, maintenance, node_fields, placement_check, queued, wire
-from podctl.fake.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
-from podctl.fake.node_fields import check_metadata
+from podctl.base import topology
+from podctl.base.errors import InvalidSliceError
+from podctl.fake.api import label_rules, node_fields, placement_check, queued, wire
+from podctl.fake.api.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
+from podctl.fake.api.node_fields import check_metadata
+from podctl.fake.vm import maintenance
 
 POD_CHIPS = 8960  # one v5p pod per zone unless a test says otherwise
 # What a v5p zone offers (gcloud compute tpus tpu-vm versions list,
@@ -347,7 +348,7 @@ class World:
         through the admin API), one entry per worker asked for that has something under
         QUERY_PATH. GuestAttributes (cloud_tpu.proto) has no worker field: entries come
         in worker order."""
-        from podctl.fake.metadata import guest_items
+        from podctl.fake.vm.metadata import guest_items
 
         node = self.get_node(name)
         stored = node.get("_guest") or {}

@@ -27,10 +27,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from podctl.jobs import run_layout
+from podctl.host import run_layout
 
-WATCH_SOURCE = Path(__file__).with_name("host_watch.py").read_text()
-PIN_SOURCE = Path(__file__).with_name("host_pin.py").read_text()  # imported by the watcher
+WATCH_SOURCE = (Path(__file__).parent.parent / "host" / "host_watch.py").read_text()
+PIN_SOURCE = (Path(__file__).parent.parent / "host" / "host_pin.py").read_text()  # imported by the watcher
 _EOF = "PODCTL_HOST_WATCH_EOF"
 MAX_BYTES = 48 * 1024  # far under metadata's 256 KiB a value (design 26, F7); the watcher and its pin check
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from podctl.errors import BundleError
-from podctl.jobs import agent, run_layout
-from podctl.storage import Storage
+from podctl.base.errors import BundleError
+from podctl.cloud.storage import Storage
+from podctl.host import agent, run_layout
 
 WARN_BYTES = 100 * 1000 * 1000  # a bundle above this (packed or unpacked) is worth a warning
 FIXED_MTIME = 946684800  # 2000-01-01: mtime 0 breaks tools that zip the tree (ZIP starts at 1980)
@@ -127,7 +127,7 @@ class _Rules:
 def _podctl_state() -> set[Path]:
     """podctl's own state directory (SSH and signing keys, the fake's hosts): never shipped,
     even when a workdir holds it."""
-    from podctl.settings import state_dir
+    from podctl.base.settings import state_dir
 
     with contextlib.suppress(OSError, RuntimeError):
         return {state_dir().resolve()}

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from podctl.errors import InvalidValueError, JobError
-from podctl.storage import ObjectInfo, Storage
+from podctl.base.errors import InvalidValueError, JobError
+from podctl.cloud.storage import ObjectInfo, Storage
 
 COMMIT_FILE = "commit_success.txt"
 MANIFEST_FILE = "podctl_manifest.json"  # templates/ckpt_manifest.py's MANIFEST

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podctl import children
-from podctl.errors import RequirementsError
+from podctl.base import children
+from podctl.base.errors import RequirementsError
+from podctl.base.settings import state_dir
+from podctl.base.vocabulary import ENV_BUILD_TIMEOUT_SECONDS
 from podctl.jobs import env_lock
-from podctl.settings import state_dir
-from podctl.vocabulary import ENV_BUILD_TIMEOUT_SECONDS
 
 PART_SIZE = 8 << 20  # the hosts read and check the archive in parts of this size
 ZSTD_LEVEL = 3  # zstd's default: ~3x on site-packages, decompressed at over 1 GB/s

@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podctl import children
-from podctl.errors import RequirementsError
-from podctl.settings import state_dir
+from podctl.base import children
+from podctl.base.errors import RequirementsError
+from podctl.base.settings import state_dir
 
 IMAGE_PYTHON = "3.10"  # v5p / v6e / v4 runtime images: Ubuntu 22.04's python3
 CURRENT_PYTHON = "3.12"  # uv's CPython, shipped in the environment, when the image's is too old

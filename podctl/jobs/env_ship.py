@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from podctl.errors import InvalidValueError
-from podctl.jobs import bundle, env_build, env_lock, env_zstandard, run_layout
-from podctl.storage import Storage
+from podctl.base.errors import InvalidValueError
+from podctl.cloud.storage import Storage
+from podctl.host import run_layout
+from podctl.jobs import bundle, env_build, env_lock, env_zstandard
 
 REQUIREMENTS = env_lock.REQUIREMENTS
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podctl import children
+from podctl.base import children
 from podctl.jobs import env_lock
 
 PYTHON = env_lock.IMAGE_PYTHON  # the hosts' python3, which runs the agent

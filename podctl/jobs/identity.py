@@ -23,10 +23,10 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from podctl.errors import JobError, StoragePermissionError
-from podctl.jobs import run_layout
+from podctl.base.errors import JobError, StoragePermissionError
+from podctl.base.settings import FAKE_BUCKET
+from podctl.host import run_layout
 from podctl.jobs.ssh import Fleet
-from podctl.settings import FAKE_BUCKET
 
 CHECK_SECONDS = 60.0  # the three calls take well under a second; a host's network may not
 WRITE_SCOPES = ("cloud-platform", "devstorage.read_write", "devstorage.full_control")

@@ -21,12 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from podctl.base.errors import InvalidValueError, StoragePermissionError
+from podctl.base.failures import coordination_abort
+from podctl.base.numbers import parse_hosts_text
+from podctl.base.signals import name_of_stop, received
+from podctl.base.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.names import login
 from podctl.cloud.sshkey import SSH_USER
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
-from podctl.errors import InvalidValueError, StoragePermissionError
-from podctl.failures import coordination_abort
-from podctl.jobs import bundle, env_ship, launch, run_files, run_layout, run_record
+from podctl.host import run_layout
+from podctl.jobs import bundle, env_ship, launch, run_files, run_record
 from podctl.jobs.channels.base import Channel
 from podctl.jobs.channels.ssh import SshChannel
 from podctl.jobs.host_label import host_name
@@ -36,10 +41,6 @@ from podctl.jobs.run_files import read_record, read_stop_request, save_record
 from podctl.jobs.run_record import HostStatus, RunRecord
 from podctl.jobs.run_spec import RunSpec
 from podctl.jobs.ssh import Fleet, HostPins, Target
-from podctl.numbers import parse_hosts_text
-from podctl.signals import name_of_stop, received
-from podctl.storage import Storage
-from podctl.vocabulary import EXIT_HOST_LOST
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Fail-fast: once a host failed, the others' scripts get SIGTERM and, this long after,

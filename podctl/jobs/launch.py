@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podctl.base.errors import JobError
+from podctl.base.vocabulary import HEARTBEAT_SECONDS
 from podctl.cloud.firewall import COORDINATOR_PORT, MEGASCALE_PORT
 from podctl.cloud.types import SliceInfo
-from podctl.errors import JobError
-from podctl.jobs import host_config as host_config_module
-from podctl.jobs import run_layout
+from podctl.host import host_config as host_config_module
+from podctl.host import run_layout
 from podctl.jobs.ssh import Fleet, Target
-from podctl.vocabulary import HEARTBEAT_SECONDS
 
 JAX_COORDINATOR_PORT = COORDINATOR_PORT  # 8476: cloud/firewall.py says why
 HOST_COMMAND_SECONDS = 30.0  # a stop or a stacks request on one host: a host that does not answer is left
-AGENT_FILE = Path(__file__).with_name("agent.py")
+AGENT_FILE = Path(__file__).parent.parent / "host" / "agent.py"
 
 # What the agent's zip holds: agent.py, its siblings, and the standard-library modules
 # it shares with podctl (metric_line.py: a script's records; run_layout.py: every GCS name;

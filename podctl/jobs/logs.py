@@ -14,12 +14,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from podctl.jobs import run_files, run_layout
+from podctl.base.vocabulary import HEARTBEAT_SECONDS
+from podctl.cloud.storage import Storage, StorageUnavailable
+from podctl.host import run_layout
+from podctl.jobs import run_files
 from podctl.jobs.host_label import ProcessMarks
 from podctl.jobs.run_files import EXIT_HOST_LOST, HOST_LOST_SECONDS, split_lines
 from podctl.jobs.run_record import HostStatus
-from podctl.storage import Storage, StorageUnavailable
-from podctl.vocabulary import HEARTBEAT_SECONDS
 
 __all__ = ["LogReader", "LineSink", "EXIT_HOST_LOST", "HOST_LOST_SECONDS", "split_lines"]
 

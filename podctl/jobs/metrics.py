@@ -10,8 +10,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podctl.jobs import metric_line, run_files
-from podctl.storage import Storage
+from podctl.cloud.storage import Storage
+from podctl.host import metric_line
+from podctl.jobs import run_files
 
 
 @dataclass

@@ -18,9 +18,9 @@ import asyncio
 import time
 from typing import Any
 
-from podctl.errors import SliceBusyError
-from podctl.jobs import run_layout
-from podctl.jobs.agent import STOP_GRACE_SECONDS
+from podctl.base.errors import SliceBusyError
+from podctl.host import run_layout
+from podctl.host.agent import STOP_GRACE_SECONDS
 from podctl.jobs.ssh import Fleet, Target
 
 # How long a relaunch waits for the old run to let go: the agent's own stop grace, then

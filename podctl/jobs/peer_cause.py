@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from podctl.failures import coordination_abort
+from podctl.base.failures import coordination_abort
 from podctl.jobs.host_label import host_name
 from podctl.jobs.run_record import HostStatus, job_exit_code
 

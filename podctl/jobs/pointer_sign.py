@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podctl.errors import ConfigError, InvalidValueError
-from podctl.jobs import host_pin, run_layout
+from podctl.base.errors import ConfigError, InvalidValueError
+from podctl.host import host_pin, run_layout
 
 PIN_KEY = host_pin.PIN_KEY  # node metadata: the slice's pin (JSON, public keys only)
 KEY_DIR = "keys"

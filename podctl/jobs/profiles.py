@@ -23,10 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from podctl.errors import InvalidValueError, JobError
-from podctl.jobs import run_files, run_layout, run_record
+from podctl.base.errors import InvalidValueError, JobError
+from podctl.cloud.storage import Storage
+from podctl.host import run_layout
+from podctl.jobs import run_files, run_record
 from podctl.jobs.run_files import load_record
-from podctl.storage import Storage
 
 MAX_STEPS = 1000  # a trace of many steps is large; a few show a step's shape
 ENDED = ("succeeded", "failed", "stopped", "lost")

@@ -1,5 +1,5 @@
 """A run's files in GCS, read and written in one place (the host agent, which must
-stand alone on a bare host, writes its own side: podctl/jobs/agent*.py). Both sides
+stand alone on a bare host, writes its own side: podctl/host/agent*.py). Both sides
 name every object with run_layout.py (shipped in the agent's zip):
 
     podctl/runs/RUN_ID/run.json                    the record (RunRecord), also in the index
@@ -24,14 +24,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from podctl.errors import InvalidValueError, JobError
-from podctl.jobs import run_layout, run_record
+from podctl.base.errors import InvalidValueError, JobError
+from podctl.base.vocabulary import EXIT_HOST_LOST as EXIT_HOST_LOST  # base/vocabulary.py owns them; re-exported
+from podctl.base.vocabulary import HOST_LOST_SECONDS as HOST_LOST_SECONDS
+from podctl.base.vocabulary import LIVE_RUN_STATES
+from podctl.cloud.storage import Storage, StorageError, StorageNotFound
+from podctl.host import run_layout
+from podctl.jobs import run_record
 from podctl.jobs.run_record import HostStatus
 from podctl.jobs.run_record import RunRecord as RunRecord  # run_record.py owns it; re-exported
-from podctl.storage import Storage, StorageError, StorageNotFound
-from podctl.vocabulary import EXIT_HOST_LOST as EXIT_HOST_LOST  # vocabulary.py owns them; re-exported
-from podctl.vocabulary import HOST_LOST_SECONDS as HOST_LOST_SECONDS
-from podctl.vocabulary import LIVE_RUN_STATES
 
 MAX_LISTED = 100
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from podctl.jobs import run_layout
+from podctl.host import run_layout
 
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,80}-\d{8}-\d{6}-[0-9a-f]{4}$")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podctl.errors import BundleError, InvalidValueError
+from podctl.base.errors import BundleError, InvalidValueError
 
 
 @dataclass(frozen=True)

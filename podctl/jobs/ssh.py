@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from podctl.base.errors import HostKeyError, JobError
+from podctl.base.retry import RetryPolicy
 from podctl.cloud.sshkey import SSH_USER
 from podctl.cloud.types import SliceInfo
-from podctl.errors import HostKeyError, JobError
-from podctl.retry import RetryPolicy
 
 T = TypeVar("T")
 DEFAULT_CONCURRENCY = 256
@@ -148,7 +148,7 @@ class Fleet:
     async def _connect_one(self, target: Target) -> Any:
         import asyncssh
 
-        # the one retry policy (retry.py), paced for a handshake: a host's sshd may be
+        # the one retry policy (base/retry.py), paced for a handshake: a host's sshd may be
         # starting; the deadline is every attempt timing out
         policy = RetryPolicy(attempts=self.attempts, initial=0.3, maximum=5.0,
                              deadline=self.attempts * (self.connect_timeout + 5.0))

@@ -21,13 +21,14 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from podctl.base.errors import PodctlError
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
-from podctl.errors import PodctlError
-from podctl.jobs import agent_control, channels, run_files
+from podctl.host import agent_control
+from podctl.jobs import channels, run_files
 from podctl.jobs.channels.base import HostAccess as HostAccess
 from podctl.jobs.run_files import RunRecord
 from podctl.jobs.run_record import HostStatus
-from podctl.storage import Storage
 
 POLL_SECONDS = 1.0
 # A stop that reached the hosts only through GCS: the agents see it within their poll,

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from podctl import steps
-from podctl.errors import InvalidValueError
-from podctl.numbers import check_number
+from podctl.base.errors import InvalidValueError
+from podctl.base.numbers import check_number
+from podctl.base.topology import parse_slice
 from podctl.queue.entry import Entry, check_name
 from podctl.queue.interface import QueueStore
-from podctl.topology import parse_slice
 
 
 @dataclass

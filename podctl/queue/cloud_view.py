@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from podctl import steps
-from podctl.failures import slice_lost_reason
+from podctl.base.failures import slice_lost_reason
 from podctl.steps import SliceInfo
 
 

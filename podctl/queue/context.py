@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from podctl.base.settings import Settings
 from podctl.queue.entry import Entry
 from podctl.queue.interface import Quota
-from podctl.settings import Settings
 from podctl.steps.session import Session
 
 KILL_ENV = "PODCTL_QUEUE_KILL_AT"  # test-only: SIGKILL the tick at this phase (see tick.py)

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from podctl.errors import InvalidSliceError, InvalidValueError
+from podctl.base.errors import InvalidSliceError, InvalidValueError
 
 STATES = ("pending", "provisioning", "starting", "running", "succeeded", "failed", "cancelled")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -63,7 +63,7 @@ class Entry:
     last_error: str | None = None
     exit_code: int | None = None
     cost: float | None = None
-    preflight: dict[str, Any] | None = None  # `queue add --preflight`'s report (podctl/preflight.py)
+    preflight: dict[str, Any] | None = None  # `queue add --preflight`'s report (podctl/policy/preflight.py)
     owner: str = ""  # who added it: the gcloud/ADC account, else the OS user
     waiting: str | None = None  # why a due pending entry does not start (its owner's quota)
 
@@ -126,7 +126,7 @@ def decode(row: dict[str, Any]) -> Entry:
 
 
 def chips_of(accelerator_type: str) -> int:
-    from podctl.topology import parse_slice
+    from podctl.base.topology import parse_slice
 
     try:
         return parse_slice(accelerator_type).chips
@@ -137,13 +137,13 @@ def chips_of(accelerator_type: str) -> int:
 def parse_priority(value: str | int) -> int:
     """`high`, `normal`, `low`, or a whole number (higher starts first)."""
     if isinstance(value, int):
-        from podctl.numbers import check_number
+        from podctl.base.numbers import check_number
 
         return int(check_number(value, "priority", whole=True))
     text = value.strip().lower()
     if text in PRIORITIES:
         return PRIORITIES[text]
-    from podctl.numbers import parse_number, plain_number
+    from podctl.base.numbers import parse_number, plain_number
 
     if plain_number(text, whole=True) is None:
         raise InvalidValueError(f"--priority takes high, normal, low or a whole number "

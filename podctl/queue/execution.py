@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from podctl import steps
-from podctl.errors import ConfigError
+from podctl.base.errors import ConfigError
 from podctl.queue.context import TickContext
 from podctl.queue.entry import Entry
 from podctl.queue.sealing import SealedEnv

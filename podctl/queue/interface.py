@@ -34,7 +34,7 @@ class Quota:
         """This quota when its numbers are finite and 0 or more (a NaN limit passes every
         comparison: it would lift the limit) and its name fits; else one line. WHERE names
         the source in that line (podctl.toml's table)."""
-        from podctl.numbers import check_number
+        from podctl.base.numbers import check_number
         from podctl.queue.entry import ACCOUNT_MOST, check_name
 
         check_name(self.name, f"quota NAME{where}", ACCOUNT_MOST)

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from podctl.errors import QueueBusyError
+from podctl.base.errors import QueueBusyError
 
 
 class QueueLock:

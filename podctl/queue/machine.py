@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from podctl.errors import (
+from podctl.base.errors import (
     AlreadyExistsError,
     CloudError,
     ConfigError,
@@ -36,7 +36,7 @@ from podctl.errors import (
     StoragePermissionError,
     TransientError,
 )
-from podctl.failures import dead_state, infrastructure_reason
+from podctl.base.failures import dead_state, infrastructure_reason
 from podctl.queue import entry_names, execution, provision
 from podctl.queue.cloud_view import World, lost_reason
 from podctl.queue.context import TickContext

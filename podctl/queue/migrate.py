@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from podctl.errors import QueueError
+from podctl.base.errors import QueueError
 from podctl.queue.lock import QueueLock
 from podctl.queue.store import Store, db_path
 

@@ -43,7 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from podctl.errors import (
+from podctl.base.errors import (
     ConfigError,
     NoSuchEntryError,
     QueueDatabaseError,
@@ -401,7 +401,7 @@ class AdvisoryLock:
         self.held = False
 
     def hold(self, wait: float, what: str) -> AdvisoryLock:
-        from podctl.errors import QueueBusyError
+        from podctl.base.errors import QueueBusyError
 
         if not self.acquire(wait):
             raise QueueBusyError(f"a `podctl queue tick` holds the queue in {self.store.where} (more "

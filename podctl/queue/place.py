@@ -28,13 +28,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from podctl.errors import ConfigError
-from podctl.numbers import WHOLE_HIGHEST
+from podctl.base.errors import ConfigError
+from podctl.base.numbers import WHOLE_HIGHEST
 from podctl.queue.interface import QueueStore, Quota
 
 
 def queue_url(env: Mapping[str, str] = os.environ, cwd: Path | None = None) -> str | None:
-    from podctl.settings import read_podctl_toml
+    from podctl.base.settings import read_podctl_toml
 
     url = env.get("PODCTL_QUEUE_URL") or read_podctl_toml(cwd or Path.cwd()).get("queue_url")
     if url is not None and not isinstance(url, str):
@@ -60,7 +60,7 @@ def _number(value: Any, what: str, whole: bool) -> float | int | None:
 
 
 def _queue_table(cwd: Path | None) -> dict[str, Any]:
-    from podctl.settings import load_podctl_toml
+    from podctl.base.settings import load_podctl_toml
 
     table = load_podctl_toml(cwd or Path.cwd()).get("queue", {})
     if not isinstance(table, dict):
@@ -73,7 +73,7 @@ def _queue_table(cwd: Path | None) -> dict[str, Any]:
 
 
 def toml_preempt(cwd: Path | None = None) -> bool:
-    from podctl.settings import switch
+    from podctl.base.settings import switch
 
     return bool(switch(_queue_table(cwd).get("preempt"), "[queue] preempt"))
 

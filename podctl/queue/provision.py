@@ -5,7 +5,7 @@ goes through the slice steps (steps/slices.py), as `podctl up` and `down` do."""
 from __future__ import annotations
 
 from podctl import steps
-from podctl.errors import NotFoundError
+from podctl.base.errors import NotFoundError
 from podctl.queue import entry_names
 from podctl.queue.entry import Entry
 from podctl.steps import CreationOutcome, SliceInfo

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from podctl.errors import NoSuchEntryError, QueueDatabaseError
+from podctl.base.errors import NoSuchEntryError, QueueDatabaseError
 from podctl.queue.entry import COLUMNS, STATES, TERMINAL, TIERS, Entry, decode, encode, stamped
 from podctl.queue.interface import Quota
 from podctl.queue.lock import QueueLock

@@ -19,8 +19,10 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from podctl._sync import run_sync
-from podctl.errors import CloudError, JobError, QueueUnreachableError, StorageError
+from podctl.base._sync import run_sync
+from podctl.base.errors import CloudError, JobError, QueueUnreachableError, StorageError
+from podctl.base.signals import on_stop
+from podctl.base.vocabulary import LIVE_RUN_STATES
 from podctl.queue.cloud_view import observe
 from podctl.queue.context import TickContext
 from podctl.queue.entry import TERMINAL, Entry
@@ -28,9 +30,7 @@ from podctl.queue.interface import QueueStore
 from podctl.queue.machine import Machine, needs_cleanup
 from podctl.queue.provision import parent_of
 from podctl.queue.shares import Ledger, Shares
-from podctl.signals import on_stop
 from podctl.steps.collect import QueueOwners, reap_queue_leftovers
-from podctl.vocabulary import LIVE_RUN_STATES
 
 CANCEL_LOCK_WAIT = 60.0  # seconds `queue cancel` waits for a running tick
 # What a pass may meet that passes by itself (GCS or the TPU API down, a host not

@@ -31,12 +31,12 @@ hook (a notice, a progress, the CLI's spinner or bar for a long wait).
                      locked environment, built here once per lock)
 
 Below the steps: cloud/ (a SliceProvider: the Cloud TPU API), jobs/ (hosts, agents, a run's files in
-GCS), storage.py, budget.py, cost.py, gc.py, failures.py (what counts as the
+GCS), cloud/storage.py, money/budget.py, money/cost.py, policy/gc.py, base/failures.py (what counts as the
 infrastructure's fault). Above them: cli/, api.py, queue/ (which keeps its own state
 machine and store, but makes and deletes slices, starts, looks at (run_progress.py)
 and stops runs only through these steps, over a Session at each entry's project, zone
 and bucket; where it differs from the CLI, by an option of the same step: no wait,
-once-only with a fixed run id, by_owner=False; what it needs of cloud/ and cost.py is
+once-only with a fixed run id, by_owner=False; what it needs of cloud/ and money/cost.py is
 named here: SliceInfo, CreationOutcome, the slice names and labels, slice_hourly_cost).
 """
 

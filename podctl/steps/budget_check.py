@@ -2,7 +2,7 @@
 is reached has its runs stopped, then is deleted; budgeted slices that are dead
 (PREEMPTED, FAILED, ...) are deleted unless a run still owns one.
 
-A step above both budget.py (what a budget is, when it is reached) and gc.py (which dead
+A step above both money/budget.py (what a budget is, when it is reached) and policy/gc.py (which dead
 slices may go): each of those stays one-way."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from podctl import gc
-from podctl.budget import GRACE_SECONDS, Notice, Reaped, delete_slice, overdue, stop_runs_on
+from podctl.base.errors import PodctlError
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.wait import WaitPolicy
-from podctl.errors import PodctlError
+from podctl.money.budget import GRACE_SECONDS, Notice, Reaped, delete_slice, overdue, stop_runs_on
+from podctl.policy import gc
 from podctl.steps.session import Session
 
 StopRuns = Callable[[SliceInfo], Awaitable[list[str]]]
@@ -26,7 +26,7 @@ async def reap(api: SliceProvider, parent: str, *, now: float | None = None, dry
                policy: WaitPolicy = WaitPolicy(), keep: Any = None) -> list[Reaped]:
     """Stop the runs on, then delete, every podctl slice in PARENT whose budget is reached;
     and delete the budgeted ones that are dead (PREEMPTED, FAILED, ...) unless KEEP
-    (podctl.gc.Keep) says a run still owns one."""
+    (podctl.policy.gc.Keep) says a run still owns one."""
     reaped = []
     slices = await api.list_slices(parent)
     now = api.server_now() if now is None else now  # deadlines are on the service's clock

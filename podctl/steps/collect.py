@@ -1,5 +1,5 @@
 """`podctl gc`: collect the zone's leftovers that hold quota (what is one, and what
-still owns one, is podctl/gc.py's); `queue tick`: reap_queue_leftovers, the queue's own.
+still owns one, is podctl/policy/gc.py's); `queue tick`: reap_queue_leftovers, the queue's own.
 
     found = await collect(session, dry_run=False, queue=QueueOwners(token, entries))
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from podctl import gc
 from podctl.cloud.types import SliceInfo
+from podctl.policy import gc
 from podctl.steps.session import Session
 
 Notice = Callable[[str], None]

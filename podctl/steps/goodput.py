@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from podctl.errors import PodctlError
+from podctl.base.errors import PodctlError
 from podctl.jobs.metrics import parse_records
 from podctl.jobs.run_files import load_record, read_host_lines, read_host_phases, read_record
 from podctl.steps.run_cost import RunBill, run_cost

@@ -24,12 +24,12 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from podctl import children, pythons
-from podctl.errors import ConfigError, RequirementsError
+from podctl.base import children, pythons
+from podctl.base.errors import ConfigError, RequirementsError
+from podctl.base.settings import state_dir
 from podctl.jobs import env_lock
 from podctl.jobs.run_spec import RunSpec
-from podctl.preflight import CompileEnv
-from podctl.settings import state_dir
+from podctl.policy.preflight import CompileEnv
 
 _VENV_TIMEOUT = 300.0  # uv may download a CPython first
 _SYNC_TIMEOUT = 1200.0  # jaxlib and libtpu are a few hundred MB from the package index

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from podctl.base.numbers import parse_hosts_text
 from podctl.jobs import profiles
 from podctl.jobs.profiles import ProfileRequest
-from podctl.numbers import parse_hosts_text
 from podctl.steps.session import Session
 
 Asked = Callable[[ProfileRequest, str], None]  # the request written, and where its traces go

@@ -25,11 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from podctl import maintenance, tombstones
-from podctl.cloud import placement
-from podctl.cloud.types import SliceInfo
-from podctl.cloud.up import UpRequest
-from podctl.errors import (
+from podctl.base.errors import (
     NotFoundError,
     PodctlError,
     QuotaExceededError,
@@ -39,7 +35,7 @@ from podctl.errors import (
     TransientError,
     WaitTimeoutError,
 )
-from podctl.failures import (
+from podctl.base.failures import (
     DELETED_STATES,
     EXIT_HOST_LOST,
     INFRA_EXIT_CODES,
@@ -50,6 +46,11 @@ from podctl.failures import (
     is_dead,
     unfit,
 )
+from podctl.base.vocabulary import SERVING_STATES
+from podctl.cloud import placement, tombstones
+from podctl.cloud.storage import Storage
+from podctl.cloud.types import SliceInfo
+from podctl.cloud.up import UpRequest
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.metrics import RunMetrics, read_metrics
 from podctl.jobs.run_files import (
@@ -61,12 +62,11 @@ from podctl.jobs.run_files import (
     request_stop,
     save_record,
 )
+from podctl.policy import maintenance
 from podctl.steps import runs as run_steps
 from podctl.steps import slices
 from podctl.steps.runs import Notice, RunOptions
 from podctl.steps.session import Session
-from podctl.storage import Storage
-from podctl.vocabulary import SERVING_STATES
 
 DELETED_GRACE_SECONDS = 5.0  # for the statuses of hosts killed by a deletion to land
 
@@ -391,7 +391,7 @@ class _Judged:
     reason: str | None  # None: nothing to recover (a success, or the script's own failure)
     suspect: int | None  # a worker to make the slice again without
     ours: EndedByPodctl | None  # podctl ended it (a stall, a slow host)
-    plan: Any  # host maintenance it stopped for (maintenance.py), or None
+    plan: Any  # host maintenance it stopped for (policy/maintenance.py), or None
 
 
 async def _judge(session: Session, attempts: list[Attempt], hardware_since: int, result: RunResult | None,
@@ -418,7 +418,7 @@ async def _judge(session: Session, attempts: list[Attempt], hardware_since: int,
     if reason is None and code != 0 and policy.retry_code_errors:
         reason = f"exit code {code} (retried: --retry-errors)"
     plan = None if deleted or code not in INFRA_EXIT_CODES else (
-        await maintenance.stopped_for(session.storage, attempt.run_id))  # maintenance.py
+        await maintenance.stopped_for(session.storage, attempt.run_id))  # policy/maintenance.py
     reason = maintenance.reason(plan) if plan is not None else reason
     attempt.reason = reason
     return _Judged(reason, suspect, ours, plan)

@@ -8,12 +8,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from podctl import cost
+from podctl.base.topology import parse_slice
+from podctl.base.vocabulary import LIVE_RUN_STATES
 from podctl.jobs.metrics import RunMetrics, read_metrics
 from podctl.jobs.run_files import load_record, read_statuses
+from podctl.money import cost
 from podctl.steps.session import Session
-from podctl.topology import parse_slice
-from podctl.vocabulary import LIVE_RUN_STATES
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ async def run_cost(session: Session, run_id: str, *, price: float | None = None)
 
 async def checkpoint_bytes(session: Session, run_id: str) -> int:
     """What RUN_ID's checkpoints under its run directory hold in GCS now, in bytes."""
-    from podctl.jobs.run_layout import checkpoints_prefix
+    from podctl.host.run_layout import checkpoints_prefix
 
     return sum(o.size for o in await session.storage.list(checkpoints_prefix(run_id)))
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from podctl.failures import coordination_abort
+from podctl.base.failures import coordination_abort
 from podctl.jobs import run_files, run_record
 from podctl.jobs.logs import LineSink, LogReader
 from podctl.jobs.peer_cause import peer_cause

@@ -20,9 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from podctl.base.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
+from podctl.base.vocabulary import LIVE_RUN_STATES
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
-from podctl.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
-from podctl.jobs import bundle, channels, checkpoints, launch, run_files, run_layout
+from podctl.host import run_layout
+from podctl.jobs import bundle, channels, checkpoints, launch, run_files
 from podctl.jobs.channels.base import Reach
 from podctl.jobs.checkpoints import Checkpoint, PullResult
 from podctl.jobs.env_lock import jax_extra_for
@@ -35,8 +38,6 @@ from podctl.jobs.run_spec import RunSpec as RunSpec
 from podctl.jobs.stop import signal_runs, stop_runs
 from podctl.steps.session import Session
 from podctl.steps.slices import check_network_for_run, describe_slice, ready_slice
-from podctl.storage import Storage
-from podctl.vocabulary import LIVE_RUN_STATES
 
 VIAS = channels.choices()  # what --via takes (the CLI's choice list)
 Notice = Callable[[str], None]

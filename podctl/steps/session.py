@@ -14,18 +14,18 @@ import contextlib
 import dataclasses
 from functools import partial
 
+from podctl.base.settings import Settings
 from podctl.cloud.connect import fake_running as fake_running  # the Python API: start/stop it
 from podctl.cloud.connect import job_ports, oslogin_client, storage_endpoint
 from podctl.cloud.connect import stop_fake as stop_fake
 from podctl.cloud.oslogin import login_user
 from podctl.cloud.provider import SliceProvider, open_provider
 from podctl.cloud.sshkey import SSH_USER, SshKey, ensure_ssh_key
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
 from podctl.jobs import channels
 from podctl.jobs.channels.base import HostAccess
 from podctl.jobs.ssh import HostPins, pins_for
-from podctl.settings import Settings
-from podctl.storage import Storage
 
 
 class Session:

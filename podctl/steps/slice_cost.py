@@ -4,7 +4,7 @@
     priced = await slice_costs(session, managed_only=True, price=4.2)
     priced = await slice_costs(session, name="mine")        # one
 
-Each slice with its price (cost.py: --price, podctl.toml [prices], the shipped table)
+Each slice with its price (money/cost.py: --price, podctl.toml [prices], the shipped table)
 and the budget `up --max-cost/--max-hours` wrote on it; a run's bill is run_cost.py's.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podctl import cost
-from podctl.budget import SliceBudget, slice_budget
 from podctl.cloud.types import SliceInfo
+from podctl.money import cost
+from podctl.money.budget import SliceBudget, slice_budget
 from podctl.steps.session import Session
 
 # A slice's price per hour (None: unknown), for callers above the door (the queue's

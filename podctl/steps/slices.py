@@ -20,27 +20,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podctl import tombstones
-from podctl.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
-from podctl.cloud import firewall, maintenance_info, names
+from podctl.base.durations import parse_duration
+from podctl.base.errors import InvalidValueError, JobError, PodctlError
+from podctl.base.settings import Settings
+from podctl.base.vocabulary import DEFAULT_WAIT, LIVE_RUN_STATES
+from podctl.cloud import firewall, maintenance_info, names, tombstones
 from podctl.cloud import up as cloud_up
 from podctl.cloud.connect import compute_reader
 from podctl.cloud.create import CreationOutcome
 from podctl.cloud.placement import Placement
 from podctl.cloud.sshkey import ensure_ssh_key
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo, SliceSpec, Tier
 from podctl.cloud.up import UpRequest, UpResult
 from podctl.cloud.wait import Progress, WaitPolicy
-from podctl.durations import parse_duration
-from podctl.errors import InvalidValueError, JobError, PodctlError
 from podctl.jobs import boot_script, pointer_sign
 from podctl.jobs.channels import boot as boot_channel
 from podctl.jobs.run_files import close_record, list_runs
 from podctl.jobs.run_record import on_slice
-from podctl.settings import Settings
+from podctl.money.budget import describe_labels, existing_budget_labels, set_on_existing, with_budget
 from podctl.steps.session import Session
-from podctl.storage import Storage
-from podctl.vocabulary import DEFAULT_WAIT, LIVE_RUN_STATES
 
 Notice = Callable[[str], None]
 Waiting = Callable[[SliceInfo], AbstractContextManager[Progress | None]]
@@ -96,7 +95,7 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
 def watcher_metadata(settings: Settings, options: SliceOptions) -> dict[str, str]:
     """The watcher's startup-script and the slice's pin: the keys (this client's, then
     --trust-key's) whose signed pointers its watchers will accept, and the bucket (kept
-    by each host at its first boot, never changed after: jobs/host_pin.py)."""
+    by each host at its first boot, never changed after: host/host_pin.py)."""
     trusted = tuple(pointer_sign.read_trusted_key(Path(path)) for path in options.trusted_keys)
     signer = pointer_sign.Signer.load(settings.config_dir)
     return {**boot_script.boot_metadata(), **pointer_sign.pin_metadata(signer, settings.bucket, trusted)}

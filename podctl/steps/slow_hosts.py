@@ -27,13 +27,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from podctl.errors import UsageError
+from podctl.base.errors import UsageError
+from podctl.base.vocabulary import HEARTBEAT_SECONDS
+from podctl.cloud.storage import Storage
 from podctl.jobs import run_files
 from podctl.jobs.host_label import host_name
 from podctl.jobs.job import Job
 from podctl.steps.stall import follow_checking, read_beats
-from podctl.storage import Storage
-from podctl.vocabulary import HEARTBEAT_SECONDS
 
 T = TypeVar("T")
 ACTIONS = ("report", "recover")

@@ -28,13 +28,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from podctl.errors import UsageError
-from podctl.jobs import metric_line, run_files, run_layout
+from podctl.base.errors import UsageError
+from podctl.base.vocabulary import HEARTBEAT_SECONDS
+from podctl.cloud.storage import Storage, StorageError
+from podctl.host import metric_line, run_layout
+from podctl.jobs import run_files
 from podctl.jobs.host_label import host_name
 from podctl.jobs.job import Job
 from podctl.jobs.peer_cause import NOT_ANSWERING, SILENT_BEAT_SECONDS
-from podctl.storage import Storage, StorageError
-from podctl.vocabulary import HEARTBEAT_SECONDS
 
 T = TypeVar("T")
 ACTIONS = ("wait", "stop", "recover")

@@ -10,13 +10,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from podctl.budget import run_hours as run_hours  # --max-hours, checked: only a followed run is watched
-from podctl.budget import watch_budget
+from podctl.base.errors import UsageError
+from podctl.base.vocabulary import HEARTBEAT_SECONDS
 from podctl.cloud.types import SliceInfo
-from podctl.errors import UsageError
 from podctl.jobs.job import Job, RunResult
 from podctl.jobs.run_files import load_record, save_record
 from podctl.jobs.run_record import RunRecord
+from podctl.money.budget import run_hours as run_hours  # --max-hours, checked: only a followed run is watched
+from podctl.money.budget import watch_budget
 from podctl.steps.goodput import run_goodput
 from podctl.steps.recovery import EndedByPodctl, RecoveredRun, RecoveryPolicy, run_recovering
 from podctl.steps.runs import LineSink, Notice, RunOptions, follow_run, start_run
@@ -24,7 +25,6 @@ from podctl.steps.session import Session
 from podctl.steps.slices import ready_slice
 from podctl.steps.slow_hosts import SlowHostPolicy, SlowHostWatch, watch_slow_hosts
 from podctl.steps.stall import StallPolicy, StallWatch, watch_stall
-from podctl.vocabulary import HEARTBEAT_SECONDS
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import pytest
 
 from podctl import steps
 from podctl.cloud.connect import api_for_endpoint
-from podctl.settings import FAKE_BUCKET, Settings
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET, Settings
+from podctl.cloud.storage import Storage
 from tests.conftest import FAST_RETRY, PROJECT, ZONE
 
 OUTCOMES: list[tuple[str, str, str, str]] = []  # (phase, fault, expected, outcome)
@@ -77,7 +77,7 @@ def kit(fake, isolated: Path):
                             storages={FAKE_BUCKET: Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)})
     yield Kit(fake=fake, admin=fake.admin, session=session)
     session.close()
-    from podctl.fake import daemon
+    from podctl.fake.admin import daemon
 
     if daemon.status(settings.fake_dir).get("running"):  # a stray daemon is a leaked process
         daemon.stop(settings.fake_dir)

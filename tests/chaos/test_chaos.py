@@ -16,8 +16,8 @@ import pytest
 
 from podctl import steps
 from podctl.cloud.wait import wait_deleted
-from podctl.errors import SliceLostError, StockoutError
-from podctl.jobs import metric_line
+from podctl.base.errors import SliceLostError, StockoutError
+from podctl.host import metric_line
 from podctl.steps import RunOptions, RunSpec
 from podctl.steps.recovery import RecoveryPolicy, run_recovering
 from tests.chaos.conftest import Kit, Record, run
@@ -38,7 +38,7 @@ async def _up(kit: Kit, name: str, slice_type: str = "v5p-16") -> Any:
 
 
 async def _down(kit: Kit, name: str) -> None:
-    from podctl.errors import NotFoundError
+    from podctl.base.errors import NotFoundError
 
     try:
         await steps.down(kit.session, name)
@@ -386,7 +386,7 @@ def test_preempted_while_recovery_makes_the_slice_again_is_retried_within_its_re
 
 
 def test_a_slice_deleted_by_its_owner_during_recovery_is_not_made_again(kit):
-    from podctl.errors import SliceDeletedError
+    from podctl.base.errors import SliceDeletedError
 
     run(_up(kit, "chaos-rdel", "v5p-8"))
     record = Record()
@@ -448,7 +448,7 @@ import asyncio, os, sys
 from pathlib import Path
 from podctl import signals, steps
 from podctl.cloud.connect import api_for_endpoint
-from podctl.settings import Settings
+from podctl.base.settings import Settings
 
 signals.route_stop_signals()  # as `podctl` itself does at start
 print(os.getpid(), flush=True)  # its parent may be a shell that started it as a job

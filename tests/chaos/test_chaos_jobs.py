@@ -8,9 +8,9 @@ import asyncio
 from pathlib import Path
 
 from podctl import steps
-from podctl.retry import RetryPolicy
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.retry import RetryPolicy
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.chaos.conftest import Kit, Record, run
 from tests.chaos.test_chaos import _down, _up
 from tests.queue_support import Queue

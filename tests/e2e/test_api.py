@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import podctl
-from podctl.fake import daemon
-from podctl.settings import state_dir
+from podctl.fake.admin import daemon
+from podctl.base.settings import state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -27,7 +27,7 @@ def fake_dir():
     yield where
     current = daemon.status(where)
     if current.get("running"):
-        from podctl.fake.admin_client import FakeAdmin
+        from podctl.fake.admin.admin_client import FakeAdmin
 
         leftover = FakeAdmin(current["admin"]).resources()
         daemon.stop(where)
@@ -113,7 +113,7 @@ def test_failed_run_and_close_tears_down(fake_dir):
 
 def test_a_running_fake_is_left_running(fake_dir):
     """connect() stops only a fake cloud it started itself."""
-    from podctl import settings
+    from podctl.base import settings
 
     daemon.start(fake_dir, project=settings.FAKE_PROJECT, zone=settings.FAKE_ZONE)
     with podctl.connect(backend="fake") as cloud:
@@ -130,7 +130,7 @@ def test_recover_cost_and_every_attempt_from_python(fake_dir, capsys):
     """`slice.run(..., recover=1)`: a preempted run is made again and relaunched, as
     `podctl run --recover 1` does; `Run.logs()` replays both attempts and `Run.cost()`
     bills the run as `podctl cost RUN_ID` does."""
-    from podctl.fake.admin_client import FakeAdmin
+    from podctl.fake.admin.admin_client import FakeAdmin
 
     with podctl.connect(backend="fake") as cloud:
         admin = FakeAdmin(daemon.status(fake_dir)["admin"])

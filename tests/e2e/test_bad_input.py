@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from podctl.errors import ConfigError, InvalidValueError
-from podctl.numbers import WHOLE_HIGHEST, parse_hosts_text, parse_number, plain_number
+from podctl.base.errors import ConfigError, InvalidValueError
+from podctl.base.numbers import WHOLE_HIGHEST, parse_hosts_text, parse_number, plain_number
 from podctl.queue import add as adding
 from podctl.queue.interface import Quota
 from podctl.queue.place import toml_shares
@@ -134,7 +134,7 @@ def test_queue_add_refuses_them_from_the_api_too(field, value):
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-1.0"])
 def test_a_podctl_toml_price_that_is_not_finite_is_refused(tmp_path, monkeypatch, value):
-    from podctl import cost
+    from podctl.money import cost
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "podctl.toml").write_text(f"[prices]\non-demand = {value}\n")

@@ -20,7 +20,7 @@ import asyncssh
 import pytest
 from google.cloud import tpu_v2
 
-from podctl.fake import image_python
+from podctl.fake.vm import image_python
 from podctl.jobs import launch
 from tests.conftest import PARENT
 

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.cloud.types import Host, NodeInfo, SliceInfo
-from podctl.errors import InvalidValueError
-from podctl import vocabulary
-from podctl.jobs import boot_script, launch, run_layout
+from podctl.base.errors import InvalidValueError
+from podctl.base import vocabulary
+from podctl.jobs import boot_script, launch
+from podctl.host import run_layout
 from podctl.jobs.channels.boot import first_hosts
 from podctl.jobs.owner import busy_line
 from podctl.jobs import channels
@@ -208,9 +209,9 @@ def test_a_bucket_and_metadata_writer_cannot_make_the_watchers_run_anything_acro
     and one metadata PATCH (the copied pointer changed to name it); then the writer's own
     pin and key, a reboot between. Both refused by every watcher (its pin is the one it kept
     at first boot), said by `status` in one line; nothing runs; podctl's own runs still do."""
-    from podctl.fake.gcs import DEFAULT_BUCKET
+    from podctl.fake.storage.gcs import DEFAULT_BUCKET
     from podctl.jobs import pointer_sign
-    from podctl.storage import Storage
+    from podctl.cloud.storage import Storage
 
     ok = podctl("run", NAME, "--via", "boot", "--hosts", "all", str(SCRIPTS / "show_env.py"), "TPU_WORKER_ID",
                 timeout=240)
@@ -420,11 +421,11 @@ def test_a_start_whose_hosts_never_boot_waits_naming_them_then_fails_saying_so(f
     from google.cloud import tpu_v2
 
     from podctl.cloud.convert import slice_from_node
-    from podctl.errors import JobError
+    from podctl.base.errors import JobError
     from podctl.jobs import pointer_sign
     from podctl.jobs.channels.boot import BootChannel, usable_on
-    from podctl.settings import FAKE_BUCKET
-    from podctl.storage import RetryPolicy as StorageRetry, Storage
+    from podctl.base.settings import FAKE_BUCKET
+    from podctl.cloud.storage import RetryPolicy as StorageRetry, Storage
     from tests.conftest import PARENT
 
     node = tpu_v2.Node(accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from podctl import vocabulary
-from podctl.fake.admin_client import FakeAdmin
-from podctl.fake.boot import late_seconds
+from podctl.base import vocabulary
+from podctl.fake.admin.admin_client import FakeAdmin
+from podctl.fake.vm.boot import late_seconds
 from tests.conftest import TIME_SCALE, Podctl, slice_on_daemon, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from podctl import settings as podctl_settings
+from podctl.base import settings as podctl_settings
 from podctl import steps
-from podctl.errors import InvalidValueError
+from podctl.base.errors import InvalidValueError
 from podctl.jobs import channels
 from tests import relay_channel
 from tests.conftest import Podctl, slice_on_daemon

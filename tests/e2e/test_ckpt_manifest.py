@@ -10,7 +10,7 @@ import json
 import pytest
 
 from podctl.jobs import checkpoints
-from podctl.storage import ObjectInfo
+from podctl.cloud.storage import ObjectInfo
 from tests.conftest import Podctl, slice_on_daemon, user_credentials
 from tests.e2e.test_template import SCRIPT, TINY, metrics, of
 

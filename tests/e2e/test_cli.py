@@ -137,7 +137,7 @@ def test_help_reads_no_toml_and_imports_no_command_module():
     code = ("import sys; sys.argv=['podctl','--help']\n"
             "from podctl.cli.main import cli\n"
             "try:\n    cli()\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m in ('tomllib', 'podctl.topology') "
+            "print(sorted(m for m in sys.modules if m in ('tomllib', 'podctl.base.topology') "
             "or m.endswith(('_cmds', '_cmd'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
     assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -1,4 +1,4 @@
-"""The fake as a company's network (podctl/fake/vpc.py, tpu_vm/sitecustomize.py; the
+"""The fake as a company's network (podctl/fake/api/vpc.py, tpu_vm/sitecustomize.py; the
 client's checks in podctl/cloud/firewall.py): hosts without external IPs have no route
 out and reach GCS only through Private Google Access; a custom network admits only the
 rules a user adds, between the hosts too; `up` and `run` say a missing rule in one line
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -155,7 +155,7 @@ def test_jaxs_coordinator_is_out_of_a_blocked_peers_reach(tmp_path: Path):
                  "PODCTL_FAKE_NETWORK": str(network), "JAX_PLATFORMS": "cpu",
                  # as podctl's agent gives a run (a fake host's own session has none)
                  "TPU_WORKER_ID": str(i), "TPU_WORKER_HOSTNAMES": ",".join(addresses),
-                 "PYTHONPATH": str(Path(__file__).parents[2] / "podctl" / "fake" / "tpu_vm")})
+                 "PYTHONPATH": str(Path(__file__).parents[2] / "podctl" / "fake" / "vm" / "tpu_vm")})
             for i in (0, 1)]
         return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
 

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from podctl import compare, cost
-from podctl.errors import InvalidSliceError, InvalidValueError
-from podctl.planner.core import plan
+from podctl.policy import compare
+from podctl.money import cost
+from podctl.base.errors import InvalidSliceError, InvalidValueError
+from podctl.policy.planner.core import plan
 from tests.conftest import assert_one_line_error
 
 

@@ -9,14 +9,15 @@ import time
 
 import pytest
 
-from podctl import cost
-from podctl.errors import ConfigError, InvalidValueError
-from podctl.jobs import run_layout, run_record
-from podctl.jobs.agent_logs import LogShipper
+from podctl.money import cost
+from podctl.base.errors import ConfigError, InvalidValueError
+from podctl.host import run_layout
+from podctl.jobs import run_record
+from podctl.host.agent_logs import LogShipper
 from podctl.jobs.metrics import parse_records, read_metrics, summarize
 from podctl.jobs.run_record import RunRecord
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import assert_one_line_error
 from tests.unit.test_cost import _metric_lines  # noqa: F401
 
@@ -51,7 +52,7 @@ def _write_run(storage: Storage, tmp_path, run_id: str, *, created: float, ended
 
 
 class _AgentBucket:
-    """The face the host agent ships logs through (podctl/jobs/agent_gcs.Bucket, which
+    """The face the host agent ships logs through (podctl/host/agent_gcs.Bucket, which
     takes its token from a host's metadata server), here over google-cloud-storage."""
 
     def __init__(self, bucket):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from podctl.fake import daemon
-from podctl.settings import state_dir
+from podctl.fake.admin import daemon
+from podctl.base.settings import state_dir
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -22,7 +22,7 @@ def fake_stopped_at_end():
     where = state_dir() / "fake"
     current = daemon.status(where)
     if current.get("running"):
-        from podctl.fake.admin_client import FakeAdmin
+        from podctl.fake.admin.admin_client import FakeAdmin
 
         leftover = FakeAdmin(current["admin"]).resources()
         daemon.stop(where)

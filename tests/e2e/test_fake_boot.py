@@ -27,7 +27,7 @@ from google.cloud import tpu_v2
 from google.protobuf import field_mask_pb2
 
 from podctl.cloud.connect import api_for_endpoint
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import FAST_RETRY, Podctl, stop_fake_and_check
 
 RUNTIME = "v2-alpha-tpuv5"

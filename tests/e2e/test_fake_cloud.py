@@ -13,8 +13,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 from google.protobuf import field_mask_pb2
 
-from podctl.errors import FakeCloudError
-from podctl.fake.server import FakeCloud, require_loopback
+from podctl.base.errors import FakeCloudError
+from podctl.fake.api.server import FakeCloud, require_loopback
 from tests.conftest import PARENT, isolated_environ
 
 NODE = dict(accelerator_type="v5p-8", runtime_version="v2-alpha-tpuv5")
@@ -139,7 +139,7 @@ def test_two_starts_at_once_make_one_daemon(tmp_path):
 
 
 def test_a_stale_daemon_file_never_signals_a_stranger(tmp_path):
-    from podctl.fake import daemon
+    from podctl.fake.admin import daemon
 
     state = tmp_path / "fake"
     state.mkdir()

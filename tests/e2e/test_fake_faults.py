@@ -1,6 +1,6 @@
 """The fake cloud's fault switches, each flipped through FakeAdmin (or `podctl fake
 inject` on the daemon) and seen through the clients podctl uses: google-cloud-tpu
-for node states, asyncssh for the hosts, podctl.storage (google-cloud-storage) for
+for node states, asyncssh for the hosts, podctl.cloud.storage (google-cloud-storage) for
 GCS. What a process sees (a SIGTERM, a SIGKILL) it reports itself, in a file in its
 host's home or an object in GCS.
 
@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 from google.cloud import tpu_v2
 
-from podctl.errors import FakeCloudError
-from podctl.retry import RetryPolicy
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage, StorageUnavailable
+from podctl.base.errors import FakeCloudError
+from podctl.base.retry import RetryPolicy
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage, StorageUnavailable
 from tests.conftest import PARENT, PROJECT, ZONE
 from tests.conftest import assert_one_line_error
 from tests.e2e.test_fake_hosts import _ssh_port  # noqa: F401 - the autouse fixture: the fake's SSH port
 from tests.e2e.test_fake_hosts import alive, connect, eventually, make_node, new_key, ports, run
 
-AGENT_DIR = Path(__file__).resolve().parents[2] / "podctl" / "jobs"
+AGENT_DIR = Path(__file__).resolve().parents[2] / "podctl" / "host"
 
 # Saves "a checkpoint" to GCS and leaves a marker when the preemption notice comes.
 # A bare host has no google-cloud-storage: podctl's agent's own standard-library client.
@@ -341,11 +341,11 @@ def test_inject_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, w
 
 
 def test_one_table_drives_the_admin_api_its_client_and_the_cli(fake):
-    """Every fault of podctl/fake/faults.py is a route, a FakeAdmin method and a subcommand,
+    """Every fault of podctl/fake/admin/faults.py is a route, a FakeAdmin method and a subcommand,
     all by one name; nothing else lists them."""
     from podctl.cli.fake_inject import inject
-    from podctl.fake import faults
-    from podctl.fake.admin_client import FakeAdmin
+    from podctl.fake.admin import faults
+    from podctl.fake.admin.admin_client import FakeAdmin
 
     names = [f.name for f in faults.FAULTS]
     assert [f["name"] for f in fake.admin.faults()] == names
@@ -357,7 +357,7 @@ def test_one_table_drives_the_admin_api_its_client_and_the_cli(fake):
 
 @pytest.mark.parametrize("value", ["1e308", 1e308, "2592001", "31d", "721h"])
 def test_a_fault_duration_past_30_days_is_refused(value):
-    from podctl.fake.fault_args import seconds
+    from podctl.fake.admin.fault_args import seconds
 
     with pytest.raises(ValueError, match="at most 30 days"):
         seconds(value, "SECONDS")

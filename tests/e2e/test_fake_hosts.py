@@ -23,9 +23,9 @@ from google.cloud import storage, tpu_v2
 from google.protobuf import field_mask_pb2
 
 from podctl.cloud.connect import api_for_endpoint
-from podctl.fake.gcs import DEFAULT_BUCKET
+from podctl.fake.storage.gcs import DEFAULT_BUCKET
 from podctl.fake.world import World
-from podctl.settings import FAKE_BUCKET
+from podctl.base.settings import FAKE_BUCKET
 from tests.conftest import PARENT, isolated_environ, user_credentials
 
 RUNTIME = "v2-alpha-tpuv5"
@@ -279,7 +279,7 @@ def test_gcs_emulator_through_google_cloud_storage(fake, node16, monkeypatch):
     # A host reaches the same GCS with nothing but its environment and its metadata
     # server's token, as a TPU VM does (podctl's agent's own standard-library client).
     node, key = node16
-    agent_gcs = Path(__file__).parents[2] / "podctl" / "jobs" / "agent_gcs.py"
+    agent_gcs = Path(__file__).parents[2] / "podctl" / "host" / "agent_gcs.py"
     code = (f"import sys; sys.path.insert(0, '{agent_gcs.parent}'); import agent_gcs; b = agent_gcs.Bucket('podctl-fake'); "
             "print(b.download('opt/a/x').decode()); b.upload('from-host', b'hi')")
     done = run(ports(node)[0], key, f'python3 -c "{code}"')
@@ -373,7 +373,7 @@ def test_queued_resource_nodes_get_hosts_until_the_resource_goes(client, fake):
 
 
 def test_a_new_host_manager_kills_what_a_crashed_one_left_running(tmp_path):
-    from podctl.fake.hosts import TOKEN_VAR, HostManager
+    from podctl.fake.vm.hosts import TOKEN_VAR, HostManager
 
     manager = HostManager(tmp_path / "hosts")
     stray = subprocess.Popen(["sleep", "300"], env={TOKEN_VAR: f"{manager.prefix}.left"},

@@ -17,9 +17,9 @@ import urllib.request
 
 from google.cloud import tpu_v2
 
-from podctl.errors import FakeCloudError
+from podctl.base.errors import FakeCloudError
 from tests.conftest import TIME_SCALE, assert_one_line_error
-from podctl.jobs import agent_maintenance
+from podctl.host import agent_maintenance
 from tests.e2e.test_fake_hosts import _ssh_port  # noqa: F401 - the autouse fixture: the fake's SSH port
 from tests.e2e.test_fake_hosts import eventually, make_node, new_key, ports, run
 
@@ -151,11 +151,11 @@ def test_slow_and_crash_looping_hosts(fake, node16):
 
 @pytest.mark.parametrize("end", ["input", "sigterm"])
 def test_the_throttle_slows_its_processes_and_lets_them_go_when_it_ends(end):
-    """fake/throttle.py: a busy process gets about 1/FACTOR of the CPU; however the
+    """fake/vm/throttle.py: a busy process gets about 1/FACTOR of the CPU; however the
     throttle ends (its input closed: the fault cleared; or a signal), nothing is left
     stopped."""
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    throttle = subprocess.Popen([sys.executable, "-m", "podctl.fake.throttle", "4"],
+    throttle = subprocess.Popen([sys.executable, "-m", "podctl.fake.vm.throttle", "4"],
                                 stdin=subprocess.PIPE, text=True)
     try:
         throttle.stdin.write(f"{busy.pid}\n")

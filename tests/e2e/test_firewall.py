@@ -1,6 +1,6 @@
 """`up` on a network of the user's says, before anything is made, when the network
 admits no SSH (podctl/cloud/firewall.py), against the fake's networks and rules
-(podctl/fake/compute.py) read through the Compute Engine API's JSON."""
+(podctl/fake/api/compute.py) read through the Compute Engine API's JSON."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import json
 import pytest
 
 from podctl.cloud.firewall import ComputeReader, check_ssh
-from podctl.errors import InvalidValueError
-from podctl.fake.admin_client import FakeAdmin
+from podctl.base.errors import InvalidValueError
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import PROJECT, assert_one_line_error
 
 SSH_RULE = {"name": "lab-ssh", "sourceRanges": ["0.0.0.0/0"], "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}]}
@@ -109,7 +109,7 @@ def test_between_hosts_a_rule_counts_for_the_coordinators_port_from_the_whole_su
 
 
 def test_internal_ips_need_private_google_access_on_the_subnet(fake):
-    from podctl.fake.admin_client import FakeCompute
+    from podctl.fake.admin.admin_client import FakeCompute
 
     compute = FakeCompute(fake.tpu_api_url)
     compute.set_private_google_access(PROJECT, "us-central1", "default", False)  # the fake's default
@@ -121,8 +121,8 @@ def test_internal_ips_need_private_google_access_on_the_subnet(fake):
 
 
 def test_firewalls_insert_as_compute_engine_answers_it(fake):
-    from podctl.errors import FakeCloudError
-    from podctl.fake.admin_client import FakeCompute
+    from podctl.base.errors import FakeCloudError
+    from podctl.fake.admin.admin_client import FakeCompute
 
     compute = FakeCompute(fake.tpu_api_url)
     rule = {"name": "lab-ssh", "network": "global/networks/lab", "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}]}

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from podctl import budget, gc
+from podctl.money import budget
+from podctl.policy import gc
 from podctl.steps import budget_check
 from podctl.cloud import create as create_step
 from podctl.cloud.describe import describe, list_slices
@@ -18,8 +19,8 @@ from podctl.cloud.types import SliceSpec
 from podctl.cloud.wait import wait_until
 from podctl.jobs.run_files import save_record
 from podctl.jobs.run_record import RunRecord, new_run_id
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import FAST, PARENT, assert_one_line_error
 
 

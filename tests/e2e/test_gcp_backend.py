@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from podctl.settings import endpoint_override, resolve
-from podctl.errors import InvalidValueError
+from podctl.base.settings import endpoint_override, resolve
+from podctl.base.errors import InvalidValueError
 from tests.conftest import Podctl, assert_one_line_error
 from tests.replay_tpu import PROJECT_NUMBER, Replay
 
@@ -170,8 +170,8 @@ def test_storage_endpoint_override_with_adc(fake, tmp_path: Path, key_pem: str, 
     here to the fake's GCS emulator, in gcloud's form (with /storage/v1/)."""
     import asyncio
 
-    from podctl.storage import Storage
-    from podctl.settings import FAKE_BUCKET, FAKE_USER_TOKEN
+    from podctl.cloud.storage import Storage
+    from podctl.base.settings import FAKE_BUCKET, FAKE_USER_TOKEN
 
     # only its token endpoint is used, handing out the token the fake's GCS takes as the
     # user's (the fake checks every bearer, as GCS does)

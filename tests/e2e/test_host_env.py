@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from podctl.fake.gcs import DEFAULT_BUCKET
-from podctl.storage import Storage
+from podctl.fake.storage.gcs import DEFAULT_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import Podctl, assert_one_line_error, slice_on_daemon
 
 SCRIPT = "import six, sys\nprint('STARTED', six.__version__, sys.executable.endswith('/bin/python3'))\n"

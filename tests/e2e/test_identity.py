@@ -1,5 +1,5 @@
 """Identity as on Google: the fake GCS wants a token and checks its scopes and its
-account's rights (podctl/fake/gcs_auth.py, iam.py); `podctl run` asks worker 0 first
+account's rights (podctl/fake/storage/gcs_auth.py, iam.py); `podctl run` asks worker 0 first
 whether the nodes can use the bucket, and ends at once, in one line, when they cannot
 (podctl/jobs/identity.py)."""
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from google.cloud import tpu_v2
 
-from podctl.fake.gcs import DEFAULT_BUCKET
+from podctl.fake.storage.gcs import DEFAULT_BUCKET
 from podctl.jobs import identity
-from podctl.settings import FAKE_USER_TOKEN
+from podctl.base.settings import FAKE_USER_TOKEN
 from tests.conftest import PARENT, Podctl, assert_one_line_error, stop_fake_and_check
 from tests.e2e.test_fake_hosts import RUNTIME
 
@@ -291,8 +291,8 @@ def test_a_bucket_that_does_not_exist_is_said_so_not_blamed_on_the_nodes_roles(t
 def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
     """GCS's 403 to the host's account stays: the agent's shipper gives up at once and
     remembers why (the agent then stops the script and says so in its status)."""
-    from podctl.jobs.agent_gcs import GcsError
-    from podctl.jobs.agent_logs import LogShipper
+    from podctl.host.agent_gcs import GcsError
+    from podctl.host.agent_logs import LogShipper
 
     class Bucket:  # agent_gcs.Bucket's upload, refused as GCS refuses a role taken away
         calls = 0
@@ -315,8 +315,8 @@ def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):
 def test_lines_a_refusal_kept_from_gcs_are_said_refused_not_waited_for_hours(tmp_path, capsys):
     """The agent's last word on lines GCS refused names the refusal, not the 6-hour
     patience it never spent."""
-    from podctl.jobs.agent_gcs import GcsError
-    from podctl.jobs.agent_logs import LogShipper
+    from podctl.host.agent_gcs import GcsError
+    from podctl.host.agent_logs import LogShipper
 
     class Bucket:
         def upload(self, name, data, content_type=None):
@@ -363,7 +363,7 @@ def test_the_templates_gcs_libraries_take_the_nodes_token(fake, api, tmp_path):
                if not k.startswith(("GOOGLE_", "GCE_")) and k != "NO_GCE_CHECK"}
         env.update({"STORAGE_EMULATOR_HOST": fake.gcs_url, "TENSORSTORE_GCS_HTTP_URL": fake.gcs_url,
                     "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "PODCTL_FAKE_HOST": "1",
-                    "PYTHONPATH": str(Path(identity.__file__).parents[1] / "fake" / "tpu_vm"), **{
+                    "PYTHONPATH": str(Path(identity.__file__).parents[1] / "fake" / "vm" / "tpu_vm"), **{
                         f"GCE_METADATA_{k}": host.metadata_host for k in ("HOST", "IP", "ROOT")}})
         done = subprocess.run([sys.executable, "-c", _LIBRARIES], env=env, capture_output=True, text=True,
                               timeout=120, cwd=tmp_path)

@@ -16,14 +16,14 @@ from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.types import SliceSpec
 from podctl.cloud import terminate
-from podctl.errors import InvalidValueError
+from podctl.base.errors import InvalidValueError
 from podctl.jobs.job import Job, RunRequest, exec_on_hosts, parse_env, parse_hosts
 from podctl.jobs.run_spec import RunSpec
 from podctl.jobs import launch
 from podctl.jobs.logs import LogReader
 from podctl.jobs.ssh import HostPins
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import FAST, PARENT
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -195,7 +195,7 @@ def test_exec_streams_and_returns_exit_codes(slice16, fake, tmp_path):
     codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
                                       ["python3", "-c", "import sys; print(sys.executable)"],
                                       lines, None))
-    python3 = str(fake.hosts.image.bin_dir / "python3")  # the image's (fake/image_python.py)
+    python3 = str(fake.hosts.image.bin_dir / "python3")  # the image's (fake/vm/image_python.py)
     assert codes == {0: 0, 1: 0} and lines.by_host == {0: [python3], 1: [python3]}
     codes = asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(tmp_path / "p.json"),
                                       ["bash", "-c", "exit ${HOSTNAME##*-w-}"], Lines(), {1}))
@@ -209,7 +209,7 @@ def test_a_changed_host_key_is_refused(slice16, fake, tmp_path):
     asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(pins), ["true"], Lines(), None))
     tampered = {k: v.replace(v.split()[1], v.split()[1][::-1]) for k, v in json.loads(pins.read_text()).items()}
     pins.write_text(json.dumps(tampered))
-    from podctl.errors import HostKeyError
+    from podctl.base.errors import HostKeyError
 
     with pytest.raises(HostKeyError, match="different SSH host key"):
         asyncio.run(exec_on_hosts(targets, key.private_path, HostPins(pins), ["true"], Lines(), None))
@@ -316,7 +316,7 @@ def test_a_failed_host_ends_the_run_fast_while_another_is_frozen(slice16, fake, 
 def test_a_failed_chunk_upload_leaves_no_gap(tmp_path):
     """A chunk that cannot be uploaded keeps its lines for the next flush under the
     same number: the reader, which reads chunks in unbroken order, misses nothing."""
-    from podctl.jobs.agent_logs import LogShipper
+    from podctl.host.agent_logs import LogShipper
 
     class Bucket:  # agent_gcs.Bucket's upload, failing when told to
         fail, objects = 0, {}

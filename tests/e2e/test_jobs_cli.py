@@ -78,7 +78,7 @@ def test_logs_after_the_client_was_killed_show_every_line(podctl):
 
 
 def test_exec_runs_a_plain_command_everywhere(podctl):
-    # a bare host: the image's python3 (fake/image_python.py), no jax until a run's requirements ask
+    # a bare host: the image's python3 (fake/vm/image_python.py), no jax until a run's requirements ask
     proc = podctl("exec", "cli16", "--", "python3", "-c", "import sys; print(sys.executable)")
     lines = sorted(proc.stdout.splitlines())
     assert [line.split("] ")[0] for line in lines] == ["[host 0000", "[host 0001"]
@@ -108,7 +108,7 @@ def test_bad_job_input(podctl, args, code, words):
 
 
 def test_a_slice_that_is_not_ready_is_refused(podctl):
-    from podctl.fake.admin_client import FakeAdmin
+    from podctl.fake.admin.admin_client import FakeAdmin
 
     FakeAdmin(json.loads(podctl("fake", "status", "--json").stdout)["admin"]).capacity(0)
     podctl("up", "--slice", "v5p-8", "--name", "notyet", "--queued", "--no-wait")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import Podctl
 from tests.e2e.test_recovery import TEMPLATE, TINY, run_with_fault
 
@@ -77,11 +77,11 @@ def test_without_recover_a_run_stops_cleanly_and_says_how_to_resume(podctl):
 
 
 def test_wait_out_waits_for_the_window_and_the_health_and_skips_long_windows():
-    """podctl.maintenance.wait_out with its clock and sleep as seams (no wire between)."""
+    """podctl.policy.maintenance.wait_out with its clock and sleep as seams (no wire between)."""
     import asyncio
     from types import SimpleNamespace
 
-    from podctl import maintenance
+    from podctl.policy import maintenance
 
     clock = [1000.0]
     said: list[str] = []
@@ -110,7 +110,7 @@ def test_wait_out_gives_up_once_maintenance_overruns_its_window_by_the_margin():
     import asyncio
     from types import SimpleNamespace
 
-    from podctl import maintenance
+    from podctl.policy import maintenance
 
     clock = [1000.0]
     said: list[str] = []
@@ -138,9 +138,9 @@ def test_maintenance_that_never_clears_on_the_fake_ends_the_wait_within_its_boun
     import asyncio
     import time
 
-    from podctl import maintenance
+    from podctl.policy import maintenance
     from podctl.cloud import describe
-    from podctl.jobs.agent_maintenance import parse_time
+    from podctl.host.agent_maintenance import parse_time
     from tests.conftest import PARENT, TIME_SCALE
     from tests.e2e.test_fake_hosts import delete, make_node
 

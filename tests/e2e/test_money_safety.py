@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import Podctl
 
 
@@ -99,7 +99,7 @@ def test_queue_add_max_cost_is_priced_as_up_prices_it(podctl, tmp_path):
     """Both price a budget from the same table. Every zone the fake serves has a shipped price
     now (us-central1 too: $4.20 per v5p chip-hour), so an unknown price is no longer reachable
     here; budget_labels refuses one (test_budget.py)."""
-    from podctl.cost import generation_of, slice_hourly_cost
+    from podctl.money.cost import generation_of, slice_hourly_cost
 
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
@@ -140,7 +140,7 @@ def test_budget_check_matches_runs_by_slice_identity_and_closes_a_stale_running_
     # As a record from before `down` closed such records (or a slice lost some other way):
     from podctl.jobs.run_files import save_record
     from podctl.jobs.run_record import RunRecord
-    from podctl.storage import Storage
+    from podctl.cloud.storage import Storage
     import asyncio
 
     status = podctl.json("fake", "status")

@@ -15,10 +15,10 @@ import pytest
 import requests
 
 from podctl.cloud.oslogin import OsLogin, enabled
-from podctl.errors import PermissionDeniedError
-from podctl.fake.admin_client import FakeAdmin
-from podctl.fake.oslogin import FAKE_ACCOUNT, posix_username
-from podctl.settings import FAKE_ACCOUNT as CLIENT_ACCOUNT
+from podctl.base.errors import PermissionDeniedError
+from podctl.fake.admin.admin_client import FakeAdmin
+from podctl.fake.api.oslogin import FAKE_ACCOUNT, posix_username
+from podctl.base.settings import FAKE_ACCOUNT as CLIENT_ACCOUNT
 from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, slice_on_daemon
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "show_env.py")
@@ -129,7 +129,7 @@ def test_the_fake_os_login_api_answers_in_its_shapes(fake):
     assert len(fingerprint) == 64 and entry["fingerprint"] == fingerprint
     assert entry["key"] == key + " me" and entry["expirationTimeUsec"] == "1"
     assert requests.get(f"{base}/loginProfile", timeout=10).json()["sshPublicKeys"] == profile["sshPublicKeys"]
-    from podctl.fake.oslogin import login_keys
+    from podctl.fake.api.oslogin import login_keys
 
     assert login_keys(fake.world) == []  # expired (1 µs after 1970): no host takes it
 

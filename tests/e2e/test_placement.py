@@ -17,7 +17,7 @@ from podctl.cloud.placement import Placement
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.wait import wait_deleted
-from podctl.errors import InvalidValueError
+from podctl.base.errors import InvalidValueError
 from tests.conftest import FAST, PARENT, PROJECT, ZONE, assert_one_line_error
 
 KEY = "podctl:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests podctl"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import podctl
-from podctl import prices
-from podctl.planner import fit
-from podctl.planner.core import plan
-from podctl.planner.frontier import frontier
+from podctl.money import prices
+from podctl.policy.planner import fit
+from podctl.policy.planner.core import plan
+from podctl.policy.planner.frontier import frontier
 from tests.conftest import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
@@ -241,7 +241,7 @@ def test_a_system_named_twice_is_folded(podctl):
 
 
 def test_plan_imports_nothing_heavy():
-    code = ("import sys, podctl.planner.core, podctl.planner.frontier\n"
+    code = ("import sys, podctl.policy.planner.core, podctl.policy.planner.frontier\n"
             "print([m for m in sys.modules if m.split('.')[0] in ('google', 'asyncssh', 'jax', "
             "'matplotlib', 'rich')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""`podctl plot` and podctl.plot: pictures of runs drawn from the metric lines in GCS,
+"""`podctl plot` and podctl.policy.plot: pictures of runs drawn from the metric lines in GCS,
 opened again and checked for size and drawn pixels."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from podctl.jobs import run_layout, run_record
+from podctl.host import run_layout
+from podctl.jobs import run_record
 from podctl.jobs.run_files import save_record
 from podctl.jobs.run_record import RunRecord
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import assert_one_line_error
 
 mpimg = pytest.importorskip("matplotlib.image")
@@ -65,7 +66,7 @@ def _assert_a_picture(path: Path, min_width: int = 600) -> None:
 
 
 def test_a_recovered_run_is_one_series_with_the_lost_steps(fake, tmp_path):
-    from podctl import plot
+    from podctl.policy import plot
 
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake.gcs_url)
     run_id, second = _recovered(storage)

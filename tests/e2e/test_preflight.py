@@ -232,7 +232,7 @@ def test_matmul_flops_count_a_scan_body_once_per_trip():
     import jax
     import jax.numpy as jnp
 
-    from podctl._preflight_worker import matmul_flops
+    from podctl.policy._preflight_worker import matmul_flops
 
     def f(w, x):
         return jax.lax.scan(lambda c, wi: (c @ wi, None), x, w)[0]

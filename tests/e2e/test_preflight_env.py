@@ -156,7 +156,7 @@ def _uv_children(parent: int) -> list[int]:
 def test_a_sigkilled_preflight_leaves_no_uv_running(tmp_path):
     """uv resolves against an index that takes the connection and never answers (uv would
     wait UV_HTTP_TIMEOUT, 600 s here): podctl is SIGKILLed while its uv children wait,
-    and they end with it (podctl/children.py), the image's Python and the current one's both."""
+    and they end with it (podctl/base/children.py), the image's Python and the current one's both."""
     cli = Podctl(tmp_path)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from podctl.jobs import run_layout, run_record
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.host import run_layout
+from podctl.jobs import run_record
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import Podctl, assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]

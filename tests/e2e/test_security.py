@@ -30,9 +30,9 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from podctl.errors import FakeCloudError
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.errors import FakeCloudError
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
 
 SECRET = "s3cr3t-VALUE-7f3a9"
@@ -201,7 +201,7 @@ def test_the_fake_binds_loopback_only_everywhere(tmp_path, fake, api):
 
     from google.cloud import tpu_v2
 
-    from podctl.fake.gcs import FakeGcs
+    from podctl.fake.storage.gcs import FakeGcs
     from tests.conftest import PARENT
 
     for host in ("0.0.0.0", "192.168.1.1", "::", "example.com"):
@@ -242,7 +242,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 ])
 def test_the_agent_refuses_what_test_bundle_does_not_craft(tmp_path, members, words):
     """The agent's own copy (standalone, ValueError), on members test_bundle.py leaves out."""
-    from podctl.jobs import agent
+    from podctl.host import agent
 
     evil = _tar(tmp_path / "evil.tar.gz", members)
     with pytest.raises(ValueError, match=words):
@@ -251,7 +251,7 @@ def test_the_agent_refuses_what_test_bundle_does_not_craft(tmp_path, members, wo
 
 
 def test_packing_refuses_a_symlinked_directory_out_of_the_tree(tmp_path):
-    from podctl.errors import BundleError
+    from podctl.base.errors import BundleError
     from podctl.jobs.bundle import pack
 
     outside = tmp_path / "outside"
@@ -269,7 +269,7 @@ def test_a_swapped_bundle_in_gcs_is_refused_by_the_agent(podctl, tmp_path):
     """The bundle object is named by its hash; a host unpacks only bytes that match it
     (here the object was replaced by a crafted tarball that climbs out)."""
     from podctl.jobs.bundle import pack
-    from podctl.jobs.run_layout import bundle_object
+    from podctl.host.run_layout import bundle_object
 
     work = tmp_path / "work"
     work.mkdir()

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from podctl.errors import UsageError
-from podctl.fake.admin_client import FakeAdmin
+from podctl.base.errors import UsageError
+from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.steps.slow_hosts import SlowHostPolicy, SlowHostWatch, paces, slow_hosts
 from tests.conftest import assert_one_line_error
 from tests.e2e.test_recovery import TEMPLATE, TINY, run_with_fault

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from podctl._sync import run_sync
+from podctl.base._sync import run_sync
 from podctl.steps.stall import STARTUP_SECONDS, StallPolicy, StallWatch
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import assert_one_line_error
 from tests.e2e.test_recovery import SCRIPTS, TEMPLATE, TINY, run_with_fault
 

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import Podctl
 from tests.e2e.test_recovery import _collect, _start, _wait_for
 
@@ -119,10 +119,10 @@ def test_a_recover_follower_that_slept_while_gc_collected_its_preempted_slice_re
     import os
     import signal
 
-    from podctl import gc
-    from podctl._sync import run_sync
+    from podctl.policy import gc
+    from podctl.base._sync import run_sync
     from podctl.cloud.connect import api_for_endpoint
-    from podctl.storage import Storage
+    from podctl.cloud.storage import Storage
 
     proc, err, run_id, admin = _follow_recovering(podctl)
     status = podctl.json("fake", "status")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.fake.admin_client import FakeAdmin
+from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import Podctl, stop_fake_and_check
 from tests.e2e.test_stray_child import left_alive
 

@@ -10,7 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from podctl.jobs import boot_script, host_pin, host_watch, run_layout
+from podctl.jobs import boot_script
+from podctl.host import host_pin, host_watch, run_layout
 
 
 def test_the_script_is_small_static_and_names_its_version():
@@ -137,9 +138,9 @@ def test_a_boot_that_cannot_start_the_watcher_says_why_in_its_guest_attribute(tm
 def test_a_watcher_that_cannot_take_its_lock_says_why_and_exits(tmp_path):
     """A full disk when the watcher starts (the fake's disk-full fault, through the hosts'
     sitecustomize): podctl/watch says `failed OSError: [Errno 28] ...`."""
-    from podctl.fake import faults
+    from podctl.fake.admin import faults
 
-    sitecustomize = Path(faults.__file__).with_name("tpu_vm") / "sitecustomize.py"
+    sitecustomize = Path(faults.__file__).parents[1] / "vm" / "tpu_vm" / "sitecustomize.py"
     assert f'DISK_FULL_FILE = "{faults.DISK_FULL_FILE}"' in sitecustomize.read_text()  # one name on both sides
     (tmp_path / "tmp").mkdir()
     (tmp_path / "watch").mkdir()

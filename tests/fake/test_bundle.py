@@ -17,11 +17,12 @@ from typing import Iterator
 
 import pytest
 
-from podctl.errors import BundleError
-from podctl.jobs import bundle, run_layout
+from podctl.base.errors import BundleError
+from podctl.jobs import bundle
+from podctl.host import run_layout
 from podctl.jobs.bundle import WARN_BYTES, pack, safe_extract
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import RetryPolicy, Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import RetryPolicy, Storage
 from tests.unit.test_bundle import SOURCES, _names, _tree  # noqa: F401
 
 

@@ -1,5 +1,5 @@
 """The hosts' environment built on the client (podctl/jobs/env_build.py) and a host's
-copy of it (podctl/jobs/agent_env_fetch.py), below the CLI: a real client's CPython for
+copy of it (podctl/host/agent_env_fetch.py), below the CLI: a real client's CPython for
 the hosts comes from uv's python-build-standalone downloads (here a local HTTP server
 that uv reads its download list from, as UV_PYTHON_DOWNLOADS_JSON_URL lets a company
 mirror do); the archive is packed once, its parts checked on the host before tar sees
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from podctl.jobs import agent_env, agent_env_fetch, env_build, env_lock
-from podctl.pythons import find
+from podctl.host import agent_env, agent_env_fetch
+from podctl.jobs import env_build, env_lock
+from podctl.base.pythons import find
 
 LOCK = "six==1.17.0\n"
 

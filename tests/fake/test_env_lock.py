@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from podctl.errors import RequirementsError
-from podctl.jobs import agent_env, env_lock, run_layout
+from podctl.base.errors import RequirementsError
+from podctl.host import agent_env, run_layout
+from podctl.jobs import env_lock
 
 
 def reqs(tmp_path: Path, text: str, name: str = "requirements.txt") -> Path:
@@ -113,9 +114,9 @@ def test_the_hosts_config_carries_a_per_environment_key_never_the_clients_secret
 def test_a_queued_runs_requirements_come_from_its_bundle_and_its_lock_is_kept_with_the_run(fake, tmp_path):
     import asyncio
 
-    from podctl.fake.gcs import DEFAULT_BUCKET
+    from podctl.fake.storage.gcs import DEFAULT_BUCKET
     from podctl.jobs import bundle, env_ship
-    from podctl.storage import Storage
+    from podctl.cloud.storage import Storage
 
     work = tmp_path / "work"
     work.mkdir()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from podctl.settings import FAKE_USER_TOKEN
+from podctl.base.settings import FAKE_USER_TOKEN
 
 ts = pytest.importorskip("tensorstore")
 

@@ -1,4 +1,4 @@
-"""The fake GCS as strict as GCS (podctl/fake/gcs_strict.py): 404 bodies as recorded,
+"""The fake GCS as strict as GCS (podctl/fake/storage/gcs_strict.py): 404 bodies as recorded,
 preconditions, and pages of objects.list, through google-cloud-storage (what podctl
 uses) and raw HTTP (for the bodies' shapes)."""
 
@@ -14,9 +14,9 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import storage
 
-from podctl.fake.gcs import DEFAULT_BUCKET
-from podctl.settings import FAKE_USER_TOKEN
-from podctl.storage import Storage
+from podctl.fake.storage.gcs import DEFAULT_BUCKET
+from podctl.base.settings import FAKE_USER_TOKEN
+from podctl.cloud.storage import Storage
 from tests.conftest import user_credentials
 
 # As k8s-config-connector recorded real GCS (mockgcp/mockstorage/testdata/folder/crud and

@@ -8,7 +8,7 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
-from podctl import topology
+from podctl.base import topology
 from tests.conftest import PARENT
 
 EAST5B = PARENT.rsplit("/", 1)[0] + "/us-east5-b"  # v5p, v6e and v5e (Google's US table)

@@ -185,7 +185,7 @@ def test_the_schema_check_refuses_what_google_would_not_send():
 
 
 def test_each_call_takes_the_query_parameters_the_discovery_document_lists():
-    from podctl.fake.tpu_api import ROUTES, SYSTEM_PARAMS
+    from podctl.fake.api.tpu_api import ROUTES, SYSTEM_PARAMS
 
     methods: dict[str, set[str]] = {}
 

@@ -10,7 +10,7 @@ from google.cloud import tpu_v2
 from google.longrunning import operations_pb2
 from google.protobuf import json_format
 
-from podctl.fake import wire
+from podctl.fake.api import wire
 from tests.conftest import PARENT
 
 ENUMS = [

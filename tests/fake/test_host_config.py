@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from podctl.jobs import host_config, launch, run_layout
+from podctl.host import host_config, run_layout
+from podctl.jobs import launch
 from podctl.jobs.launch import MEGASCALE_PORT, JobSpec
 from podctl.jobs.ssh import Target
-from podctl.vocabulary import HEARTBEAT_SECONDS
+from podctl.base.vocabulary import HEARTBEAT_SECONDS
 
 SHA = "ab" * 32
 

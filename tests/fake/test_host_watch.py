@@ -24,10 +24,11 @@ import pytest
 from google.cloud import storage, tpu_v2
 from google.protobuf import field_mask_pb2
 
-from podctl.jobs import host_config, host_pin, host_watch, launch, owner, pointer_sign, run_layout
+from podctl.host import host_config, host_pin, host_watch, run_layout
+from podctl.jobs import launch, owner, pointer_sign
 from podctl.jobs.launch import JobSpec
 from podctl.jobs.ssh import Target
-from podctl.settings import FAKE_BUCKET
+from podctl.base.settings import FAKE_BUCKET
 from tests.conftest import PARENT, user_credentials
 
 SHA = "ab" * 32
@@ -55,7 +56,7 @@ def test_the_watcher_uses_run_layouts_and_owners_names():
         run_layout.HOST_RUNS_DIR, run_layout.CONFIG_FILE, run_layout.STATUS_FILE)
     assert (host_watch.CHIPS_DIR, host_watch.CHIPS_STOPPING) == (run_layout.CHIPS_DIR, run_layout.CHIPS_STOPPING)
     assert host_watch.LET_GO_SECONDS == owner.LET_GO_SECONDS
-    from podctl import vocabulary
+    from podctl.base import vocabulary
     assert host_watch.BEAT_SECONDS == vocabulary.WATCH_BEAT_SECONDS
     from podctl.jobs import identity
     assert host_watch.WRITE_SCOPES == identity.WRITE_SCOPES
@@ -130,7 +131,7 @@ def test_the_chips_rule_is_host_wide_and_the_watchers_read_it_as_podctl_over_ssh
     """A run's agent says in the host's /tmp that it holds the chips (agent_chips.py), so a
     run of root's (the watchers) and one of the login user's (SSH) see each other; the
     watcher's reader and owner.py's shell line read it alike."""
-    from podctl.jobs import agent_chips
+    from podctl.host import agent_chips
 
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
@@ -186,7 +187,7 @@ def test_the_chips_rule_is_host_wide_and_the_watchers_read_it_as_podctl_over_ssh
 
 
 def test_the_libtpu_lock_file_is_left_open_to_the_next_owner_whoever_it_is(tmp_path, monkeypatch):
-    from podctl.jobs import agent_chips
+    from podctl.host import agent_chips
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     lock = tmp_path / run_layout.LIBTPU_LOCKFILE

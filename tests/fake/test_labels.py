@@ -8,9 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from podctl.jobs.agent import Agent
-from podctl.jobs.agent_logs import process_mark
-from podctl.jobs.agent_watch import PROGRESS_FILE, ProcessIndex, read_process
+from podctl.host.agent import Agent
+from podctl.host.agent_logs import process_mark
+from podctl.host.agent_watch import PROGRESS_FILE, ProcessIndex, read_process
 from podctl.jobs.host_label import HostLine, ProcessMarks, host_name, label, parse_mark, process_of
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"

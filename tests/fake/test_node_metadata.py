@@ -19,7 +19,7 @@ from podctl.cloud.names import podctl_labels
 from podctl.cloud.translate import translate_metadata_update
 from podctl.cloud.types import BOOT_METADATA_KEY, GuestEntry, SliceSpec
 from podctl.cloud.wait import Clock, wait_ready
-from podctl.errors import (
+from podctl.base.errors import (
     AlreadyExistsError, CloudError, InvalidValueError, PermissionDeniedError, PodctlError,
 )
 from tests.conftest import FAST, PARENT, PROJECT

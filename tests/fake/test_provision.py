@@ -13,7 +13,7 @@ from podctl.cloud import describe, terminate
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.wait import WaitPolicy, wait_deleted
-from podctl.errors import (
+from podctl.base.errors import (
     AlreadyExistsError, InvalidValueError, NotFoundError, PermissionDeniedError, QuotaExceededError,
     SliceLostError, SpecMismatchError, StockoutError, TransientError, WaitTimeoutError,
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from podctl.errors import InvalidValueError, NoSuchEntryError, QueueDatabaseError, QueueDeniedError
+from podctl.base.errors import InvalidValueError, NoSuchEntryError, QueueDatabaseError, QueueDeniedError
 from podctl.queue.interface import Quota
 from podctl.queue.pgstore import PgStore
 from podctl.queue.sealing import KEY_FILE, SealedEnv
@@ -100,7 +100,7 @@ def test_tickers_advance_anyones_entry_and_a_ticker_added_later_cannot_open_olde
 
 
 def test_no_registered_ticker_no_env_and_a_ticker_without_the_key_fails_the_entry_saying_why(roles, tmp_path):
-    from podctl.errors import ConfigError, QueueError
+    from podctl.base.errors import ConfigError, QueueError
     from podctl.queue.execution import run_options
 
     with psycopg.connect(roles["admin"], autocommit=True) as conn:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.errors import ConfigError, NoSuchEntryError, QueueDatabaseError, QueueUnreachableError
+from podctl.base.errors import ConfigError, NoSuchEntryError, QueueDatabaseError, QueueUnreachableError
 from podctl.queue.entry import Entry
 from podctl.queue.interface import Quota
 from podctl.queue.place import open_store

@@ -24,7 +24,7 @@ def test_three_entries_run_to_success_over_repeated_ticks(queue):
         assert e.exit_code == 0 and e.attempt == 1 and len(e.attempts) == 1
         assert e.run_id and e.attempts[0]["run_id"] == e.run_id and e.attempts[0]["cleaned"]
     # the runs' own records say so too (`podctl runs`)
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.jobs.run_files import list_runs
 
     records = {r.run_id: r for r in run_sync(list_runs(queue.storage))}
@@ -82,7 +82,7 @@ def test_a_run_over_max_hours_is_stopped_and_its_slice_deleted(queue, fake):
     assert e.state == "failed" and "--max-hours" in e.last_error and e.exit_code is None
     e = queue.settle()[entry.id]
     assert e.attempts[0]["cleaned"]
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.jobs.run_files import read_record
 
     assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
@@ -144,8 +144,8 @@ def test_preemption_is_retried_then_succeeds(queue, fake):
     assert e.attempts[0]["slice"] == first != e.attempts[1]["slice"]
     assert e.attempts[0]["run_id"] != e.attempts[1]["run_id"]
     # The retry was given the first attempt's checkpoints, as --recover does.
-    from podctl._sync import run_sync
-    from podctl.jobs.run_layout import checkpoint_dir
+    from podctl.base._sync import run_sync
+    from podctl.host.run_layout import checkpoint_dir
     from podctl.jobs.run_record import record_checkpoint_dir
     from podctl.jobs.run_files import read_record
 
@@ -177,7 +177,7 @@ def test_cancel(queue, fake, when):
     e = queue.settle()[entry.id]
     assert e.state == "cancelled" and e.attempts[0]["outcome"] == "cancelled"
     if when == "running":
-        from podctl._sync import run_sync
+        from podctl.base._sync import run_sync
         from podctl.jobs.run_files import read_record
 
         assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
@@ -191,7 +191,7 @@ def test_an_edit_after_add_does_not_change_the_queued_run(queue, tmp_path):
     (work / "say.py").write_text("print('version two', flush=True)\n")
     e = queue.settle()[entry.id]
     assert e.state == "succeeded"
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.jobs.logs import LogReader
 
     lines: list[str] = []
@@ -204,7 +204,7 @@ def test_two_passes_at_once_without_the_lock_still_make_one_slice(queue, fake):
     (each with its own database connection); the loser's create is refused and adopts."""
     import asyncio
 
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.queue.tick import run_pass
 
     entry = queue.add("many_lines.py", "2", tier="queued")
@@ -231,7 +231,7 @@ def test_env_values_never_reach_the_log_or_the_json(queue):
 def _stop_as_podctl_stop_does(queue, e) -> None:
     """`podctl stop RUN_ID`: the stop request, SIGTERM over SSH, wait, close the record."""
     from podctl import steps
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
 
     run_sync(steps.stop_run(queue.session, e.run_id))
 
@@ -243,14 +243,14 @@ def test_podctl_stop_of_a_queued_run_cancels_its_entry_not_fails_it(queue, fake)
     e = queue.settle()[entry.id]
     assert (e.state, e.attempt, e.exit_code) == ("cancelled", 1, 143)
     assert e.last_error == "stopped by `podctl stop`"
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.jobs.run_files import read_record
 
     assert run_sync(read_record(queue.storage, e.run_id)).state == "stopped"
 
 
 def test_a_stopped_queued_run_is_not_retried_when_its_slice_is_then_preempted(queue, fake):
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.jobs.run_files import request_stop
 
     entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, tier="spot", max_attempts=3)
@@ -263,7 +263,7 @@ def test_a_stopped_queued_run_is_not_retried_when_its_slice_is_then_preempted(qu
 
 
 def _printed(queue, run_id: str) -> list[str]:
-    from podctl._sync import run_sync
+    from podctl.base._sync import run_sync
     from podctl.jobs.logs import LogReader
 
     lines: list[str] = []

@@ -23,7 +23,7 @@ from podctl.cloud.operations import Operation
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
 from podctl.cloud.wait import WaitPolicy
-from podctl.errors import NotFoundError
+from podctl.base.errors import NotFoundError
 from tests.replay_tpu import DELETE_DONE, Replay, TOKEN
 
 FAST = WaitPolicy(initial=0.01, maximum=0.05, jitter=0.0, timeout=30)

@@ -1,4 +1,4 @@
-"""A run's GCS layout (podctl/jobs/run_layout.py): one module that both the host agent
+"""A run's GCS layout (podctl/host/run_layout.py): one module that both the host agent
 and podctl's readers name every object with. Its names never change (runs already in
 buckets must stay readable), chunk names parse back and read in number order however
 GCS lists them, the agent's zip carries the module, and what the agent writes is what
@@ -18,11 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from podctl.jobs import agent_control, launch, profiles, run_files, run_layout
-from podctl.jobs.agent import Agent
-from podctl.jobs.agent_logs import LogShipper
+from podctl.host import agent_control, run_layout
+from podctl.jobs import launch, profiles, run_files
+from podctl.host.agent import Agent
+from podctl.host.agent_logs import LogShipper
 from podctl.jobs.run_record import RunRecord
-from podctl.storage import StorageNotFound
+from podctl.cloud.storage import StorageNotFound
 
 RUN = "my-slice-20261202-173000-ab12"
 

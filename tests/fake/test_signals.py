@@ -1,4 +1,4 @@
-"""podctl.signals' rules, in this process: a stop signal is decided by the signal that
+"""podctl.base.signals' rules, in this process: a stop signal is decided by the signal that
 arrived, not by what SIGINT is set to; one the parent ignored stays ignored; every
 handler podctl set is put back. (tests/test_stop_signals.py: the same for real
 commands, started as a shell, nohup and setsid start them.)"""
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from podctl import signals
-from podctl._sync import run_sync
+from podctl.base import signals
+from podctl.base._sync import run_sync
 
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

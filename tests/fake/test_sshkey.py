@@ -5,7 +5,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from podctl.cloud.sshkey import ensure_ssh_key
-from podctl.errors import ConfigError
+from podctl.base.errors import ConfigError
 
 
 def _key(path: str) -> str:

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from podctl.jobs import agent_watch
+from podctl.host import agent_watch
 
 # A script without a SIGUSR1 handler: SIGUSR1's default action would end it (exit 138).
 PLAIN = "import time; print('up', flush=True); time.sleep(60)"

@@ -1,4 +1,4 @@
-"""podctl.storage against gcp-storage-emulator, through google-cloud-storage over HTTP.
+"""podctl.cloud.storage against gcp-storage-emulator, through google-cloud-storage over HTTP.
 
 The emulator is served here from its own request handler and in-memory storage
 (not `create_server`, which hides an ephemeral port), with two additions real
@@ -26,9 +26,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from podctl.errors import ConfigError, StorageError
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import RetryPolicy, Storage, StorageNotFound, StorageUnavailable
+from podctl.base.errors import ConfigError, StorageError
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import RetryPolicy, Storage, StorageNotFound, StorageUnavailable
 
 FAST = RetryPolicy(attempts=4, initial=0.01, maximum=0.05, deadline=10, jitter=0.01)
 _LIST = re.compile(r"/storage/v1/b/(?P<bucket>[^/]+)/o")
@@ -241,7 +241,7 @@ def test_real_gcs_without_credentials_is_a_config_error():
 
 
 def test_import_does_not_load_google_cloud(tmp_path: Path):
-    code = ("import sys, podctl.storage, podctl.jobs.bundle; "
+    code = ("import sys, podctl.cloud.storage, podctl.jobs.bundle; "
             "print([m for m in sys.modules if m.startswith(('google', 'pathspec'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,5 +1,5 @@
 """Take this fake host's chips as JAX's backend start does there (the fake's stand-in for
-libtpu: podctl/fake/tpu_vm/sitecustomize.py, its lock file and the file's owner), say
+libtpu: podctl/fake/vm/tpu_vm/sitecustomize.py, its lock file and the file's owner), say
 "CHIPS taken" (or "CHIPS refused: WHY", exit 1), then hold them SECONDS (argv[1]).
 No JAX: what is under test is the host's rule, whoever started the run."""
 

@@ -1,5 +1,5 @@
 """Print "OTHERS N": how many processes on this fake host run ARGV[1] (a script name),
-found by the host's token in their environment (podctl/fake/hosts.py, TOKEN_VAR)."""
+found by the host's token in their environment (podctl/fake/vm/hosts.py, TOKEN_VAR)."""
 
 import os
 import sys

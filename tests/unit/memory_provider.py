@@ -14,15 +14,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from podctl import topology
+from podctl.base import topology
 from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
 from podctl.cloud.describe import Kind
 from podctl.cloud.placement import Placement
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.types import GuestEntry, Host, NodeInfo, SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy
-from podctl.errors import AlreadyExistsError, NotFoundError
-from podctl.settings import Settings
+from podctl.base.errors import AlreadyExistsError, NotFoundError
+from podctl.base.settings import Settings
 
 # parent -> slice name -> slice: what every provider opened in this process sees (each CLI
 # command opens its own, as it would open a client of a real API)

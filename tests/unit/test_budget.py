@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from podctl import budget, steps
+from podctl.money import budget
+from podctl import steps
 from podctl.steps import budget_check
 from podctl.cloud import describe, terminate
 from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
-from podctl.errors import BudgetExceededError, InvalidValueError
+from podctl.base.errors import BudgetExceededError, InvalidValueError
 from podctl.jobs.run_files import load_record
 from podctl.jobs.metrics import read_metrics
 from tests.conftest import FAST, PARENT, TIME_SCALE, ZONE

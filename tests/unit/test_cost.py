@@ -9,14 +9,15 @@ import time
 
 import pytest
 
-from podctl import cost
-from podctl.errors import ConfigError, InvalidValueError
-from podctl.jobs import run_layout, run_record
-from podctl.jobs.agent_logs import LogShipper
+from podctl.money import cost
+from podctl.base.errors import ConfigError, InvalidValueError
+from podctl.host import run_layout
+from podctl.jobs import run_record
+from podctl.host.agent_logs import LogShipper
 from podctl.jobs.metrics import parse_records, read_metrics, summarize
 from podctl.jobs.run_record import RunRecord
-from podctl.settings import FAKE_BUCKET
-from podctl.storage import Storage
+from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Storage
 from tests.conftest import assert_one_line_error
 
 

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from podctl import settings
-from podctl.durations import format_duration, parse_duration
-from podctl.errors import ConfigError, InvalidValueError
+from podctl.base import settings
+from podctl.base.durations import format_duration, parse_duration
+from podctl.base.errors import ConfigError, InvalidValueError
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("45m", 2700), ("6h", 21600),

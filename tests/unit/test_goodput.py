@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from podctl.failures import bad_host, hardware_cause, infrastructure_reason
+from podctl.base.failures import bad_host, hardware_cause, infrastructure_reason
 from podctl.steps.goodput import BUCKETS, _Attempt, split
 
 
@@ -68,7 +68,7 @@ def test_a_bad_host_is_the_same_worker_failing_twice_for_hardware_reasons():
 
 def test_a_node_reporting_unfit_health_is_not_run_on_again():
     from podctl.cloud.types import NodeInfo, SliceInfo
-    from podctl.failures import unfit
+    from podctl.base.failures import unfit
 
     def info(health: str | None) -> SliceInfo:
         node = NodeInfo(name="n", state="READY", health=health, accelerator_type="v5p-16",

@@ -1,4 +1,4 @@
-"""What a slice's watchers accept (jobs/host_pin.py, standard library) against what the
+"""What a slice's watchers accept (host/host_pin.py, standard library) against what the
 client signs (jobs/pointer_sign.py, `cryptography`): the verifier against signatures
 `cryptography` makes and tampered ones, the pin kept once, and each refusal."""
 
@@ -13,9 +13,10 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from podctl import vocabulary
-from podctl.errors import ConfigError, InvalidValueError
-from podctl.jobs import host_pin, host_watch, pointer_sign, run_layout
+from podctl.base import vocabulary
+from podctl.base.errors import ConfigError, InvalidValueError
+from podctl.host import host_pin, host_watch, run_layout
+from podctl.jobs import pointer_sign
 
 NODE = "pin8"
 ATTRS = {"tpu-env": f"ACCELERATOR_TYPE: 'v5p-8'\nNODE_ID: '{NODE}'\nWORKER_ID: '0'\n"}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from podctl.jobs import metric_line
+from podctl.host import metric_line
 from podctl.jobs.metrics import parse_records, summarize
 from podctl.steps.stall import StallPolicy, StallWatch
 

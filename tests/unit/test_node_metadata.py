@@ -19,7 +19,7 @@ from podctl.cloud.names import podctl_labels
 from podctl.cloud.translate import translate_metadata_update
 from podctl.cloud.types import BOOT_METADATA_KEY, GuestEntry, SliceSpec
 from podctl.cloud.wait import Clock, wait_ready
-from podctl.errors import (
+from podctl.base.errors import (
     AlreadyExistsError, CloudError, InvalidValueError, PermissionDeniedError, PodctlError,
 )
 from tests.conftest import FAST, PARENT, PROJECT
@@ -95,7 +95,7 @@ def test_a_refused_patch_is_translated_where_it_enters():
 
 
 def test_extra_metadata_goes_beside_ssh_keys_and_changes_nothing_without_it():
-    from podctl.jobs.run_layout import BOOT_KEY
+    from podctl.host.run_layout import BOOT_KEY
 
     assert BOOT_KEY == BOOT_METADATA_KEY
     plain = create_step.CreateRequest(parent=PARENT, name="x", spec=SliceSpec.build("v5p-8"),

@@ -15,10 +15,10 @@ import pytest
 import requests
 
 from podctl.cloud.oslogin import OsLogin, enabled
-from podctl.errors import PermissionDeniedError
-from podctl.fake.admin_client import FakeAdmin
-from podctl.fake.oslogin import FAKE_ACCOUNT, posix_username
-from podctl.settings import FAKE_ACCOUNT as CLIENT_ACCOUNT
+from podctl.base.errors import PermissionDeniedError
+from podctl.fake.admin.admin_client import FakeAdmin
+from podctl.fake.api.oslogin import FAKE_ACCOUNT, posix_username
+from podctl.base.settings import FAKE_ACCOUNT as CLIENT_ACCOUNT
 from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, slice_on_daemon
 
 
@@ -26,7 +26,7 @@ def test_project_metadata_and_the_nodes_own_switch():
     from google.cloud import tpu_v2
 
     from podctl.cloud.convert import node_info
-    from podctl.fake import oslogin
+    from podctl.fake.api import oslogin
     from podctl.fake.world import World
 
     node = tpu_v2.Node(name="projects/p/locations/z/nodes/n", accelerator_type="v5p-8",
@@ -50,7 +50,7 @@ def test_a_node_without_its_own_value_follows_the_project_whatever_a_sibling_sli
     """Multislice: one node says FALSE, the other sets nothing under a project with OS Login
     on. That other node ignores ssh-keys (as the fake's hosts do), so podctl must log in
     through OS Login; it used to let the one node's FALSE turn it off for the whole slice."""
-    from podctl.fake import oslogin
+    from podctl.fake.api import oslogin
     from podctl.fake.world import World
 
     world = World()
@@ -71,7 +71,7 @@ def test_a_slice_whose_nodes_disagree_on_os_login_is_refused_in_one_line_naming_
     from types import SimpleNamespace
 
     from podctl.cloud.oslogin import login_user
-    from podctl.errors import ConfigError
+    from podctl.base.errors import ConfigError
 
     class Client:
         def project_metadata(self, project):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from podctl.failures import coordination_abort, hardware_cause, infrastructure_reason
-from podctl.jobs.agent_logs import FATAL_LINES, LogShipper
+from podctl.base.failures import coordination_abort, hardware_cause, infrastructure_reason
+from podctl.host.agent_logs import FATAL_LINES, LogShipper
 from podctl.jobs.peer_cause import peer_cause
 from podctl.jobs.run_record import HostStatus, RunRecord, end_words
 

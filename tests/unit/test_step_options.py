@@ -11,11 +11,11 @@ import pytest
 
 from podctl import steps
 from podctl.cloud.types import SliceSpec
-from podctl.errors import InvalidValueError
+from podctl.base.errors import InvalidValueError
 from podctl.queue.execution import run_options
 from podctl.queue.provision import options_of
 from podctl.queue.store import Entry
-from podctl.settings import Settings
+from podctl.base.settings import Settings
 
 RUN_ID = "q-abc123-3-2-20261202-173000-ab12"
 FIRST = "q-abc123-3-1-20261202-173000-cd34"

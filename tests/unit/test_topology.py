@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from podctl import topology
-from podctl.errors import InvalidSliceError
+from podctl.base import topology
+from podctl.base.errors import InvalidSliceError
 
 
 def test_every_generation_the_api_serves_has_one_record():

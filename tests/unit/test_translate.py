@@ -6,7 +6,7 @@ from google.api_core import exceptions as gexc
 
 from podctl.cloud.translate import translate, translate_operation_error
 from podctl.cloud.types import SliceInfo
-from podctl.errors import (
+from podctl.base.errors import (
     AlreadyExistsError, CloudError, NotFoundError, PermissionDeniedError, QuotaExceededError,
     StockoutError, TransientError,
 )
@@ -58,8 +58,8 @@ def _from_fake(error) -> gexc.GoogleAPICallError:
 
 
 def test_real_only_errors_read_from_their_error_info():
-    from podctl.errors import ApiDisabledError
-    from podctl.fake import access
+    from podctl.base.errors import ApiDisabledError
+    from podctl.fake.api import access
 
     what = "listing nodes in projects/p1/locations/us-central1-a"
     denied = translate(_from_fake(access.denied("nodes.list", "projects/p1/locations/us-central1-a")), what)

@@ -1,4 +1,4 @@
-"""One word per rule: the states, times and exit codes of podctl/vocabulary.py are written
+"""One word per rule: the states, times and exit codes of podctl/base/vocabulary.py are written
 there once; these tests fail when one is written again elsewhere in podctl/."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import re
 import tokenize
 from pathlib import Path
 
-from podctl import vocabulary
-from podctl.jobs.agent_logs import LogShipper
+from podctl.base import vocabulary
+from podctl.host.agent_logs import LogShipper
 
-PODCTL = Path(vocabulary.__file__).parent
+PODCTL = Path(vocabulary.__file__).parents[1]
 # the fake cloud is a world of its own (its timings and address arithmetic are its own numbers)
 OWN_WORLDS = (PODCTL / "fake",)
 NUMBERS = {str(vocabulary.EXIT_INTERRUPTED), str(vocabulary.EXIT_TERMINATED), str(vocabulary.EXIT_KILLED),
@@ -37,7 +37,7 @@ def test_no_state_set_timeout_or_exit_code_is_written_twice():
             for match in pattern.finditer(text):
                 line = text.count("\n", 0, match.start()) + 1
                 found.append(f"{path.relative_to(PODCTL)}:{line}: {match.group(0)}")
-    assert not found, "use podctl/vocabulary.py:\n" + "\n".join(found)
+    assert not found, "use podctl/base/vocabulary.py:\n" + "\n".join(found)
 
 
 def test_the_agent_beats_as_the_client_expects_even_without_being_told(tmp_path):
@@ -48,7 +48,7 @@ def test_the_agent_beats_as_the_client_expects_even_without_being_told(tmp_path)
 
 
 def test_every_error_class_is_in_the_one_tree():
-    """podctl's exceptions live in errors.py; the agent and the host watcher (standalone
+    """podctl's exceptions live in base/errors.py; the agent and the host watcher (standalone
     on the hosts) and the fake's wire errors are the exceptions its docstring names."""
     outside = []
     for path in _sources():
@@ -57,4 +57,4 @@ def test_every_error_class_is_in_the_one_tree():
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if re.match(r"class \w+\((\w+Error|Exception|PodctlError|StorageError)\)", line):
                 outside.append(f"{path.relative_to(PODCTL)}:{number}: {line}")
-    assert not outside, "define errors in podctl/errors.py:\n" + "\n".join(outside)
+    assert not outside, "define errors in podctl/base/errors.py:\n" + "\n".join(outside)

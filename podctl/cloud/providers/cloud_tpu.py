@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from podctl import topology
+from podctl.base import topology
+from podctl.base.errors import CloudError, InvalidValueError, NotFoundError
 from podctl.cloud import create as create_step
 from podctl.cloud import describe as describe_step
 from podctl.cloud import maintenance_info, node_metadata, placement, terminate
@@ -24,7 +25,6 @@ from podctl.cloud.placement import Placement
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy
-from podctl.errors import CloudError, InvalidValueError, NotFoundError
 
 LABELS_WAIT = WaitPolicy(timeout=120)  # a labels patch's operation
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from podctl.base.errors import InvalidValueError
 from podctl.cloud.types import SliceInfo
-from podctl.errors import InvalidValueError
 from podctl.jobs.channels import boot, ssh
 from podctl.jobs.channels.base import Channel, ChannelKind, Reach
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from podctl.cloud.sshkey import SSH_USER
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
 from podctl.jobs import launch
 from podctl.jobs.ssh import HostPins, Target
-from podctl.storage import Storage
 
 if TYPE_CHECKING:
     from podctl.cloud.provider import SliceProvider

@@ -31,14 +31,15 @@ import time
 import uuid
 from collections.abc import Callable
 
+from podctl.base.errors import JobError, PodctlError, SliceBusyError
+from podctl.base.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds, pointer_valid_seconds
 from podctl.cloud.provider import SliceProvider
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
-from podctl.errors import JobError, PodctlError, SliceBusyError
-from podctl.jobs import boot_script, identity, launch, owner, pointer_sign, run_files, run_layout
+from podctl.host import run_layout
+from podctl.jobs import boot_script, identity, launch, owner, pointer_sign, run_files
 from podctl.jobs.channels.base import HostAccess, Reach
 from podctl.jobs.ssh import Target
-from podctl.storage import Storage
-from podctl.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds, pointer_valid_seconds
 
 # From the patches to every host's agent beating: the metadata's propagation to the
 # hosts (Google: "some time"; gcloud retries SSH for 50 s after its key's patch), the
@@ -105,7 +106,7 @@ class BootChannel:
         self.nodes = first_hosts(info, targets)
         self.targets = targets
         self.notice = notice or (lambda text: None)  # the hosts still booting, while it waits
-        # a host that has said nothing yet is booting, for up to this long (vocabulary.py)
+        # a host that has said nothing yet is booting, for up to this long (base/vocabulary.py)
         self.boot_seconds = boot_wait_seconds(len(info.hosts) or len(targets))
         self.beats: dict[int, str] = {}  # host -> its watcher's podctl/beat at the last look
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from podctl.base.errors import HostKeyError, JobError, StoragePermissionError
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
-from podctl.errors import HostKeyError, JobError, StoragePermissionError
 from podctl.jobs import identity, launch, owner
 from podctl.jobs.channels.base import Channel as Channel
 from podctl.jobs.channels.base import HostAccess, Reach
 from podctl.jobs.ssh import Fleet
-from podctl.storage import Storage
 
 
 class SshChannel:

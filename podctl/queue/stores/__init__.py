@@ -16,7 +16,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from podctl.errors import ConfigError
+from podctl.base.errors import ConfigError
 from podctl.queue.interface import QueueStore
 
 LOCAL = ""  # the scheme of no URL: this machine's SQLite queue

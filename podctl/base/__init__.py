@@ -1,0 +1,1 @@
+"""The floor: errors, words, settings, numbers and the slice catalog; imports no other layer."""

@@ -1,0 +1,1 @@
+"""The fake's TPU VM hosts: SSH, metadata servers, boots, maintenance, sick hosts."""

@@ -1,0 +1,1 @@
+"""Money: prices, what a slice and a run cost, budgets."""

@@ -1,0 +1,1 @@
+"""Decisions over runs and slices: gc, maintenance, preflight, the planner, plots, comparisons."""
