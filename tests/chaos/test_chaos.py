@@ -446,7 +446,8 @@ def api_for(kit: Kit) -> Any:
 _UP_CHILD = """
 import asyncio, os, sys
 from pathlib import Path
-from podctl import signals, steps
+from podctl import steps
+from podctl.base import signals
 from podctl.cloud.connect import api_for_endpoint
 from podctl.base.settings import Settings
 

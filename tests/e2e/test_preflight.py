@@ -154,7 +154,7 @@ def test_bad_preflight_input_is_one_line_and_exit_2(tmp_path, args, code, words)
 
 
 def test_podctl_help_does_not_import_jax():
-    code = ("import sys; from podctl.cli.main import cli; from podctl import preflight; "
+    code = ("import sys; from podctl.cli.main import cli; from podctl.policy import preflight; "
             "assert not any(m == 'jax' or m.startswith(('jax.', 'libtpu')) for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -35,7 +35,7 @@ def test_the_tree_keeps_the_import_rules(tmp_path):
 
 @pytest.mark.parametrize(("module", "planted", "contract"), [
     ("cloud/describe.py", "from podctl.steps import session", "Layers"),
-    ("jobs/bundle.py", "from podctl.fake import daemon", "The fake is a world apart"),
+    ("jobs/bundle.py", "from podctl.fake.admin import daemon", "The fake is a world apart"),
     ("fake/world.py", "from podctl.cloud import types", "The fake imports nothing"),
     ("cli/slice_cmds.py", "from podctl.cloud import terminate", "go through the one door"),
     ("cli/render.py", "from podctl.money.cost import fmt_usd", "go through the one door"),
