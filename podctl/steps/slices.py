@@ -292,7 +292,7 @@ class SliceStatus:
 
     info: SliceInfo
     maintenance: dict[str, dict[str, Any]]  # node -> its upcomingMaintenance (v2alpha1), as --json shows it
-    # node -> per worker, its watcher's word (jobs/boot_channel.watcher_states); {}: no watchers
+    # node -> per worker, its watcher's word (jobs/channels/boot.watcher_states); {}: no watchers
     watchers: dict[str, list[str]] = field(default_factory=dict)
 
     def watchers_said(self) -> str | None:
