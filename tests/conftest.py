@@ -146,10 +146,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "host_env" in item.keywords and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(1500))
-    # The JAX tests (the slowest, 30-150 s each) first, in collection order otherwise: under
-    # pytest-xdist the short ones then fill the workers' ends instead of one long case
-    # running alone at the end while the other workers idle.
-    items.sort(key=lambda item: "host_env" not in item.keywords)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
