@@ -25,7 +25,7 @@ class SshKey:
         return f"{SSH_USER}:{self.public_key} {SSH_USER}"
 
 
-def _write_private(path: Path, data: bytes) -> bool:
+def write_private(path: Path, data: bytes) -> bool:
     """Create PATH (mode 0600) whole or not at all; False if another process was first.
 
     The bytes go to a temporary file that is then hard-linked into place, so no
@@ -54,7 +54,7 @@ def ensure_ssh_key(config_dir: Path) -> SshKey:
     path = key_dir / KEY_NAME
     if not path.exists():
         key = asyncssh.generate_private_key("ssh-ed25519", comment="podctl")
-        _write_private(path, key.export_private_key())
+        write_private(path, key.export_private_key())
     os.chmod(path, 0o600)  # an older copy with looser modes is tightened, as ssh demands
     try:
         key = asyncssh.read_private_key(path)
@@ -64,5 +64,5 @@ def ensure_ssh_key(config_dir: Path) -> SshKey:
     public = key.export_public_key().decode().split()
     pub_path = key_dir / f"{KEY_NAME}.pub"
     if not pub_path.exists():
-        _write_private(pub_path, (" ".join(public) + "\n").encode())
+        write_private(pub_path, (" ".join(public) + "\n").encode())
     return SshKey(private_path=path, public_key=" ".join(public[:2]))

@@ -18,13 +18,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from podctl.base.errors import ConfigError, InvalidValueError
+from podctl.cloud.sshkey import write_private
 from podctl.host import host_pin, run_layout
 
 PIN_KEY = host_pin.PIN_KEY  # node metadata: the slice's pin (JSON, public keys only)
@@ -38,21 +38,6 @@ PREFIX = f"{run_layout.ROOT}/"  # every object a pointer names lives under it
 
 def canonical(body: dict[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """PATH (0600) whole or not at all; another process's, if it was first, stands."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
 
 
 def public_numbers(key: object) -> tuple[int, int]:
@@ -92,7 +77,7 @@ class Signer:
         path = key_dir / KEY_NAME
         if not path.exists():
             made = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
-            _write_private(path, made.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            write_private(path, made.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                     serialization.NoEncryption()))
         os.chmod(path, 0o600)
         try:
@@ -104,7 +89,7 @@ class Signer:
                               "makes a new one (slices made with the old one then take runs only over SSH).") from e
         signer = cls(private=private, path=path)
         if not signer.public_path.exists():
-            _write_private(signer.public_path, private.public_key().public_bytes(
+            write_private(signer.public_path, private.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         return signer
 
