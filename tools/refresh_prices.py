@@ -14,8 +14,12 @@ into one CSV row per machine and zone: `Price` and `SpotPrice` in USD per hour. 
   stderr: the catalog has such rows (H100 in us-central1 at half of us-east4) that
   Google's billing catalog contradicts.
 
-Rows that did not come from this catalog (committed-use tiers, hand-kept figures) are kept
-as they are, and win over a catalog row for the same system, region and tier. Without
+Every catalog row records where it came from (`source`: the catalog at --commit) and when
+(`as_of`: the catalog's date, the day it was read). Rows that did not come from this catalog
+(committed-use tiers, hand-kept figures) are kept as they are, and win over a catalog row
+for the same system, region and tier; one whose figure was copied from a transcription
+rather than read again from its source carries `reread = false`, and `podctl plan` says so
+beside it. Without
 --write the new table is printed. tools/data/skypilot-gcp-vms-6f65ab5-excerpt.csv holds the
 catalog rows the shipped table was made from (SkyPilot's own rows, verbatim).
 """
@@ -93,6 +97,8 @@ def merged(existing: dict, fresh: list[dict], as_of: str) -> list[dict]:
 
 
 def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
     return f'"{v}"' if isinstance(v, str) else repr(v)
 
 
@@ -103,7 +109,8 @@ def render(text: str, table_rows: list[dict], commit: str) -> str:
     lines = [head, "rows = ["]
     for r in table_rows:
         fields = ", ".join(f"{k} = {_value(r[k])}" for k in ("system", "region", "tier", "usd",
-                                                              "as_of", "source", "note") if k in r)
+                                                              "as_of", "source", "note", "reread")
+                           if k in r)
         lines.append(f"  {{{fields}}},")
     lines += ["]", "", ""]
     body = "\n".join(lines) + tail

@@ -46,9 +46,17 @@ def measured_mfu(metrics: Any, run_id: str) -> Any:
 
 
 def _money(text: str | None, option: str) -> float | None:
+    """US dollars as typed: '2M', '$2.5M', '2500000'."""
+    from podctl.base.errors import InvalidValueError
     from podctl.base.numbers import parse_count
 
-    return None if text is None else parse_count(text.strip().lstrip("$"), option)
+    if text is None:
+        return None
+    try:
+        return parse_count(text.strip().lstrip("$"), option)
+    except InvalidValueError:
+        raise InvalidValueError(f"{option} {text!r}: expected US dollars above zero, e.g. 2M, "
+                                "$2.5M or 2500000.") from None
 
 
 @click.command()
@@ -93,9 +101,18 @@ def _money(text: str | None, option: str) -> float | None:
 @click.option("--data-region", default=None, metavar="REGION|internet",
               help="Where the dataset is (default: the chips' region: no egress).")
 @click.option("--egress-usd-per-gb", default=None, type=AMOUNT, help="Your own egress price.")
+@click.option("--seq-len", default=8192, show_default=True, type=Number(whole=True, low=128),
+              help="Tokens per sequence: attention's FLOPs (12·L·H·Q·T per token) and the "
+                   "activations of the memory fit grow with it.")
+@click.option("--batch-per-chip", default=1, show_default=True, type=COUNT,
+              help="Sequences per chip per step (the fit's activations).")
+@click.option("--remat", default="full", show_default=True, type=click.Choice(["full", "none"]),
+              help="Rematerialization: full keeps each layer's input (2 bytes x width per "
+                   "token per layer), none keeps everything (34 bytes).")
 @click.option("--frontier", is_flag=True, help="Every size of each system: days against dollars.")
 @click.option("--deadline", default=None, metavar="DURATION",
-              help="With --frontier: the cheapest plan that finishes within it, e.g. 30d.")
+              help="Mark the rows that miss it, e.g. 30d; with --frontier: the cheapest plan "
+                   "that finishes within it.")
 @click.option("--budget", "budget_text", default=None, metavar="USD",
               help="With --frontier: the fastest plan within it, e.g. 2M.")
 @click.option("-o", "--output", default=None, type=click.Path(path_type=Path),
@@ -109,19 +126,22 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
          mfu_from: str | None, tier: str | None, spot: bool, price_text: str | None,
          region: str | None, runs: int, people: float, rate: float, goodput: float | None,
          goodput_from: str | None, checkpoints_kept: int, dataset_tb: float,
-         data_region: str | None, egress_usd_per_gb: float | None, frontier: bool,
+         data_region: str | None, egress_usd_per_gb: float | None, seq_len: int,
+         batch_per_chip: int, remat: str, frontier: bool,
          deadline: str | None, budget_text: str | None, output: Path | None,
          project: str | None, zone: str | None, bucket: str | None, as_json: bool) -> None:
-    """How long a model trains and what it costs: 6·N·D FLOPs at MFU of the chips' peak,
-    on a TPU slice or several systems side by side (TPU against GPU), each priced in its
-    cheapest region (only --zone or --region given here pins one; a default zone from the
-    environment does not), with the project's whole bill.
+    """How long a model trains and what it costs: (6·N + 12·L·H·Q·T)·D FLOPs at MFU of the
+    chips' peak (MFU from published throughput, with its band), on a TPU slice or several
+    systems side by side (TPU against GPU), each priced in its cheapest region, spot in the
+    same one (only --zone or --region given here pins one; a default zone from the
+    environment does not), days with goodput, with the project's whole bill.
 
     \b
     podctl plan --params 70B --tokens 1T --slice v5p-4096
     podctl plan --params 70B --tokens 1T --compare v5p-4096,v6e-256,h100-2048,b200-2048
     podctl plan --params 70B --tokens 1T --slice v5p-4096 --region us-east5 --tier spot \\
         --runs 5 --people 3 --rate 150
+    podctl plan --params 70B --tokens 1T --slice v6e-256 --seq-len 32768 --remat none
     podctl plan --frontier --params 70B --tokens 1T --deadline 30d -o frontier.png
     """
 
@@ -136,12 +156,12 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             return _from_preflight()
         _refuse_conflicts(params=params_text is not None, mfu=mfu_text is not None, mfu_from=mfu_from,
                           goodput=goodput is not None, goodput_from=goodput_from, spot=spot, tier=tier,
-                          zone=zone, region=region,
-                          frontier_only=not frontier and bool(deadline or budget_text or output))
+                          zone=zone, region=region, slice_and_compare=bool(slice_type and compare),
+                          frontier_only=not frontier and bool(budget_text or output))
         assert params_text is not None  # _refuse_conflicts refused its absence
         names = [n.strip() for n in compare.split(",") if n.strip()] if compare else []
         if slice_type:
-            names = [slice_type] + [n for n in names if n != slice_type]
+            names = [slice_type]
         if not names and not frontier:
             raise InvalidValueError("which slice? pass --slice v5p-N (or --compare v5p-A,h100-B).")
         mfus = cmp.parse_per_system(mfu_text, "--mfu", numbers.check_mfu)
@@ -155,12 +175,17 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             runs=runs, people=people, rate=rate, goodput=gp[0] if gp else goodput,
             goodput_source=gp[1] if gp else None, checkpoints_kept=checkpoints_kept,
             dataset_tb=dataset_tb, data_region=data_region, egress_usd_per_gb=egress_usd_per_gb,
-            measured_mfu=measured, where_option="--zone" if zone else "--region")
+            measured_mfu=measured, where_option="--zone" if zone else "--region",
+            seq_len=seq_len, batch_per_chip=batch_per_chip, remat=remat,
+            goodput_measured=gp is not None)
         if frontier:
             return _frontier(names, args, render, emit_json)
+        from podctl.base.durations import parse_duration
         from podctl.policy.planner.core import plan as make_plan
 
-        result = make_plan(params_text, tokens_text, names, num_slices=num_slices, **args)
+        days = parse_duration(deadline, "--deadline") / 86400 if deadline else None
+        result = make_plan(params_text, tokens_text, names, num_slices=num_slices,
+                           deadline_days=days, **args)
         if as_json:
             emit_json(result.to_json())
         elif len(result.rows) == 1:
@@ -202,7 +227,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
 
 def _refuse_conflicts(*, params: bool, mfu: bool, mfu_from: str | None, goodput: bool,
                       goodput_from: str | None, spot: bool, tier: str | None, zone: str | None,
-                      region: str | None, frontier_only: bool) -> None:
+                      region: str | None, slice_and_compare: bool, frontier_only: bool) -> None:
     """Options that contradict each other, or are missing, in one line each."""
     from podctl.base.errors import InvalidValueError
 
@@ -216,8 +241,11 @@ def _refuse_conflicts(*, params: bool, mfu: bool, mfu_from: str | None, goodput:
         raise InvalidValueError(f"--spot and --tier {tier}: choose one.")
     if zone and region:
         raise InvalidValueError("--zone and --region both pin where to price: choose one.")
+    if slice_and_compare:
+        raise InvalidValueError("--slice plans one system and --compare several: choose one "
+                                "(put the slice in --compare's list).")
     if frontier_only:
-        raise InvalidValueError("--deadline, --budget and -o belong to --frontier.")
+        raise InvalidValueError("--budget and -o belong to --frontier.")
 
 
 def _measured(ctx: Context, mfu_from: str | None, goodput_from: str | None, project: str | None,

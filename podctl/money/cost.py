@@ -57,10 +57,12 @@ class Price:
     region: str
     source: str  # a URL, "--price", or "podctl.toml [prices]"
     as_of: str | None  # the date of the figure, when known
+    reread: bool = True  # False: a copy of the source, not read from it again (prices.toml)
 
     def to_json(self) -> dict[str, Any]:
         return {"usd_per_chip_hour": self.usd_per_chip_hour, "tier": self.tier,
-                "region": self.region, "source": self.source, "as_of": self.as_of}
+                "region": self.region, "source": self.source, "as_of": self.as_of,
+                "reread": self.reread}
 
 
 def unknown_price_message(zone: str | None, generation: str) -> str:
@@ -75,7 +77,7 @@ def generation_of(accelerator_type: str) -> str:
 
 
 def price_from_row(row: prices.PriceRow) -> Price:
-    return Price(row.usd_per_unit_hour, row.tier, row.region, row.source, row.as_of)
+    return Price(row.usd_per_unit_hour, row.tier, row.region, row.source, row.as_of, row.reread)
 
 
 def load_price_config(cwd: Path | None = None) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class PriceRow:
     as_of: str
     source: str  # the full text of the row's source (a URL and what was read there)
     note: str = ""
+    reread: bool = True  # False: the row's figure was copied, not read again from its source
 
 
 def parse_tier(text: str) -> str:
@@ -65,7 +66,8 @@ def rows() -> tuple[PriceRow, ...]:
     table = _table()
     named = table.get("sources", {})
     return tuple(PriceRow(r["system"], r["region"], r["tier"], float(r["usd"]), r["as_of"],
-                          named.get(r["source"], r["source"]), r.get("note", ""))
+                          named.get(r["source"], r["source"]), r.get("note", ""),
+                          r.get("reread", True))
                  for r in table.get("rows", []))
 
 

@@ -7,10 +7,6 @@ import json
 
 import pytest
 
-from podctl.policy import compare
-from podctl.money import cost
-from podctl.base.errors import InvalidSliceError, InvalidValueError
-from podctl.policy.planner.core import plan
 from tests.conftest import assert_one_line_error
 
 
@@ -19,22 +15,23 @@ def test_plan_compares_tpu_against_gpu_side_by_side(podctl):
             "--mfu", "v5p=0.5,h100=0.4,b200=0.4", "--price", "v5p=4.20", "--zone", "us-east4-a")
     proc = podctl(*args)
     lines = proc.stdout.splitlines()
-    assert "6ND = 4.200e+23 FLOPs on every system" in lines[0]
+    # the unit test's hours at the default goodput 0.9: days = hours / 0.9 / 24, cost / 0.9
+    assert "sequence 8,192: 4.844e+23 FLOPs (6ND + attention) on every system" in lines[0]
     assert lines[1].split()[:4] == ["SYSTEM", "CHIPS", "PEAK/CHIP", "MFU"]
     v5p = next(line for line in lines if line.startswith("v5p-4096"))
-    assert all(w in v5p for w in ["2048", "459 TF", "0.5", "4.700e+17", "248.2", "$8,601.60",
-                                  "$2,135,076.25", "$2.14"])
+    assert all(w in v5p for w in ["2048", "459 TF", "0.5", "13.3", "$4.20",
+                                  "$2,736,199.", "$2.74"])
     h100 = next(line for line in lines if line.startswith("h100-1024"))
-    assert all(w in h100 for w in ["1024", "989 TF", "0.4", "4.051e+17", "288.0", "$10.98",
-                                   "$11,242.56", "$3.24", "GPU: comparison only"])
+    assert all(w in h100 for w in ["1024", "989 TF", "0.4", "15.4", "$10.98",
+                                   "$4.15", "GPU: comparison only"])
     b200 = next(line for line in lines if line.startswith("b200-512"))
-    assert "253.2" in b200 and "?" in b200  # pinned to us-east4, where no B200 price is known
+    assert "13.5" in b200 and "?" in b200  # pinned to us-east4, where no B200 price is known
     assert "podctl provisions only TPUs" in proc.stdout
     assert "b200-512: no on-demand price for b200 in us-east4; cheapest: us-central1" in proc.stderr
     data = json.loads(podctl(*args, "--json").stdout)
     assert [(e["slice"], e["kind"], e["provisioned_by_podctl"]) for e in data["estimates"]] == [
         ("v5p-4096", "tpu", True), ("h100-1024", "gpu", False), ("b200-512", "gpu", False)]
-    assert data["estimates"][1]["total_usd"] == pytest.approx(1024 * 10.979059 * 287.9987, rel=1e-5)
+    assert data["estimates"][1]["total_usd"] == pytest.approx(1024 * 10.979059 * 332.1753 / 0.9, rel=1e-5)
     assert [e["mfu"] for e in data["estimates"]] == [0.5, 0.4, 0.4]
     # a plain --mfu still works, for every system
     single = podctl.json("plan", "--params", "70B", "--tokens", "1T", "--compare",

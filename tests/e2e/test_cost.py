@@ -9,15 +9,13 @@ import time
 
 import pytest
 
-from podctl.money import cost
-from podctl.base.errors import ConfigError, InvalidValueError
-from podctl.host import run_layout
-from podctl.jobs import run_record
-from podctl.host.agent_logs import LogShipper
-from podctl.jobs.metrics import parse_records, read_metrics, summarize
-from podctl.jobs.run_record import RunRecord
 from podctl.base.settings import FAKE_BUCKET
 from podctl.cloud.storage import Storage
+from podctl.host import run_layout
+from podctl.host.agent_logs import LogShipper
+from podctl.jobs import run_record
+from podctl.jobs.metrics import read_metrics
+from podctl.jobs.run_record import RunRecord
 from tests.conftest import assert_one_line_error
 from tests.unit.test_cost import _metric_lines  # noqa: F401
 
@@ -77,8 +75,8 @@ def test_read_metrics_from_log_chunks_in_gcs(fake, tmp_path):
 def test_plan_prints_its_working(podctl):
     out = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-4096", "--mfu", "0.5",
                  "--zone", "us-east5-a").stdout
-    assert "6 x 70B params x 1T tokens = 4.200e+23" in out
-    assert "2048 (v5p-4096)" in out and "248.2 h (10.3 days)" in out
+    assert "(6 x 70B params + 12 x 80 layers x 8,192 width x 8,192 seq) x 1T tokens = 4.844e+23" in out
+    assert "2048 (v5p-4096)" in out and "286.3 h; / goodput 0.9 = 13.3 days" in out
     assert "$8,601.60" in out and "MFU         0.5 (--mfu)" in out
     data = json.loads(podctl("plan", "--params", "7e10", "--tokens", "1e12", "--compare",
                              "v5p-1024,v5p-4096,v5p-8192", "--zone", "us-east5-a", "--spot",
@@ -86,8 +84,8 @@ def test_plan_prints_its_working(podctl):
     assert [e["chips"] for e in data["estimates"]] == [512, 2048, 4096]
     assert data["estimates"][1]["price"]["tier"] == "spot"
     assert "maxtext" in data["mfu_source"]  # published, no longer one assumed 0.45
-    assert [e["mfu"] for e in data["estimates"]] == [  # published at 256 chips: 512, 2048, 4096
-        pytest.approx(0.63 * 0.98 ** k, abs=5e-5) for k in (1, 3, 4)]
+    # published: Llama 2 70B on v5p-1024 (512 chips), flat inside one slice at every size
+    assert [e["mfu"] for e in data["estimates"]] == [0.6725] * 3
     table = podctl("plan", "--params", "70B", "--tokens", "1T", "--compare", "v5p-1024,v5p-8192",
                    "--zone", "us-east5-a").stdout
     assert "SYSTEM" in table and "v5p-8192" in table and "$/M TOKENS" in table
@@ -96,7 +94,7 @@ def test_plan_prints_its_working(podctl):
 def test_plan_in_a_region_without_a_price_still_plans_and_names_the_cheapest(podctl):
     proc = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v6e-256", "--region",
                   "europe-west1")
-    assert "h (" in proc.stdout and "$" not in proc.stdout.split("memory")[0]
+    assert "h; / goodput" in proc.stdout and "$" not in proc.stdout.split("memory")[0]
     assert ("no on-demand price for v6e in europe-west1; cheapest: us-central1 at $2.70; "
             "pass --price v6e=USD") in proc.stderr
     priced = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--zone",
@@ -207,4 +205,6 @@ def test_plan_takes_goodput_from_a_run(podctl, tmp_path):
     row = plan["estimates"][0]
     assert row["project"]["goodput"] == pytest.approx(3000 / 3600)
     assert run_id in row["project"]["goodput_source"] and run_id in row["mfu_source"]
-    assert row["project"]["parts"]["compute"]["usd"] == pytest.approx(row["total_usd"] / (3000 / 3600))
+    # the row's total is the run's billed cost: chips x price x hours / the measured goodput
+    assert row["total_usd"] == pytest.approx(2048 * 4.20 * row["hours"] / (3000 / 3600))
+    assert row["project"]["parts"]["compute"]["usd"] == pytest.approx(row["total_usd"])

@@ -77,53 +77,61 @@ def test_cheapest_region_by_hand():
 
 # ---- the buyer's question ---------------------------------------------------------------
 
-def test_four_systems_without_a_zone_all_priced_with_mfu_sources_and_a_break_even(podctl):
+def test_four_systems_the_buyers_comparison_as_printed_and_as_json(podctl):
+    """The CLI of tests/unit/test_planner.py's hand-worked 70B x 1T case: MFU with its band
+    and source, days with goodput, the band's costs, the regions, the findings."""
     data = _strict(podctl("plan", "--params", "70B", "--tokens", "1T", "--compare", FOUR,
-                          "--json").stdout)
+                          "--deadline", "30d", "--json").stdout)
     rows = data["estimates"]
     assert [r["slice"] for r in rows] == FOUR.split(",")
     assert all(r["total_usd"] > 0 and r["price"]["source"] and r["price"]["as_of"] for r in rows)
     assert all(r["mfu_source"] and "http" in r["mfu_source"] for r in rows)
-    assert len({r["mfu"] for r in rows}) > 1
-    # by hand: v5p published 0.63 at 256 chips, x 0.98 per doubling to 2048 chips (3 doublings)
-    v5p = rows[0]
-    assert v5p["mfu"] == pytest.approx(0.63 * 0.98 ** 3, abs=5e-5)
-    assert v5p["hours"] == pytest.approx(4.2e23 / (2048 * 459e12 * v5p["mfu"]) / 3600)
-    assert v5p["total_usd"] == pytest.approx(2048 * 4.20 * v5p["hours"])
-    h100 = rows[2]
-    assert h100["price"]["region"] == "us-east4" and h100["mfu"] == 0.38  # published at 16K GPUs
-    # break-even: v5p is cheaper per token than H100 while MFU >= 0.38 x (4.20/459) / (10.979/989)
-    against = {b["against"]: b for b in data["break_even"]}
-    assert against["h100-2048"]["mfu_needed"] == pytest.approx(
-        0.38 * (4.20 / 459e12) / (H100_EAST4 / 989e12), rel=1e-6)
+    expected = plan(70e9, 1e12, FOUR.split(","), config={}, deadline_days=30)
+    for row, want in zip(rows, expected.rows, strict=True):
+        assert (row["mfu"], row["mfu_low"], row["mfu_high"]) == (want.mfu.value, *want.mfu.band)
+        assert row["days"] == pytest.approx(want.days) and row["goodput"] == 0.9
+        assert row["total_usd_band"] == [pytest.approx(x) for x in want.band_totals]
+    assert [r["misses_deadline"] for r in rows] == [False, True, False, False]
+    assert data["findings"] == list(expected.findings)
     text = podctl("plan", "--params", "70B", "--tokens", "1T", "--compare", FOUR).stdout
-    assert "break-even: v5p-4096 is cheaper per token than h100-2048 (at MFU 0.38) while its MFU >= 0.3" \
-        in text
-    for row in rows:  # the on-demand total on every row of the table (B200 has no spot figure)
+    v6e = next(x for x in text.splitlines() if x.startswith("v6e-256"))
+    assert all(w in v6e for w in ["0.51 (0.4373-0.51)", "52.0", "52.0-60.6", "us-central1",
+                                  "$862,247.62", "$862,247.62-$1,005,594.07"])
+    assert "note: time differs 14.7x" in text
+    assert "note: at equal chips (2,048): v6e-256: --slice v6e-256 --num-slices 8" in text
+    assert "SPOT TOTAL: each system's spot price in its REGION (on-demand's)" in text
+    assert "copied: not re-read from the source" in text  # B200's price
+    for row in rows:
         line = next(x for x in text.splitlines() if x.startswith(row["slice"]))
         assert f"${row['total_usd']:,.2f}" in line
 
 
 def test_the_70b_v5p_8192_case_is_still_the_hand_figure(podctl):
     data = _strict(podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-8192",
-                          "--mfu", "0.45", "--json").stdout)
+                          "--mfu", "0.45", "--goodput", "1", "--json").stdout)
     row = data["estimates"][0]
-    assert row["hours"] == pytest.approx(4.2e23 / (4096 * 459e12 * 0.45) / 3600)  # 137.9 h
-    assert round(row["hours"], 1) == 137.9
-    assert row["total_usd"] == pytest.approx(4096 * 4.20 * row["hours"])  # $2.37M
-    assert round(row["total_usd"] / 1e6, 2) == 2.37
+    # (6 x 70e9 + 12 x 80 x 8192 x 8192) x 1e12 = 4.8442450944e23 FLOPs
+    assert row["hours"] == pytest.approx(4.8442450944e23 / (4096 * 459e12 * 0.45) / 3600)
+    assert round(row["hours"], 1) == 159.1
+    assert row["total_usd"] == pytest.approx(4096 * 4.20 * row["hours"])  # $2.74M
+    assert round(row["total_usd"] / 1e6, 2) == 2.74
 
 
 def test_a_plan_that_cannot_fit_says_so_and_suggests_one_that_does(podctl):
-    """405B x 20 bytes/param = 8.1 TB; v5e-8 holds 8 x 16 GB = 0.128 TB; the largest v5e
-    slice (256 chips) holds 4.096 TB, so two of them: v5litepod-256 --num-slices 2."""
+    """405B at 2,048 tokens per chip: 405e9 x 20 bytes = 8.1 TB of state and buffer, and
+    126 layers x 16,384 width x 2,048 tokens x 2 bytes = 8.46 GB of activations per v5e chip
+    (16 GB): 8.1e12 / (16e9 - 8.46e9) = 1,074 chips -> 5 x v5litepod-256."""
+    out = podctl("plan", "--params", "405B", "--tokens", "1T", "--slice", "v5litepod-8",
+                 "--seq-len", "2048").stdout
+    assert "v5litepod-8 does not fit in memory: 1,021.0 GB per chip needed" in out
+    assert "smallest that fits: v5litepod-256 --num-slices 5" in out
+    five = _strict(podctl("plan", "--params", "405B", "--tokens", "1T", "--slice", "v5litepod-256",
+                          "--num-slices", "5", "--seq-len", "2048", "--json").stdout)["estimates"][0]
+    assert (five["chips"], five["num_slices"], five["fit"]["fits"]) == (1280, 5, True)
+    # at the default 8,192 tokens the activations alone (33.8 GB) exceed a v5e chip
     out = podctl("plan", "--params", "405B", "--tokens", "1T", "--slice", "v5litepod-8").stdout
-    assert "v5litepod-8 does not fit in memory: 8.10 TB needed, 0.13 TB of HBM" in out
-    assert "smallest that fits: v5litepod-256 --num-slices 2" in out
-    two = _strict(podctl("plan", "--params", "405B", "--tokens", "1T", "--slice", "v5litepod-256",
-                         "--num-slices", "2", "--json").stdout)["estimates"][0]
-    assert (two["chips"], two["num_slices"], two["fit"]["fits"]) == (512, 2, True)
-    # 70B on one H100 machine: 1.4 TB against 640 GB; 1.4e12 / 80e9 = 17.5 GPUs -> 24
+    assert "the activations alone (33.8 GB) exceed a chip's HBM at any size" in out
+    # 70B on one H100 machine: 175 GB of state per GPU against 80 GB
     one = plan(70e9, 1e12, ["h100"], config={}).rows[0]
     assert not one.fit.fits and one.fit.suggestion == "h100-24"
     assert fit.training_bytes(70e9) == pytest.approx(70e9 * 20)
@@ -154,6 +162,7 @@ def test_tiers_and_regions(podctl):
     assert (one_year.price.tier, one_year.price.usd_per_chip_hour) == ("1y-cud", 2.94)
     assert one_year.spot_price is None  # a chosen tier is shown alone
     pinned = plan(70e9, 1e12, ["v6e-256"], region="europe-west4-a", config={})
+    assert pinned.rows[0].spot_price.region == "europe-west4"
     assert pinned.rows[0].price.usd_per_chip_hour == 2.97 and pinned.region == "europe-west4"
     assert pinned.rows[0].spot_price.usd_per_chip_hour == pytest.approx(0.85833)
     spot = _strict(podctl("plan", "--params", "7B", "--tokens", "1T", "--slice", "v6e-8",
@@ -174,25 +183,27 @@ def test_the_python_api_returns_dataclasses():
 
 def test_the_frontier_picks_the_cheapest_plan_under_a_deadline():
     """70B x 1T on v6e at a fixed MFU 0.4: every size costs the same per token, so the
-    cheapest within 30 days (720 h) is the smallest that finishes: chips >= 4.2e23 /
-    (918e12 x 0.4 x 720 x 3600) = 441.3 -> v6e-256 x 2 (512 chips): 620.5 h, $857,843."""
-    front = frontier(70e9, 1e12, ["v6e"], deadline_days=30, budget_usd=1e6, mfu=0.4, config={})
+    cheapest within 30 days (720 h of wall-clock at goodput 0.9) is the smallest that
+    finishes: chips >= 4.8442e23 / (918e12 x 0.4 x 720 x 3600 x 0.9) = 565.5 -> v6e-256 x 4
+    (1,024 chips): 357.9 h, 16.6 days, $1,099,366."""
+    front = frontier(70e9, 1e12, ["v6e"], deadline_days=30, budget_usd=2e6, mfu=0.4, config={})
     pick = front.cheapest_within_deadline
-    assert pick.system.name == "v6e-256 x 2"
-    hours = 4.2e23 / (512 * 918e12 * 0.4) / 3600
-    assert pick.hours == pytest.approx(hours) and pick.total_usd == pytest.approx(512 * 2.70 * hours)
-    assert round(pick.total_usd) == 857_843
-    # fastest within $1M: the largest considered (16,384 chips), all costing the same
+    assert pick.system.name == "v6e-256 x 4"
+    hours = 4.8442450944e23 / (1024 * 918e12 * 0.4) / 3600
+    assert pick.hours == pytest.approx(hours) and pick.days == pytest.approx(hours / 0.9 / 24)
+    assert pick.total_usd == pytest.approx(1024 * 2.70 * hours / 0.9)
+    assert round(pick.total_usd) == 1_099_366
+    # fastest within $2M: the largest considered (16,384 chips), all costing the same
     assert front.fastest_within_budget.system.chips == 16384
-    # with published MFU (falling 2% per doubling) the pick is still the smallest that finishes
+    # with published MFU (v6e's across slices by v5e's measured column) the pick still finishes
     falling = frontier(70e9, 1e12, ["v6e", "h100"], deadline_days=30, config={})
-    assert falling.cheapest_within_deadline.system.name == "v6e-256 x 2"
+    assert falling.cheapest_within_deadline.days <= 30
 
 
 def test_the_frontier_prints_and_draws(podctl, tmp_path):
     out = podctl("plan", "--frontier", "--params", "70B", "--tokens", "1T", "--systems", "v6e,b200",
                  "--deadline", "30d", "--budget", "2M", "-o", str(tmp_path / "f.png")).stdout
-    assert "cheapest within 30 days: v6e-256 x 2" in out and "fastest within $2,000,000.00" in out
+    assert "cheapest within 30 days: v6e-256 x " in out and "fastest within $2,000,000.00" in out
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     podctl("plan", "--frontier", "--params", "7B", "--tokens", "1T", "--systems", "v5p",
            "-o", str(tmp_path / "f.html"))
@@ -226,7 +237,10 @@ def test_json_is_strict_for_every_input(podctl, args):
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--people", "nan"], ["--people"]),
     (["--params", "70B", "--tokens", "1T", "--slice", "h100-8", "--num-slices", "2"],
      ["--num-slices is for TPU slices"]),
-    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--deadline", "30d"], ["--frontier"]),
+    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--budget", "2M"], ["--frontier"]),
+    (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--compare", "v6e-8"],
+     ["--slice plans one system and --compare several"]),
+    (["--params", "70B", "--tokens", "1T", "--frontier", "--budget", "lots"], ["US dollars"]),
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--zone", "us-east5-a", "--region",
       "us-east5"], ["choose one"]),
 ])

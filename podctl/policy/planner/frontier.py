@@ -4,7 +4,8 @@ and the fastest within a budget.
 Sizes: a TPU generation's documented slices (Google's table) that hold the model (fit.py),
 then 2, 4, 8 ... of its largest slice (multislice) up to MAX_CHIPS; a GPU system's machines
 in powers of two. Each point is a plan of its own (core.plan_system): days and dollars at
-the system's MFU (falling with size: mfu.py) and cheapest price.
+the system's published MFU (carried across slices by the measured multislice column: mfu.py)
+and cheapest price; days with goodput.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ MAX_CHIPS = 16384  # the largest system considered: 16K chips or GPUs
 DEFAULT_SYSTEMS = ("v5p", "v6e", "h100", "b200")
 
 
-def sizes(family: str, params: float) -> list[System]:
-    """FAMILY's systems that hold PARAMS in memory, smallest first, up to MAX_CHIPS."""
+def sizes(family: str, params: float, shape: fitting.Shape | None = None) -> list[System]:
+    """FAMILY's systems that hold PARAMS (and SHAPE's activations) in memory, smallest
+    first, up to MAX_CHIPS."""
     if family in gpu_systems():
         per = gpu_systems()[family].gpus_per_machine
         counts = [per * 2 ** k for k in range(16) if per * 2 ** k <= MAX_CHIPS]
@@ -39,8 +41,7 @@ def sizes(family: str, params: float) -> list[System]:
         while gen.max_chips * k <= limit:
             every.append(resolve(biggest, k))
             k *= 2
-    need = fitting.training_bytes(params)
-    return [s for s in every if s.hbm_bytes >= need]
+    return [s for s in every if fitting.check(s, params, shape).fits]
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,13 @@ def frontier(params: float | str, tokens: float | str,
     """Every size of each of SYSTEMS (families: "v5p", "h100"), planned with PLAN_ARGS as
     `plan` takes them (mfu, tier, region, price, ...)."""
     from podctl.money import cost
-    from podctl.policy.planner.core import counts, plan
+    from podctl.policy.planner.core import RunShape, check_run_shape, counts, plan
 
     n, d = counts(params, tokens)
+    defaults = RunShape()
+    shape = check_run_shape(plan_args.get("seq_len", defaults.seq_len),
+                            plan_args.get("batch_per_chip", defaults.batch_per_chip),
+                            plan_args.get("remat", defaults.remat)).for_params(n)
     plan_args.setdefault("config", cost.load_price_config())
     families = [s.strip().lower() for s in (systems.split(",") if isinstance(systems, str)
                                             else systems) if s.strip()]
@@ -117,7 +122,7 @@ def frontier(params: float | str, tokens: float | str,
         raise InvalidValueError("--systems: name at least one, e.g. v5p,v6e,h100,b200.")
     points: list[SystemPlan] = []
     for family in families:
-        for system in sizes(family, n):
+        for system in sizes(family, n, shape):
             row = plan(n, d, [system.slice_type], num_slices=system.num_slices,
                        **plan_args).rows[0]
             if row.total_usd is not None:
