@@ -27,7 +27,8 @@ def _price_line(p: Any, unit: str, pinned: str | None) -> str:
     dated = f", as of {p.as_of}" if p.as_of else ""
     if not p.reread:
         dated += ", copied: not re-read from the source"
-    where = p.region if pinned or p.source == "--price" else f"{p.region} (cheapest region)"
+    cheapest = "on-demand's cheapest region" if p.tier == "spot" else "cheapest region"
+    where = p.region if pinned or p.source == "--price" else f"{p.region} ({cheapest})"
     return (f"${p.usd_per_chip_hour:.2f} per {unit}-hour, {p.tier}, {where} "
             f"({short_source(p.source)}{dated})")
 
