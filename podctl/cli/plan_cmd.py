@@ -192,7 +192,7 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
             render.print_one(result)
         else:
             render.print_table(result)
-        for note in result.notes if not as_json else ():
+        for note in (*result.warnings, *result.notes) if not as_json else ():
             _notice(note)
 
     def _frontier(names: list[str], args: dict[str, Any], render: Any, emit_json: Any) -> None:

@@ -117,6 +117,8 @@ def test_seventy_b_on_four_systems_by_hand_at_the_centre_and_the_band_ends():
     assert p.row("v6e-256").days / p.row("v5p-4096").days == pytest.approx(5.27, abs=0.01)
     spread = next(f for f in p.findings if f.startswith("time differs"))
     assert "14.7x" in spread and "b200-2048 trains in 3.5 days, v6e-256 in 52.0" in spread
+    assert ("v6e-256 takes 5.3x the days of v5p-4096 (52.0 against 9.9) on 0.125x the chips "
+            "(256 against 2,048)") in p.findings
     assert "at equal chips (2,048): v6e-256: --slice v6e-256 --num-slices 8 (2,048 chips)" in p.findings
     # B200 at its one figure ($1.96M) against v5p at its band's high end ($1.94M): a flip
     assert any(f.startswith("the ranking by cost can flip inside the MFU bands: b200-2048")
@@ -221,7 +223,8 @@ def test_bad_and_implausible_inputs():
         with pytest.raises(InvalidValueError, match=word):
             plan("70B", "1T", ["v5p-8"], seq_len=seq, batch_per_chip=batch, remat=remat, config={})
     tiny = plan(70, "1T", ["v5p-8"], config={})
-    assert any("did you mean 70B?" in n for n in tiny.notes)
+    assert any("did you mean 70B?" in n for n in tiny.warnings)
     few = plan("70B", "1M", ["v5p-8"], config={})
-    assert any("tokens per parameter is implausible" in n for n in few.notes)
-    assert plan("70B", "1T", ["v5p-8"], config={}).notes == ()
+    assert any("tokens per parameter is implausible" in n for n in few.warnings)
+    assert few.to_json()["warnings"] == list(few.warnings) and few.notes == ()
+    assert plan("70B", "1T", ["v5p-8"], config={}).warnings == ()

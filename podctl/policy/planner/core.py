@@ -185,6 +185,7 @@ class Plan:
     region: str | None  # pinned by --zone/--region; None: each system's cheapest
     notes: tuple[str, ...] = field(default=())
     findings: tuple[str, ...] = field(default=())  # what the comparison says about itself
+    warnings: tuple[str, ...] = field(default=())  # sizes no run has (a unit left off?)
 
     def row(self, name: str) -> SystemPlan:
         return next(r for r in self.rows if r.system.name == name)
@@ -197,7 +198,7 @@ class Plan:
                 "estimates": [r.to_json() for r in self.rows],
                 "mfu_source": self.rows[0].mfu.describe() if self.rows else None,
                 "break_even": [b.to_json() for b in self.break_even],
-                "findings": list(self.findings),
+                "findings": list(self.findings), "warnings": list(self.warnings),
                 "price_note": "; ".join(self.notes) or None}
 
 
@@ -375,9 +376,9 @@ def plan(params: float | str, tokens: float | str, systems: str | list[str], *,
             spot_loss=(0.0, f"none on top: {inputs.goodput_source}, its preemptions included")
             if goodput_measured else (SPOT_PREEMPTION_LOSS, SPOT_LOSS_SOURCE)))
     row_tuple = tuple(rows)
-    notes = tuple(r.price_note for r in rows if r.price_note) + implausible(n, d)
+    notes = tuple(r.price_note for r in rows if r.price_note)
     return Plan(float(n), float(d), row_tuple, break_evens(row_tuple), chosen_tier,
-                tier is not None, pinned, notes, findings.findings(row_tuple))
+                tier is not None, pinned, notes, findings.findings(row_tuple), implausible(n, d))
 
 
 SEQ_LEN_RANGE = (128, 10_000_000)

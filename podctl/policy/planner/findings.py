@@ -102,6 +102,13 @@ def spread(rows: Sequence[SystemPlan]) -> list[str]:
            f"days, {slow.system.name} in {slow.days:,.1f}; chips differ {chips_apart:.1f}x "
            f"({few.system.chips:,} against {many.system.chips:,}): the cheapest row is not "
            "the same job done as fast"]
+    first = rows[0]
+    for r in rows[1:]:
+        days_x, chips_x = r.days / first.days, r.system.chips / first.system.chips
+        if max(days_x, 1 / days_x) > SPREAD or max(chips_x, 1 / chips_x) > SPREAD:
+            out.append(f"{r.system.name} takes {days_x:.1f}x the days of {first.system.name} "
+                       f"({r.days:,.1f} against {first.days:,.1f}) on {chips_x:g}x the chips "
+                       f"({r.system.chips:,} against {first.system.chips:,})")
     target = many.system.chips
     offers = [f"{r.system.name}: {o}" for r in rows if (o := equal_chip_plan(r, target))]
     if offers:
