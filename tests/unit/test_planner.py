@@ -120,6 +120,9 @@ def test_seventy_b_on_four_systems_by_hand_at_the_centre_and_the_band_ends():
     assert ("v6e-256 takes 5.3x the days of v5p-4096 (52.0 against 9.9) on 0.125x the chips "
             "(256 against 2,048)") in p.findings
     assert "at equal chips (2,048): v6e-256: --slice v6e-256 --num-slices 8 (2,048 chips)" in p.findings
+    assert ("b200-2048: its MFU was published for 8 GPUs only and is held at 2,048 (no "
+            "published run at that scale); pass --mfu b200=X to try another") in p.findings
+    assert not any(f.startswith("h100-2048: its MFU") for f in p.findings)  # 8,192 published
     # B200 at its one figure ($1.96M) against v5p at its band's high end ($1.94M): a flip
     assert any(f.startswith("the ranking by cost can flip inside the MFU bands: b200-2048")
                for f in p.findings)

@@ -6,6 +6,7 @@
   takes weeks longer; the equal-chip plan is offered (`--slice TYPE --num-slices K`, or
   the GPU count) so that money and time are compared at the same size.
 - Rows that miss `--deadline`.
+- GPU rows whose MFU was published only for far fewer GPUs (B200: 8), held at their size.
 """
 
 from __future__ import annotations
@@ -125,5 +126,18 @@ def missed(rows: Sequence[SystemPlan]) -> list[str]:
             + ", ".join(f"{r.system.name} ({r.days:,.1f} days)" for r in late)]
 
 
+def unscaled(rows: Sequence[SystemPlan]) -> list[str]:
+    """GPU rows whose MFU was measured on far fewer GPUs (more than SPREAD x 2 fewer): no
+    published run says how it scales, so the figure is held, and the row leans on that."""
+    out = []
+    for r in rows:
+        measured = r.mfu.measured_chips
+        if r.system.kind == "gpu" and measured and r.system.chips > 2 * SPREAD * measured:
+            out.append(f"{r.system.name}: its MFU was published for {measured:,} GPUs only and "
+                       f"is held at {r.system.chips:,} (no published run at that scale); pass "
+                       f"--mfu {r.system.family}=X to try another")
+    return out
+
+
 def findings(rows: Sequence[SystemPlan]) -> tuple[str, ...]:
-    return tuple(flips(rows) + spread(rows) + missed(rows))
+    return tuple(flips(rows) + spread(rows) + missed(rows) + unscaled(rows))

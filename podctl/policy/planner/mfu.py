@@ -125,6 +125,7 @@ class MfuFigure:
     note: str = ""  # what was measured there, and how it was carried to this plan
     low: float | None = None  # the band's ends (None: no band, e.g. --mfu)
     high: float | None = None
+    measured_chips: int | None = None  # the central run's chips (GPUs), when published
 
     @property
     def band(self) -> tuple[float, float]:
@@ -202,7 +203,8 @@ def published(system: str, params: float, chips: int | None = None, *, slices: i
     note = f"{central.label()} ({central.quote}); {how}; {spread}"
     if central.basis:
         note += f"; {central.basis}"
-    return MfuFigure(round(value, 4), central.source, note, round(low, 4), round(high, 4))
+    return MfuFigure(round(value, 4), central.source, note, round(low, 4), round(high, 4),
+                     central.chips)
 
 
 @dataclass(frozen=True)
