@@ -54,7 +54,7 @@ class SystemPlan:
     fit: fitting.Fit
     bill: billing.Bill | None  # None when the price is unknown
     price_note: str | None = None
-    shape: fitting.Shape = fitting.Shape(80, 8192, DEFAULT_SEQ_LEN)
+    shape: fitting.Shape = fitting.Shape(80, 8192, DEFAULT_SEQ_LEN)  # plan_system sets the model's
     goodput: float = billing.DEFAULT_GOODPUT
     spot_loss: float = SPOT_PREEMPTION_LOSS  # extra share of spot's billed time lost
     spot_loss_source: str = SPOT_LOSS_SOURCE
