@@ -11,6 +11,7 @@ F / (chips x peak x MFU) / 3600 / 0.9.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib import resources
 
@@ -47,6 +48,35 @@ def test_every_mfu_row_is_its_own_throughput_through_the_one_formula(run):
     else:  # neither published: the source's MFU as given, and the row says so
         assert run.source_mfu == run.mfu and "not published" in run.basis
     assert run.source.startswith("https://") and run.quote
+
+
+@pytest.mark.parametrize("run", mfu.runs(), ids=lambda r: f"{r.system}-{r.model}-{r.chips}")
+def test_every_rows_throughput_is_the_figure_its_quote_prints(run):
+    # the fields the formula reads are the ones the source prints, so the quote checks them
+    if run.tokens_per_s_per_chip is not None:
+        printed = f"{run.tokens_per_s_per_chip:,.0f}"
+    elif run.model_tflops_per_chip is not None:
+        printed = f"{run.model_tflops_per_chip:,.0f}"
+    else:
+        printed = f"{run.source_mfu * 100:.4g}%"
+    assert re.search(rf"(?<![\d.,]){re.escape(printed)}(?![\d,])", run.quote), (printed, run.quote)
+    if run.source.startswith("https://github.com/AI-Hypercomputer/maxtext") and run.basis:
+        # MaxText's TFLOP/s rows print their own MFU beside it: the same peak, so it agrees
+        # with TFLOP/s / peak to half a point (MaxText divides unrounded TFLOP/s)
+        quoted = float(run.quote.rsplit("|", 1)[-1].strip().rstrip("%")) / 100
+        assert run.mfu == pytest.approx(quoted, abs=0.005), run.quote
+
+
+def test_v5p_multislice_takes_the_column_of_the_slice_size_nearest_the_plan():
+    # MaxText's v5p README, 128B: 1x v5p-256 315 (68.68%), 2x v5p-256 305 (66.34%);
+    # 1x v5p-512 316 (68.83%), 2x v5p-512 274 (59.66%). /459 TFLOP/s each. The single-slice
+    # run of the plan's slice size, times that size's own 2-slice column.
+    small = mfu.published("v5p", 128e9, 2 * 128, slices=2, seq_len=2048)
+    assert small.value == pytest.approx(round((315 / 459) * (305 / 315), 4), abs=1e-4)
+    assert "at 2 slices of 128 chips" in small.note
+    large = mfu.published("v5p", 128e9, 2 * 256, slices=2, seq_len=2048)
+    assert large.value == pytest.approx(round((316 / 459) * (274 / 316), 4), abs=1e-4)
+    assert "at 2 slices of 256 chips" in large.note
 
 
 def test_the_mfu_table_names_a_source_for_every_row_and_the_v6e_figures_the_issue_checked():

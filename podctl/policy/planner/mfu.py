@@ -145,20 +145,24 @@ def _distance(a: float, b: float) -> float:
     return abs(math.log(a / b)) if a > 0 and b > 0 else math.inf
 
 
-def dcn_ratio(system: str, params: float, slices: int) -> tuple[float, str]:
+def dcn_ratio(system: str, params: float, slices: int,
+              chips_per_slice: int | None = None) -> tuple[float, str]:
     """MFU kept across SLICES slices over DCN: the measured multislice column of the model
-    size nearest PARAMS, SYSTEM's own where it has SLICES, else v5e's (DCN_FALLBACK)."""
+    size nearest PARAMS (then of the slice size nearest CHIPS_PER_SLICE: MaxText's 128B keeps
+    96.6% across 2 v5p-256 but 86.7% across 2 v5p-512), SYSTEM's own where it has SLICES,
+    else v5e's (DCN_FALLBACK)."""
     if slices <= 1:
         return 1.0, FLAT_IN_SLICE
 
-    def columns(family: str) -> dict[tuple[str, int], tuple[PublishedRun, PublishedRun]]:
+    def columns(family: str) -> dict[tuple[str, int, int], tuple[PublishedRun, PublishedRun]]:
+        # keyed by slice size too: one model size can be published on several (v5p's 128B)
         mine = [r for r in runs() if r.system == family]
         pairs = {}
         for multi in (r for r in mine if r.slices > 1):
             one = next((r for r in mine if r.model == multi.model and r.slices == 1
                         and r.chips * multi.slices == multi.chips), None)
             if one is not None:
-                pairs[(multi.model, multi.slices)] = (one, multi)
+                pairs[(multi.model, multi.slices, one.chips)] = (one, multi)
         return pairs
 
     own = {k: v for k, v in columns(system).items() if k[1] == slices}
@@ -167,13 +171,16 @@ def dcn_ratio(system: str, params: float, slices: int) -> tuple[float, str]:
         return 1.0, "multislice not published: flat"
     counts = sorted({k[1] for k in pairs})
     wanted = next((k for k in counts if k >= slices), counts[-1])
+    per_slice = chips_per_slice or 0
     one, multi = min((v for k, v in pairs.items() if k[1] == wanted),
-                     key=lambda v: _distance(v[0].params, params))
+                     key=lambda v: (round(_distance(v[0].params, params), 9),
+                                    round(_distance(v[0].chips, per_slice), 9)))
     ratio = multi.mfu / one.mfu
     held = f"; beyond the published {wanted} slices held at {wanted}'s" if wanted < slices else ""
     whose = "" if family == system else f" ({system}'s not published: {family}'s)"
     return ratio, (f"x {ratio:.4f} for {slices} slices over DCN{whose}: {one.model} "
-                   f"{one.mfu:.4g} -> {multi.mfu:.4g} at {wanted} slices{held}")
+                   f"{one.mfu:.4g} -> {multi.mfu:.4g} at {wanted} slices of {one.chips} "
+                   f"chips{held}")
 
 
 def published(system: str, params: float, chips: int | None = None, *, slices: int = 1,
@@ -184,12 +191,13 @@ def published(system: str, params: float, chips: int | None = None, *, slices: i
         return None
     singles = [r for r in mine if r.slices == 1] or mine
     chips = chips or max(r.chips for r in singles)
+    per_slice = chips // max(slices, 1)  # a single-slice run is matched to one of the slices
     central = min(singles, key=lambda r: (round(_distance(r.params, params), 9),
                                           round(_distance(r.seq_len, seq_len), 9),
-                                          round(_distance(r.chips, chips), 9)))
+                                          round(_distance(r.chips, per_slice), 9)))
     band = [r for r in singles if _distance(r.params, central.params) <= math.log(BAND_SIZE_FACTOR)]
     if kind == "tpu":
-        factor, how = dcn_ratio(system, params, slices)
+        factor, how = dcn_ratio(system, params, slices, per_slice)
     else:
         factor = 1.0
         counts = sorted({r.chips for r in singles})
