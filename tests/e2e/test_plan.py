@@ -173,9 +173,9 @@ def test_tiers_and_regions(podctl):
                   "spot").stdout
     assert "$1.64 per chip-hour, spot, us-central1 (on-demand's cheapest region)" in text
     assert "/ goodput 0.81 = 10.9 days" in text  # 0.9 x (1 - 0.1 preemption loss)
-    late = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "v6e-256", "--tier",
+    late = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "h100-2048", "--tier",
                   "1y", check=False)
-    assert late.returncode == 0 and "no 1y-cud price for v6e in any region" in late.stderr
+    assert late.returncode == 0 and "no 1y-cud price for h100 in any region" in late.stderr
 
 
 def test_the_python_api_returns_dataclasses():

@@ -197,10 +197,18 @@ def test_rows_not_reread_are_marked_and_committed_use_without_a_source_says_so()
     assert b200.price.reread is False and b200.to_json()["price"]["reread"] is False
     assert all(not r.reread for r in prices.rows() if r.tier.endswith("cud"))
     assert plan("70B", "1T", ["v5p-4096"], config={}).rows[0].price.reread is True
-    v6e = plan("70B", "1T", ["v6e-256"], tier="1y", config={})
-    assert v6e.rows[0].price is None
-    assert v6e.notes == ("v6e-256: podctl's price table has no 1y-cud price for v6e in any region "
-                         "(no source it could read publishes one); pass --price v6e=USD",)
+    # v6e committed use: Google's GA announcement, "starting at $1.8900 per chip-hour" (1y) and
+    # "$1.2200" (3y), read as a news site quoted it: priced, and labelled not re-read
+    for tier, usd in (("1y", 1.89), ("3y", 1.22)):
+        v6e = plan("70B", "1T", ["v6e-256"], tier=tier, config={}).rows[0]
+        assert (v6e.price.usd_per_chip_hour, v6e.price.reread) == (usd, False)
+        assert "$1.8900" in v6e.price.source and "$1.2200" in v6e.price.source
+        hours = F / (256 * 918e12 * 0.51) / 3600
+        assert v6e.total_usd == pytest.approx(256 * usd * hours / 0.9)
+    h100 = plan("70B", "1T", ["h100-2048"], tier="1y", config={})
+    assert h100.rows[0].price is None
+    assert h100.notes == ("h100-2048: podctl's price table has no 1y-cud price for h100 in any "
+                          "region (no source it could read publishes one); pass --price h100=USD",)
 
 
 # ---- attention and fit --------------------------------------------------------------------
