@@ -99,7 +99,9 @@ def merged(existing: dict, fresh: list[dict], as_of: str) -> list[dict]:
 def _value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    return f'"{v}"' if isinstance(v, str) else repr(v)
+    if isinstance(v, str):  # a TOML basic string: a quote or backslash in a note is escaped
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
 
 
 def render(text: str, table_rows: list[dict], commit: str) -> str:

@@ -149,6 +149,10 @@ def print_table(plan: Any) -> None:
         loss = next(r for r in plan.rows if r.spot_price)
         click.echo(f"SPOT TOTAL: each system's spot price in its REGION (on-demand's), goodput "
                    f"x (1 - {loss.spot_loss:g}) for preemptions ({loss.spot_loss_source})")
+    unpriced = [r for r in plan.rows if spot and r.price and not r.spot_price]
+    if unpriced:  # the "?" in SPOT TOTAL says why, rather than leave a reader to guess
+        click.echo("SPOT TOTAL ?: no spot price in podctl's price table for " + ", ".join(
+            f"{r.system.name} in {r.price.region}" for r in unpriced))
     for r in plan.rows:
         if not r.fit.fits:
             click.echo(f"memory: {r.fit.sentence(r.system.name)}")

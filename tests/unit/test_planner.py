@@ -19,7 +19,7 @@ import pytest
 
 from podctl.base.errors import InvalidValueError
 from podctl.base.topology import generation
-from podctl.cli import plan_cmd
+from podctl.cli import plan_cmd, plan_render
 from podctl.money import prices
 from podctl.policy.compare import gpu_systems, resolve
 from podctl.policy.planner import fit, mfu
@@ -109,7 +109,11 @@ def test_central_band_and_how_it_is_carried():
     # GPUs: the published count nearest (Llama 3: 43% at 8,192 H100s, 41% at 16,384)
     assert mfu.published("h100", 70e9, 2048, kind="gpu").value == 0.4348
     assert mfu.published("h100", 70e9, 16384, kind="gpu").value == 0.4044
-    assert mfu.published("h100", 70e9, 2048, kind="gpu").band == (0.3842, 0.4348)
+    # the band keeps runs within 4x of the central run's sequence: at 8K, Llama 3's 8K rows
+    # (43%, 41%), not its 131K context-parallel row (38%)
+    assert mfu.published("h100", 70e9, 2048, kind="gpu").band == (0.4044, 0.4348)
+    long = mfu.published("h100", 70e9, 16384, seq_len=131072, kind="gpu")
+    assert long.value == 0.3842 and not long.has_band
     b200 = mfu.published("b200", 70e9, 2048, kind="gpu")
     assert not b200.has_band and "one published run" in b200.note
     assert mfu.published("tpu7x", 70e9, 256) is None  # not published: no row
@@ -122,7 +126,7 @@ def test_seventy_b_on_four_systems_by_hand_at_the_centre_and_the_band_ends():
     hand = {  # chips, peak, $/chip-h, MFU low, central, high
         "v5p-4096": (2048, 459e12, 4.20, 0.6725, 0.6725, 0.7037),
         "v6e-256": (256, 918e12, 2.70, 0.4373, 0.51, 0.51),
-        "h100-2048": (2048, 989e12, 10.979059, 0.3842, 0.4348, 0.4348),
+        "h100-2048": (2048, 989e12, 10.979059, 0.4044, 0.4348, 0.4348),
         "b200-2048": (2048, 2250e12, 11.28, 0.3821, 0.3821, 0.3821),
     }
     for name, (chips, peak, usd, low, central, high) in hand.items():
@@ -161,6 +165,14 @@ def test_seventy_b_on_four_systems_by_hand_at_the_centre_and_the_band_ends():
 def test_no_finding_where_systems_are_close_and_bands_do_not_cross():
     p = plan("70B", "1T", ["v5p-4096", "v5p-2048"], mfu=0.5, config={})
     assert p.findings == ()
+
+
+def test_a_spot_total_with_no_price_says_why(capsys):
+    plan_render.print_table(plan("70B", "1T", ["v5p-4096", "b200-2048"], config={}))
+    out = capsys.readouterr().out
+    assert "SPOT TOTAL ?: no spot price in podctl's price table for b200-2048 in us-central1" in out
+    plan_render.print_table(plan("70B", "1T", ["v5p-4096", "h100-2048"], config={}))
+    assert "SPOT TOTAL ?" not in capsys.readouterr().out
 
 
 def test_deadline_marks_the_rows_that_miss_it():
@@ -265,6 +277,9 @@ def test_bad_and_implausible_inputs():
             plan("70B", "1T", ["v5p-8"], seq_len=seq, batch_per_chip=batch, remat=remat, config={})
     tiny = plan(70, "1T", ["v5p-8"], config={})
     assert any("did you mean 70B?" in n for n in tiny.warnings)
+    huge = plan(1e16, "1T", ["v5p-8"], config={})  # not "did you mean 1e+16B?"
+    assert any("1e+16 parameters is implausible" in n for n in huge.warnings)
+    assert not any("did you mean" in n for n in huge.warnings)
     few = plan("70B", "1M", ["v5p-8"], config={})
     assert any("tokens per parameter is implausible" in n for n in few.warnings)
     assert few.to_json()["warnings"] == list(few.warnings) and few.notes == ()

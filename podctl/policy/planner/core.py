@@ -404,8 +404,10 @@ def implausible(params: float, tokens: float) -> tuple[str, ...]:
     out = []
     low, high = PLAUSIBLE_PARAMS
     if not low <= params <= high:
+        # too few: a unit left off (70 for 70B); too many has no such likely slip to name
+        hint = f"; did you mean {params:g}B?" if params < low else ""
         out.append(f"--params {params:g}: a model of {params:g} parameters is implausible "
-                   f"(expected {low:g} to {high:g}); did you mean {params:g}B?")
+                   f"(expected {low:g} to {high:g}){hint}")
     ratio = tokens / params
     few, many = PLAUSIBLE_TOKENS_PER_PARAM
     if not few <= ratio <= many:

@@ -8,8 +8,9 @@ model TFLOP/s per chip), each converted to MFU by one formula (FORMULA, PaLM's c
 `plan` prices its run with the same formula at its own sequence length (model_flops), so a
 figure measured at 4K and a plan at 32K agree. For a plan, `published` picks the system's
 single-slice run nearest the model's size (then sequence length, then chips) as the central
-figure and every run within 2x of that size as its band; across TPU slices it applies the
-measured multislice column (inside one slice MFU is flat, as MaxText's own rows show); a GPU
+figure and every run within 2x of that size and 4x of its sequence length as its band; across
+TPU slices it applies the measured multislice column (inside one slice MFU is flat, as
+MaxText's own rows show); a GPU
 count outside the published ones is held at the nearest. Each step is said in the figure's
 note. `--mfu` and `--mfu-from RUN_ID` replace it (with no band).
 
@@ -30,6 +31,9 @@ from typing import Any
 FORMULA = ("MFU = tokens/s per chip x (6·N + 12·L·H·Q·T) / peak FLOP/s per chip (PaLM's "
            "model FLOPs, attention without the causal halving)")
 BAND_SIZE_FACTOR = 2.0  # the band: runs within 2x of the central run's model size
+# ... and within 4x of its sequence length: Llama 3's 38% was measured at 131,072 tokens with
+# context parallelism, a different job from an 8K plan (its table: 41-43% at 8,192)
+BAND_SEQ_FACTOR = 4.0
 FLAT_IN_SLICE = ("flat inside one slice (MaxText: 128B at 68.68% on v5p-256, 68.83% on "
                  "v5p-512)")
 DEFAULT_SEQ_LEN = 8192  # Llama 3's pre-training sequence length (its paper, section 3.4)
@@ -195,7 +199,9 @@ def published(system: str, params: float, chips: int | None = None, *, slices: i
     central = min(singles, key=lambda r: (round(_distance(r.params, params), 9),
                                           round(_distance(r.seq_len, seq_len), 9),
                                           round(_distance(r.chips, per_slice), 9)))
-    band = [r for r in singles if _distance(r.params, central.params) <= math.log(BAND_SIZE_FACTOR)]
+    band = [r for r in singles
+            if _distance(r.params, central.params) <= math.log(BAND_SIZE_FACTOR) + 1e-9
+            and _distance(r.seq_len, central.seq_len) <= math.log(BAND_SEQ_FACTOR) + 1e-9]
     if kind == "tpu":
         factor, how = dcn_ratio(system, params, slices, per_slice)
     else:
@@ -206,7 +212,8 @@ def published(system: str, params: float, chips: int | None = None, *, slices: i
     value = central.mfu * factor
     low, high = (min(r.mfu for r in band) * factor, max(r.mfu for r in band) * factor)
     spread = (f"band {low:.3f}-{high:.3f} from {len(band)} published runs within "
-              f"{BAND_SIZE_FACTOR:g}x of {central.params / 1e9:g}B" if len(band) > 1
+              f"{BAND_SIZE_FACTOR:g}x of {central.params / 1e9:g}B and {BAND_SEQ_FACTOR:g}x of "
+              f"{central.seq_len:,} tokens" if len(band) > 1
               else "no band: one published run")
     note = f"{central.label()} ({central.quote}); {how}; {spread}"
     if central.basis:
