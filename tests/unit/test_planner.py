@@ -252,6 +252,13 @@ def test_fit_counts_activations_by_tokens_width_layers_and_remat():
     assert at_32k.state_per_chip == pytest.approx(state)
     assert at_32k.activations_per_chip == pytest.approx(32768 * 8192 * 80 * 34)
     assert not at_32k.fits and at_32k.suggestion is None  # activations alone exceed a chip
+    assert at_32k.sentence("v6e-256").endswith("lower --seq-len or --batch-per-chip, or --remat full")
+    # already remat full: 8,192 x 16,384 x 126 x 2 = 33.8 GB > 32 GB; MaxText trains 405B on
+    # v6e-256 only by offloading each layer's input to host memory: the hint says that, not
+    # "--remat full" again
+    big = fit.check(v6e, 405e9, fit.Shape(126, 16384, 8192, 1, "full"))
+    assert big.activations_per_chip == pytest.approx(8192 * 16384 * 126 * 2) and not big.fits
+    assert "--remat full" not in big.sentence("v6e-256") and "host memory" in big.sentence("v6e-256")
     # b200-8: 70B x 20 bytes / 8 = 175 GB + 10.7 GB of activations > 180 GB
     b200 = plan("70B", "1T", ["b200-8"], config={}).rows[0]
     assert not b200.fit.fits and b200.fit.suggestion == "b200-16"

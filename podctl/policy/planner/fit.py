@@ -77,6 +77,7 @@ class Fit:
     state_per_chip: float = 0.0
     activations_per_chip: float = 0.0
     hbm_per_chip: float = 0.0
+    remat: str = DEFAULT_REMAT
 
     @property
     def fits(self) -> bool:
@@ -99,9 +100,14 @@ class Fit:
             return f"{name} fits: {have} ({self.rule})"
         better = f"; smallest that fits: {self.suggestion}" if self.suggestion else ""
         if self.hbm_per_chip and self.activations_per_chip >= self.hbm_per_chip:
+            # with remat full already, what is left is host memory: MaxText's Llama 3.1 405B
+            # on v6e-256 (8,192 per chip) offloads each layer's input there, which this rule
+            # does not model (benchmarks/maxtext_trillium_model_configs.py, llama3_1_405b_*)
+            other = ("or keep each layer's input in host memory (MaxText's 405B on v6e-256 "
+                     "offloads it: decoder_layer_input=offload; not modelled here)"
+                     if self.remat == "full" else "or --remat full")
             better = (f"; the activations alone ({self.activations_per_chip / 1e9:,.1f} GB) exceed "
-                      "a chip's HBM at any size: lower --seq-len or --batch-per-chip, or "
-                      "--remat full")
+                      f"a chip's HBM at any size: lower --seq-len or --batch-per-chip, {other}")
         return f"{name} does not fit in memory: {have} ({self.rule}){better}"
 
     def to_json(self) -> dict[str, Any]:
@@ -155,9 +161,10 @@ def check(system: System, params: float, shape: Shape | None = None, *,
     acts = shape.activation_bytes_per_chip if shape else 0.0
     text = shape.rule() if shape else (f"{STATE_BYTES_PER_PARAM + BUFFER_BYTES_PER_PARAM} "
                                        "bytes/param of state and fp32 buffer")
+    remat = shape.remat if shape else DEFAULT_REMAT
     fit = Fit(state + acts * system.chips, system.hbm_bytes, text, None,
-              state / system.chips, acts, system.hbm_bytes_per_chip)
+              state / system.chips, acts, system.hbm_bytes_per_chip, remat)
     if fit.fits:
         return fit
     return Fit(fit.needed_bytes, fit.capacity_bytes, text, smallest_fitting(system, state, acts),
-               fit.state_per_chip, acts, fit.hbm_per_chip)
+               fit.state_per_chip, acts, fit.hbm_per_chip, remat)
