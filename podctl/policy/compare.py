@@ -137,8 +137,12 @@ def parse_per_system(text: str | None, option: str, check: Any) -> PerSystem:
         if number is None:
             raise InvalidValueError(f"{option} {text!r}: expected a number or SYSTEM=NUMBER "
                                     f"pairs, e.g. {option} v5p=0.5,h100=0.4.")
+        name = key.strip().lower() if eq else "(all systems)"
+        if (name in named) if eq else (default is not None):  # which would win is a guess
+            raise InvalidValueError(f"{option} {text!r}: {name} is given twice; give each "
+                                    "system (and the figure for all) once.")
         if not eq:
             default = check(number, option)
         else:
-            named[key.strip().lower()] = check(number, f"{option} {key.strip()}=")
+            named[name] = check(number, f"{option} {key.strip()}=")
     return PerSystem(default, named)

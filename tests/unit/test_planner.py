@@ -21,7 +21,8 @@ from podctl.base.errors import InvalidValueError
 from podctl.base.topology import generation
 from podctl.cli import plan_cmd, plan_render
 from podctl.money import prices
-from podctl.policy.compare import gpu_systems, resolve
+from podctl.money.cost import check_mfu
+from podctl.policy.compare import gpu_systems, parse_per_system, resolve
 from podctl.policy.planner import fit, mfu
 from podctl.policy.planner.core import plan
 
@@ -278,6 +279,9 @@ def test_bad_and_implausible_inputs():
     with pytest.raises(InvalidValueError, match="expected US dollars above zero"):
         plan_cmd._money("lots", "--budget")
     assert plan_cmd._money("$2.5M", "--budget") == 2.5e6
+    for text in ("v5p=0.5,v5p=0.6", "0.5,0.6"):  # the later one silently won
+        with pytest.raises(InvalidValueError, match="given twice"):
+            parse_per_system(text, "--mfu", check_mfu)
     for seq, batch, remat, word in ((64, 1, "full", "--seq-len"), (8192, 0, "full", "--batch-per-chip"),
                                     (8192, 1, "some", "--remat")):
         with pytest.raises(InvalidValueError, match=word):
