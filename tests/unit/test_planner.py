@@ -87,8 +87,9 @@ def test_the_mfu_table_names_a_source_for_every_row_and_the_v6e_figures_the_issu
     v6e = {r.model: r for r in mfu.runs() if r.system == "v6e"}
     # 900 tokens/s x (6 x 68.98e9 + 12 x 80 x 8192 x 4096) / 918e12 = 0.4373 (MaxText: 43.8%)
     assert v6e["Llama 2 70B"].mfu == 0.4373
-    # 6·N alone, as the issue checked it: 900 x 6 x 70e9 / 918e12 = 0.412
-    assert round(900 * 6 * 70e9 / 918e12, 3) == 0.412
+    # 6·N alone, as the issue checked it, is 900 x 6 x 70e9 / 918e12 = 0.412: the table counts
+    # attention too, so it must sit above that (the issue's 0.38 sat below it)
+    assert v6e["Llama 2 70B"].mfu > 0.412 and v6e["Llama 3.1 8B"].mfu > 7207 * 6 * 8.03e9 / 918e12
     v5p = next(r for r in mfu.runs() if r.system == "v5p" and r.model == "Llama 2 70B")
     assert (v5p.chips, v5p.tokens_per_s_per_chip) == (512, 692.0)  # 512 chips, not 256
 
