@@ -261,6 +261,11 @@ def test_fit_counts_activations_by_tokens_width_layers_and_remat():
     big = fit.check(v6e, 405e9, fit.Shape(126, 16384, 8192, 1, "full"))
     assert big.activations_per_chip == pytest.approx(8192 * 16384 * 126 * 2) and not big.fits
     assert "--remat full" not in big.sentence("v6e-256") and "host memory" in big.sentence("v6e-256")
+    # likewise MaxText's Llama 3.1 70B on v6e-256 (per_device_batch_size 5 x 8,192, remat
+    # custom with decoder_layer_input offloaded): 5 x 8,192 x 8,192 x 80 x 2 = 53.7 GB of layer
+    # inputs, more than a chip holds, which is why MaxText keeps them in host memory
+    offloaded = fit.check(v6e, 70.55e9, fit.Shape(80, 8192, 8192, 5, "full"))
+    assert round(offloaded.activations_per_chip / 1e9, 1) == 53.7 and not offloaded.fits
     # b200-8: 70B x 20 bytes / 8 = 175 GB + 10.7 GB of activations > 180 GB
     b200 = plan("70B", "1T", ["b200-8"], config={}).rows[0]
     assert not b200.fit.fits and b200.fit.suggestion == "b200-16"

@@ -12,7 +12,9 @@ Per chip, with the model state sharded over every chip (FSDP, as MaxText trains)
 
 against the chip's HBM. `podctl preflight`'s compiled figure replaces the rule where one is
 given (`plan --from-preflight`). Checked against MaxText's published Llama 2 70B run on
-v6e-256 (4 sequences of 4,096 per chip, remat full: it fits) in tests/unit.
+v6e-256 (4 sequences of 4,096 per chip, remat full: it fits) and its Llama 3.1 70B and 405B
+runs there, which keep each layer's input in host memory (the rule: not in HBM alone) in
+tests/unit.
 """
 
 from __future__ import annotations
