@@ -29,7 +29,8 @@ PANELS = (("loss", "loss"), ("step_time_s", "step time (s)"), ("tokens_per_s", "
           ("mfu", "MFU"))
 # The order goodput buckets are drawn in (others follow in the order given).
 BUCKET_ORDER = ("productive", "waiting", "provisioning", "host_setup", "startup_compile",
-                "checkpoint_save", "checkpoint_restore", "wasted_progress", "recovery", "idle")
+                "checkpoint_save", "checkpoint_restore", "wasted_progress", "recovery", "slice_lost", "growing_back",
+                "reinitialization", "fewer_slices", "idle")
 
 
 @dataclass

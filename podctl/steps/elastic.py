@@ -120,14 +120,17 @@ async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice:
                "slices again")
         return None
     deadline = time.monotonic() + policy.grow_deadline
+    said = False
     while len(live) < policy.min_slices:
         if time.monotonic() > deadline:
             notice(f"elastic: {len(live)} of {k} slices answer, below --min-slices "
                    f"{policy.min_slices}, past the deadline: making all {k} again")
             return None
-        notice(f"elastic: {len(live)} of {k} slices of {full.name} answer (lost: slice "
-               f"{_named(set(range(k)) - live)}), below --min-slices {policy.min_slices}: waiting, "
-               f"no step, for a lost slice to answer again")
+        if not said:
+            said = True
+            notice(f"elastic: {len(live)} of {k} slices of {full.name} answer (lost: slice "
+                   f"{_named(set(range(k)) - live)}), below --min-slices {policy.min_slices}: "
+                   "waiting, no step, for a lost slice to answer again")
         await asyncio.sleep(policy.poll_seconds)
         current = await session.api.describe(session.settings.parent, full.name)
         live = await answering_slices(session, current)
