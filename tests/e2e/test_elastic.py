@@ -1,11 +1,13 @@
-"""`podctl run --recover N --elastic` on a fake 3-slice multislice (3 x v5p-8, one host
-each): a slice whose host is gone (its processes killed, no SSH) is left out and the
-run goes on on the two survivors from their local copies (no GCS restore), keeping the
-global batch; when the slice answers again the run grows back to three."""
+"""`podctl run --recover N --elastic --min-slices 2` on a fake 3-slice multislice (3 x
+v5p-8, one host each): two slices' hosts gone (processes killed, no SSH) leave one, below
+the floor: the run waits, no step; when one returns it goes on on two from their local
+copies (no GCS restore), keeping the global batch; when the other returns it grows back
+to three, with the state the two saved. One run for the three moves (CI time)."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -24,39 +26,50 @@ def _configs(podctl, run_id: str) -> list[dict]:
 
 
 @pytest.mark.host_env
-def test_a_lost_slice_is_left_out_then_grown_back(podctl):
+def test_below_the_floor_it_waits_then_goes_on_on_two_then_grows_back_to_three(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     admin = FakeAdmin(podctl.json("fake", "status")["admin"])
     podctl("up", "--slice", "v5p-8", "--num-slices", "3", "--name", "el")
     nodes = [n["name"] for n in podctl.json("status", "el")["nodes"]]
-    lost = nodes[1]
 
-    def lose_then_return(err: list[str]):
-        admin.inject("no-ssh", lost)
-        admin.inject("kill-host", lost, 0)
+    def said(err: list[str], text: str) -> None:
+        deadline = time.monotonic() + 600
+        while not any(text in line for line in list(err)) and time.monotonic() < deadline:
+            time.sleep(0.5)
 
-        def back() -> None:  # once the run goes on on two: slice 1 answers again
-            deadline = time.monotonic() + 600
-            while not any("going on on the 2" in line for line in err) and time.monotonic() < deadline:
+    def lose_two_then_return_them(err: list[str]) -> None:
+        for node in nodes[1:]:  # slices 1 and 2: their hosts gone
+            admin.inject("no-ssh", node)
+            admin.inject("kill-host", node, 0)
+
+        def back() -> None:
+            said(err, "below --min-slices 2: waiting")
+            time.sleep(12)  # a poll or more: still no step on one slice
+            admin.inject("no-ssh", nodes[2], off=True)  # slice 2 answers again, its disk kept
+            said(err, '"slices": 2')
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:  # a few steps on two, then slice 1 answers too
+                lines = list(err)
+                on_two = next(i for i, line in enumerate(lines) if '"slices": 2' in line)
+                if sum('"kind": "step"' in line for line in lines[on_two:]) >= 4:
+                    break
                 time.sleep(0.5)
-            while not any('"slices": 2' in line for line in err) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            admin.inject("no-ssh", lost, off=True)
-
-        import threading
+            admin.inject("no-ssh", nodes[1], off=True)
 
         threading.Thread(target=back, daemon=True).start()
 
     code, log, out = run_with_fault(
-        podctl, ["run", "el", "--recover", "2", "--elastic", "--json", "--hosts", "all", str(TEMPLATE),
-                 *ARGS, "--steps", "40"], '"kind": "checkpoint", "step": 4', lose_then_return,
-        then=600)
+        podctl, ["run", "el", "--recover", "2", "--elastic", "--min-slices", "2", "--json",
+                 str(TEMPLATE), *ARGS, "--steps", "40"], '"kind": "checkpoint", "step": 4',
+        lose_two_then_return_them, then=600)
     assert code == 0, log[-5000:]
     result = json.loads(out)
     attempts = result["attempts"]
     assert [a["slices"] for a in attempts] == [3, 2, 3], attempts
-    assert "slice 1 of el lost; going on on the 2 that answer (slice 0, 2)" in log
+    waited = log.index("1 of 3 slices of el answer (lost: slice 1, 2), below --min-slices 2: waiting")
+    went_on = log.index("slice 1 of el lost; going on on the 2 that answer (slice 0, 2)")
+    assert waited < went_on and '"kind": "step"' not in log[waited:went_on]  # no step on one
     assert "elastic: slice 1 of el answers again; growing back" in log
     assert attempts[1]["reason"].startswith("grown back to 3 of 3")
     configs = [c for a in attempts for c in _configs(podctl, a["run_id"])]
@@ -69,5 +82,12 @@ def test_a_lost_slice_is_left_out_then_grown_back(podctl):
     assert (grown["slices"], grown["restored_from"]) == (3, "gcs")
     assert grown["restored_step"] == attempts[1]["last_step"]
     assert attempts[2]["last_step"] == 40
+    # the account: the elastic moves in their own buckets, every second in one bucket
+    report = podctl.json("goodput", result["run_id"])
+    buckets = {name: b["seconds"] for name, b in report["buckets"].items()}
+    assert abs(sum(buckets.values()) - report["total_seconds"]) <= len(buckets) * 1.0
+    assert buckets["recovery"] == 0.0
+    for moved in ("slice_lost", "growing_back", "reinitialization", "fewer_slices"):
+        assert buckets[moved] > 0, (moved, buckets)
     podctl("down", "el", "--yes")
     assert admin.resources() == {"nodes": [], "queued_resources": []}

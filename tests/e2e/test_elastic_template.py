@@ -28,7 +28,7 @@ def _slices(hosts: list[Path], full: int, steps: int, ckpt: Path, *extra: str) -
                    PODCTL_NUM_PROCESSES=str(len(hosts)), PODCTL_PROCESS_ID=str(i),
                    JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", TPU_WORKER_ID="0",
                    MEGASCALE_NUM_SLICES=str(len(hosts)), MEGASCALE_SLICE_ID=str(i),
-                   PODCTL_ELASTIC_SLICES=str(full))
+                   PODCTL_ELASTIC_SLICES=str(full), PODCTL_JAX_CACHE_DIR=str(disk / "jax-cache"))
         procs.append(subprocess.Popen(
             [sys.executable, str(SCRIPT), *TINY, "--steps", str(steps), "--checkpoint-dir", str(ckpt),
              "--local-ckpt-dir", str(disk), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -46,6 +46,7 @@ def test_two_survivors_restore_their_local_copies_and_keep_the_loss_curve(tmp_pa
     disks = [tmp_path / f"host-{i}" for i in range(3)]
     out, err = _slices(disks, 3, 6, tmp_path / "ckpt")
     assert "elastic: all 3 slices, global batch 12" in err
+    assert any((disks[0] / "jax-cache").iterdir())  # a size seen again loads (JAX: process 0 writes)
     assert of("config", metrics(out))[0]["mesh"] == {"data": 3, "fsdp": 2, "model": 1}
 
     # slice 1 is lost: slices 0 and 2 go on as 0 and 1 of 2, each from its own disk
