@@ -13,7 +13,7 @@ import time
 import pytest
 
 from podctl.fake.admin.admin_client import FakeAdmin
-from tests.e2e.test_recovery import TEMPLATE, run_with_fault
+from tests.e2e.test_recovery import SCRIPTS, TEMPLATE, run_with_fault
 
 ARGS = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
         "--seq-len", "16", "--batch", "24", "--lr", "1e-2", "--dtype", "float32",
@@ -90,4 +90,24 @@ def test_below_the_floor_it_waits_then_goes_on_on_two_then_grows_back_to_three(p
     for moved in ("slice_lost", "growing_back", "reinitialization", "fewer_slices"):
         assert buckets[moved] > 0, (moved, buckets)
     podctl("down", "el", "--yes")
+    assert admin.resources() == {"nodes": [], "queued_resources": []}
+
+
+def test_a_preempted_multislice_has_no_survivor_and_is_made_again_whole(podctl):
+    """Cloud TPU suspends a multislice queued resource whole when a slice is preempted
+    (every node PREEMPTED): no survivor to go on on, so --elastic says so in one line and
+    recovers as without it. No JAX: a script of steps that checkpoints on SIGTERM."""
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    podctl("up", "--slice", "v5p-8", "--num-slices", "3", "--name", "whole")
+    code, log, out = run_with_fault(
+        podctl, ["run", "whole", "--recover", "1", "--elastic", "--json",
+                 str(SCRIPTS / "resumable_steps.py"), "30"], "step 5", lambda err: admin.preempt("whole"))
+    assert code == 0, log[-4000:]
+    assert "elastic: no slice of whole answers" in log and "making all 3 slices again" in log
+    assert "creating whole again" in log
+    attempts = json.loads(out)["attempts"]
+    assert [a["slices"] for a in attempts] == [3, 3]
+    podctl("down", "whole", "--yes")
     assert admin.resources() == {"nodes": [], "queued_resources": []}
