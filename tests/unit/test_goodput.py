@@ -3,6 +3,8 @@ second in exactly one bucket (the whole runs on the fake are in test_recovery.py
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from podctl.base.failures import bad_host, hardware_cause, infrastructure_reason
@@ -104,3 +106,19 @@ def test_an_elastic_runs_slice_lost_growing_back_and_steps_on_fewer_slices():
     assert seconds["fewer_slices"] == pytest.approx(30.0 / 3)  # 10 steps x 3 s on 2 of 3
     assert seconds["productive"] == pytest.approx(9.0 + 30.0 * 2 / 3 + 8.0)
     assert sum(seconds.values()) == pytest.approx(160.0)
+
+
+def test_the_plot_labels_each_attempt_with_its_slices():
+    """An elastic run's config lines say how many slices each attempt had (typed as ints
+    by metric_line); the plot's legend shows it per attempt."""
+    from podctl.jobs.metrics import parse_records
+    from podctl.policy.plot import series_from_records
+
+    def config(slices: object) -> str:
+        return json.dumps({"kind": "config", "start_step": 0, "slices": slices, "full_slices": 3,
+                           "t": 1})
+
+    attempts = [("a1", parse_records([config(3)])), ("a2", parse_records([config(2)])),
+                ("a3", parse_records([config("two")]))]  # a wrong type is dropped, not drawn
+    labels = [s.label for s in series_from_records("r", attempts).segments]
+    assert labels == ["attempt 1 (3 of 3 slices)", "attempt 2 (2 of 3 slices)", "attempt 3"]
