@@ -138,11 +138,20 @@ class RecoveredRun:
 
     @property
     def recoveries(self) -> int:
-        return len(self.attempts) - 1
+        return recoveries(self.attempts)
 
     @property
     def steps_lost(self) -> int:
         return sum(a.steps_lost or 0 for a in self.attempts)
+
+
+GROWN_BACK = "grown back to"  # an elastic run's attempt that podctl ended to grow back
+
+
+def recoveries(attempts: list[Attempt]) -> int:
+    """The relaunches after the infrastructure ended an attempt: an elastic run's
+    grow-back (podctl ended the attempt itself, on purpose) is none."""
+    return sum(1 for a in attempts[:-1] if not (a.reason or "").startswith(GROWN_BACK))
 
 
 async def slice_state(session: Session, name: str) -> str:
@@ -306,7 +315,7 @@ async def _save_attempts(session: Session, run_id: str, attempts: list[Attempt],
     the last attempt's outcome."""
     record = await load_record(session.storage, run_id)
     record.extra["attempts"] = [a.to_json() for a in attempts]
-    record.extra["recoveries"] = len(attempts) - 1
+    record.extra["recoveries"] = recoveries(attempts)
     record.extra["steps_lost"] = sum(a.steps_lost or 0 for a in attempts)
     if last is not None and len(attempts) > 1:
         record.state, record.exit_code = last.state, last.exit_code
@@ -508,7 +517,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             return await _end_stopped(session, run_id, attempts, stop, code, result, notice)
         grown = await elastic.regrown(result is not None and code != 0)
         if grown is not None:  # podctl ended it to grow back: no failure, no recovery spent
-            attempt.reason = f"grown back to {len(elastic_steps.slice_ids(grown))} of {full.num_slices} slices"
+            attempt.reason = f"{GROWN_BACK} {len(elastic_steps.slice_ids(grown))} of {full.num_slices} slices"
             info = grown
             job, state = await _next_attempt(session, run_id, options, info, attempts, sink, notice)
             continue

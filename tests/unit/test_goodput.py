@@ -122,3 +122,12 @@ def test_the_plot_labels_each_attempt_with_its_slices():
                 ("a3", parse_records([config("two")]))]  # a wrong type is dropped, not drawn
     labels = [s.label for s in series_from_records("r", attempts).segments]
     assert labels == ["attempt 1 (3 of 3 slices)", "attempt 2 (2 of 3 slices)", "attempt 3"]
+
+
+def test_a_grow_back_is_not_a_recovery():
+    from podctl.steps.recovery import Attempt, recoveries
+
+    lost = Attempt(1, "a1", 0.0, reason="host lost")
+    grown = Attempt(2, "a2", 1.0, reason="grown back to 3 of 3 slices")
+    assert recoveries([lost, grown, Attempt(3, "a3", 2.0)]) == 1
+    assert recoveries([Attempt(1, "a1", 0.0)]) == 0
