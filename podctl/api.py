@@ -33,6 +33,7 @@ from podctl.base.settings import Settings
 from podctl.base.signals import restore, route_stop_signals
 from podctl.base.vocabulary import DEFAULT_WAIT
 from podctl.steps import lines as host_lines
+from podctl.steps.elastic import ElasticPolicy
 from podctl.steps.replay import replay
 from podctl.steps.run_cost import run_cost
 from podctl.steps.slow_hosts import SlowHostPolicy
@@ -172,7 +173,7 @@ class Slice:
             stall_after: float | None = None, stall_startup: float | None = None,
             on_slow_host: str | None = None,
             slow_host_after: float = 300.0, requirements: str | Path | None = None,
-            python: str | None = None) -> Run:
+            python: str | None = None, elastic: ElasticPolicy | None = None) -> Run:
         """Ship SCRIPT's directory (or WORKDIR) and start SCRIPT on every host; returns
         once all have started. `resume=` an earlier run (or its id) continues from its
         checkpoints. Follow it with `wait()` or `logs(follow=True)`. The hosts' packages:
@@ -191,7 +192,10 @@ class Slice:
         slower than its peers is named among the run's notices; `on_slow_host="recover"`
         (with `recover=N`) checkpoints once it stayed slow for `slow_host_after` seconds
         and makes the slice again on other hardware. With any of these podctl watches the
-        run from this process (in the background) until it ends: call `wait()`."""
+        run from this process (in the background) until it ends: call `wait()`.
+        `elastic=ElasticPolicy(min_slices=, shrink_batch=, grow_deadline=)` (with
+        `recover=N`, on a multislice): go on on the surviving slices when one is lost,
+        and grow back when it answers again (`podctl run --elastic`)."""
         cloud = self.cloud
         cloud._route_signals()
         kept: deque[tuple[int, str]] = deque(maxlen=KEPT_LINES)
@@ -210,14 +214,14 @@ class Slice:
                 holder["run"]._saw(host, line)
 
         if (recover or retry_errors or max_hours is not None or on_stall or stall_after
-                or stall_startup or on_slow_host):
+                or stall_startup or on_slow_host or elastic):
             if retry_errors and not recover:
                 raise UsageError("retry_errors=True goes with recover=N.")
             how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=max_hours,
                               stall=StallPolicy(action=on_stall or "wait", after=stall_after,
                                                 startup=stall_startup),
                               slow=SlowHostPolicy(action=on_slow_host or "report",
-                                                  after=slow_host_after))
+                                                  after=slow_host_after), elastic=elastic)
             run = Run._supervised(cloud, self.name, options, how, sink, notices, kept)
             holder["run"] = run
             return run

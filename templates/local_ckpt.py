@@ -3,15 +3,18 @@ disk (or RAM disk), written every K steps, besides orbax's checkpoints in GCS.
 
 Each process writes only the shards it holds (its addressable shards, copied to host
 memory at the step boundary, then written by a background thread while training goes
-on) into DIR/LINEAGE/process-P/step-N/; the directory is renamed into place when
+on), each named by the part of its array it is (not by device: an elastic run's
+survivors restore theirs under new device and process numbers), into
+DIR/LINEAGE/HOST/step-N/ (HOST: process-P, or worker-W in its slice for an elastic
+run, whose process numbers change when a slice is lost); the directory is renamed into place when
 complete, so a half-written step (a SIGKILL mid-write) never counts. The latest two
 steps are kept. LINEAGE is a hash of the GCS checkpoint directory, so a run relaunched
 with `--resume` (same PODCTL_CHECKPOINT_DIR) on the same hosts finds its copy, and
 another run's copy is never taken for it.
 
 A run relaunched in place restores from this tier only when every process has the
-same step here, with the same shapes and the same shards on the same devices (the
-processes agree on the newest such step with one tiny all-gather), and that step is
+same step here, with the same shapes and every part of every array its devices now
+hold (the processes agree on the newest such step with one tiny all-gather), and that step is
 no older than GCS's latest; otherwise from GCS. A host that was replaced, a process whose copy is gone,
 or another mesh: GCS.
 
@@ -45,9 +48,10 @@ def default_root() -> str:
 class LocalTier:
     """This process's local copies of the state, in ROOT, for the checkpoints in LINEAGE."""
 
-    def __init__(self, root: str, lineage: str, process: int, every: int) -> None:
+    def __init__(self, root: str, lineage: str, host: str, every: int) -> None:
+        """HOST: this host's folder name (`process-P`; `worker-W` in an elastic run)."""
         digest = hashlib.sha256(lineage.encode()).hexdigest()[:16]
-        self.dir = Path(root).expanduser() / digest / f"process-{process}"
+        self.dir = Path(root).expanduser() / digest / host
         self.every = every
         self.last_saved: int | None = None
         self._writer: threading.Thread | None = None
@@ -63,15 +67,20 @@ class LocalTier:
                       if p.name[len(_STEP):].isdigit() and (p / "meta.json").exists())
 
     def usable_steps(self, target: Any) -> list[int]:
-        """The local steps that fit TARGET (jax.ShapeDtypeStructs with shardings) shard
-        for shard on this process's devices, oldest first."""
-        layout, usable = _layout(target), []
+        """The local steps that hold, for TARGET (jax.ShapeDtypeStructs with shardings),
+        every leaf's shape and dtype and every part this process's devices need, oldest
+        first."""
+        needed, usable = _layout(target), []
         for step in self.steps():
             try:
                 meta = json.loads((self.dir / f"{_STEP}{step}" / "meta.json").read_text())
             except (OSError, ValueError):
                 continue
-            if meta.get("leaves") == layout:
+            saved = meta.get("leaves")
+            if isinstance(saved, list) and len(saved) == len(needed) and all(
+                    s.get("shape") == n["shape"] and s.get("dtype") == n["dtype"]
+                    and set(n["parts"]) <= set(s.get("parts") or ())
+                    for s, n in zip(saved, needed)):
                 usable.append(step)
         return usable
 
@@ -89,7 +98,7 @@ class LocalTier:
                 shards = []
                 for device, index in indices.items():
                     shape = _shard_shape(index, leaf.shape)
-                    raw = data[f"l{i}_d{device.id}"]
+                    raw = data[_key(i, index, leaf.shape)]
                     shards.append(jax.device_put(raw.view(dtype).reshape(shape), device))
                 arrays.append(jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding,
                                                                        shards))
@@ -111,8 +120,11 @@ class LocalTier:
         shards: dict[str, Any] = {}
         for i, leaf in enumerate(leaves):
             for shard in leaf.addressable_shards:
+                key = _key(i, shard.index, leaf.shape)
+                if key in shards:  # a replica of a part already copied (e.g. along "model")
+                    continue
                 host = np.ascontiguousarray(np.asarray(shard.data))
-                shards[f"l{i}_d{shard.device.id}"] = host.reshape(-1).view(np.uint8)
+                shards[key] = host.reshape(-1).view(np.uint8)
         meta = {"step": step, "leaves": _layout(state)}
         self._writer = threading.Thread(target=self._write, args=(step, shards, meta),
                                         name="local-ckpt", daemon=True)
@@ -152,9 +164,18 @@ def _shard_shape(index: tuple, shape: tuple) -> tuple:
     return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape))
 
 
+def _part(index: tuple, shape: tuple) -> str:
+    """The part of an array an index is, as text: "lo:hi" per dimension."""
+    return ",".join("%d:%d" % s.indices(n)[:2] for s, n in zip(index, shape))
+
+
+def _key(leaf: int, index: tuple, shape: tuple) -> str:
+    return f"l{leaf}_{_part(index, shape)}"
+
+
 def _layout(tree: Any) -> list:
-    """What must match for a local copy to be restored: each leaf's shape and dtype, and
-    which slice of it each of this process's devices holds."""
+    """What a local copy must hold to be restored: each leaf's shape and dtype, and the
+    parts of it this process's devices hold (by what they are, not by device)."""
     import jax
     import numpy as np
 
@@ -162,8 +183,7 @@ def _layout(tree: Any) -> list:
     for leaf in jax.tree_util.tree_leaves(tree):
         indices = leaf.sharding.addressable_devices_indices_map(leaf.shape)
         out.append({"shape": list(leaf.shape), "dtype": np.dtype(leaf.dtype).name,
-                    "shards": sorted([d.id, [list(s.indices(n)[:2]) for s, n in zip(i, leaf.shape)]]
-                                     for d, i in indices.items())})
+                    "parts": sorted({_part(i, leaf.shape) for i in indices.values()})})
     return out
 
 

@@ -75,6 +75,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "axes are 1; the product must be jax.device_count(); default: all on fsdp)")
     s.add_argument("--no-shard", action="store_true", help="one device, nothing sharded "
                    "(single process only; the benchmark's baseline)")
+    s.add_argument("--elastic", action="store_true",
+                   default=bool(os.environ.get("PODCTL_ELASTIC_SLICES")),
+                   help="data-parallel across the slices present (mesh data = slices, fsdp = "
+                   "devices per slice: every slice holds the whole state), so a run relaunched "
+                   "on fewer slices restores from the survivors' local copies (default: on when "
+                   "podctl sets PODCTL_ELASTIC_SLICES, the run's full slice count)")
+    s.add_argument("--elastic-batch", choices=["keep", "shrink"],
+                   default=os.environ.get("PODCTL_ELASTIC_BATCH") or "keep",
+                   help="on fewer slices than the full count: keep the global batch by gradient "
+                   "accumulation (default), or shrink it with the slices")
     s.add_argument("--heartbeat-timeout", type=int, default=None, metavar="S",
                    help="seconds JAX's coordination service waits for a silent host before "
                    "ending the others (default: JAX's, 100)")
@@ -114,6 +124,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.checkpoint_dir = None
     if args.tensorboard_dir in ("", "none", "None"):
         args.tensorboard_dir = None
+    if args.elastic and (args.mesh or args.no_shard):
+        fail("--elastic builds the mesh from the slices present (data = slices, fsdp = the "
+             "devices of one slice): leave out --mesh and --no-shard")
     if args.local_every < 0:
         fail(f"--local-every must not be negative, not {args.local_every}")
     if args.local_every and not args.checkpoint_dir:
@@ -153,6 +166,22 @@ def init_distributed(heartbeat_timeout: int | None = None) -> None:
         jax.distributed.initialize(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
                                    num_processes=n,
                                    process_id=int(os.environ["PODCTL_PROCESS_ID"]), **timeout)
+
+
+def enable_compilation_cache() -> str | None:
+    """An elastic run compiles its step once per slice count; a persistent compilation
+    cache makes a count seen before (growing back to the full size) load its executable
+    instead of compiling it again. The one place the template sets it: the folder
+    PODCTL_JAX_CACHE_DIR names (unset: off). JAX writes entries from process 0 only, so
+    on several hosts the win needs a folder they all read (gs://BUCKET/...); a folder on
+    each host's own disk serves host 0 alone. Returns the folder, or None."""
+    where = os.environ.get("PODCTL_JAX_CACHE_DIR")
+    if not where or where in ("none", "None"):
+        return None
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", where)
+    return where
 
 
 # ---- preemption -------------------------------------------------------------------
@@ -225,6 +254,51 @@ def parse_mesh(text: str | None, devices: int) -> dict[str, int]:
         fail(f"--mesh {text} has {product} devices but jax.device_count() is {devices}; "
              f"make the sizes multiply to {devices}")
     return sizes
+
+
+class Elastic:
+    """An elastic run's shape on the slices present now (MEGASCALE_NUM_SLICES, as podctl
+    sets it for the slices it relaunched on) against its full count (PODCTL_ELASTIC_SLICES):
+    the mesh (data across slices, fsdp inside one, so every slice holds the whole state),
+    the global batch, and the micro-batches a step accumulates over to keep that batch
+    with no more rows per device than at full size."""
+
+    def __init__(self, a: argparse.Namespace, devices: int) -> None:
+        self.slices = int(os.environ.get("MEGASCALE_NUM_SLICES") or 1)
+        self.full = max(self.slices, int(os.environ.get("PODCTL_ELASTIC_SLICES") or self.slices))
+        if devices % self.slices:
+            fail(f"{devices} devices do not split into {self.slices} slices alike")
+        per_slice = devices // self.slices
+        self.sizes = {"data": self.slices, "fsdp": per_slice, "model": 1}
+        shards = self.slices * per_slice
+        self.batch, self.micro, self.shrunk = a.batch, 1, False
+        if a.elastic_batch == "shrink" and self.slices < self.full:
+            self.shrunk = True
+            self.batch = a.batch * self.slices // self.full
+            if self.batch < 1 or self.batch % shards:
+                fail(f"--elastic-batch shrink: --batch {a.batch} on {self.slices} of {self.full} "
+                     f"slices is {self.batch}, not a multiple of {shards} devices")
+            return
+        rows_full = a.batch / (self.full * per_slice)  # rows per device at full size
+        fits = [m for m in range(1, a.batch + 1) if a.batch % m == 0
+                and (a.batch // m) % shards == 0]
+        if not fits:
+            fail(f"--batch {a.batch} does not split over {shards} devices in equal micro-batches "
+                 f"on {self.slices} slices; make it a multiple of {shards}, or use "
+                 "--elastic-batch shrink")
+        self.micro = next((m for m in fits if a.batch // m / shards <= rows_full), fits[-1])
+
+    def describe(self) -> str:
+        if self.slices == self.full:
+            return f"elastic: all {self.full} slices, global batch {self.batch}"
+        if self.shrunk:
+            how = f"global batch shrinks with the slices to {self.batch} (--elastic-batch shrink)"
+        elif self.micro > 1:
+            how = (f"global batch {self.batch} kept by gradient accumulation over {self.micro} "
+                   f"micro-batches of {self.batch // self.micro}")
+        else:
+            how = f"global batch {self.batch} kept (more rows per device)"
+        return f"elastic: training on {self.slices} of {self.full} slices; {how}"
 
 
 def make_mesh(sizes: dict[str, int], no_shard: bool, devices: list):
@@ -455,18 +529,30 @@ class Data:
             fail(f"--data {a.data}: token id {int(out.max())} is not below --vocab {a.vocab}")
         return out
 
-    def global_batch(self, step: int, sharding):
-        """A global jax.Array whose local shards this process builds from its own rows."""
+    def global_batch(self, step: int, sharding, batch: int | None = None, micro: int = 1):
+        """A global jax.Array whose local shards this process builds from its own rows:
+        the step's first BATCH rows (default --batch), as (MICRO, BATCH/MICRO, width)
+        when a step accumulates over MICRO micro-batches."""
         import jax
+        import numpy as np
 
-        shape = (self.a.batch, self.width)
+        batch = batch or self.a.batch
+        rows = batch // micro
+        shape = (batch, self.width) if micro == 1 else (micro, rows, self.width)
         cache: dict[tuple[int, int], object] = {}
 
-        def local(index):  # index: this device's (rows, cols) slices of the global batch
-            lo, hi, _ = index[0].indices(shape[0])
+        def part(lo: int, hi: int):
             if (lo, hi) not in cache:  # devices along "model" hold the same rows
                 cache[(lo, hi)] = self.rows(step, lo, hi)
-            return cache[(lo, hi)][:, index[1]]
+            return cache[(lo, hi)]
+
+        def local(index):  # index: this device's slices of the global batch
+            if micro == 1:
+                lo, hi, _ = index[0].indices(shape[0])
+                return part(lo, hi)[:, index[1]]
+            lo, hi, _ = index[1].indices(rows)
+            return np.stack([part(i * rows + lo, i * rows + hi)[:, index[2]]
+                             for i in range(*index[0].indices(micro))])
 
         return jax.make_array_from_callback(shape, sharding, local)
 
@@ -703,10 +789,15 @@ def build(a: argparse.Namespace, devices: list) -> Built:
     import optax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    sizes = parse_mesh(a.mesh, len(devices)) if not a.no_shard else {x: 1 for x in AXES}
+    elastic = Elastic(a, len(devices)) if a.elastic else None
+    batch, micro = (elastic.batch, elastic.micro) if elastic else (a.batch, 1)
+    if elastic:
+        sizes = elastic.sizes
+    else:
+        sizes = parse_mesh(a.mesh, len(devices)) if not a.no_shard else {x: 1 for x in AXES}
     mesh = make_mesh(sizes, a.no_shard, devices)
     batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    if a.batch % batch_shards:
+    if (batch // micro) % batch_shards:
         fail(f"--batch {a.batch} is not a multiple of data x fsdp = {batch_shards}")
 
     # -- shardings: params by rule, optimizer state like the params it tracks --
@@ -732,12 +823,24 @@ def build(a: argparse.Namespace, devices: list) -> Built:
         return NamedSharding(mesh, spec if spec is not None and leaf.ndim else P())
 
     state_sharding = jax.tree_util.tree_map_with_path(state_spec, abstract)
-    batch_sharding = NamedSharding(mesh, P(BATCH_AXES, None))
+    # with accumulation the batch comes as (micro, rows, width): micro-batch i is rows
+    # i*rows..(i+1)*rows of the global batch, each split over the devices as one step's is
+    batch_sharding = NamedSharding(mesh, P(BATCH_AXES, None) if micro == 1 else
+                                   P(None, BATCH_AXES, None))
     scalar = NamedSharding(mesh, P())
     n_params = sum(math.prod(s) for s in jax.tree.leaves(shapes, is_leaf=is_shape))
 
     def train_step(state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch, a, mesh)
+        if micro == 1:
+            loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch, a, mesh)
+        else:  # the mean over equal micro-batches is the whole batch's mean: the same step
+            def one(carry, rows):
+                loss, grads = jax.value_and_grad(loss_fn)(state["params"], rows, a, mesh)
+                return jax.tree.map(jnp.add, carry, (loss, grads)), None
+
+            zero = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, state["params"]))
+            (loss, grads), _ = jax.lax.scan(one, zero, batch)
+            loss, grads = loss / micro, jax.tree.map(lambda g: g / micro, grads)
         updates, opt = tx.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         return {"params": params, "opt": opt, "step": state["step"] + 1}, loss
@@ -747,7 +850,7 @@ def build(a: argparse.Namespace, devices: list) -> Built:
                       out_shardings=(state_sharding, scalar), donate_argnums=0)
     return Built(mesh=mesh, init_state=init_state, abstract=abstract, step_fn=step_fn,
                  state_sharding=state_sharding, batch_sharding=batch_sharding,
-                 n_params=n_params)
+                 n_params=n_params, elastic=elastic, batch=batch, micro=micro)
 
 
 def preflight(argv: list[str], devices: list) -> dict:
@@ -764,10 +867,11 @@ def preflight(argv: list[str], devices: list) -> dict:
     b = build(a, devices)
     state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                          b.abstract, b.state_sharding)
-    batch = jax.ShapeDtypeStruct((a.batch, a.seq_len + 1), jnp.int32, sharding=b.batch_sharding)
-    return {"step": b.step_fn, "args": (state, batch), "tokens_per_step": a.batch * a.seq_len,
+    shape = (b.batch, a.seq_len + 1) if b.micro == 1 else (b.micro, b.batch // b.micro, a.seq_len + 1)
+    batch = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=b.batch_sharding)
+    return {"step": b.step_fn, "args": (state, batch), "tokens_per_step": b.batch * a.seq_len,
             "params": b.n_params, "info": {"mesh": dict(b.mesh.shape), "remat": a.remat,
-                                           "batch": a.batch, "seq_len": a.seq_len}}
+                                           "batch": b.batch, "seq_len": a.seq_len}}
 
 
 def whole_checkpoint(directory: str) -> int | None:
@@ -827,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     set_precision(a)
+    enable_compilation_cache()
     init_distributed(a.heartbeat_timeout)
     stop = StopFlag()
     stop.install()
@@ -837,6 +942,9 @@ def main(argv: list[str] | None = None) -> int:
     mesh, abstract, state_sharding, n_params = b.mesh, b.abstract, b.state_sharding, b.n_params
     batch_sharding, step_fn = b.batch_sharding, b.step_fn
     data = Data(a)
+    if b.elastic is not None and jax.process_index() == 0:
+        sys.stderr.write(f"{PROG}: {b.elastic.describe()}\n")
+        sys.stderr.flush()
 
     # Parameters are created where they live: each device makes only its own shards.
     state = jax.jit(b.init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
@@ -859,8 +967,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.local_every:  # the local tier: used when every process has the same step
             from local_ckpt import LocalTier, agree, default_root
 
-            local = LocalTier(a.local_ckpt_dir or default_root(), directory, jax.process_index(),
-                              a.local_every)
+            # an elastic run's process numbers change with its slices: a host's copy is
+            # named by its place in its slice, which does not
+            host = (f"worker-{os.environ.get('TPU_WORKER_ID', '0')}" if a.elastic
+                    else f"process-{jax.process_index()}")
+            local = LocalTier(a.local_ckpt_dir or default_root(), directory, host, a.local_every)
             here = agree(local.usable_steps(target))
         t_restore = time.time()
         if here is not None and (latest is None or here >= latest):
@@ -912,14 +1023,16 @@ def main(argv: list[str] | None = None) -> int:
     peak, note = peak_flops(jax.devices() if not a.no_shard else jax.local_devices()[:1],
                             a.peak_flops)
     config = {"params": n_params, "devices": mesh.devices.size, "processes": jax.process_count(),
-              "platform": jax.devices()[0].platform, "mesh": dict(mesh.shape), "batch": a.batch,
+              "platform": jax.devices()[0].platform, "mesh": dict(mesh.shape), "batch": b.batch,
               "seq_len": a.seq_len, "peak_flops_per_s": peak, "start_step": start_step,
               "restore_s": 0.0, **restored}  # a restore: where from, which step, its time
     if note:
         config["mfu_note"] = note
+    if b.elastic is not None:
+        config.update(slices=b.elastic.slices, full_slices=b.elastic.full, micro_batches=b.micro)
     emit("config", **config)
 
-    tokens_per_step = a.batch * a.seq_len
+    tokens_per_step = b.batch * a.seq_len
     step, loss, first = start_step, None, True
     scalars, profile, progress = Scalars(a.tensorboard_dir), ProfileRequests(), Progress()
     progress.note(step)  # the process index, before the first (compiling) step
@@ -938,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
         if not first:
             profile.before_step(step)
         t_batch = time.time()
-        batch = data.global_batch(step, batch_sharding)
+        batch = data.global_batch(step, batch_sharding, b.batch, b.micro)
         host_s = time.time() - t_batch  # this host's own work: nothing here waits for a peer
         state, loss_arr = step_fn(state, batch)
         loss = float(loss_arr)  # waits for the step: the time below is the step's

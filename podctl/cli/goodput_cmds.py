@@ -16,6 +16,10 @@ LABELS = {
     "checkpoint_save": "checkpoint save (blocking)",
     "wasted": "wasted (steps redone)",
     "recovery": "recovery (preemption to training again)",
+    "slice_lost": "elastic: slice lost to training on fewer",
+    "growing_back": "elastic: growing back to more slices",
+    "reinitialization": "elastic: reinitialisation (restore, compile)",
+    "fewer_slices": "elastic: chips missing while on fewer",
     "idle": "idle / unreported",
 }
 

@@ -81,6 +81,18 @@ def _notice(text: str) -> None:
               "relaunch from the latest checkpoint, up to N times.")
 @click.option("--retry-errors", is_flag=True,
               help="With --recover: also relaunch after the script's own non-zero exit.")
+@click.option("--elastic", is_flag=True,
+              help="With --recover, on a multislice: when a slice is lost (its hosts gone), go on "
+              "on the surviving slices from their local state (the template's --local-every), and "
+              "grow back when it answers again; the template keeps the global batch by gradient "
+              "accumulation.")
+@click.option("--min-slices", default=None, type=Number(whole=True, low=1, high=4096), metavar="N",
+              help="With --elastic: below N slices the run waits (no step) for lost ones "
+              "(default 1).")
+@click.option("--shrink-batch", is_flag=True,
+              help="With --elastic: the global batch shrinks with the slices instead of being kept.")
+@click.option("--grow-deadline", default=None, metavar="DURATION",
+              help="With --elastic: stop asking for lost slices after this long (default 6h).")
 @click.option("--max-hours", default=None, metavar="H",
               help="Budget: after H hours (or the slice's own budget, if sooner) stop the run "
               "with a checkpoint and delete the slice; enforced while this command follows.")
@@ -114,6 +126,7 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         requirements: Path | None, python: str | None, relock: bool, build_on: str, hosts_text: str,
         detach: bool,
         keep_going: bool, via: str | None, resume: str | None, recover: int, retry_errors: bool,
+        elastic: bool, min_slices: int | None, shrink_batch: bool, grow_deadline: str | None,
         max_hours: str | None, on_stall: str, stall_after: str | None,
         stall_startup: str | None, on_slow_host: str,
         slow_host_after: str, preflight: bool,
@@ -144,7 +157,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         slow = SlowHostPolicy(action=on_slow_host,
                               after=parse_duration(slow_host_after, "--slow-host-after"))
         how = Supervision(recover=recover, retry_errors=retry_errors, max_hours=hours, stall=stall,
-                          slow=slow)
+                          slow=slow, elastic=_elastic_policy(elastic, recover, min_slices, shrink_batch,
+                                                             grow_deadline))
         spec = steps.RunSpec(script=script, args=tuple(args), workdir=workdir,
                              env={**steps.parse_env(list(env_pairs), env_files),
                                   **({"PODCTL_XLA_DUMP": "1"} if xla_dump else {})},
@@ -187,6 +201,26 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         _say_end(session, supervised, name=name, script=script, as_json=as_json)
 
     guarded(action)
+
+
+def _elastic_policy(elastic: bool, recover: int, min_slices: int | None, shrink_batch: bool,
+                    grow_deadline: str | None) -> Any:
+    """--elastic and its options as the step's ElasticPolicy (None without --elastic)."""
+    from podctl.base.durations import parse_duration
+    from podctl.base.errors import UsageError
+    from podctl.steps.elastic import ElasticPolicy
+
+    if not elastic:
+        given = [flag for flag, value in (("--min-slices", min_slices), ("--shrink-batch", shrink_batch),
+                                          ("--grow-deadline", grow_deadline)) if value]
+        if given:
+            raise UsageError(f"{given[0]} goes with --elastic.")
+        return None
+    if not recover:
+        raise UsageError("--elastic goes with --recover N: it acts when the infrastructure ends an attempt.")
+    return ElasticPolicy(min_slices=min_slices or 1, shrink_batch=shrink_batch,
+                         grow_deadline=parse_duration(grow_deadline, "--grow-deadline")
+                         if grow_deadline else ElasticPolicy.grow_deadline)
 
 
 def _check_watching(*, detach: bool, recover: int, retry_errors: bool, stall: bool, slow: bool) -> None:

@@ -26,12 +26,16 @@ def for_host(launch: dict[str, Any], host: int) -> dict[str, Any]:
     slice_index, worker, _address = hosts[host]
     first = hosts[0][2]
     same_slice = [h[2] for h in hosts if h[0] == slice_index]
-    slices = len({h[0] for h in hosts})
+    present = sorted({h[0] for h in hosts})
+    slices = len(present)
     slice_env = {}
     if slices > 1:
         port = launch["megascale_port"]
+        # the slice's place among the run's slices, not its index in the multislice: an
+        # elastic run relaunched on slices 0 and 2 of 3 runs them as 0 and 1 of 2
         slice_env = {"MEGASCALE_COORDINATOR_ADDRESS": f"{first}:{port}",
-                     "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(slice_index),
+                     "MEGASCALE_NUM_SLICES": str(slices),
+                     "MEGASCALE_SLICE_ID": str(present.index(slice_index)),
                      "MEGASCALE_PORT": str(port)}
     return {
         "run_id": launch["run_id"], "bucket": launch["bucket"], "project": launch["project"],

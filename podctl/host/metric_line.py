@@ -25,7 +25,8 @@ MAX_INT = 1 << 63  # larger ints overflow float() in the sums below
 
 # The fields podctl computes with, by type. A field of the wrong type is dropped (the
 # record stays, without it); a record missing one of its kind's REQUIRED fields is text.
-_INTS = ("step", "start_step", "params", "devices", "processes", "batch", "seq_len")
+_INTS = ("step", "start_step", "params", "devices", "processes", "batch", "seq_len",
+         "slices", "full_slices", "micro_batches")  # the last three: an elastic run's
 _NUMBERS = ("step_time_s", "tokens_per_s", "mfu", "t", "peak_flops_per_s", "wall_s",
             "save_s", "restore_s")
 _LOSS = ("loss",)  # a number, NaN and infinity included: a diverged run says so

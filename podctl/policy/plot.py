@@ -29,7 +29,8 @@ PANELS = (("loss", "loss"), ("step_time_s", "step time (s)"), ("tokens_per_s", "
           ("mfu", "MFU"))
 # The order goodput buckets are drawn in (others follow in the order given).
 BUCKET_ORDER = ("productive", "waiting", "provisioning", "host_setup", "startup_compile",
-                "checkpoint_save", "checkpoint_restore", "wasted_progress", "recovery", "idle")
+                "checkpoint_save", "checkpoint_restore", "wasted_progress", "recovery", "slice_lost", "growing_back",
+                "reinitialization", "fewer_slices", "idle")
 
 
 @dataclass
@@ -42,6 +43,11 @@ class Segment:
     steps: list[dict[str, Any]] = field(default_factory=list)  # "step" records
     checkpoints: list[int] = field(default_factory=list)
     platform: str | None = None
+    slices: str | None = None  # an elastic run's "2 of 3 slices" (its config line says)
+
+    @property
+    def label(self) -> str:
+        return f"attempt {self.attempt}" + (f" ({self.slices})" if self.slices else "")
 
 
 @dataclass
@@ -74,6 +80,8 @@ def series_from_records(run_id: str, attempts: list[tuple[str, list[dict[str, An
             if r["kind"] == "config":
                 seg.platform = r.get("platform")
                 seg.start_step = r.get("start_step", 0)
+                if isinstance(r.get("slices"), int) and isinstance(r.get("full_slices"), int):
+                    seg.slices = f"{r['slices']} of {r['full_slices']} slices"
             elif r["kind"] == "step":  # metric_line's records: "step" is an int
                 seg.steps.append(r)
             elif r["kind"] == "checkpoint":
@@ -149,7 +157,7 @@ def figure(series: list[RunSeries], *, buckets: dict[str, dict[str, float]] | No
         for seg in run.segments:
             colour = next(colours)
             label = (f"{run.run_id} " if several else "") + (
-                f"attempt {seg.attempt}" if len(run.segments) > 1 else ("" if several else run.run_id))
+                seg.label if len(run.segments) > 1 else ("" if several else run.run_id))
             timed = [r for r in seg.steps if not r.get("compile")]  # the compile step skews the scale
             for ax, (key, _) in zip(axes, PANELS):
                 rows = seg.steps if key == "loss" else timed

@@ -14,6 +14,19 @@ split into buckets that add up to it, each in seconds, chip-hours and dollars.
     idle                the rest: outside reported steps (evaluation, the last save,
                         exit) and podctl's own gaps
 
+An elastic run (`--elastic`: attempts on fewer slices than the run's, steps/elastic.py)
+has the elastic events' own buckets in place of `recovery` for them, as
+ml-goodput-measurement 0.2 has slice-down, scale-up and reinitialisation:
+
+    slice_lost          an attempt's end to the script's start on fewer slices (the
+                        survivors stopped, relaunched)
+    growing_back        a grow-back stop's end to the script's start on more slices
+    reinitialization    after either: the script's start to its first step there
+                        (distributed start, restore, compile at the new size)
+    fewer_slices        the share of the steps run on fewer slices whose chips stood
+                        idle (1 - slices/K of those steps' time): chip-hours the slices
+                        missing from the run would have trained
+
 Beside the buckets, the hosts whose own part of a step (building their input batch) was
 an outlier against their peers', from each attempt's last heartbeats
 (steps/slow_hosts.py): one slow host makes every host's step slow.
@@ -41,7 +54,7 @@ from podctl.steps.slow_hosts import SlowHost, paces, slow_hosts
 from podctl.steps.stall import read_beats
 
 BUCKETS = ("setup", "startup", "checkpoint_restore", "productive", "checkpoint_save", "wasted",
-           "recovery", "idle")
+           "recovery", "slice_lost", "growing_back", "reinitialization", "fewer_slices", "idle")
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,7 @@ class _Attempt:
     steps_lost: int
     records: list[dict[str, Any]]
     phases: dict[str, float]
+    slices: int | None = None  # the slices it ran on (an elastic run's attempts: recorded)
 
     def steps(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r["kind"] == "step"]
@@ -124,7 +138,8 @@ async def _attempts(session: Session, run_id: str, ended: float) -> list[_Attemp
             run_id=a["run_id"], started=min(started, record.created) if number == 0 else started,
             ended=float(a.get("ended") or ended), steps_lost=int(a.get("steps_lost") or 0),
             records=parse_records(lines),
-            phases=await read_host_phases(session.storage, a["run_id"], 0)))
+            phases=await read_host_phases(session.storage, a["run_id"], 0),
+            slices=a.get("slices") if isinstance(a.get("slices"), int) else None))
     return attempts
 
 
@@ -132,7 +147,8 @@ def split(total: float, attempts: list[_Attempt]) -> dict[str, float]:
     """The buckets' seconds (see the module's docstring); they add up to TOTAL."""
     seconds = dict.fromkeys(BUCKETS, 0.0)
     previous_end: float | None = None
-    for attempt in attempts:
+    full = max((a.slices for a in attempts if a.slices), default=None)
+    for number, attempt in enumerate(attempts):
         first_step = attempt.first_step_end()
         script_start = attempt.phases.get("running")
         if previous_end is None:  # the first attempt: set-up and start-up are its own
@@ -142,17 +158,33 @@ def split(total: float, attempts: list[_Attempt]) -> dict[str, float]:
                     restore = attempt.sum_of("config", "restore_s")
                     seconds["checkpoint_restore"] += restore
                     seconds["startup"] += max(0.0, first_step - script_start - restore)
-        else:  # after a preemption: all of it until training goes on again is recovery
-            seconds["recovery"] += max(0.0, (first_step or attempt.ended) - previous_end)
+        else:
+            event = _elastic_event(attempts[number - 1].slices, attempt.slices)
+            if event is None:  # after a preemption: all of it until training goes on again
+                seconds["recovery"] += max(0.0, (first_step or attempt.ended) - previous_end)
+            else:
+                began = min(script_start or attempt.ended, first_step or attempt.ended)
+                seconds[event] += max(0.0, began - previous_end)
+                seconds["reinitialization"] += max(0.0, (first_step or attempt.ended) - max(began, previous_end))
         steps = attempt.step_seconds()
         done = sum(steps)
         wasted = min(done, attempt.steps_lost * statistics.median(steps)) if steps else 0.0
-        seconds["productive"] += done - wasted
+        missing = 0.0 if not (full and attempt.slices) else 1 - attempt.slices / full
+        seconds["fewer_slices"] += (done - wasted) * missing
+        seconds["productive"] += (done - wasted) * (1 - missing)
         seconds["wasted"] += wasted
         seconds["checkpoint_save"] += attempt.sum_of("checkpoint", "save_s")
         previous_end = attempt.ended
     seconds["idle"] = max(0.0, total - sum(seconds.values()))
     return seconds
+
+
+def _elastic_event(before: int | None, after: int | None) -> str | None:
+    """The elastic bucket of the move from BEFORE slices to AFTER, or None (the same, or
+    not recorded: a recovery)."""
+    if before is None or after is None or before == after:
+        return None
+    return "slice_lost" if after < before else "growing_back"
 
 
 async def _slow_hosts(session: Session, run_id: str) -> list[SlowHost]:

@@ -63,8 +63,10 @@ from podctl.jobs.run_files import (
     save_record,
 )
 from podctl.policy import maintenance
+from podctl.steps import elastic as elastic_steps
 from podctl.steps import runs as run_steps
 from podctl.steps import slices
+from podctl.steps.elastic import ElasticPolicy, ElasticRun
 from podctl.steps.runs import Notice, RunOptions
 from podctl.steps.session import Session
 
@@ -105,6 +107,7 @@ class Attempt:
     steps_lost: int | None = None  # steps done again by the next attempt
     failed_worker: int | None = None  # the host whose failure ended it
     hardware: str | None = None  # why that failure looks like the host's hardware
+    slices: int | None = None  # the slices it ran on (an elastic run's may be fewer than the run's)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +125,7 @@ class RecoveryPolicy:
     backoff_initial: float = 5.0  # between creations refused for capacity or quota
     backoff_max: float = 120.0
     recreate_timeout: float = 6 * 3600.0  # give up making the slice again after this long
+    elastic: ElasticPolicy | None = None  # --elastic: go on on the surviving slices (steps/elastic.py)
 
 
 @dataclass
@@ -134,11 +138,20 @@ class RecoveredRun:
 
     @property
     def recoveries(self) -> int:
-        return len(self.attempts) - 1
+        return recoveries(self.attempts)
 
     @property
     def steps_lost(self) -> int:
         return sum(a.steps_lost or 0 for a in self.attempts)
+
+
+GROWN_BACK = "grown back to"  # an elastic run's attempt that podctl ended to grow back
+
+
+def recoveries(attempts: list[Attempt]) -> int:
+    """The relaunches after the infrastructure ended an attempt: an elastic run's
+    grow-back (podctl ended the attempt itself, on purpose) is none."""
+    return sum(1 for a in attempts[:-1] if not (a.reason or "").startswith(GROWN_BACK))
 
 
 async def slice_state(session: Session, name: str) -> str:
@@ -302,7 +315,7 @@ async def _save_attempts(session: Session, run_id: str, attempts: list[Attempt],
     the last attempt's outcome."""
     record = await load_record(session.storage, run_id)
     record.extra["attempts"] = [a.to_json() for a in attempts]
-    record.extra["recoveries"] = len(attempts) - 1
+    record.extra["recoveries"] = recoveries(attempts)
     record.extra["steps_lost"] = sum(a.steps_lost or 0 for a in attempts)
     if last is not None and len(attempts) > 1:
         record.state, record.exit_code = last.state, last.exit_code
@@ -471,11 +484,14 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
     stall watch); WHY_ENDED says why podctl itself ended an attempt (a stall), and
     whether that is to be recovered."""
     info = await slices.ready_slice(session, name)
+    full = info  # the run's whole slice: an elastic run's attempts may run on fewer of its slices
+    elastic = ElasticRun(session, full, policy.elastic, notice)  # without --elastic: changes nothing
+    options = replace(options, spec=replace(options.spec, env=elastic.options_env(options.spec.env)))
     if policy.recoveries:  # `podctl stop` between attempts: the run is still going
         options = replace(options, extra={**options.extra, "recovering": True})
     job, run_id, state = await _start(session, info, options, sink, notice)
-    attempts = [Attempt(number=1, run_id=run_id, started=time.time())]
-    relaunch: RunOptions | None = None
+    attempts = [Attempt(number=1, run_id=run_id, started=time.time(),
+                        slices=len(elastic_steps.slice_ids(info)))]
     spent = 0  # recoveries used: relaunches, and re-creates lost on the way
     hardware_since = 0  # the first attempt on the slice's present hardware
 
@@ -490,19 +506,21 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         attempt = attempts[-1]
         result = None
         if job is not None:
-            result, state = await _follow_attempt(session, run_id, job, attempt.number, info, policy, wrap)
+            result, state = await _follow_attempt(session, run_id, job, attempt.number, info, policy,
+                                                  elastic.wrap(wrap))
         code = result.exit_code if result is not None else EXIT_HOST_LOST
         attempt.ended, attempt.exit_code = time.time(), code
-        measured = await _metrics(session, attempt.run_id)
-        if measured is not None:
-            # An attempt cut short before its script said where it started has no start
-            # step (not 0: that would count every step before it as lost).
-            attempt.start_step = measured.start_step if measured.configured else None
-            attempt.last_step = measured.final_step
+        await _note_steps(session, attempt)
         account_steps_lost(attempts)
         stop = await read_stop_request(session.storage, run_id, attempt.run_id)
         if stop is not None:  # the owner's stop is final: never recovered
             return await _end_stopped(session, run_id, attempts, stop, code, result, notice)
+        grown = await elastic.regrown(result is not None and code != 0)
+        if grown is not None:  # podctl ended it to grow back: no failure, no recovery spent
+            attempt.reason = f"{GROWN_BACK} {len(elastic_steps.slice_ids(grown))} of {full.num_slices} slices"
+            info = grown
+            job, state = await _next_attempt(session, run_id, options, info, attempts, sink, notice)
+            continue
         if state in DELETED_STATES:
             state = await collected_state(session.storage, attempt.run_id, notice) or state
         deleted = code != 0 and deleted_by_owner(session, info, state)
@@ -518,7 +536,10 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
-        if plan is not None and await maintenance.wait_out(  # waited out: resume in place
+        shrunk = await elastic.after_loss(plan is not None or ours is not None)
+        if shrunk is not None:  # go on on the survivors, from their local state
+            info = shrunk
+        elif plan is not None and await maintenance.wait_out(  # waited out: resume in place
                 partial(session.api.describe, session.settings.parent, info.name), plan, notice):
             info = await slices.ready_slice(session, info.name)
         elif suspect is not None:
@@ -531,7 +552,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
                 notice(f"worker {suspect} failed twice ({causes}): a bad host; making "
                        f"{info.name} again on other hardware rather than relaunching on it")
             await _note_bad_host(session, run_id, suspect)
-            info = await _recreate(session, info, policy, notice, run_id, spend)
+            info = await _recreate(session, full, policy, notice, run_id, spend)
             hardware_since = len(attempts)
         elif plan is None and state is None and code != EXIT_HOST_LOST and await _fit_to_rerun(
                 session, info.name, notice):
@@ -539,14 +560,34 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
             notice(f"slice {info.name} is healthy; relaunching on it")
             info = await slices.ready_slice(session, info.name)
         else:
-            info = await _recreate(session, info, policy, notice, run_id, spend)
+            info = await _recreate(session, full, policy, notice, run_id, spend)
             hardware_since = len(attempts)
-        if relaunch is None:
-            first = await load_record(session.storage, run_id)
-            relaunch = replace(options, spec=replace(options.spec, script=Path(first.script or "")),
-                               bundle_hash=first.bundle_hash, resume=run_id)
-        number = attempt.number + 1
-        job, attempt_id, state = await _start(
-            session, info, replace(relaunch, extra={"parent": run_id, "attempt": number}), sink, notice)
-        attempts.append(Attempt(number=number, run_id=attempt_id, started=time.time()))
-        await _save_attempts(session, run_id, attempts)
+        job, state = await _next_attempt(session, run_id, options, info, attempts, sink, notice)
+
+
+async def _note_steps(session: Session, attempt: Attempt) -> None:
+    """Where ATTEMPT started and the last step it logged, from its metrics."""
+    measured = await _metrics(session, attempt.run_id)
+    if measured is not None:
+        # An attempt cut short before its script said where it started has no start
+        # step (not 0: that would count every step before it as lost).
+        attempt.start_step = measured.start_step if measured.configured else None
+        attempt.last_step = measured.final_step
+
+
+async def _next_attempt(session: Session, run_id: str, options: RunOptions, info: SliceInfo,
+                        attempts: list[Attempt], sink: Callable[[int, str], None],
+                        notice: Notice) -> tuple[Job | None, str | None]:
+    """The next attempt of run RUN_ID on INFO (the first attempt's script and bundle,
+    resumed from its checkpoints), listed in ATTEMPTS -> (its Job, the slice's dead state)."""
+    await _save_attempts(session, run_id, attempts)
+    first = await load_record(session.storage, run_id)
+    relaunch = replace(options, spec=replace(options.spec, script=Path(first.script or "")),
+                       bundle_hash=first.bundle_hash, resume=run_id)
+    number = attempts[-1].number + 1
+    job, attempt_id, state = await _start(
+        session, info, replace(relaunch, extra={"parent": run_id, "attempt": number}), sink, notice)
+    attempts.append(Attempt(number=number, run_id=attempt_id, started=time.time(),
+                            slices=len(elastic_steps.slice_ids(info))))
+    await _save_attempts(session, run_id, attempts)
+    return job, state

@@ -18,6 +18,7 @@ from podctl.jobs.run_files import load_record, save_record
 from podctl.jobs.run_record import RunRecord
 from podctl.money.budget import run_hours as run_hours  # --max-hours, checked: only a followed run is watched
 from podctl.money.budget import watch_budget
+from podctl.steps.elastic import ElasticPolicy
 from podctl.steps.goodput import run_goodput
 from podctl.steps.recovery import EndedByPodctl, RecoveredRun, RecoveryPolicy, run_recovering
 from podctl.steps.runs import LineSink, Notice, RunOptions, follow_run, start_run
@@ -37,10 +38,14 @@ class Supervision:
     stall: StallPolicy = field(default_factory=StallPolicy)  # no step for too long: report, then wait/stop/recover
     slow: SlowHostPolicy = field(default_factory=SlowHostPolicy)  # a host slower than its peers
     slow_check_seconds: float = HEARTBEAT_SECONDS  # how often every host's pace is read
+    elastic: ElasticPolicy | None = None  # go on on the surviving slices (with recover)
 
     def __post_init__(self) -> None:
         if self.stall.action == "recover" and not self.recover:
             raise UsageError("--on-stall recover relaunches the run: it goes with --recover N.")
+        if self.elastic is not None and not self.recover:
+            raise UsageError("--elastic goes with --recover N: it acts when the infrastructure "
+                             "ends an attempt.")
         if self.slow.action == "recover" and not self.recover:
             raise UsageError("--on-slow-host recover makes the slice again and relaunches the "
                              "run: it goes with --recover N.")
@@ -101,7 +106,8 @@ async def run_supervised(session: Session, name: str, options: RunOptions, how: 
     if how.recover:
         recovered = await run_recovering(
             session, name, options, RecoveryPolicy(recoveries=how.recover,
-                                                   retry_code_errors=how.retry_errors),
+                                                   retry_code_errors=how.retry_errors,
+                                                   elastic=how.elastic),
             sink=sink, notice=notice, wrap=budgeted, why_ended=why_ended)
         await note_goodput(session, recovered.run_id)
         return Supervised(recovered.run_id, recovered.result, recovered,

@@ -86,7 +86,7 @@ def test_the_tier_round_trips_keeps_two_steps_and_refuses_another_layout(tmp_pat
              "h": jax.device_put(jnp.ones((2, 2), jnp.bfloat16), NamedSharding(mesh, P())),
              "step": jax.device_put(jnp.int32(3), NamedSharding(mesh, P()))}
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-    tier = lt.LocalTier(str(tmp_path), "gs://b/run/checkpoints", 0, every=2)
+    tier = lt.LocalTier(str(tmp_path), "gs://b/run/checkpoints", "process-0", every=2)
     assert not tier.due(1) and tier.due(2)
     for step in (2, 4, 6):
         tier.save(step, state, wait=True)
@@ -97,9 +97,9 @@ def test_the_tier_round_trips_keeps_two_steps_and_refuses_another_layout(tmp_pat
     assert back["h"].dtype == jnp.bfloat16 and back["w"].sharding == sharding
 
     (tier.dir / ".tmp-step-8").mkdir()  # a write a kill cut short: never counts, swept
-    again = lt.LocalTier(str(tmp_path), "gs://b/run/checkpoints", 0, every=2)
+    again = lt.LocalTier(str(tmp_path), "gs://b/run/checkpoints", "process-0", every=2)
     assert again.steps() == [4, 6] and not (tier.dir / ".tmp-step-8").exists()
     other = {**target, "w": jax.ShapeDtypeStruct((16,), jnp.float32, sharding=sharding)}
     assert again.usable_steps(other) == []  # another model: GCS, not this copy
-    elsewhere = lt.LocalTier(str(tmp_path), "gs://b/other-run/checkpoints", 0, every=2)
+    elsewhere = lt.LocalTier(str(tmp_path), "gs://b/other-run/checkpoints", "process-0", every=2)
     assert elsewhere.steps() == []  # another run's copies are never taken for this one's

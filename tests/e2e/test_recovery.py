@@ -158,3 +158,11 @@ def test_recover_bad_input(podctl):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
+    assert_one_line_error(podctl("run", "x", "--elastic", "x.py", check=False), 2,
+                          "--elastic goes with --recover N")
+    assert_one_line_error(podctl("run", "x", "--recover", "1", "--min-slices", "2", "x.py", check=False),
+                          2, "--min-slices goes with --elastic")
+    assert_one_line_error(podctl("run", "x", "--recover", "1", "--elastic", "--grow-deadline", "soon",
+                                 "x.py", check=False), 2, "--grow-deadline")
+    proc = podctl("run", "x", "--recover", "1", "--elastic", "--min-slices", "0", "x.py", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

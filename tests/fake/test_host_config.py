@@ -78,6 +78,19 @@ def test_for_host_of_launch_config_is_the_ssh_paths_config(spec, slices, workers
         assert host_config.for_host(launch_cfg, len(targets) - 1)["slice_env"]["MEGASCALE_SLICE_ID"] == str(slices - 1)
 
 
+def test_an_elastic_runs_survivors_are_renumbered():
+    """Slices 0 and 2 of 3 (slice 1 lost): two slices, ids 0 and 1, coordinator on the first."""
+    survivors = [t for t in _targets(3, 2) if t.slice_index != 1]
+    survivors = [Target(index=i, slice_index=t.slice_index, worker=t.worker, address=t.address,
+                        port=t.port, internal=t.internal) for i, t in enumerate(survivors)]
+    cfg = launch.launch_config(SPECS[0], survivors, SHA)
+    envs = [host_config.for_host(cfg, i)["slice_env"] for i in range(len(survivors))]
+    assert [e["MEGASCALE_SLICE_ID"] for e in envs] == ["0", "0", "1", "1"]
+    assert {e["MEGASCALE_NUM_SLICES"] for e in envs} == {"2"}
+    assert host_config.for_host(cfg, 3)["worker_hostnames"] == [survivors[2].peer_address,
+                                                                 survivors[3].peer_address]
+
+
 def test_launch_config_holds_per_host_only_slice_worker_and_address():
     targets = _targets(64, 8)  # 512 hosts: a v5p-4096's worth
     cfg = launch.launch_config(SPECS[0], targets, SHA)

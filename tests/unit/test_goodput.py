@@ -3,6 +3,8 @@ second in exactly one bucket (the whole runs on the fake are in test_recovery.py
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from podctl.base.failures import bad_host, hardware_cause, infrastructure_reason
@@ -82,3 +84,50 @@ def test_a_node_reporting_unfit_health_is_not_run_on_again():
                                                    "(HBM_OUT_OF_MEMORY on worker 1)")
     assert unfit(info("HEALTHY")) is None and unfit(info(None)) is None
     assert unfit(info("UNHEALTHY_MAINTENANCE")) is None  # waited out, not left
+
+
+def test_an_elastic_runs_slice_lost_growing_back_and_steps_on_fewer_slices():
+    """3 slices -> 2 (a slice lost at 50) -> 3 (grown back at 120): the moves have their
+    own buckets, and a third of the steps on two slices is the missing slice's."""
+    on_three = _Attempt("a1", started=0.0, ended=50.0, steps_lost=0, slices=3,
+                        records=[_step(1, 20.0, 5.0, True), *(_step(i, 20.0 + i, 1.0) for i in range(2, 11))],
+                        phases={"running": 10.0})
+    on_two = _Attempt("a2", started=55.0, ended=120.0, steps_lost=0, slices=2,
+                      records=[_step(11, 70.0, 4.0, True), *(_step(i, 60.0 + i, 3.0) for i in range(12, 22))],
+                      phases={"running": 60.0})
+    again = _Attempt("a3", started=125.0, ended=160.0, steps_lost=0, slices=3,
+                     records=[_step(22, 140.0, 4.0, True), *(_step(i, 118.0 + i, 1.0) for i in range(23, 31))],
+                     phases={"running": 130.0})
+    seconds = split(160.0, [on_three, on_two, again])
+    assert seconds["recovery"] == 0.0
+    assert seconds["slice_lost"] == 10.0  # 50 (lost) -> 60 (the script on two)
+    assert seconds["growing_back"] == 10.0  # 120 (stopped to grow) -> 130 (the script on three)
+    assert seconds["reinitialization"] == 10.0 + 10.0  # each script's start to its first step
+    assert seconds["fewer_slices"] == pytest.approx(30.0 / 3)  # 10 steps x 3 s on 2 of 3
+    assert seconds["productive"] == pytest.approx(9.0 + 30.0 * 2 / 3 + 8.0)
+    assert sum(seconds.values()) == pytest.approx(160.0)
+
+
+def test_the_plot_labels_each_attempt_with_its_slices():
+    """An elastic run's config lines say how many slices each attempt had (typed as ints
+    by metric_line); the plot's legend shows it per attempt."""
+    from podctl.jobs.metrics import parse_records
+    from podctl.policy.plot import series_from_records
+
+    def config(slices: object) -> str:
+        return json.dumps({"kind": "config", "start_step": 0, "slices": slices, "full_slices": 3,
+                           "t": 1})
+
+    attempts = [("a1", parse_records([config(3)])), ("a2", parse_records([config(2)])),
+                ("a3", parse_records([config("two")]))]  # a wrong type is dropped, not drawn
+    labels = [s.label for s in series_from_records("r", attempts).segments]
+    assert labels == ["attempt 1 (3 of 3 slices)", "attempt 2 (2 of 3 slices)", "attempt 3"]
+
+
+def test_a_grow_back_is_not_a_recovery():
+    from podctl.steps.recovery import Attempt, recoveries
+
+    lost = Attempt(1, "a1", 0.0, reason="host lost")
+    grown = Attempt(2, "a2", 1.0, reason="grown back to 3 of 3 slices")
+    assert recoveries([lost, grown, Attempt(3, "a3", 2.0)]) == 1
+    assert recoveries([Attempt(1, "a1", 0.0)]) == 0

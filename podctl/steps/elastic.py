@@ -1,0 +1,256 @@
+"""Elastic multislice (`podctl run --recover N --elastic`): a K-slice run that loses a
+slice goes on on the survivors instead of waiting for all K to be made again, and
+grows back to K when the lost slice answers again.
+
+In data-parallel multislice every slice holds the whole training state, so the
+survivors have all of it: each host keeps its copy in the template's local tier
+(templates/local_ckpt.py), and the relaunch on the K-1 survivors (MEGASCALE_* renumbered
+by host/host_config.py) restores from there, with no GCS restore on the way.
+
+    attempt ends (the infrastructure) -> which slices answer (one SSH `true` per host)
+        all of them                  -> today's recovery (relaunch in place, or make again)
+        none, or 1 slice of 1        -> today's recovery, said in one line
+        fewer than --min-slices      -> wait (no step) for lost slices to answer again
+        the rest                     -> relaunch on the survivors (PODCTL_ELASTIC_SLICES=K:
+                                        the template keeps the global batch by accumulation)
+    while on fewer than K: the lost slices are asked every POLL seconds; one that answers
+    again ends the attempt with SIGTERM (the template saves at the next step) and the run
+    relaunches on every slice that answers, until the deadline (then it stays smaller).
+
+A multislice queued resource that loses a slice to a preemption is suspended whole by
+Cloud TPU (every slice PREEMPTED): no survivor, the whole re-create. What leaves
+survivors is a slice whose hosts are gone (a dead host, a host that takes no
+connection) while the others run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from podctl.base.errors import UsageError
+from podctl.cloud.types import SliceInfo
+from podctl.jobs.answering import answering_hosts
+from podctl.jobs.job import Job, RunResult
+from podctl.steps.runs import Notice
+from podctl.steps.session import Session
+
+# The template reads these (templates/train_pjit.py): the run's full slice count, and
+# whether the global batch shrinks with the slices.
+FULL_SLICES_ENV = "PODCTL_ELASTIC_SLICES"
+BATCH_ENV = "PODCTL_ELASTIC_BATCH"
+
+
+@dataclass(frozen=True)
+class ElasticPolicy:
+    min_slices: int = 1  # below it the run waits for lost slices, no step on fewer
+    shrink_batch: bool = False  # the global batch shrinks with the slices (default: kept)
+    grow_deadline: float = 6 * 3600.0  # after this long, lost slices are no longer asked for
+    poll_seconds: float = 10.0  # how often a lost slice is asked whether it answers
+
+    def check(self, num_slices: int) -> None:
+        if num_slices < 2:
+            return  # said at the loss: one slice has no survivor to go on on
+        if not 1 <= self.min_slices <= num_slices:
+            raise UsageError(f"--min-slices {self.min_slices}: the run has {num_slices} slices; "
+                             f"give 1 to {num_slices}.")
+
+    def env(self, num_slices: int) -> dict[str, str]:
+        return {FULL_SLICES_ENV: str(num_slices), BATCH_ENV: "shrink" if self.shrink_batch else "keep"}
+
+
+def slice_ids(info: SliceInfo) -> list[int]:
+    return sorted({h.slice_index for h in info.hosts})
+
+
+def on_slices(info: SliceInfo, ids: set[int]) -> SliceInfo:
+    """INFO with only the nodes of slices IDS (their hosts keep their slice index:
+    host_config renumbers them)."""
+    return replace(info, nodes=tuple(n for n in info.nodes
+                                     if n.hosts and n.hosts[0].slice_index in ids))
+
+
+async def answering_slices(session: Session, info: SliceInfo, ids: set[int] | None = None) -> set[int]:
+    """The slices (of IDS, default all) whose node is READY and every host answers."""
+    ids = set(slice_ids(info)) if ids is None else ids
+    ready = on_slices(info, ids)
+    ready = replace(ready, nodes=tuple(n for n in ready.nodes if n.state == "READY"))
+    if not ready.nodes:
+        return set()
+    answered = await answering_hosts(ready, session.host_access(ready))
+    hosts = ready.hosts
+    return {i for i in slice_ids(ready)
+            if all(p in answered for p, h in enumerate(hosts) if h.slice_index == i)}
+
+
+@dataclass(frozen=True)
+class Shrink:
+    """Where the next attempt runs: SLICES of the full run's (all of them: grown back)."""
+
+    info: SliceInfo  # the full slice as described now, narrowed to SLICES
+    slices: set[int]
+    lost: set[int]
+
+
+def _named(ids: set[int]) -> str:
+    return ", ".join(str(i) for i in sorted(ids))
+
+
+async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice: Notice) -> Shrink | None:
+    """After an attempt of FULL ended for the infrastructure: the slices to go on on,
+    or None for today's recovery (every slice answers, or none does), said in one line.
+    Below POLICY.min_slices this waits for lost slices to answer again."""
+    k = full.num_slices
+    if k < 2:
+        notice(f"elastic: {full.name} has one slice, none to go on on: making it again as without --elastic")
+        return None
+    try:
+        current = await session.api.describe(session.settings.parent, full.name)
+    except Exception:  # noqa: BLE001 - gone: today's recovery makes it again
+        notice(f"elastic: {full.name} is gone: making all {k} slices again")
+        return None
+    live = await answering_slices(session, current)
+    if len(live) == k:
+        return None
+    if not live:
+        notice(f"elastic: no slice of {full.name} answers ({current.state}): making all {k} "
+               "slices again")
+        return None
+    deadline = time.monotonic() + policy.grow_deadline
+    said = False
+    while len(live) < policy.min_slices:
+        if time.monotonic() > deadline:
+            notice(f"elastic: {len(live)} of {k} slices answer, below --min-slices "
+                   f"{policy.min_slices}, past the deadline: making all {k} again")
+            return None
+        if not said:
+            said = True
+            notice(f"elastic: {len(live)} of {k} slices of {full.name} answer (lost: slice "
+                   f"{_named(set(range(k)) - live)}), below --min-slices {policy.min_slices}: "
+                   "waiting, no step, for a lost slice to answer again")
+        await asyncio.sleep(policy.poll_seconds)
+        current = await session.api.describe(session.settings.parent, full.name)
+        live = await answering_slices(session, current)
+    lost = set(range(k)) - live
+    if lost:
+        notice(f"elastic: slice {_named(lost)} of {full.name} lost; going on on the {len(live)} "
+               f"that answer (slice {_named(live)}) from their local state")
+    return Shrink(on_slices(current, live), live, lost)
+
+
+GrowBack = Callable[[Awaitable[RunResult], Job], Awaitable[RunResult]]
+
+
+def grow_watch(session: Session, full: SliceInfo, shrink: Shrink, policy: ElasticPolicy,
+               since: float, notice: Notice, back: set[int]) -> GrowBack:
+    """Wraps the follow of an attempt on SHRINK's slices: every POLL seconds until the
+    deadline (from SINCE, the loss), ask the lost slices; when one answers again, note it
+    in BACK and end the attempt with SIGTERM (the template checkpoints at the next step),
+    for the run to relaunch on every slice that answers."""
+
+    async def watched(follow: Awaitable[RunResult], job: Job) -> RunResult:
+        task = asyncio.ensure_future(follow)
+        said_deadline = False
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=policy.poll_seconds)
+                if done:
+                    return task.result()
+                if time.time() - since > policy.grow_deadline:
+                    if not said_deadline:
+                        said_deadline = True
+                        notice(f"elastic: slice {_named(shrink.lost)} of {full.name} not back "
+                               f"within {policy.grow_deadline / 3600:.2g} h: no longer asked for; "
+                               f"going on on {len(shrink.slices)}")
+                    continue
+                try:
+                    current = await session.api.describe(session.settings.parent, full.name)
+                    returned = await answering_slices(session, current, shrink.lost)
+                except Exception:  # noqa: BLE001 - asked again at the next poll
+                    continue
+                if returned:
+                    back.update(returned)
+                    notice(f"elastic: slice {_named(returned)} of {full.name} answers again; "
+                           "growing back at the next step (a checkpoint first)")
+                    await job.channel.halt(job.run_id)
+                    return await task
+        except BaseException:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise
+
+    return watched
+
+
+async def grow(session: Session, full: SliceInfo, notice: Notice) -> Shrink:
+    """After a grow-back stop: every slice of FULL that answers now (LOST: those that do not)."""
+    current = await session.api.describe(session.settings.parent, full.name)
+    live = await answering_slices(session, current)
+    lost = set(range(full.num_slices)) - live
+    notice(f"elastic: growing back to {len(live)} of {full.num_slices} slices of {full.name}")
+    return Shrink(on_slices(current, live), live, lost)
+
+
+Wrap = Callable[[Awaitable[RunResult], Job, SliceInfo], Awaitable[RunResult]]
+
+
+class ElasticRun:
+    """An elastic run's state across its attempts, for steps/recovery.py: the full slice,
+    the slices the present attempt runs on, and lost slices seen back. With no POLICY (a
+    run without --elastic) it changes nothing."""
+
+    def __init__(self, session: Session, full: SliceInfo, policy: ElasticPolicy | None,
+                 notice: Notice) -> None:
+        self.session, self.full, self.policy, self.notice = session, full, policy, notice
+        if policy is not None:
+            policy.check(full.num_slices)
+        self.shrink: Shrink | None = None  # on fewer than every slice: which
+        self.lost_at = 0.0  # when those were lost (the grow-back deadline runs from there)
+        self.back: set[int] = set()  # lost slices that answered again during the attempt
+
+    def wrap(self, wrap: Wrap | None) -> Wrap | None:
+        """WRAP, and on fewer slices than the run's, the grow-back watch around it."""
+        shrink = self.shrink
+        if shrink is None or not shrink.lost or self.policy is None:
+            return wrap
+        watch = grow_watch(self.session, self.full, shrink, self.policy, self.lost_at, self.notice,
+                           self.back)
+
+        def watched(follow: Awaitable[RunResult], job: Job, on: SliceInfo) -> Awaitable[RunResult]:
+            return watch(wrap(follow, job, on) if wrap else follow, job)
+
+        return watched
+
+    def options_env(self, env: dict[str, str]) -> dict[str, str]:
+        """A run's environment with what the template reads of an elastic run (every
+        attempt's: the full slice count, whether the batch shrinks)."""
+        return env if self.policy is None else {**env, **self.policy.env(self.full.num_slices)}
+
+    async def regrown(self, ended_badly: bool) -> SliceInfo | None:
+        """Where the next attempt runs when podctl ended this one to grow back (None: it
+        did not, or no slice answers now: the attempt's end is judged as any other)."""
+        back, self.back = self.back, set()
+        if not back or not ended_badly:
+            return None
+        grown = await grow(self.session, self.full, self.notice)
+        if not grown.slices:
+            return None
+        self.shrink = grown if grown.lost else None
+        return grown.info
+
+    async def after_loss(self, judged_elsewhere: bool) -> SliceInfo | None:
+        """Where the next attempt runs after the infrastructure ended this one: the
+        surviving slices, or None for today's recovery (JUDGED_ELSEWHERE: a maintenance
+        or podctl's own stop, which recovery handles as before)."""
+        if judged_elsewhere or self.policy is None:
+            self.shrink = None
+            return None
+        shrunk = await plan(self.session, self.full, self.policy, self.notice)
+        if shrunk is not None and shrunk.lost and (self.shrink is None or shrunk.lost != self.shrink.lost):
+            self.lost_at = time.time()
+        self.shrink = shrunk if shrunk is not None and shrunk.lost else None
+        return shrunk.info if shrunk is not None else None

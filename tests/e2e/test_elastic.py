@@ -1,0 +1,114 @@
+"""`podctl run --recover N --elastic --min-slices 2` on a fake 3-slice multislice (3 x
+v5p-8, one host each): two slices' hosts gone (processes killed, no SSH) leave one, below
+the floor: the run waits, no step; when one returns it goes on on two from their local
+copies (no GCS restore), keeping the global batch; when the other returns it grows back
+to three, with the state the two saved. One run for the three moves (CI time)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from podctl.fake.admin.admin_client import FakeAdmin
+from tests.e2e.test_recovery import SCRIPTS, TEMPLATE, run_with_fault
+
+ARGS = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
+        "--seq-len", "16", "--batch", "24", "--lr", "1e-2", "--dtype", "float32",
+        "--checkpoint-every", "4", "--local-every", "2", "--heartbeat-timeout", "10"]
+
+
+def _configs(podctl, run_id: str) -> list[dict]:
+    lines = podctl("logs", run_id, "--host", "0").stdout.splitlines()
+    return [json.loads(line.split("] ", 1)[1]) for line in lines if '"kind": "config"' in line]
+
+
+@pytest.mark.host_env
+def test_below_the_floor_it_waits_then_goes_on_on_two_then_grows_back_to_three(podctl):
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    podctl("up", "--slice", "v5p-8", "--num-slices", "3", "--name", "el")
+    nodes = [n["name"] for n in podctl.json("status", "el")["nodes"]]
+
+    def said(err: list[str], text: str) -> None:
+        deadline = time.monotonic() + 600
+        while not any(text in line for line in list(err)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def lose_two_then_return_them(err: list[str]) -> None:
+        for node in nodes[1:]:  # slices 1 and 2: their hosts gone
+            admin.inject("no-ssh", node)
+            admin.inject("kill-host", node, 0)
+
+        def back() -> None:
+            said(err, "below --min-slices 2: waiting")
+            time.sleep(12)  # a poll or more: still no step on one slice
+            admin.inject("no-ssh", nodes[2], off=True)  # slice 2 answers again, its disk kept
+            said(err, '"slices": 2')
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:  # a few steps on two, then slice 1 answers too
+                lines = list(err)
+                on_two = next(i for i, line in enumerate(lines) if '"slices": 2' in line)
+                if sum('"kind": "step"' in line for line in lines[on_two:]) >= 4:
+                    break
+                time.sleep(0.5)
+            admin.inject("no-ssh", nodes[1], off=True)
+
+        threading.Thread(target=back, daemon=True).start()
+
+    code, log, out = run_with_fault(
+        podctl, ["run", "el", "--recover", "2", "--elastic", "--min-slices", "2", "--json",
+                 str(TEMPLATE), *ARGS, "--steps", "40"], '"kind": "checkpoint", "step": 4',
+        lose_two_then_return_them, then=600)
+    assert code == 0, log[-5000:]
+    result = json.loads(out)
+    attempts = result["attempts"]
+    assert [a["slices"] for a in attempts] == [3, 2, 3], attempts
+    assert result["recoveries"] == 1  # the loss; growing back is none
+    waited = log.index("1 of 3 slices of el answer (lost: slice 1, 2), below --min-slices 2: waiting")
+    went_on = log.index("slice 1 of el lost; going on on the 2 that answer (slice 0, 2)")
+    assert waited < went_on and '"kind": "step"' not in log[waited:went_on]  # no step on one
+    assert "elastic: slice 1 of el answers again; growing back" in log
+    assert attempts[1]["reason"].startswith("grown back to 3 of 3")
+    configs = [c for a in attempts for c in _configs(podctl, a["run_id"])]
+    shrunk, grown = configs[1], configs[2]
+    # on two: from the survivors' own copies, no GCS restore, the batch kept by accumulation
+    assert (shrunk["restored_from"], shrunk["slices"], shrunk["full_slices"]) == ("local", 2, 3)
+    assert shrunk["batch"] == 24 and shrunk["micro_batches"] == 3
+    assert shrunk["restored_step"] >= attempts[0]["last_step"] - 4
+    # back on three: the state the survivors saved at the grow-back stop
+    assert (grown["slices"], grown["restored_from"]) == (3, "gcs")
+    assert grown["restored_step"] == attempts[1]["last_step"]
+    assert attempts[2]["last_step"] == 40
+    # the account: the elastic moves in their own buckets, every second in one bucket
+    report = podctl.json("goodput", result["run_id"])
+    buckets = {name: b["seconds"] for name, b in report["buckets"].items()}
+    assert abs(sum(buckets.values()) - report["total_seconds"]) <= len(buckets) * 1.0
+    assert buckets["recovery"] == 0.0
+    for moved in ("slice_lost", "growing_back", "reinitialization", "fewer_slices"):
+        assert buckets[moved] > 0, (moved, buckets)
+    podctl("down", "el", "--yes")
+    assert admin.resources() == {"nodes": [], "queued_resources": []}
+
+
+def test_a_preempted_multislice_has_no_survivor_and_is_made_again_whole(podctl):
+    """Cloud TPU suspends a multislice queued resource whole when a slice is preempted
+    (every node PREEMPTED): no survivor to go on on, so --elastic says so in one line and
+    recovers as without it. No JAX: a script of steps that checkpoints on SIGTERM."""
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    podctl("up", "--slice", "v5p-8", "--num-slices", "3", "--name", "whole")
+    code, log, out = run_with_fault(
+        podctl, ["run", "whole", "--recover", "1", "--elastic", "--json",
+                 str(SCRIPTS / "resumable_steps.py"), "30"], "step 5", lambda err: admin.preempt("whole"))
+    assert code == 0, log[-4000:]
+    assert "elastic: no slice of whole answers" in log and "making all 3 slices again" in log
+    assert "creating whole again" in log
+    attempts = json.loads(out)["attempts"]
+    assert [a["slices"] for a in attempts] == [3, 3]
+    podctl("down", "whole", "--yes")
+    assert admin.resources() == {"nodes": [], "queued_resources": []}
