@@ -181,15 +181,16 @@ class World:
             st = topology.parse_slice(type_id)
         except InvalidSliceError as e:
             raise not_found(name) from e
-        if parent.rsplit("/", 1)[-1] not in st.generation.zones:
-            raise not_found(name)  # a zone lists only the generations it offers
+        if parent.rsplit("/", 1)[-1] not in st.generation.zones or not st.generation.on_cloud_tpu:
+            raise not_found(name)  # a zone lists only the generations it offers (TPU7x: none)
         return {"name": name, "type": st.name,
                 "acceleratorConfigs": [{"type": st.generation.api_type, "topology": st.topology}]}
 
     def accelerator_types(self, parent: str) -> list[dict[str, Any]]:
         _, zone = self.check_parent(parent)
         return [self.accelerator_type(f"{parent}/acceleratorTypes/{g.type_name(topology.parse_topology(t))}")
-                for g in topology.generations().values() if zone in g.zones for t in g.documented]
+                for g in topology.generations().values() if zone in g.zones and g.on_cloud_tpu
+                for t in g.documented]
 
     def runtime_versions(self, parent: str) -> list[dict[str, Any]]:
         self.check_parent(parent)
@@ -267,6 +268,8 @@ class World:
                 f"Invalid node id {node_id!r}: use 1-63 lowercase letters, digits and hyphens, "
                 "starting with a letter and not ending with a hyphen")
         slice_type = self._slice_type(body)
+        if not slice_type.generation.on_cloud_tpu:  # TPU7x: Compute Engine's only
+            raise invalid(f"Accelerator type {slice_type.name} is not supported by the Cloud TPU API")
         project, zone = self.check_parent(parent)
         placement_check.check_node(body, project, zone)  # network, account, tags, scheduling
         runtime = body.get("runtimeVersion", "")
