@@ -12,60 +12,20 @@ so every VM's), and the policy names its slice in its description.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 from google.cloud import compute_v1
 
 from podctl.base import topology
 from podctl.base.errors import InvalidValueError
+from podctl.cloud.compute_names import parse_parent, policy_name, region_of, template_name
 from podctl.cloud.create import CreateRequest
-from podctl.cloud.names import MAX_NAME
 
 WORKLOAD_TYPE = "HIGH_THROUGHPUT"
 # The boot disk's image: Compute Engine's TPU VMs boot a plain OS image; podctl's hosts
 # bring their own Python environment (a guess until checked against Google's TPU VM images).
 BOOT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
-POLICY_DESCRIPTION = "podctl workload policy of slice "  # + the slice's name: gc reads it
-
-
-def parse_parent(parent: str) -> tuple[str, str]:
-    """'projects/P/locations/Z' -> (P, Z); what every provider method is given."""
-    parts = parent.split("/")
-    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "locations" or not parts[1] or not parts[3]:
-        raise InvalidValueError(f"{parent!r} is not projects/PROJECT/locations/ZONE.")
-    return parts[1], parts[3]
-
-
-def parse_node(node_name: str) -> tuple[str, str, str]:
-    """'projects/P/locations/Z/nodes/N' (how the steps name a slice's node) -> (P, Z, N)."""
-    parent, sep, name = node_name.rpartition("/nodes/")
-    if not sep or not name or "/" in name:
-        raise InvalidValueError(f"{node_name!r} is not projects/PROJECT/locations/ZONE/nodes/NAME.")
-    project, zone = parse_parent(parent)
-    return project, zone, name
-
-
-def region_of(zone: str) -> str:
-    return zone.rsplit("-", 1)[0]
-
-
-def derived(name: str, suffix: str) -> str:
-    """NAME-SUFFIX within Compute Engine's 63 characters (a long NAME is cut and a hash of
-    it added, so two long names do not meet)."""
-    whole = f"{name}-{suffix}"
-    if len(whole) <= MAX_NAME:
-        return whole
-    digest = f"{zlib.crc32(name.encode()):08x}"
-    return f"{name[:MAX_NAME - len(suffix) - len(digest) - 2]}-{digest}-{suffix}"
-
-
-def template_name(name: str) -> str:
-    return derived(name, "tpl")
-
-
-def policy_name(name: str) -> str:
-    return derived(name, "topo")
+POLICY_DESCRIPTION = "podctl workload policy of slice "  # + the slice's name
 
 
 @dataclass(frozen=True)

@@ -8,19 +8,22 @@ points the real client at it. The seam is the network address, nothing else.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import tpu_v2
 
 from podctl.base.settings import FAKE_ACCOUNT, Settings, endpoint_override
-from podctl.cloud.compute_client import ComputeApi
 from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.providers.cloud_tpu import CloudTpu
-from podctl.cloud.providers.compute_engine import ComputeEngine
 from podctl.cloud.tpu_client import RetryPolicy
 from podctl.cloud.translate import translate
+
+if TYPE_CHECKING:  # imported when chosen (compute_engine_at)
+    from podctl.cloud.providers.compute_engine import ComputeEngine
 
 GOOGLE_ENDPOINT = "tpu.googleapis.com"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -76,7 +79,12 @@ def connect(settings: Settings) -> CloudTpu:
 
 def compute_engine_at(endpoint: str, credentials: Credentials | None = None,
                       retry: RetryPolicy = RetryPolicy()) -> ComputeEngine:
-    """The Compute Engine provider at ENDPOINT (the fake's server, or Google's)."""
+    """The Compute Engine provider at ENDPOINT (the fake's server, or Google's). Imported
+    here, when chosen: google-cloud-compute's types take seconds of CPU to import, which
+    no Cloud TPU command should pay."""
+    from podctl.cloud.compute_client import ComputeApi
+    from podctl.cloud.providers.compute_engine import ComputeEngine
+
     return ComputeEngine(ComputeApi(endpoint, credentials, retry))
 
 

@@ -9,7 +9,7 @@ template and, when multi-host, a workload policy that forms its ICI topology
     ready:    every managed instance RUNNING with no action, the MIG stable, and its
               accelerator topology ACTIVE; an instance's stockout error ends the wait
               (StockoutError), a topology that FAILED too (SliceLostError)
-    delete:   the MIG (its VMs with it), then its template and policy
+    delete:   the MIG (its VMs with it), waited for, then its template and policy
 
 The steps see a slice as one node NAME (the MIG), whose hosts are its instances in name
 order. Its labels are the template's (a MIG has none). Runs reach it over SSH: the boot
@@ -34,6 +34,7 @@ from podctl.base.errors import (
     SliceLostError,
     StockoutError,
 )
+from podctl.cloud import compute_names as names
 from podctl.cloud import compute_requests as req
 from podctl.cloud.compute_client import ComputeApi
 from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
@@ -44,6 +45,7 @@ from podctl.cloud.types import BOOT_METADATA_KEY, GuestEntry, Host, NodeInfo, Sl
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_until
 
 API = "compute"
+DELETE_TIMEOUT = 900.0  # seconds a MIG's delete may take (its VMs with it)
 TPU_RUNTIME_PORT = 8470  # a host's address is what counts; SSH is on 22 (jobs/launch.py)
 
 
@@ -93,7 +95,7 @@ class ComputeEngine:
     # ---- slices ---------------------------------------------------------------------------
 
     async def check_zone(self, parent: str, slice_type: topology.SliceType) -> None:
-        _, zone = req.parse_parent(parent)
+        _, zone = names.parse_parent(parent)
         req.machine_type(slice_type)  # served by Compute Engine at all
         gen = slice_type.generation
         if zone not in gen.zones:
@@ -147,7 +149,7 @@ class ComputeEngine:
 
     async def describe(self, parent: str, name: str, kind: Kind | None = None) -> SliceInfo:
         validate_name(name)
-        project, zone = req.parse_parent(parent)
+        project, zone = names.parse_parent(parent)
         try:
             mig = await self.api.call("instanceGroupManagers.get", f"reading MIG {name}", self.api.migs.get,
                                       project=project, zone=zone, instance_group_manager=name)
@@ -202,7 +204,7 @@ class ComputeEngine:
             return None
 
     async def list_slices(self, parent: str, page_size: int = 0) -> list[SliceInfo]:
-        project, zone = req.parse_parent(parent)
+        project, zone = names.parse_parent(parent)
         migs = await self.api.call("instanceGroupManagers.list", f"listing MIGs in {zone}", self.api.migs.list,
                                    project=project, zone=zone)
         found = []
@@ -215,15 +217,23 @@ class ComputeEngine:
         return info
 
     async def delete(self, parent: str, info: SliceInfo) -> SliceInfo:
-        """The MIG (and its VMs) now; its template and policy once it is gone (wait_deleted,
-        or gc for a client that did not wait)."""
-        project, zone = req.parse_parent(parent)
-        if info.state == "DELETING":
-            return info
-        with contextlib.suppress(NotFoundError):
-            await self.api.call("instanceGroupManagers.delete", f"deleting MIG {info.name}",
-                                self.api.migs.delete_unary, project=project, zone=zone,
-                                instance_group_manager=info.name, mutates=True)
+        """The MIG (and its VMs), then its template and policy once it is gone: a template
+        in use cannot be deleted, so this waits for the MIG's delete operation (what `up`'s
+        undo and `down` both need: nothing of the slice left behind)."""
+        project, zone = names.parse_parent(parent)
+        if info.state != "DELETING":
+            try:
+                op = await self.api.call("instanceGroupManagers.delete", f"deleting MIG {info.name}",
+                                         self.api.migs.delete_unary, project=project, zone=zone,
+                                         instance_group_manager=info.name, mutates=True)
+                await self.api.until_done(project, f"zones/{zone}", op, f"deleting MIG {info.name}",
+                                          timeout=DELETE_TIMEOUT)
+            except NotFoundError:
+                pass
+        else:
+            await self.wait_deleted(parent, info.name)
+        await self._remove(project, names.region_of(zone), [("template", names.template_name(info.name)),
+                                                          ("policy", names.policy_name(info.name))])
         return info
 
     async def wait_ready(self, parent: str, name: str, *, kind: Kind | None = None,
@@ -248,7 +258,7 @@ class ComputeEngine:
     async def wait_deleted(self, parent: str, name: str, *, kind: Kind | None = None,
                            policy: WaitPolicy | None = None, clock: Clock | None = None,
                            progress: Progress | None = None) -> None:
-        project, zone = req.parse_parent(parent)
+        project, zone = names.parse_parent(parent)
 
         async def gone() -> bool | None:
             try:
@@ -259,8 +269,8 @@ class ComputeEngine:
             return None
 
         await wait_until(gone, what=f"deleting {name}", policy=policy or WaitPolicy(), clock=clock or Clock())
-        await self._remove(project, req.region_of(zone), [("template", req.template_name(name)),
-                                                          ("policy", req.policy_name(name))])
+        await self._remove(project, names.region_of(zone), [("template", names.template_name(name)),
+                                                          ("policy", names.policy_name(name))])
 
     async def set_labels(self, parent: str, info: SliceInfo, labels: Mapping[str, str],
                          policy: WaitPolicy | None = None) -> SliceInfo:
@@ -269,10 +279,10 @@ class ComputeEngine:
                                 "again with the labels wanted.")
 
     async def placement(self, parent: str, info: SliceInfo) -> Placement:
-        project, _ = req.parse_parent(parent)
+        project, _ = names.parse_parent(parent)
         template = await self.api.call("instanceTemplates.get", f"reading the template of {info.name}",
                                        self.api.templates.get, project=project,
-                                       instance_template=req.template_name(info.name))
+                                       instance_template=names.template_name(info.name))
         props = template.properties
         nic = props.network_interfaces[0] if props.network_interfaces else None
         network = nic.network.rsplit("/", 1)[-1] if nic is not None and nic.network else None
@@ -307,7 +317,7 @@ class ComputeEngine:
 
     async def guest_attributes(self, node_name: str, query_path: str = "", *,
                                workers: int | None = None) -> list[list[GuestEntry]]:
-        project, zone, name = req.parse_node(node_name)
+        project, zone, name = names.parse_node(node_name)
         managed = await self.api.call("instanceGroupManagers.listManagedInstances",
                                       f"listing the VMs of {name}", self.api.migs.list_managed_instances,
                                       project=project, zone=zone, instance_group_manager=name)

@@ -415,3 +415,20 @@ def listing() -> list[dict[str, Any]]:
     return [{"name": f.name, "summary": f.summary,
              "args": [{"name": a.name, "kind": a.kind, "help": a.help, "flag": a.flag or None,
                        "required": a.positional} for a in f.args]} for f in FAULTS]
+
+
+def _topology_fail(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
+    from podctl.fake.api import compute_tpu
+
+    compute_tpu.fail_topology(cloud.world, args["name"], args["why"])
+    return {"name": args["name"]}
+
+
+FAULTS += (
+    Fault("topology-fail", "a Compute Engine MIG's accelerator topology cannot form: its workload "
+          "policy's topology FAILED, its VMs never come up",
+          (Arg("name", "text", "The MIG (the slice's name).", metavar="NAME"),
+           Arg("why", "text", "The reason said.", default="the topology could not be formed",
+               flag="--why", metavar="TEXT")),
+          _topology_fail, lambda a, r: f"{a['name']}: accelerator topology FAILED"),
+)
