@@ -12,6 +12,7 @@ so every VM's), and the policy names its slice in its description.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from google.cloud import compute_v1
@@ -87,8 +88,24 @@ def template_of(request: CreateRequest) -> compute_v1.InstanceTemplate:
             key="compute.googleapis.com/reservation-name", values=[placement.reservation.rsplit("/", 1)[-1]])
     elif placement.reserved:
         props.reservation_affinity = compute_v1.ReservationAffinity(consume_reservation_type="ANY_RESERVATION")
+    _, zone = parse_parent(request.parent)
     return compute_v1.InstanceTemplate(name=template_name(request.name), properties=props,
-                                       description=f"podctl {spec.describe()} {request.name}")
+                                       description=template_description(request.name, zone, spec.describe()))
+
+
+# A template's description names its slice and zone (a template is global): gc finds a
+# template whose MIG was never made (a killed `up`) by it and podctl's labels.
+_TEMPLATE_DESCRIPTION = re.compile(r"podctl slice (?P<name>[a-z][-a-z0-9]*) in (?P<zone>[a-z0-9-]+): .*")
+
+
+def template_description(name: str, zone: str, what: str) -> str:
+    return f"podctl slice {name} in {zone}: {what}"
+
+
+def template_slice(description: str) -> tuple[str, str] | None:
+    """A podctl template's description -> (slice name, zone); None for any other."""
+    found = _TEMPLATE_DESCRIPTION.fullmatch(description or "")
+    return (found["name"], found["zone"]) if found else None
 
 
 def _interface(network: str | None, subnetwork: str | None, internal: bool) -> compute_v1.NetworkInterface:

@@ -39,6 +39,8 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
     listed = podctl.json("ls", "--api", "compute", *TPU7X_ZONE)
     assert [(s["name"], s["api"], s["state"], s["accelerator_type"]) for s in listed] == \
         [("iw16", "compute", "READY", "tpu7x-16")]
+    table = podctl("ls", "--api", "compute", *TPU7X_ZONE).stdout
+    assert any(line.split()[:3] == ["iw16", "mig", "READY"] for line in table.splitlines()), table
     # a second `up` of the same name and spec reuses it
     again = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
     assert again["created"] is False
@@ -71,3 +73,37 @@ def test_v5p_through_compute_engine_with_api_compute_and_a_stockout_that_leaves_
     # the Cloud TPU API still refuses TPU7x, pointing to Compute Engine
     assert_one_line_error(podctl("up", "--slice", "tpu7x-8", "--api", "tpu", *TPU7X_ZONE, check=False),
                           2, "does not serve TPU7x", "--api compute")
+
+
+def test_a_client_killed_in_the_middle_of_up_leaves_nothing_that_gc_does_not_find(podctl):
+    """`up` makes the template first, then the policy, then the MIG: killed (SIGKILL, no
+    undo) once the template exists, it leaves a template (and maybe a policy) with no MIG,
+    which `ls` shows ORPHANED and `gc` deletes; a MIG it had made already is a slice, which
+    `down` deletes. Either way nothing is left."""
+    import subprocess
+    import sys
+    import time
+
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = _admin(podctl)
+    up = subprocess.Popen([sys.executable, "-m", "podctl", "up", "--slice", "tpu7x-16", "--name", "cut",
+                           *TPU7X_ZONE], env=podctl.env, cwd=podctl.tmp, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not admin.resources()["instance_templates"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        up.kill()
+        up.wait()
+    held = admin.resources()
+    assert held["instance_templates"] == ["fake-project/cut-tpl"], held
+    listed = {s["name"]: s["state"] for s in podctl.json("ls", "--api", "compute", *TPU7X_ZONE)}
+    assert listed["cut"] in ("ORPHANED", "CREATING", "READY"), listed
+    if listed["cut"] != "ORPHANED":  # the MIG was made before the kill: a slice, `down`'s
+        podctl("down", "cut", "--yes", "--api", "compute", *TPU7X_ZONE)
+    else:
+        swept = podctl.json("gc", "--api", "compute", *TPU7X_ZONE)
+        assert [(item["name"], item["state"]) for item in swept] == [("cut", "ORPHANED")], swept
+    assert not any(admin.resources().values()), admin.resources()

@@ -204,13 +204,25 @@ class ComputeEngine:
             return None
 
     async def list_slices(self, parent: str, page_size: int = 0) -> list[SliceInfo]:
+        """The zone's MIGs as slices, and podctl's templates in the zone whose MIG does not
+        exist (an `up` killed before it made the MIG) as ORPHANED slices, for gc."""
         project, zone = names.parse_parent(parent)
-        migs = await self.api.call("instanceGroupManagers.list", f"listing MIGs in {zone}", self.api.migs.list,
-                                   project=project, zone=zone)
+        migs, templates = await asyncio.gather(
+            self.api.call("instanceGroupManagers.list", f"listing MIGs in {zone}", self.api.migs.list,
+                          project=project, zone=zone),
+            self.api.call("instanceTemplates.list", "listing instance templates", self.api.templates.list,
+                          project=project))
+        listed = list(migs)
         found = []
-        for mig in migs:
+        for mig in listed:
             with contextlib.suppress(NotFoundError):  # deleted between the list and the reads
                 found.append(await self._slice(project, zone, mig))
+        made = {mig.name for mig in listed}
+        for template in templates:
+            owner = req.template_slice(template.description)
+            if owner is None or owner[1] != zone or owner[0] in made or names.template_name(owner[0]) != template.name:
+                continue
+            found.append(_orphan(project, zone, owner[0], template))
         return sorted(found, key=lambda s: s.name)
 
     async def owning_slice(self, parent: str, info: SliceInfo) -> SliceInfo:
@@ -334,6 +346,22 @@ class ComputeEngine:
             return [GuestEntry(i.namespace, i.key, i.value) for i in said.query_value.items]
 
         return list(await asyncio.gather(*(one(m.name) for m in instances)))
+
+
+def _orphan(project: str, zone: str, name: str, template: compute_v1.InstanceTemplate) -> SliceInfo:
+    """Slice NAME's template (and maybe its policy) with no MIG: nothing runs, nothing bills,
+    but it is podctl's to remove (gc's DEAD states; delete() removes both)."""
+    machine = template.properties.machine_type.rsplit("/", 1)[-1]
+    try:
+        sliced = req.slice_of(machine, None)
+        kind, shape = sliced.name, sliced.topology
+    except InvalidValueError:
+        kind, shape = machine, ""
+    return SliceInfo(name=name, project=project, zone=zone, kind="node", state="ORPHANED",
+                     accelerator_type=kind, topology=shape, num_slices=1, tier="on-demand",
+                     created=_seconds(template.creation_timestamp), labels=_labels_of(template),
+                     error="its template (and workload policy) were left without a MIG by an `up` "
+                     "that did not finish", api=API)
 
 
 def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: list[Any],
