@@ -1,7 +1,8 @@
 """Slices through Compute Engine (issue 38), as a user runs podctl against the fake daemon:
 a multi-host TPU7x slice is a MIG of TPU VMs (its template, its workload policy) made by
 `up` with no --api (TPU7x is only Compute Engine's), run on with a multi-host JAX program,
-and deleted with nothing left; v5p with --api compute; a stockout that leaves nothing. Each
+run on again with --recover through one VM's preemption (the MIG recreates it), and
+deleted with nothing left; v5p with --api compute; a stockout that leaves nothing. Each
 test ends with the daemon checked to hold nothing billable (MIGs, templates, policies and
 nodes: tests/conftest.py's stop_fake_and_check)."""
 
@@ -14,6 +15,7 @@ import pytest
 
 from podctl.fake.admin.admin_client import FakeAdmin
 from tests.conftest import assert_one_line_error
+from tests.e2e.test_recovery import TEMPLATE, TINY, run_with_fault
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 JAX_REQS = SCRIPTS.parents[1] / "examples" / "jax_hello" / "requirements.txt"
@@ -51,6 +53,18 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
     lines = proc.stdout.splitlines()
     assert "[host 0000] process 0 of 2, 16 devices" in lines, proc.stdout  # 4 chips x 2 per VM
     assert "[host 0001] process 1 of 2, 16 devices" in lines, proc.stdout
+
+    # one VM preempted mid-run: the MIG recreates it, and --recover goes on from the last
+    # checkpoint (in GCS) on the slice made whole again
+    code, log, out = run_with_fault(
+        podctl, ["run", "iw16", "--api", "compute", *TPU7X_ZONE, "--recover", "1", "--json", str(TEMPLATE),
+                 *TINY, "--steps", "16", "--checkpoint-every", "4"], '"kind": "checkpoint", "step": 4',
+        lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
+    assert code == 0, log[-4000:]
+    result = json.loads(out)
+    first, second = result["attempts"]
+    assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
+    assert second["start_step"] >= 4 and second["last_step"] == 16, result
 
     gone = podctl("down", "iw16", "--yes", "--api", "compute", *TPU7X_ZONE)
     assert "deleted iw16" in gone.stdout

@@ -386,7 +386,8 @@ def _resize(world: World, project: str, zone: str, name: str, size_text: str) ->
 def _status(world: World, mig: dict[str, Any], project: str, zone: str) -> dict[str, Any]:
     node = world.nodes.get(node_name(project, zone, mig["name"]))
     running = node is not None and node["state"] == "READY"
-    stable = (running or mig["targetSize"] == 0) and not mig.get("_deleting")
+    recreating = bool(node is not None and node.get("_recreating"))
+    stable = ((running and not recreating) or mig["targetSize"] == 0) and not mig.get("_deleting")
     status: dict[str, Any] = {"isStable": stable, "versionTarget": {"isReached": stable}}
     if "resourcePolicies" in mig:
         state = "ACTIVE" if running else "ACTIVATING"
@@ -611,6 +612,21 @@ def mig_deleted(world: World, key: str) -> None:
         finish_operation(world, op)
 
 
+def recreate(world: World, name: str, worker: int) -> None:
+    """The MIG recreates WORKER's VM of node NAME (the preempt-vm fault): RECREATING
+    for `timings.node_create`, then RUNNING again."""
+    node = world.nodes[name]
+    node["_recreating"] = sorted({*node.get("_recreating", []), worker})
+    world.schedule(world.timings.node_create, "mig_vm_recreated", f"{name}#{worker}")
+
+
+def vm_recreated(world: World, target: str) -> None:
+    name, _, worker = target.rpartition("#")
+    node = world.nodes.get(name)
+    if node is not None:
+        node["_recreating"] = [w for w in node.get("_recreating", []) if w != int(worker)]
+
+
 def op_done(world: World, key: str) -> None:
     finish_operation(world, key)
 
@@ -630,4 +646,4 @@ def fail_topology(world: World, mig_name: str, why: str) -> None:
 
 
 HANDLERS = {"mig_vms_ready": vms_ready, "mig_vms_gone": vms_gone, "mig_deleted": mig_deleted,
-            "compute_op_done": op_done}
+            "compute_op_done": op_done, "mig_vm_recreated": vm_recreated}
