@@ -32,42 +32,42 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
     made = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
     assert (made["api"], made["ready"], made["topology"], made["hosts"], made["chips"]) == \
         ("compute", True, "2x2x2", 2, 8)
-    held = _admin(podctl).resources()
-    assert held["migs"] == ["fake-project/us-central1-c/iw16"]
-    assert held["instance_templates"] == ["fake-project/iw16-tpl"]
-    assert held["resource_policies"] == ["fake-project/us-central1/iw16-topo"]
-    # the Cloud TPU API does not see it; Compute Engine's listing does, and says which API
-    assert podctl.json("ls", *TPU7X_ZONE) == []
-    listed = podctl.json("ls", "--api", "compute", *TPU7X_ZONE)
-    assert [(s["name"], s["api"], s["state"], s["accelerator_type"]) for s in listed] == \
-        [("iw16", "compute", "READY", "tpu7x-16")]
-    table = podctl("ls", "--api", "compute", *TPU7X_ZONE).stdout
-    assert any(line.split()[:3] == ["iw16", "mig", "READY"] for line in table.splitlines()), table
-    # a second `up` of the same name and spec reuses it
-    again = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
-    assert again["created"] is False
+    try:
+        held = _admin(podctl).resources()
+        assert held["migs"] == ["fake-project/us-central1-c/iw16"]
+        assert held["instance_templates"] == ["fake-project/iw16-tpl"]
+        assert held["resource_policies"] == ["fake-project/us-central1/iw16-topo"]
+        # the Cloud TPU API does not see it; Compute Engine's listing does, and says which API
+        assert podctl.json("ls", *TPU7X_ZONE) == []
+        listed = podctl.json("ls", "--api", "compute", *TPU7X_ZONE)
+        assert [(s["name"], s["api"], s["state"], s["accelerator_type"]) for s in listed] == \
+            [("iw16", "compute", "READY", "tpu7x-16")]
+        table = podctl("ls", "--api", "compute", *TPU7X_ZONE).stdout
+        assert any(line.split()[:3] == ["iw16", "mig", "READY"] for line in table.splitlines()), table
+        # a second `up` of the same name and spec reuses it
+        again = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
+        assert again["created"] is False
 
-    # JAX across its two VMs, as on TPU VMs: jax.distributed.initialize() with no arguments
-    proc = podctl("run", "iw16", "--api", "compute", *TPU7X_ZONE, "--hosts", "all",
-                  "--requirements", str(JAX_REQS), str(SCRIPTS / "jax_auto_init.py"), timeout=900)
-    lines = proc.stdout.splitlines()
-    assert "[host 0000] process 0 of 2, 16 devices" in lines, proc.stdout  # 4 chips x 2 per VM
-    assert "[host 0001] process 1 of 2, 16 devices" in lines, proc.stdout
+        # JAX across its two VMs, as on TPU VMs: jax.distributed.initialize() with no arguments
+        proc = podctl("run", "iw16", "--api", "compute", *TPU7X_ZONE, "--hosts", "all",
+                      "--requirements", str(JAX_REQS), str(SCRIPTS / "jax_auto_init.py"), timeout=900)
+        lines = proc.stdout.splitlines()
+        assert "[host 0000] process 0 of 2, 16 devices" in lines, proc.stdout  # 4 chips x 2 per VM
+        assert "[host 0001] process 1 of 2, 16 devices" in lines, proc.stdout
 
-    # one VM preempted mid-run: the MIG recreates it, and --recover goes on from the last
-    # checkpoint (in GCS) on the slice made whole again
-    code, log, out = run_with_fault(
-        podctl, ["run", "iw16", "--api", "compute", *TPU7X_ZONE, "--recover", "1", "--json", str(TEMPLATE),
-                 *TINY, "--steps", "16", "--checkpoint-every", "4"], '"kind": "checkpoint", "step": 4',
-        lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
-    assert code == 0, log[-4000:]
-    result = json.loads(out)
-    first, second = result["attempts"]
-    assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
-    assert second["start_step"] >= 4 and second["last_step"] == 16, result
-
-    gone = podctl("down", "iw16", "--yes", "--api", "compute", *TPU7X_ZONE)
-    assert "deleted iw16" in gone.stdout
+        # one VM preempted mid-run: the MIG recreates it, and --recover goes on from the last
+        # checkpoint (in GCS) on the slice made whole again
+        code, log, out = run_with_fault(
+            podctl, ["run", "iw16", "--api", "compute", *TPU7X_ZONE, "--recover", "1", "--json",
+                     str(TEMPLATE), *TINY, "--batch", "16", "--steps", "16", "--checkpoint-every", "4"],
+            '"kind": "checkpoint", "step": 4', lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
+        assert code == 0, log[-4000:]
+        result = json.loads(out)
+        first, second = result["attempts"]
+        assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
+        assert second["start_step"] >= 4 and second["last_step"] == 16, result
+    finally:  # a failed test too: its MIG must not outlive it
+        podctl("down", "iw16", "--yes", "--api", "compute", *TPU7X_ZONE, check=False)
     assert not any(_admin(podctl).resources().values())  # no MIG, template, policy or VM
 
 

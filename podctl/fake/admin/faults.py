@@ -402,21 +402,6 @@ FAULTS += (
           _no_zstd, lambda a, r: f"{r['name']}: no zstd on worker(s) "
                                  f"{','.join(map(str, r['no_zstd'])) or 'none'}"),
 )
-BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
-
-
-def fault(name: str) -> Fault:
-    """The fault named NAME (its CLI name, or FakeAdmin's method name); KeyError if none."""
-    return BY_NAME[name.replace("_", "-")]
-
-
-def listing() -> list[dict[str, Any]]:
-    """The table as JSON (GET /admin/faults)."""
-    return [{"name": f.name, "summary": f.summary,
-             "args": [{"name": a.name, "kind": a.kind, "help": a.help, "flag": a.flag or None,
-                       "required": a.positional} for a in f.args]} for f in FAULTS]
-
-
 def _topology_fail(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     from podctl.fake.api import compute_tpu
 
@@ -459,3 +444,18 @@ FAULTS += (
           (NAME, WORKER), _preempt_vm, lambda a, r: f"{a['name']} worker {a['worker']}: preempted; "
                                                      "the MIG recreates it"),
 )
+
+
+BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
+
+
+def fault(name: str) -> Fault:
+    """The fault named NAME (its CLI name, or FakeAdmin's method name); KeyError if none."""
+    return BY_NAME[name.replace("_", "-")]
+
+
+def listing() -> list[dict[str, Any]]:
+    """The table as JSON (GET /admin/faults)."""
+    return [{"name": f.name, "summary": f.summary,
+             "args": [{"name": a.name, "kind": a.kind, "help": a.help, "flag": a.flag or None,
+                       "required": a.positional} for a in f.args]} for f in FAULTS]
