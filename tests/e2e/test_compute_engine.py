@@ -59,13 +59,13 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
         # checkpoint (in GCS) on the slice made whole again
         code, log, out = run_with_fault(
             podctl, ["run", "iw16", "--api", "compute", *TPU7X_ZONE, "--recover", "1", "--json",
-                     str(TEMPLATE), *TINY, "--batch", "16", "--steps", "16", "--checkpoint-every", "4"],
-            '"kind": "checkpoint", "step": 4', lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
+                     str(TEMPLATE), *TINY, "--batch", "16", "--steps", "8", "--checkpoint-every", "2"],
+            '"kind": "checkpoint", "step": 2', lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
         assert code == 0, log[-4000:]
         result = json.loads(out)
         first, second = result["attempts"]
         assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
-        assert second["start_step"] >= 4 and second["last_step"] == 16, result
+        assert second["start_step"] >= 2 and second["last_step"] == 8, result
     finally:  # a failed test too: its MIG must not outlive it
         podctl("down", "iw16", "--yes", "--api", "compute", *TPU7X_ZONE, check=False)
     assert not any(_admin(podctl).resources().values())  # no MIG, template, policy or VM

@@ -82,7 +82,9 @@ def on_host(cloud: FakeCloud, args: dict[str, Any], act: Callable[[Any, str, int
 
 
 def _preempt(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
-    find(cloud, args["name"])
+    if find(cloud, args["name"])[1].get("_api") == "compute":
+        raise invalid(f"{args['name']} is a Compute Engine MIG: its VMs are preempted one by one "
+                      "(`preempt-vm NAME WORKER`), and the MIG recreates them")
     cloud.world.preempt(args["name"], args["after"], args["grace"])
     return cloud.world.resources()
 

@@ -130,6 +130,8 @@ def finish_operation(world: World, key: str, error: tuple[str, str] | None = Non
 
 
 def _insert_template(world: World, project: str, body: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ComputeError(400, "Invalid JSON payload received.", "parseError")
     name = _name(body)
     key = f"{project}/{name}"
     if key in world.templates:
@@ -180,6 +182,8 @@ def _region_of(world: World, region: str) -> None:
 
 
 def _insert_policy(world: World, project: str, region: str, body: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ComputeError(400, "Invalid JSON payload received.", "parseError")
     _region_of(world, region)
     name = _name(body)
     key = f"{project}/{region}/{name}"
@@ -256,6 +260,8 @@ def _slice_of(world: World, project: str, zone: str, template: dict[str, Any], s
 
 
 def _insert_mig(world: World, project: str, zone: str, body: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ComputeError(400, "Invalid JSON payload received.", "parseError")
     if zone not in world.zones:
         raise _not_found(f"projects/{project}/zones/{zone}")
     name = _name(body)
@@ -496,8 +502,6 @@ def answer(world: World, method: str, project: str, rest: str, query: Any,
            body: Any) -> dict[str, Any] | None:
     """One TPU-VM call at projects/PROJECT/REST; None where the path is not one of these
     (compute.py answers it, or refuses it). Raises ComputeError for Google's errors."""
-    if method == "POST" and not isinstance(body, dict):
-        raise ComputeError(400, "Invalid JSON payload received.", "parseError")
     for serve in (_templates, _policies, _migs, _instances_and_operations):
         served = serve(world, method, project, rest, dict(query or {}), body)
         if served is not None:
