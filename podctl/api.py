@@ -51,11 +51,12 @@ KEPT_LINES = 200
 
 
 def connect(backend: str | None = None, *, project: str | None = None, zone: str | None = None,
-            bucket: str | None = None) -> Cloud:
+            bucket: str | None = None, api: str | None = None) -> Cloud:
     """Open podctl on Google Cloud (`backend="gcp"`) or the local fake cloud (`"fake"`,
     started in the background if it is not running). Settings not given come from the
-    environment, podctl.toml and gcloud's config, as for the CLI."""
-    return Cloud(settings_mod.resolve(backend=backend, project=project, zone=zone, bucket=bucket))
+    environment, podctl.toml and gcloud's config, as for the CLI. API: "tpu" (the Cloud
+    TPU API) or "compute" (Compute Engine, which serves TPU7x: docs/compute-engine.md)."""
+    return Cloud(settings_mod.resolve(backend=backend, project=project, zone=zone, bucket=bucket, api=api))
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

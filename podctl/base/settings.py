@@ -86,6 +86,10 @@ class Settings:
     # (jobs/channels/__init__.py, the one registry); None: the registry's default (ssh).
     via: str | None = None
     via_from: str = "PODCTL_VIA"  # where VIA was said, for the line that refuses it
+    # Which API makes and finds slices (--api, PODCTL_API, or api = "..." in podctl.toml):
+    # "tpu" (the Cloud TPU API) or "compute" (Compute Engine MIGs); None: the slice type's
+    # own (TPU7x: Compute Engine; the others: the Cloud TPU API).
+    api: str | None = None
 
     def require_bucket(self) -> str:
         if not self.bucket:
@@ -195,6 +199,17 @@ def _via(env: Mapping[str, str], toml: dict[str, Any]) -> tuple[str | None, str]
     return (None if via in (None, "") else str(via)), "via (podctl.toml)"
 
 
+APIS = ("tpu", "compute")
+
+
+def _api(api: str | None, env: Mapping[str, str], toml: dict[str, Any]) -> str | None:
+    chosen = api or env.get("PODCTL_API") or toml.get("api") or None
+    if chosen is not None and chosen not in APIS:
+        raise InvalidValueError(f"unknown api {chosen!r}: use --api tpu (the Cloud TPU API) or "
+                                "--api compute (Compute Engine).")
+    return chosen
+
+
 def _backend(backend: str | None, env: Mapping[str, str], toml: dict[str, Any]) -> str:
     backend = backend or env.get("PODCTL_BACKEND") or toml.get("backend") or "gcp"
     if backend not in BACKENDS:
@@ -231,7 +246,7 @@ def resolve_account(*, backend: str | None = None, env: Mapping[str, str] = os.e
 
 def resolve(*, backend: str | None = None, project: str | None = None, zone: str | None = None,
             bucket: str | None = None, env: Mapping[str, str] = os.environ,
-            cwd: Path | None = None) -> Settings:
+            cwd: Path | None = None, api: str | None = None) -> Settings:
     toml = read_podctl_toml(cwd or Path.cwd())
     backend = _backend(backend, env, toml)
     fallback = _fallback(backend, env)
@@ -261,4 +276,4 @@ def resolve(*, backend: str | None = None, project: str | None = None, zone: str
     return Settings(backend=backend, project=project, zone=zone,
                     config_dir=config_dir(env), state_dir=state_dir(env), bucket=bucket,
                     tpu_endpoint=tpu_endpoint, oslogin=_oslogin(env, toml), account=account,
-                    via=via, via_from=via_from)
+                    via=via, via_from=via_from, api=_api(api, env, toml))

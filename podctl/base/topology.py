@@ -55,6 +55,20 @@ class Generation:
     topologies: tuple[str, ...]  # every shape podctl accepts, ascending by chips
     sources: dict[str, str]
     as_of: str
+    # Which APIs make its slices ("cloud-tpu", "compute"), the first the default; the
+    # Compute Engine machine type by chips per VM; why the Cloud TPU API refuses it, if it does.
+    apis: tuple[str, ...] = ("cloud-tpu",)
+    machine_types: tuple[tuple[int, str], ...] = ()
+    not_on_cloud_tpu: str = ""
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def on_cloud_tpu(self) -> bool:
+        return "cloud-tpu" in self.apis
+
+    @property
+    def on_compute(self) -> bool:
+        return "compute" in self.apis
 
     @property
     def peak_flops_per_chip(self) -> float:
@@ -119,6 +133,11 @@ class SliceType:
     def devices_per_host(self) -> int:
         """What jax.local_devices() sees on one host."""
         return self.chips_per_host * self.generation.devices_per_chip
+
+    @property
+    def machine_type(self) -> str | None:
+        """The Compute Engine machine type of one VM of this slice (None: not served there)."""
+        return dict(self.generation.machine_types).get(self.chips_per_host)
 
     @property
     def in_google_table(self) -> bool:
@@ -194,7 +213,10 @@ def _generation(key: str, record: dict[str, Any]) -> Generation:
         multislice_max_chips=multi if isinstance(multi, int) else None,
         zones=tuple(record["zones"]), libtpu_topology_prefix=record["libtpu_topology_prefix"],
         chip_config_name=record["chip_config_name"], documented=tuple(record["documented"]),
-        topologies=shapes, sources=dict(record.get("sources", {})), as_of=record["as_of"])
+        topologies=shapes, sources=dict(record.get("sources", {})), as_of=record["as_of"],
+        apis=tuple(record.get("apis", ("cloud-tpu",))),
+        machine_types=tuple(sorted((int(k), v) for k, v in record.get("machine_types", {}).items())),
+        not_on_cloud_tpu=record.get("not_on_cloud_tpu", ""), aliases=tuple(record.get("aliases", ())))
 
 
 @functools.lru_cache(maxsize=1)
@@ -205,9 +227,9 @@ def _records() -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def generations() -> dict[str, Generation]:
-    """Every generation the Cloud TPU API serves, by accelerator-type prefix."""
-    return {key: _generation(key, record) for key, record in _records().items()
-            if key != "not_served"}
+    """Every generation podctl makes slices of (through the Cloud TPU API, Compute Engine
+    or both: Generation.apis), by accelerator-type prefix."""
+    return {key: _generation(key, record) for key, record in _records().items()}
 
 
 def generation(key: str) -> Generation:
@@ -235,12 +257,12 @@ def examples() -> str:
 
 
 def _unknown_family(name: str, family: str) -> str:
-    not_served = _records().get("not_served", {})
-    for key, record in not_served.items():
-        if family == key or family in record.get("aliases", ()):
-            return f"{name!r}: {record['reason']}; podctl provisions through the Cloud TPU API."
+    for gen in generations().values():
+        if family in gen.aliases:
+            return (f"{name!r}: {gen.name} is written {gen.key}-N "
+                    f"(e.g. {gen.key}-{gen.valid_sizes(documented_only=True)[0]}).")
     served = ", ".join(f"{k}-N" for k in generations())
-    return f"{name!r}: unknown TPU generation {family!r}; the Cloud TPU API serves {served}."
+    return f"{name!r}: unknown TPU generation {family!r}; podctl makes {served}."
 
 
 def _nearest(gen: Generation, size: int) -> str:

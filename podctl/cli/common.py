@@ -22,8 +22,9 @@ else:
 class Context:
     """What the global options say, handed to every command."""
 
-    def __init__(self, backend: str | None):
+    def __init__(self, backend: str | None, api: str | None = None):
         self.backend = backend
+        self.api = api  # --api: which API makes and finds slices (settings.APIS)
 
     def settings(self, project: str | None = None, zone: str | None = None,
                  bucket: str | None = None) -> Any:
@@ -31,7 +32,8 @@ class Context:
 
         for option, value in (("--project", project), ("--zone", zone), ("--bucket", bucket)):
             refuse_blank(value, option)  # '' is a mistake, not "the default"
-        return settings.resolve(backend=self.backend, project=project, zone=zone, bucket=bucket)
+        return settings.resolve(backend=self.backend, project=project, zone=zone, bucket=bucket,
+                                api=self.api)
 
 
 def refuse_blank(value: str | None, option: str) -> None:

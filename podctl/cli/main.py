@@ -88,18 +88,29 @@ def _backend_option(command: click.Command) -> None:
         if value is not None and context is not None:
             context.backend = value
 
+    def remember_api(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        context = ctx.find_object(Context)
+        if value is not None and context is not None:
+            context.api = value
+
     command.params.append(click.Option(
         ["--backend"], type=click.Choice(["gcp", "fake"]), default=None, expose_value=False,
         callback=remember, help="Google Cloud, or the local fake cloud (as `podctl --backend`)."))
+    command.params.append(click.Option(
+        ["--api"], type=click.Choice(["tpu", "compute"]), default=None, expose_value=False,
+        callback=remember_api, help="Which API makes and finds slices (as `podctl --api`)."))
 
 
 @click.group(cls=PodctlGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--backend", type=click.Choice(["gcp", "fake"]), default=None,
               help="Google Cloud, or the local fake cloud (default: $PODCTL_BACKEND, podctl.toml, gcp).")
+@click.option("--api", type=click.Choice(["tpu", "compute"]), default=None,
+              help="Which API makes and finds slices: the Cloud TPU API or Compute Engine (default: "
+              "$PODCTL_API, podctl.toml's api, else the slice type's: Compute Engine for tpu7x).")
 @click.version_option(package_name="podctl")
 @click.pass_context
-def cli(ctx: click.Context, backend: str | None) -> None:
-    """Run JAX training jobs on Cloud TPU Pod slices (v5p, v6e, v5e, v4).
+def cli(ctx: click.Context, backend: str | None, api: str | None) -> None:
+    """Run JAX training jobs on Cloud TPU Pod slices (v5p, v6e, v5e, v4, tpu7x).
 
     \b
     podctl up --slice v5p-64          create (or reuse) a slice and wait until it is ready
@@ -126,7 +137,7 @@ def cli(ctx: click.Context, backend: str | None) -> None:
     podctl fake start|stop|status     the local fake cloud (--backend fake starts it too)
     podctl demo                       the whole lifecycle on the fake cloud (CPU-bound: ~45 s idle)
     """
-    ctx.obj = Context(backend)
+    ctx.obj = Context(backend, api)
 
 
 

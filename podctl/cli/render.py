@@ -65,7 +65,8 @@ def slice_table(slices: Iterable[SliceInfo], costs: dict[str, Any] | None = None
         table.add_column(column, justify="right" if column in {"CHIPS", "HOSTS", "$/HOUR", "COST"}
                          else "left")
     for s in slices:
-        kind = "queued" if s.kind == "queued-resource" else "node"
+        # which API it is on: a Cloud TPU node or queued resource, or a Compute Engine MIG
+        kind = "mig" if s.api == "compute" else "queued" if s.kind == "queued-resource" else "node"
         count = f"{s.num_slices} x " if s.num_slices > 1 else ""
         c = (costs or {}).get(s.name)
         table.add_row(s.name, kind, s.state, f"{count}{s.accelerator_type}", s.topology,
@@ -81,7 +82,7 @@ def slice_detail(info: SliceInfo, maintenance: dict[str, str] | None = None,
     WATCHERS: the hosts' podctl watchers, in words (`run --via boot` starts through them)."""
     rows = [
         ("name", info.name),
-        ("kind", info.kind),
+        ("kind", "mig (Compute Engine)" if info.api == "compute" else info.kind),
         ("state", info.state + ("" if info.ready or info.state != "ACTIVE" else " (nodes not ready)")),
         ("health", info.health or "-"),
         ("type", f"{info.num_slices} x {info.accelerator_type}" if info.num_slices > 1

@@ -95,7 +95,7 @@ def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zon
         def listed(text: str | None) -> tuple[str, ...]:
             return tuple(t.strip() for t in (text or "").split(",") if t.strip())
 
-        settings = ctx.settings(project, zone)
+        settings = steps.settings_for_slice(ctx.settings(project, zone), slice_type)
         placement = steps.Placement(
             reservation=reservation, reserved=reserved, network=network, subnetwork=subnetwork,
             service_account=service_account, scopes=listed(scopes), tags=listed(tags),

@@ -8,6 +8,8 @@ points the real client at it. The seam is the network address, nothing else.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import tpu_v2
@@ -19,6 +21,9 @@ from podctl.cloud.provider import SliceProvider
 from podctl.cloud.providers.cloud_tpu import CloudTpu
 from podctl.cloud.tpu_client import RetryPolicy
 from podctl.cloud.translate import translate
+
+if TYPE_CHECKING:  # imported when chosen (compute_engine_at)
+    from podctl.cloud.providers.compute_engine import ComputeEngine
 
 GOOGLE_ENDPOINT = "tpu.googleapis.com"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -70,6 +75,31 @@ def connect(settings: Settings) -> CloudTpu:
         return api_for_endpoint(settings.tpu_endpoint, credentials,
                                 override="CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU or podctl.toml tpu_endpoint")
     return api_for_endpoint(GOOGLE_ENDPOINT, credentials)
+
+
+def compute_engine_at(endpoint: str, credentials: Credentials | None = None,
+                      retry: RetryPolicy = RetryPolicy()) -> ComputeEngine:
+    """The Compute Engine provider at ENDPOINT (the fake's server, or Google's). Imported
+    here, when chosen: google-cloud-compute's types take seconds of CPU to import, which
+    no Cloud TPU command should pay."""
+    from podctl.cloud.compute_client import ComputeApi
+    from podctl.cloud.providers.compute_engine import ComputeEngine
+
+    return ComputeEngine(ComputeApi(endpoint, credentials, retry))
+
+
+def connect_compute(settings: Settings) -> ComputeEngine:
+    """The Compute Engine provider (TPU7x; v5p and v6e with --api compute): the fake's on
+    its one server, Google's with Application Default Credentials otherwise."""
+    if settings.backend == "fake":
+        return compute_engine_at(fake_endpoint(settings))
+    import google.auth
+
+    try:
+        credentials, _ = google.auth.default(scopes=_SCOPES)
+    except Exception as e:  # DefaultCredentialsError and friends
+        raise translate(e, "loading Application Default Credentials") from e
+    return compute_engine_at(endpoint_override("compute") or GOOGLE_COMPUTE, credentials)
 
 
 def compute_reader(settings: Settings, api: SliceProvider) -> ComputeReader:

@@ -144,16 +144,21 @@ class SliceProvider(Protocol):
 # so that `podctl --help` loads no cloud client. A new provider is one line here.
 PROVIDERS: dict[str, str] = {
     "cloud-tpu": "podctl.cloud.connect:connect",  # tpu.googleapis.com (v6e and older)
+    "compute": "podctl.cloud.connect:connect_compute",  # compute.googleapis.com (TPU7x; v5p, v6e)
 }
 DEFAULT = "cloud-tpu"
 ENV = "PODCTL_PROVIDER"  # which provider makes slices, where the default is not wanted
 
 
-def provider_name(env: Mapping[str, str] = os.environ) -> str:
-    """The provider to make slices with: PODCTL_PROVIDER, else the default (today the only
-    one Google serves through podctl; a slice type that only another serves will choose
-    that one here). An unknown name is refused in one line with the known ones."""
-    name = env.get(ENV) or DEFAULT
+# Settings.api (--api, PODCTL_API, podctl.toml's api) -> the provider it names.
+BY_API = {"tpu": "cloud-tpu", "compute": "compute"}
+
+
+def provider_name(env: Mapping[str, str] = os.environ, api: str | None = None) -> str:
+    """The provider to make slices with: PODCTL_PROVIDER, else the one API names (the
+    settings' --api), else the default. An unknown name is refused in one line with the
+    known ones."""
+    name = env.get(ENV) or BY_API.get(api or "") or DEFAULT
     if name not in PROVIDERS:
         raise ConfigError(f"{ENV}={name!r} names no slice provider; known: {', '.join(sorted(PROVIDERS))}.")
     return name
@@ -170,5 +175,15 @@ def opener(name: str) -> Callable[[Settings], SliceProvider]:
 
 
 def open_provider(settings: Settings, name: str | None = None) -> SliceProvider:
-    """Open provider NAME (or the chosen one: `provider_name`) for SETTINGS."""
-    return opener(name or provider_name())(settings)
+    """Open provider NAME (or the chosen one: `provider_name`, from SETTINGS' api) for SETTINGS."""
+    return opener(name or provider_name(api=settings.api))(settings)
+
+
+def api_for(settings: Settings, slice_type: topology.SliceType) -> Settings:
+    """SETTINGS with the API that serves SLICE_TYPE when none was chosen: a generation the
+    Cloud TPU API does not serve (TPU7x) goes through Compute Engine by itself."""
+    import dataclasses
+
+    if settings.api is None and os.environ.get(ENV) is None and not slice_type.generation.on_cloud_tpu:
+        return dataclasses.replace(settings, api="compute")
+    return settings

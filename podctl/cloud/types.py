@@ -140,6 +140,7 @@ class SliceInfo:
     runtime_version: str = ""
     valid_until: float | None = None
     observed: float = field(default_factory=time.time)
+    api: str = "cloud-tpu"  # which API made it: "cloud-tpu" or "compute" (a Compute Engine MIG)
 
     @property
     def managed(self) -> bool:
@@ -196,7 +197,7 @@ class SliceInfo:
             "tier": self.tier, "runtime_version": self.runtime_version,
             "created": self.created, "age_seconds": round(self.age_seconds, 1),
             "managed": self.managed, "labels": dict(self.labels), "error": self.error,
-            "valid_until": self.valid_until,
+            "valid_until": self.valid_until, "api": self.api,
             "nodes": [{"name": n.name, "state": n.state, "health": n.health,
                        "symptoms": list(n.symptoms),
                        "hosts": [h.to_json() for h in n.hosts]} for n in self.nodes],

@@ -29,7 +29,7 @@ from typing import Any
 
 from podctl.base import topology
 from podctl.base.errors import InvalidSliceError
-from podctl.fake.api import label_rules, node_fields, placement_check, queued, wire
+from podctl.fake.api import compute_tpu, label_rules, node_fields, placement_check, queued, wire
 from podctl.fake.api.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 from podctl.fake.api.node_fields import check_metadata
 from podctl.fake.vm import maintenance
@@ -111,6 +111,13 @@ class World:
     project_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
     login_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # email -> OS Login keys (oslogin.py)
     iam: dict[str, Any] = field(default_factory=dict)  # the project's IAM on buckets (iam.py); {}: not set up yet
+    # TPU VMs through Compute Engine (compute_tpu.py): instance templates ("project/name"),
+    # workload policies ("project/region/name"), MIGs ("project/zone/name") and the
+    # operations of those calls ("project/zones/Z|regions/R|global/operation-...").
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    migs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    compute_ops: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # ---- time ---------------------------------------------------------------
 
@@ -181,15 +188,16 @@ class World:
             st = topology.parse_slice(type_id)
         except InvalidSliceError as e:
             raise not_found(name) from e
-        if parent.rsplit("/", 1)[-1] not in st.generation.zones:
-            raise not_found(name)  # a zone lists only the generations it offers
+        if parent.rsplit("/", 1)[-1] not in st.generation.zones or not st.generation.on_cloud_tpu:
+            raise not_found(name)  # a zone lists only the generations it offers (TPU7x: none)
         return {"name": name, "type": st.name,
                 "acceleratorConfigs": [{"type": st.generation.api_type, "topology": st.topology}]}
 
     def accelerator_types(self, parent: str) -> list[dict[str, Any]]:
         _, zone = self.check_parent(parent)
         return [self.accelerator_type(f"{parent}/acceleratorTypes/{g.type_name(topology.parse_topology(t))}")
-                for g in topology.generations().values() if zone in g.zones for t in g.documented]
+                for g in topology.generations().values() if zone in g.zones and g.on_cloud_tpu
+                for t in g.documented]
 
     def runtime_versions(self, parent: str) -> list[dict[str, Any]]:
         self.check_parent(parent)
@@ -247,12 +255,13 @@ class World:
 
     def list_nodes(self, parent: str, page_size: int, page_token: str) -> tuple[list[dict[str, Any]], str]:
         self.check_parent(parent)
-        nodes = [n for name, n in sorted(self.nodes.items()) if name.startswith(parent + "/nodes/")]
+        nodes = [n for name, n in sorted(self.nodes.items()) if name.startswith(parent + "/nodes/")
+                 and n.get("_api") != "compute"]  # a MIG's VMs are Compute Engine's, not nodes
         return page(nodes, page_size, page_token)
 
     def get_node(self, name: str) -> dict[str, Any]:
         self.check_parent(name.rpartition("/nodes/")[0])
-        if name not in self.nodes:
+        if name not in self.nodes or self.nodes[name].get("_api") == "compute":
             raise not_found(name)
         return self.nodes[name]
 
@@ -267,6 +276,8 @@ class World:
                 f"Invalid node id {node_id!r}: use 1-63 lowercase letters, digits and hyphens, "
                 "starting with a letter and not ending with a hyphen")
         slice_type = self._slice_type(body)
+        if not slice_type.generation.on_cloud_tpu:  # TPU7x: Compute Engine's only
+            raise invalid(f"Accelerator type {slice_type.name} is not supported by the Cloud TPU API")
         project, zone = self.check_parent(parent)
         placement_check.check_node(body, project, zone)  # network, account, tags, scheduling
         runtime = body.get("runtimeVersion", "")
@@ -474,7 +485,9 @@ class World:
 
     def resources(self) -> dict[str, list[str]]:
         """Everything that exists and may bill: what tests assert is empty at the end."""
-        return {"nodes": sorted(self.nodes), "queued_resources": sorted(self.queued)}
+        return {"nodes": sorted(self.nodes), "queued_resources": sorted(self.queued),
+                "migs": sorted(self.migs), "instance_templates": sorted(self.templates),
+                "resource_policies": sorted(self.policies)}
 
     def _place_queued(self) -> bool:
         return queued.place_waiting(self)
@@ -610,4 +623,5 @@ _HANDLERS: dict[str, Callable[[World, str], None]] = {
     "preempt": _preempt_event,
     **{kind: _queued_event(kind) for kind in ("qr_accepted", "qr_active", "qr_suspended", "qr_deleted")},
     **maintenance.HANDLERS,  # maintenance windows' start and end
+    **compute_tpu.HANDLERS,  # MIGs' VMs made and removed, their operations done
 }

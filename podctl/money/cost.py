@@ -68,6 +68,8 @@ class Price:
 def unknown_price_message(zone: str | None, generation: str) -> str:
     where = region_of(zone) if zone else "this slice (no zone given)"
     table = "[prices]" if generation == "v5p" else f"[prices.{generation}]"
+    if prices.not_published(generation):
+        return f"Google publishes no {generation} price; pass --price or set {table} in podctl.toml"
     return f"price unknown for {where}; pass --price or set {table} in podctl.toml"
 
 

@@ -71,6 +71,13 @@ def rows() -> tuple[PriceRow, ...]:
                  for r in table.get("rows", []))
 
 
+def not_published(system: str) -> str | None:
+    """Why SYSTEM has no price in the table when Google publishes none (prices.toml's
+    [not_published], with its source); None for a system that is merely missing."""
+    why = _table().get("not_published", {}).get(system)
+    return str(why) if why else None
+
+
 def lookup(system: str, region: str, tier: str) -> PriceRow | None:
     return next((r for r in rows() if (r.system, r.region, r.tier) == (system, region, tier)), None)
 

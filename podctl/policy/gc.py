@@ -53,7 +53,8 @@ Action = Literal["delete", "keep", "leave"]
 Keep = Callable[[SliceInfo], Awaitable["str | None"]]  # why INFO must stay, or None
 Notice = Callable[[str], None]
 
-DEAD_NODE_STATES = {"PREEMPTED", "TERMINATED"}
+# ORPHANED: a Compute Engine slice's template (and policy) whose MIG an `up` never made
+DEAD_NODE_STATES = {"PREEMPTED", "TERMINATED", "ORPHANED"}
 
 
 @dataclass(frozen=True)

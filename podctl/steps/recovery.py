@@ -357,7 +357,14 @@ async def _fit_to_rerun(session: Session, name: str, notice: Notice) -> bool:
     where the attempt ran."""
     try:
         info = await session.api.describe(session.settings.parent, name)
+        if info.api == "compute" and info.state == "REPAIRING":
+            # a Compute Engine MIG recreating a VM it lost: the slice comes back whole
+            notice(f"the MIG of {name} is recreating a VM; waiting for it")
+            info = await session.api.wait_ready(session.settings.parent, name)
     except NotFoundError:
+        return False
+    except PodctlError as e:
+        notice(f"{name} did not come back whole ({e})")
         return False
     if (dead_state(info) or info.state) not in SERVING_STATES:
         return False

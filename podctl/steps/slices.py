@@ -23,8 +23,9 @@ from typing import Any
 from podctl.base.durations import parse_duration
 from podctl.base.errors import InvalidValueError, JobError, PodctlError
 from podctl.base.settings import Settings
+from podctl.base.topology import parse_slice
 from podctl.base.vocabulary import DEFAULT_WAIT, LIVE_RUN_STATES
-from podctl.cloud import firewall, maintenance_info, names, tombstones
+from podctl.cloud import firewall, maintenance_info, names, provider, tombstones
 from podctl.cloud import up as cloud_up
 from podctl.cloud.connect import compute_reader
 from podctl.cloud.create import CreationOutcome
@@ -63,6 +64,12 @@ class SliceOptions:
     placement: Placement | None = None  # reservation, network, service account, tags
     # More public keys (files) whose signed runs the slice's watchers accept (--trust-key)
     trusted_keys: tuple[str, ...] = ()
+
+
+def settings_for_slice(settings: Settings, slice_type: str) -> Settings:
+    """SETTINGS with the API that makes SLICE_TYPE when no --api was chosen: TPU7x, which
+    the Cloud TPU API does not serve, goes through Compute Engine by itself."""
+    return provider.api_for(settings, parse_slice(slice_type))
 
 
 def up_request(settings: Settings, options: SliceOptions) -> UpRequest:

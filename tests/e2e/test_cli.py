@@ -86,7 +86,7 @@ def test_ssh_key_is_made_once_and_private(podctl):
 @pytest.mark.parametrize("slice_name, words", [
     ("v5p-4095", ["v5p-4096"]), ("v5p-7", ["v5p-8"]), ("v5p-0", ["v5p-8"]),
     ("v5p-abc", ["v5p-N"]), ("v3-8", ["unknown TPU generation"]), ("v5p-99999", ["--num-slices"]),
-    ("tpu7x-8", ["does not serve TPU7x (Ironwood)", "GKE or Compute Engine"]),
+    ("v7x-8", ["TPU7x (Ironwood) is written tpu7x-N"]),
 ])
 def test_bad_slice_names(podctl, slice_name, words):
     proc = podctl("--backend", "fake", "up", "--slice", slice_name, check=False)

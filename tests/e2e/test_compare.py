@@ -39,6 +39,19 @@ def test_plan_compares_tpu_against_gpu_side_by_side(podctl):
     assert [e["mfu"] for e in single["estimates"]] == [0.5, 0.5]
 
 
+def test_plan_compare_says_plainly_that_tpu7x_has_no_published_price(podctl):
+    """The issue's comparison: TPU7x priced where a price is given, else said to have none
+    published (with where podctl looked), never a guessed figure."""
+    args = ("plan", "--params", "70B", "--tokens", "1T", "--compare", "v5p-4096,v6e-256,tpu7x-4096,b200-2048")
+    proc = podctl(*args)
+    tpu7x = next(line for line in proc.stdout.splitlines() if line.startswith("tpu7x-4096"))
+    assert "2048" in tpu7x and "2307 TF" in tpu7x and "?" in tpu7x
+    assert "tpu7x-4096: no published price" in proc.stderr and "cloud.google.com/tpu/pricing" in proc.stderr
+    priced = podctl.json(*args, "--price", "tpu7x=5", "--mfu", "tpu7x=0.4")
+    row = next(e for e in priced["estimates"] if e["slice"] == "tpu7x-4096")
+    assert row["provisioned_by_podctl"] is True and row["total_usd"] > 0
+
+
 def test_plan_of_one_gpu_system_says_podctl_does_not_provision_it(podctl):
     out = podctl("plan", "--params", "7B", "--tokens", "100B", "--slice", "h100-64", "--mfu",
                  "0.4", "--zone", "us-central1-a").stdout
@@ -49,7 +62,7 @@ def test_plan_of_one_gpu_system_says_podctl_does_not_provision_it(podctl):
 @pytest.mark.parametrize("args, words", [
     (["--compare", "v5p-8,a100-8"], ["unknown TPU generation", "h100-N"]),
     (["--compare", "v5p-8,h100-7"], ["multiple of 8"]),
-    (["--compare", "v5p-8,tpu7x-8"], ["does not serve TPU7x"]),
+    (["--compare", "v5p-8,v7x-8"], ["is written tpu7x-N"]),
     (["--compare", "v5p-8,h100-8", "--mfu", "h100=2"], ["(0, 1]"]),
     (["--compare", "v5p-8,h100-8", "--price", "h100=-1"], ["--price", "above 0"]),
     (["--compare", "v5p-8,h100-8", "--mfu", "lots"], ["SYSTEM=NUMBER"]),

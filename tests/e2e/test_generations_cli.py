@@ -29,7 +29,8 @@ def test_lifecycle_v6e_256_through_the_cli(podctl):
     (["--slice", "v6e-16", "--zone", "us-central1-a"], ["zone 'us-central1-a' offers no TPU v6e",
                                                         "us-central1-b"]),
     (["--slice", "v6e-12", "--zone", "us-east5-b"], ["nearest: v6e-8, v6e-16"]),
-    (["--slice", "tpu7x-128"], ["does not serve TPU7x", "GKE or Compute Engine"]),
+    # TPU7x goes through Compute Engine by itself, which offers it in us-central1-c only
+    (["--slice", "tpu7x-128"], ["zone 'us-east5-a' offers no TPU7x", "us-central1-c"]),
 ])
 def test_generation_mistakes_in_one_line(podctl, args, words):
     assert_one_line_error(podctl("--backend", "fake", "up", *args, check=False), 2, *words)

@@ -73,3 +73,25 @@ def test_a_provider_of_one_module_and_one_registry_line_serves_up_status_down(po
 def test_a_provider_not_registered_is_refused_in_one_line(podctl: Invoke):
     refused = podctl("status", "seam-1", provider_name="compute-engine")
     assert_one_line_error(refused, 2, "PODCTL_PROVIDER='compute-engine'", "cloud-tpu", "memory")
+
+
+def test_the_api_setting_and_the_slice_type_choose_the_provider(monkeypatch: pytest.MonkeyPatch):
+    """--api (Settings.api) names a provider; with none, a generation only Compute Engine
+    serves (TPU7x) chooses it by itself; PODCTL_PROVIDER wins over both."""
+    import dataclasses
+
+    from podctl.base import settings as settings_mod
+    from podctl.base import topology
+
+    monkeypatch.delenv("PODCTL_PROVIDER", raising=False)
+    assert provider.provider_name({}, api="compute") == "compute"
+    assert provider.provider_name({}, api="tpu") == provider.provider_name({}) == "cloud-tpu"
+    assert provider.provider_name({"PODCTL_PROVIDER": "cloud-tpu"}, api="compute") == "cloud-tpu"
+    plain = settings_mod.Settings(backend="gcp", project="seam-project", zone="us-central1-c",
+                                  config_dir=Path("/nonexistent"), state_dir=Path("/nonexistent"))
+    assert provider.api_for(plain, topology.parse_slice("tpu7x-16")).api == "compute"
+    assert provider.api_for(plain, topology.parse_slice("v5p-16")).api is None
+    chosen = dataclasses.replace(plain, api="tpu")
+    assert provider.api_for(chosen, topology.parse_slice("tpu7x-16")).api == "tpu"  # refused later, in words
+    with pytest.raises(Exception, match="unknown api 'gke'"):
+        settings_mod.resolve(backend="fake", api="gke", env={})

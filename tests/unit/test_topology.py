@@ -7,7 +7,7 @@ from podctl.base.errors import InvalidSliceError
 
 
 def test_every_generation_the_api_serves_has_one_record():
-    assert list(topology.generations()) == ["v5p", "v6e", "v5litepod", "v4"]
+    assert list(topology.generations()) == ["v5p", "v6e", "v5litepod", "v4", "tpu7x"]
     for gen in topology.generations().values():
         # the documented shapes are accepted shapes, one per chip count, within the largest
         assert set(gen.documented) <= set(gen.topologies)
@@ -33,6 +33,8 @@ def test_every_generation_the_api_serves_has_one_record():
     ("v4-8", "2x2x1", 4, 1, 4), ("v4-16", "2x2x2", 8, 2, 4), ("v4-32", "2x2x4", 16, 4, 4),
     ("v4-128", "4x4x4", 64, 16, 4), ("v4-1536", "8x8x12", 768, 192, 4),
     ("v4-4096", "8x16x16", 2048, 512, 4),
+    # TPU7x: N counts TensorCores (2 per chip), 4 chips per VM, each chip two JAX devices
+    ("tpu7x-8", "2x2x1", 4, 1, 8), ("tpu7x-16", "2x2x2", 8, 2, 8), ("tpu7x-128", "4x4x4", 64, 16, 8),
 ])
 def test_googles_tables(name, topo, chips, hosts, devices):
     st = topology.parse_slice(name)
@@ -79,9 +81,9 @@ def test_shapes_beyond_googles_table_are_accepted_and_flagged():
     ("v5litepod-0", ["smallest is v5litepod-1"]),
     ("v4-12", ["not a TPU v4 size", "nearest: v4-8, v4-16"]),
     ("v4-8192", ["largest", "v4-4096"]),
-    ("tpu7x-8", ["does not serve TPU7x (Ironwood)", "GKE or Compute Engine"]),
-    ("v7x-8", ["does not serve TPU7x (Ironwood)"]),
-    ("v3-8", ["unknown TPU generation", "v5p-N, v6e-N, v5litepod-N, v4-N"]),
+    ("v7x-8", ["TPU7x (Ironwood) is written tpu7x-N", "tpu7x-8"]),
+    ("tpu7x-12", ["not a TPU7x (Ironwood) size", "nearest: tpu7x-8, tpu7x-16"]),
+    ("v3-8", ["unknown TPU generation", "v5p-N, v6e-N, v5litepod-N, v4-N, tpu7x-N"]),
     ("banana", ["expected GENERATION-N", "v5p-8"]),
     ("", ["expected GENERATION-N"]),
 ])
@@ -134,3 +136,16 @@ def test_a_shape_given_as_accelerator_config():
         v6e.slice_type("3x3")
     assert topology.generation_by_api_type("V2") is None
     assert math.isclose(topology.generation("v5p").peak_flops_per_chip, 459e12)
+
+
+def test_which_api_serves_each_generation_and_its_machine_types():
+    """TPU7x only through Compute Engine (a VM or a MIG of tpu7x-standard-4t); v5p and v6e
+    through both; the older ones through the Cloud TPU API only."""
+    gens = topology.generations()
+    assert gens["tpu7x"].apis == ("compute",) and not gens["tpu7x"].on_cloud_tpu
+    assert "GKE or Compute Engine" in gens["tpu7x"].not_on_cloud_tpu
+    assert gens["v5p"].apis == ("cloud-tpu", "compute") and gens["v4"].apis == ("cloud-tpu",)
+    assert topology.parse_slice("tpu7x-32").machine_type == "tpu7x-standard-4t"
+    assert topology.parse_slice("v5p-16").machine_type == "ct5p-hightpu-4t"
+    assert topology.parse_slice("v6e-8").machine_type == "ct6e-standard-8t"
+    assert topology.parse_slice("v4-8").machine_type is None

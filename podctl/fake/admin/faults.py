@@ -82,7 +82,9 @@ def on_host(cloud: FakeCloud, args: dict[str, Any], act: Callable[[Any, str, int
 
 
 def _preempt(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
-    find(cloud, args["name"])
+    if find(cloud, args["name"])[1].get("_api") == "compute":
+        raise invalid(f"{args['name']} is a Compute Engine MIG: its VMs are preempted one by one "
+                      "(`preempt-vm NAME WORKER`), and the MIG recreates them")
     cloud.world.preempt(args["name"], args["after"], args["grace"])
     return cloud.world.resources()
 
@@ -402,6 +404,50 @@ FAULTS += (
           _no_zstd, lambda a, r: f"{r['name']}: no zstd on worker(s) "
                                  f"{','.join(map(str, r['no_zstd'])) or 'none'}"),
 )
+def _topology_fail(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
+    from podctl.fake.api import compute_tpu
+
+    compute_tpu.fail_topology(cloud.world, args["name"], args["why"])
+    return {"name": args["name"]}
+
+
+FAULTS += (
+    Fault("topology-fail", "a Compute Engine MIG's accelerator topology cannot form: its workload "
+          "policy's topology FAILED, its VMs never come up",
+          (Arg("name", "text", "The MIG (the slice's name).", metavar="NAME"),
+           Arg("why", "text", "The reason said.", default="the topology could not be formed",
+               flag="--why", metavar="TEXT")),
+          _topology_fail, lambda a, r: f"{a['name']}: accelerator topology FAILED"),
+)
+
+
+def _preempt_vm(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
+    """One VM of a MIG preempted: its processes killed at once (a spot VM's notice is not
+    modelled), the MIG recreating it for `timings.node_create`; it boots again (its
+    startup-script) under the same name and address."""
+    from podctl.fake.api import compute_tpu
+
+    node = find_node(cloud, args["name"])
+    if node.get("_api") != "compute":
+        raise invalid(f"{node['name']} is no Compute Engine MIG; use `preempt` for a Cloud TPU node")
+    if cloud.hosts is None or node.get("state") != "READY":
+        raise precondition(f"{node['name']}'s VMs are not running")
+    worker = int(args["worker"])
+    if not 0 <= worker < int(node.get("_hosts", 1)):
+        raise invalid(f"{node['name']} has workers 0 to {int(node.get('_hosts', 1)) - 1}, not {worker}")
+    cloud.hosts.reboot(node["name"], worker)
+    compute_tpu.recreate(cloud.world, node["name"], worker)
+    return {"name": node["name"], "worker": worker}
+
+
+FAULTS += (
+    Fault("preempt-vm", "one VM of a Compute Engine MIG is preempted: its processes die, the MIG "
+          "recreates it (RECREATING, then RUNNING again under the same name)",
+          (NAME, WORKER), _preempt_vm, lambda a, r: f"{a['name']} worker {a['worker']}: preempted; "
+                                                     "the MIG recreates it"),
+)
+
+
 BY_NAME: dict[str, Fault] = {fault.name: fault for fault in FAULTS}
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from podctl.fake.api import vpc
+from podctl.fake.api import compute_tpu, vpc
 from podctl.fake.world import World
 
 _BASE = "https://www.googleapis.com/compute/v1"
@@ -141,6 +141,12 @@ def answer(world: World, method: str, tail: str, query: Any, body: Any = None) -
     if not match:
         return _not_found(tail)
     project, rest = match.groups()
+    try:
+        served = compute_tpu.answer(world, method, project, rest, query, body)
+    except compute_tpu.ComputeError as e:
+        return web.json_response(e.body(), status=e.code)
+    if served is not None:
+        return web.json_response(served)
     if method == "POST":
         return _post(world, project, rest, body)
     if method != "GET":

@@ -250,8 +250,9 @@ class FakeCloud:
                 body = await request.json() if request.can_read_body else {}
             except ValueError:
                 body = None  # compute.answer refuses it
+        self.advance()  # operations and VMs move on the world's clock, as the TPU API's do
         response = compute.answer(self.world, request.method, request.match_info["tail"], request.query, body)
-        if request.method == "POST" and response.status == 200:
+        if request.method in ("POST", "DELETE") and response.status == 200:
             self.sync_hosts()  # the hosts follow a firewall rule or Private Google Access now
             self.save()
         return response

@@ -216,6 +216,10 @@ def _price(system: System, tier: str, region: str | None, override: float | None
     row = prices.lookup(system.family, region, tier) if region else prices.cheapest(system.family, tier)
     if row is not None:
         return cost.price_from_row(row), None
+    unpublished = prices.not_published(system.family)
+    if unpublished:
+        return None, (f"{system.name}: no published price ({unpublished}); "
+                      f"pass --price {system.family}=USD")
     best = prices.cheapest(system.family, tier)
     if best is not None:
         return None, (f"{system.name}: no {tier} price for {system.family} in {region}; cheapest: "

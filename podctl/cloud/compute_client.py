@@ -1,0 +1,144 @@
+"""ComputeApi: the narrow async face of google-cloud-compute's clients (REST transport) for
+TPU VMs: instance templates, workload policies, managed instance groups, their instances
+and guest attributes, and the zone, region and global operations of each change.
+
+As TpuApi (tpu_client.py) does for Cloud TPU: every call runs the blocking client in a
+worker thread, is counted, is retried with capped backoff when its error can pass (the
+library's own retries are off: `retry=None`), and has its errors translated to podctl's.
+Only cloud/ names this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.cloud import compute_v1
+
+from podctl.base.errors import PodctlError, TransientError
+from podctl.base.retry import RetryPolicy
+from podctl.cloud.tpu_client import clock_offset
+from podctl.cloud.translate import translate
+
+T = TypeVar("T")
+CALL_TIMEOUT = 60.0
+
+
+def _where(scope: str) -> dict[str, str]:
+    """'zones/Z' | 'regions/R' | 'global' -> the operations client's keyword."""
+    kind, _, value = scope.partition("/")
+    return {"zones": {"zone": value}, "regions": {"region": value}}.get(kind, {})
+
+
+class ComputeApi:
+    def __init__(self, endpoint: str, credentials: Credentials | None = None,
+                 retry: RetryPolicy = RetryPolicy()):
+        self.endpoint = endpoint
+        self.retry = retry
+        self.calls: Counter[str] = Counter()
+        self._clock_offset: float | None = None
+        options = ClientOptions(api_endpoint=endpoint)
+        creds = credentials or AnonymousCredentials()
+        self.templates = compute_v1.InstanceTemplatesClient(transport="rest", credentials=creds,
+                                                            client_options=options)
+        self.policies = compute_v1.ResourcePoliciesClient(transport="rest", credentials=creds,
+                                                          client_options=options)
+        self.migs = compute_v1.InstanceGroupManagersClient(transport="rest", credentials=creds,
+                                                           client_options=options)
+        self.instances = compute_v1.InstancesClient(transport="rest", credentials=creds, client_options=options)
+        self.zone_ops = compute_v1.ZoneOperationsClient(transport="rest", credentials=creds,
+                                                        client_options=options)
+        self.region_ops = compute_v1.RegionOperationsClient(transport="rest", credentials=creds,
+                                                            client_options=options)
+        self.global_ops = compute_v1.GlobalOperationsClient(transport="rest", credentials=creds,
+                                                            client_options=options)
+        for client in self._clients():
+            session = getattr(client.transport, "_session", None)
+            if session is not None and hasattr(session, "hooks"):
+                session.hooks.setdefault("response", []).append(self._saw_date)
+
+    def _clients(self) -> tuple[Any, ...]:
+        return (self.templates, self.policies, self.migs, self.instances, self.zone_ops,
+                self.region_ops, self.global_ops)
+
+    def _saw_date(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        offset = clock_offset(response.headers.get("Date"), time.time())
+        if offset is not None:
+            self._clock_offset = offset
+
+    def server_now(self) -> float:
+        return time.time() + (self._clock_offset or 0.0)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def close(self) -> None:
+        for client in self._clients():
+            client.transport.close()
+
+    async def call(self, method: str, what: str, fn: Callable[..., T], /, *, mutates: bool = False,
+                   **kwargs: Any) -> T:
+        """FN(**KWARGS) in a thread, counted as METHOD, retried while transient, its errors
+        translated ("while WHAT"). A create or delete that was sent is seen through when
+        the caller is cancelled, so that its undo finds the world as the call left it."""
+        async def once() -> T:
+            self.calls[method] += 1
+            running = asyncio.ensure_future(asyncio.to_thread(fn, retry=None, **kwargs))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                if mutates:
+                    with contextlib.suppress(Exception):
+                        await running
+                raise
+            except Exception as e:  # translated; nothing else escapes
+                raise translate(e, what) from e
+
+        return await self.retry.retrying(TransientError, asyncio.sleep)(once)
+
+    async def operation(self, project: str, scope: str, name: str) -> compute_v1.Operation:
+        """The operation NAME in SCOPE ('zones/Z', 'regions/R' or 'global')."""
+        kind = scope.split("/")[0]
+        where = _where(scope)
+        fn: Callable[..., compute_v1.Operation] = (
+            self.zone_ops.get if kind == "zones" else self.region_ops.get if kind == "regions"
+            else self.global_ops.get)
+        args: dict[str, Any] = {"project": project, "operation": name, **where}
+        result: compute_v1.Operation = await self.call(f"{kind}Operations.get", f"reading operation {name}",
+                                                       fn, **args)
+        return result
+
+    async def until_done(self, project: str, scope: str, op: compute_v1.Operation, what: str,
+                         timeout: float = 300.0) -> None:
+        """Poll OP until DONE; its error (Compute Engine's errors[] of an operation) raised
+        translated, as a failed call's would be."""
+        deadline = time.monotonic() + timeout
+        delay = 0.2
+        while op.status != compute_v1.Operation.Status.DONE:
+            if time.monotonic() > deadline:
+                raise TransientError(f"{what} was still running after {timeout:g} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 5.0)
+            op = await self.operation(project, scope, op.name)
+        errors = list(op.error.errors) if op.error else []
+        if errors:
+            raise operation_error(errors, what)
+
+
+def operation_error(errors: list[Any], what: str) -> PodctlError:
+    from podctl.base.errors import CloudError, QuotaExceededError, StockoutError
+
+    text = "; ".join(f"{e.code}: {e.message}" for e in errors)
+    codes = {e.code for e in errors}
+    if codes & {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"}:
+        return StockoutError(f"no capacity while {what} ({text}); try later or another zone.")
+    if any(c.startswith("QUOTA") for c in codes):
+        return QuotaExceededError(f"quota exceeded while {what} ({text}).")
+    return CloudError(f"{what} failed: {text}")

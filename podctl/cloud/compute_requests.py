@@ -1,0 +1,151 @@
+"""What podctl asks Compute Engine for, to make one TPU slice: names and request bodies,
+built without a call (tests/unit/test_compute_requests.py holds them).
+
+A slice NAME is a managed instance group (MIG) NAME of the slice's VMs (a single-host
+slice is a MIG of one VM, as Google's "TPU instances in MIGs" describes), made from an
+instance template (the TPU machine type, podctl's labels, the metadata with `ssh-keys` and
+the watcher's startup-script, spot or flex-start) and, for a multi-host slice, a workload
+policy (`workloadPolicy: {type: HIGH_THROUGHPUT, acceleratorTopology: AxBxC}`) that forms
+the slice's ICI topology. A MIG has no labels of its own: podctl's are the template's (and
+so every VM's), and the policy names its slice in its description.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from google.cloud import compute_v1
+
+from podctl.base import topology
+from podctl.base.errors import InvalidValueError
+from podctl.cloud.compute_names import parse_parent, policy_name, region_of, template_name
+from podctl.cloud.create import CreateRequest
+
+WORKLOAD_TYPE = "HIGH_THROUGHPUT"
+# The boot disk's image: Compute Engine's TPU VMs boot a plain OS image; podctl's hosts
+# bring their own Python environment (a guess until checked against Google's TPU VM images).
+BOOT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+POLICY_DESCRIPTION = "podctl workload policy of slice "  # + the slice's name
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """The three resources of slice NAME and what they are asked with."""
+
+    project: str
+    zone: str
+    name: str
+    template: compute_v1.InstanceTemplate
+    policy: compute_v1.ResourcePolicy | None  # None: a single-host slice needs none
+    mig: compute_v1.InstanceGroupManager
+
+    @property
+    def region(self) -> str:
+        return region_of(self.zone)
+
+
+def machine_type(slice_type: topology.SliceType) -> str:
+    found = slice_type.machine_type
+    if found is None:
+        gen = slice_type.generation
+        served = ", ".join(f"{g.key}" for g in topology.generations().values() if g.on_compute)
+        raise InvalidValueError(f"{slice_type.name}: Compute Engine makes no {gen.name} VMs "
+                                f"(it serves {served}); use the Cloud TPU API (--api tpu).")
+    return found
+
+
+def template_of(request: CreateRequest) -> compute_v1.InstanceTemplate:
+    """The instance template of REQUEST's slice: TPU machine type, labels, metadata
+    (ssh-keys, startup-script, podctl's keys), tier and placement."""
+    spec, placement = request.spec, request.placement
+    if spec.queued or spec.num_slices > 1:
+        raise InvalidValueError("queued resources and multislice are Cloud TPU API requests; through "
+                                "Compute Engine ask for one slice without --queued (flex-start and "
+                                "reservations are its queue).")
+    props = compute_v1.InstanceProperties(
+        machine_type=machine_type(spec.slice_type),
+        labels=dict(request.labels),
+        metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v)
+                                            for k, v in sorted(request.metadata.items())]),
+        disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=(
+            compute_v1.AttachedDiskInitializeParams(source_image=BOOT_IMAGE)))],
+        network_interfaces=[_interface(placement.network, placement.subnetwork, placement.internal_ips)],
+    )
+    if spec.tier == "spot":
+        props.scheduling = compute_v1.Scheduling(provisioning_model="SPOT",
+                                                 instance_termination_action="DELETE")
+    if placement.service_account or placement.scopes:
+        scopes = [s if "/" in s else f"https://www.googleapis.com/auth/{s}" for s in placement.scopes]
+        props.service_accounts = [compute_v1.ServiceAccount(
+            email=placement.service_account or "default",
+            scopes=scopes or ["https://www.googleapis.com/auth/cloud-platform"])]
+    if placement.tags:
+        props.tags = compute_v1.Tags(items=list(placement.tags))
+    if placement.reservation:
+        props.reservation_affinity = compute_v1.ReservationAffinity(
+            consume_reservation_type="SPECIFIC_RESERVATION",
+            key="compute.googleapis.com/reservation-name", values=[placement.reservation.rsplit("/", 1)[-1]])
+    elif placement.reserved:
+        props.reservation_affinity = compute_v1.ReservationAffinity(consume_reservation_type="ANY_RESERVATION")
+    _, zone = parse_parent(request.parent)
+    return compute_v1.InstanceTemplate(name=template_name(request.name), properties=props,
+                                       description=template_description(request.name, zone, spec.describe()))
+
+
+# A template's description names its slice and zone (a template is global): gc finds a
+# template whose MIG was never made (a killed `up`) by it and podctl's labels.
+_TEMPLATE_DESCRIPTION = re.compile(r"podctl slice (?P<name>[a-z][-a-z0-9]*) in (?P<zone>[a-z0-9-]+): .*")
+
+
+def template_description(name: str, zone: str, what: str) -> str:
+    return f"podctl slice {name} in {zone}: {what}"
+
+
+def template_slice(description: str) -> tuple[str, str] | None:
+    """A podctl template's description -> (slice name, zone); None for any other."""
+    found = _TEMPLATE_DESCRIPTION.fullmatch(description or "")
+    return (found["name"], found["zone"]) if found else None
+
+
+def _interface(network: str | None, subnetwork: str | None, internal: bool) -> compute_v1.NetworkInterface:
+    interface = compute_v1.NetworkInterface(network=f"global/networks/{network or 'default'}")
+    if subnetwork:
+        interface.subnetwork = subnetwork
+    if not internal:
+        interface.access_configs = [compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
+    return interface
+
+
+def plan_of(request: CreateRequest) -> SlicePlan:
+    """Everything `create` sends for REQUEST, in the order it is sent."""
+    project, zone = parse_parent(request.parent)
+    template = template_of(request)
+    slice_type = request.spec.slice_type
+    policy = None
+    if slice_type.hosts > 1:
+        policy = compute_v1.ResourcePolicy(
+            name=policy_name(request.name), description=POLICY_DESCRIPTION + request.name,
+            workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
+                type_=WORKLOAD_TYPE, accelerator_topology=slice_type.topology))
+    mig = compute_v1.InstanceGroupManager(
+        name=request.name, base_instance_name=request.name, target_size=slice_type.hosts,
+        instance_template=f"projects/{project}/global/instanceTemplates/{template.name}",
+        description=f"podctl {request.spec.describe()}")
+    if policy is not None:
+        mig.resource_policies = compute_v1.InstanceGroupManagerResourcePolicies(
+            workload_policy=f"projects/{project}/regions/{region_of(zone)}/resourcePolicies/{policy.name}")
+    return SlicePlan(project, zone, request.name, template, policy, mig)
+
+
+def slice_of(machine: str, accelerator_topology: str | None) -> topology.SliceType:
+    """The slice a MIG of MACHINE VMs forms (under a workload policy's topology, if any)."""
+    for gen in topology.generations().values():
+        for chips, name in gen.machine_types:
+            if name == machine:
+                if accelerator_topology:
+                    return gen.slice_type(accelerator_topology)
+                shape = gen.shape_for_chips(chips)
+                if shape is not None:
+                    return gen.slice_type(shape)
+    raise InvalidValueError(f"machine type {machine!r} is no TPU machine type podctl knows.")

@@ -1,0 +1,123 @@
+"""Slices through Compute Engine (issue 38), as a user runs podctl against the fake daemon:
+a multi-host TPU7x slice is a MIG of TPU VMs (its template, its workload policy) made by
+`up` with no --api (TPU7x is only Compute Engine's), run on with a multi-host JAX program,
+run on again with --recover through one VM's preemption (the MIG recreates it), and
+deleted with nothing left; v5p with --api compute; a stockout that leaves nothing. Each
+test ends with the daemon checked to hold nothing billable (MIGs, templates, policies and
+nodes: tests/conftest.py's stop_fake_and_check)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from podctl.fake.admin.admin_client import FakeAdmin
+from tests.conftest import assert_one_line_error
+from tests.e2e.test_recovery import TEMPLATE, TINY, run_with_fault
+
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+JAX_REQS = SCRIPTS.parents[1] / "examples" / "jax_hello" / "requirements.txt"
+TPU7X_ZONE = ["--zone", "us-central1-c"]  # generations.toml: TPU7x's one zone
+
+
+def _admin(podctl) -> FakeAdmin:
+    return FakeAdmin(json.loads(podctl("fake", "status", "--json").stdout)["admin"])
+
+
+@pytest.mark.host_env
+def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    made = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
+    assert (made["api"], made["ready"], made["topology"], made["hosts"], made["chips"]) == \
+        ("compute", True, "2x2x2", 2, 8)
+    try:
+        held = _admin(podctl).resources()
+        assert held["migs"] == ["fake-project/us-central1-c/iw16"]
+        assert held["instance_templates"] == ["fake-project/iw16-tpl"]
+        assert held["resource_policies"] == ["fake-project/us-central1/iw16-topo"]
+        # the Cloud TPU API does not see it; Compute Engine's listing does, and says which API
+        assert podctl.json("ls", *TPU7X_ZONE) == []
+        listed = podctl.json("ls", "--api", "compute", *TPU7X_ZONE)
+        assert [(s["name"], s["api"], s["state"], s["accelerator_type"]) for s in listed] == \
+            [("iw16", "compute", "READY", "tpu7x-16")]
+        table = podctl("ls", "--api", "compute", *TPU7X_ZONE).stdout
+        assert any(line.split()[:3] == ["iw16", "mig", "READY"] for line in table.splitlines()), table
+        # a second `up` of the same name and spec reuses it
+        again = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
+        assert again["created"] is False
+
+        # JAX across its two VMs, as on TPU VMs: jax.distributed.initialize() with no arguments
+        proc = podctl("run", "iw16", "--api", "compute", *TPU7X_ZONE, "--hosts", "all",
+                      "--requirements", str(JAX_REQS), str(SCRIPTS / "jax_auto_init.py"), timeout=900)
+        lines = proc.stdout.splitlines()
+        assert "[host 0000] process 0 of 2, 16 devices" in lines, proc.stdout  # 4 chips x 2 per VM
+        assert "[host 0001] process 1 of 2, 16 devices" in lines, proc.stdout
+
+        # one VM preempted mid-run: the MIG recreates it, and --recover goes on from the last
+        # checkpoint (in GCS) on the slice made whole again
+        code, log, out = run_with_fault(
+            podctl, ["run", "iw16", "--api", "compute", *TPU7X_ZONE, "--recover", "1", "--json",
+                     str(TEMPLATE), *TINY, "--batch", "16", "--steps", "8", "--checkpoint-every", "2"],
+            '"kind": "checkpoint", "step": 2', lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
+        assert code == 0, log[-4000:]
+        result = json.loads(out)
+        first, second = result["attempts"]
+        assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
+        assert second["start_step"] >= 2 and second["last_step"] == 8, result
+    finally:  # a failed test too: its MIG must not outlive it
+        podctl("down", "iw16", "--yes", "--api", "compute", *TPU7X_ZONE, check=False)
+    assert not any(_admin(podctl).resources().values())  # no MIG, template, policy or VM
+
+
+def test_v5p_through_compute_engine_with_api_compute_and_a_stockout_that_leaves_nothing(podctl):
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    zone = ["--zone", "us-central1-a"]
+    made = podctl.json("up", "--slice", "v5p-16", "--name", "p16", "--api", "compute", *zone)
+    assert (made["api"], made["ready"], made["hosts"], made["accelerator_type"]) == ("compute", True, 2, "v5p-16")
+    podctl("down", "p16", "--yes", "--api", "compute", *zone)
+
+    # no capacity: the MIG's VMs cannot be made; `up` says so and deletes what it made
+    podctl("fake", "inject", "stockout", "--zone", "us-central1-c")
+    refused = podctl("up", "--slice", "tpu7x-8", "--name", "iw8", *TPU7X_ZONE, check=False)
+    assert refused.returncode != 0 and "does not have enough resources" in refused.stderr, refused.stderr
+    assert not any(_admin(podctl).resources().values())
+
+    # the Cloud TPU API still refuses TPU7x, pointing to Compute Engine
+    assert_one_line_error(podctl("up", "--slice", "tpu7x-8", "--api", "tpu", *TPU7X_ZONE, check=False),
+                          2, "does not serve TPU7x", "--api compute")
+
+
+def test_a_client_killed_in_the_middle_of_up_leaves_nothing_that_gc_does_not_find(podctl):
+    """`up` makes the template first, then the policy, then the MIG: killed (SIGKILL, no
+    undo) once the template exists, it leaves a template (and maybe a policy) with no MIG,
+    which `ls` shows ORPHANED and `gc` deletes; a MIG it had made already is a slice, which
+    `down` deletes. Either way nothing is left."""
+    import subprocess
+    import sys
+    import time
+
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = _admin(podctl)
+    up = subprocess.Popen([sys.executable, "-m", "podctl", "up", "--slice", "tpu7x-16", "--name", "cut",
+                           *TPU7X_ZONE], env=podctl.env, cwd=podctl.tmp, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not admin.resources()["instance_templates"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        up.kill()
+        up.wait()
+    held = admin.resources()
+    assert held["instance_templates"] == ["fake-project/cut-tpl"], held
+    listed = {s["name"]: s["state"] for s in podctl.json("ls", "--api", "compute", *TPU7X_ZONE)}
+    assert listed["cut"] in ("ORPHANED", "CREATING", "READY"), listed
+    if listed["cut"] != "ORPHANED":  # the MIG was made before the kill: a slice, `down`'s
+        podctl("down", "cut", "--yes", "--api", "compute", *TPU7X_ZONE)
+    else:
+        swept = podctl.json("gc", "--api", "compute", *TPU7X_ZONE)
+        assert [(item["name"], item["state"]) for item in swept] == [("cut", "ORPHANED")], swept
+    assert not any(admin.resources().values()), admin.resources()
