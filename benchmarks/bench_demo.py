@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from podctl.demo import MODEL_ARGS  # noqa: E402
+from podctl.fake.vm.hosts import CPU_COMPILE_FLAGS  # noqa: E402
 
 
 def _environ() -> dict[str, str]:
@@ -54,7 +55,8 @@ def floor_run(steps: int, ckpt: Path, every: int) -> float:
     began = time.monotonic()
     procs = []
     for pid in range(2):
-        env = {**_environ(), "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        # the fake's hosts' XLA flags (their CPU stand-in's -O0 compile), so the floor is theirs
+        env = {**_environ(), "XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {CPU_COMPILE_FLAGS}",
                "JAX_PLATFORMS": "cpu", "PODCTL_NUM_PROCESSES": "2", "PODCTL_PROCESS_ID": str(pid),
                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "PODCTL_CHECKPOINT_DIR": str(ckpt)}
         procs.append(subprocess.Popen(

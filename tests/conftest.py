@@ -263,6 +263,18 @@ def slice_on_daemon(cli: Podctl, slice_type: str, name: str) -> Iterator[Podctl]
         stop_fake_and_check(cli)
 
 
+def fake_booting_after_the_test(cli: Podctl) -> None:
+    """`podctl fake start` with every host's startup-script due later than a test lives
+    (the fake's `boot_late`, fake/vm/boot.py: a real big slice's hosts boot for minutes
+    after READY): a test of a big slice's up, status and down, which never reaches a host,
+    does not start hundreds of watchers on 2 cores (a v5p-4096's 512 cost 65 s of CPU).
+    The boots themselves are test_boot_late's and the lifecycle example's."""
+    from podctl.fake.admin.admin_client import FakeAdmin
+
+    cli("--backend", "fake", "fake", "start")
+    FakeAdmin(cli.json("fake", "status")["admin"]).set_timings(boot_late=1e7)
+
+
 @pytest.fixture
 def podctl(tmp_path: Path):
     cli = Podctl(tmp_path)

@@ -167,6 +167,16 @@ class _LineSplitter:
         return b"".join(self.partial)
 
 
+def jax_cache_env(podctl_home: Path) -> dict[str, str]:
+    """JAX's persistent compilation cache in the host's podctl directory: a resumed or
+    relaunched run on this host loads what an earlier run compiled instead of compiling it
+    again (JAX writes it from process 0 only: host 0's programs). Every program is kept,
+    however quick its compile: on a slice's CPU stand-ins and TPUs alike a resume pays for
+    each one otherwise. A run's --env overrides both."""
+    return {"JAX_COMPILATION_CACHE_DIR": str(podctl_home / run_layout.JAX_CACHE_DIR),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
 class Agent:
     def __init__(self, cfg: dict[str, Any], run_dir: Path):
         self.cfg = cfg
@@ -483,6 +493,8 @@ class Agent:
             "TPU_WORKER_HOSTNAMES": ",".join(cfg["worker_hostnames"]),
             "PYTHONUNBUFFERED": "1",
         })
+        if "JAX_COMPILATION_CACHE_DIR" not in env:  # the image's own choice stands
+            env.update(jax_cache_env(self.home))
         if self.venv is not None:  # `python3` is the run's environment's
             env["PATH"] = f"{self.venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
             env["VIRTUAL_ENV"] = str(self.venv)

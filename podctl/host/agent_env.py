@@ -296,8 +296,10 @@ class HostEnv:
             lock.write_text(self.lock)
             venv_python = str(self.dir / "bin" / "python")
             if uv is not None:
-                self._run([uv, "pip", "sync", "--python", venv_python, *self.index_args, str(lock)],
-                          "uv pip sync")
+                # the bytecode too, as pip compiles by default: packed with the rest, so no
+                # host that fetches it compiles each module again at its first import
+                self._run([uv, "pip", "sync", "--compile-bytecode", "--python", venv_python, *self.index_args,
+                           str(lock)], "uv pip sync")
             else:
                 self._run([venv_python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
                            "--progress-bar", "off", "--no-deps", *self.index_args, "-r", str(lock)],

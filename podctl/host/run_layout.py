@@ -280,6 +280,7 @@ CONFIG_FILE = "config.json"  # the run's config for this host, written over SSH 
 PID_FILE = "agent.pid"  # the agent's pid, written once it can take a stop
 STOP_FILE = "stop"  # podctl's stop marker; its text, if any: the script's grace in seconds
 STATUS_FILE = "status.json"  # the host's end, as uploaded (a run that has one has ended)
+JAX_CACHE_DIR = "jax-cache"  # ~/.podctl/jax-cache: JAX's persistent compilation cache (agent.py)
 
 # One owner of the chips per host, whoever started the run (root through the watchers, the
 # login user over SSH: two homes): each run's agent keeps a file RUN_ID, "PID STATE\n",

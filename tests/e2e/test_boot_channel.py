@@ -52,11 +52,13 @@ def _node_metadata(cli: Podctl) -> dict[str, str]:
 
 
 def _eventually(check, timeout: float = 60.0) -> bool:
+    """CHECK() true within TIMEOUT s. Most checks here are a `podctl` process (about a second
+    of CPU each, the imports): a second between two, not a busy loop of them on 2 cores."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if check():
             return True
-        time.sleep(0.3)
+        time.sleep(1.0)
     return check()
 
 

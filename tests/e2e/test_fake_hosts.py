@@ -167,8 +167,11 @@ def test_exec_streams_exit_codes_and_the_host_environment(fake, node16):
         assert not {"TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_ACCELERATOR_TYPE"} & set(env)
         assert run(port, key, WORKER).stdout == f"{worker}\n"
         assert env["HOSTNAME"].startswith("t1v-n-") and env["HOSTNAME"].endswith(f"-w-{worker}")
-        assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+        assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
         assert env["JAX_PLATFORMS"] == "cpu" and env["PODCTL_FAKE_HOST"] == "1"
+        # nothing of this machine's own environment: CI's PYTHONDONTWRITEBYTECODE would make
+        # every host's Python compile jax again at each import (fake/README.md)
+        assert "PYTHONDONTWRITEBYTECODE" not in env and "PYTHONPATH" in env
         assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == fake.gcs_url
         assert os.path.dirname(sys.executable) not in env["PATH"].split(":")  # a bare image
         assert env["USER"] == "podctl" and env["PWD"] == env["HOME"]

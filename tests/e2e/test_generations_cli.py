@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, fake_booting_after_the_test
 
 
 def test_lifecycle_v6e_256_through_the_cli(podctl):
+    fake_booting_after_the_test(podctl)  # its 64 hosts' watchers: none of this reaches them
     up = podctl.json("--backend", "fake", "up", "--slice", "v6e-256", "--zone", "us-east5-b")
     assert up["created"] and up["ready"] and up["state"] == "READY"
     # 256 chips on 64 host VMs of 4 chips (generations.toml), the v6e runtime by default

@@ -24,7 +24,9 @@ TINY = ["--layers", "2", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--v
 
 def cpu_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PODCTL_")}
-    env.update({"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"})
+    # XLA CPU's -O0, as the fake's hosts compile (fake/vm/hosts.py): half the compile's CPU
+    env.update({"XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0",
+                "JAX_PLATFORMS": "cpu"})
     env.update(extra)
     return env
 
@@ -244,14 +246,26 @@ def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
     assert any(n.startswith(prefix + "8/") and n.endswith("commit_success.txt") for n in names) or \
         any(n.startswith(prefix + "8/") and "_CHECKPOINT_METADATA" in n for n in names), names
 
+    # JAX's compilation cache in each host's ~/.podctl (agent.py): JAX writes it from
+    # process 0 only; the resume below compiles nothing new on host 0 (every program a hit)
+    cached = _jax_cache_entries(podctl)
+    assert cached[0] > 0 and cached[1] == 0, cached
     second = podctl("run", "cli16", "--env", f"PODCTL_CHECKPOINT_DIR=gs://{bucket}/{prefix[:-1]}",
                     str(SCRIPT), *TINY, "--steps", "10", "--checkpoint-every", "4", timeout=600)
+    assert _jax_cache_entries(podctl) == cached
     lines = metrics(second.stdout)
     assert lines[0]["start_step"] == 8
     assert [m["step"] for m in of("step", lines)] == [9, 10]
     assert lines[-1] == {**lines[-1], "kind": "done", "step": 10}
     print(f"fake v5p-16: two runs in {time.time() - start:.1f} s")
     _checkpoints_listed_pulled_and_restored(podctl, run_id, podctl.tmp / "pulled")
+
+
+def _jax_cache_entries(podctl) -> dict[int, int]:  # noqa: F811
+    """Each host's count of files in ~/.podctl/jax-cache (0 where there is none)."""
+    proc = podctl("exec", "cli16", "--", "ls ~/.podctl/jax-cache 2>/dev/null | wc -l")
+    return {int(line[len("[host "):].split("]")[0]): int(line.split("] ", 1)[1])
+            for line in proc.stdout.splitlines()}
 
 
 def _checkpoints_listed_pulled_and_restored(podctl, run_id: str, out: Path) -> None:  # noqa: F811

@@ -114,8 +114,30 @@ def test_a_real_clients_archive_carries_uvs_cpython_and_a_host_runs_it_without_a
                          env={"PATH": "/usr/bin:/bin"})
     assert ran.stdout.strip() == "1", ran.stderr  # the shipped interpreter runs the env's python3
     assert (venv / "lib" / "python3.12" / "site-packages" / "six.py").is_file()
+    _compiled_once_on_the_client(venv / "lib" / "python3.12" / "site-packages")
     assert "in the archive" in logs[-1] and "no package index" in logs[-1]
     assert env.prepare() == venv and logs[-1].endswith("already on this host")
+
+
+def _compiled_once_on_the_client(site: Path) -> None:
+    """The archive carries the packages' bytecode for the hosts' Python (env_build.compile_bytecode),
+    hash-based and unchecked (flags 0b01: PEP 552), so no host compiles or stats a source again."""
+    pyc = site / "__pycache__" / "six.cpython-312.pyc"
+    assert pyc.is_file(), sorted(p.name for p in site.iterdir())
+    assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b01
+
+
+def test_the_client_compiles_the_bytecode_with_a_python_of_the_hosts_version(tmp_path, python312):
+    """Without a CPython in the archive (the fake), this machine's of the plan's version compiles."""
+    tree = tmp_path / "tree"
+    site = tree / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "six.py").write_text("X = 1\n")
+    (site / "broken.py").write_text("def (:\n")  # left without, as pip leaves it
+    assert env_build.compile_bytecode(tree, "3.12", None)
+    _compiled_once_on_the_client(site)
+    assert sorted(p.name for p in (site / "__pycache__").iterdir()) == ["six.cpython-312.pyc"]
+    assert not env_build.compile_bytecode(tree, "2.1", None)  # no such Python here: the hosts compile
 
 
 def test_a_part_changed_in_the_bucket_stops_the_fetch_before_tar_sees_it_and_nothing_is_left(tmp_path):

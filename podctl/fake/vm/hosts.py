@@ -71,6 +71,8 @@ from podctl.fake.vm.metadata import MetadataServer, hostname
 TOKEN_VAR = "PODCTL_FAKE_HOST_TOKEN"
 # A TPU VM's login PATH (Ubuntu's default): the image's python3, nothing of podctl's.
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
+# The fake's CPU stand-in for a TPU compiles at XLA CPU's -O0 (fake/README.md's table)
+CPU_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
 JAX_COORDINATOR_PORT = 8476  # podctl's (jobs/launch.py): the port Google's TPU firewall opens
 _POSIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")  # useradd's NAME_REGEX (Ubuntu's default)
 MACHINE_NETWORK_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
@@ -497,7 +499,9 @@ class HostManager:
         return {
             "PATH": f"{self.image.bin_dir}:{HOST_PATH}", "SHELL": "/bin/bash",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={_devices_per_host(node)}",
+            # a host's chips are XLA CPU devices; their compile at LLVM's -O0 (a TPU's is
+            # libtpu's, which no CPU stands in for): half a small program's compile CPU
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={_devices_per_host(node)} {CPU_COMPILE_FLAGS}",
             "JAX_PLATFORMS": "cpu",
             "STORAGE_EMULATOR_HOST": self.gcs_url,
             "TENSORSTORE_GCS_HTTP_URL": self.gcs_url,
