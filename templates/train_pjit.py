@@ -168,22 +168,6 @@ def init_distributed(heartbeat_timeout: int | None = None) -> None:
                                    process_id=int(os.environ["PODCTL_PROCESS_ID"]), **timeout)
 
 
-def enable_compilation_cache() -> str | None:
-    """An elastic run compiles its step once per slice count; a persistent compilation
-    cache makes a count seen before (growing back to the full size) load its executable
-    instead of compiling it again. The one place the template sets it: the folder
-    PODCTL_JAX_CACHE_DIR names (unset: off). JAX writes entries from process 0 only, so
-    on several hosts the win needs a folder they all read (gs://BUCKET/...); a folder on
-    each host's own disk serves host 0 alone. Returns the folder, or None."""
-    where = os.environ.get("PODCTL_JAX_CACHE_DIR")
-    if not where or where in ("none", "None"):
-        return None
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", where)
-    return where
-
-
 # ---- preemption -------------------------------------------------------------------
 
 class StopFlag:
@@ -931,7 +915,6 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     set_precision(a)
-    enable_compilation_cache()
     init_distributed(a.heartbeat_timeout)
     stop = StopFlag()
     stop.install()

@@ -28,7 +28,7 @@ def _slices(hosts: list[Path], full: int, steps: int, ckpt: Path, *extra: str) -
                    PODCTL_NUM_PROCESSES=str(len(hosts)), PODCTL_PROCESS_ID=str(i),
                    JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", TPU_WORKER_ID="0",
                    MEGASCALE_NUM_SLICES=str(len(hosts)), MEGASCALE_SLICE_ID=str(i),
-                   PODCTL_ELASTIC_SLICES=str(full), PODCTL_JAX_CACHE_DIR=str(disk / "jax-cache"))
+                   PODCTL_ELASTIC_SLICES=str(full), JAX_COMPILATION_CACHE_DIR=str(disk / "jax-cache"))
         procs.append(subprocess.Popen(
             [sys.executable, str(SCRIPT), *TINY, "--steps", str(steps), "--checkpoint-dir", str(ckpt),
              "--local-ckpt-dir", str(disk), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
