@@ -490,7 +490,8 @@ def check_roles(attrs: dict[str, Any]) -> float | None:
         return None
     import socket
 
-    name = f"{pin['prefix']}watch/roles-{socket.gethostname()}"
+    # one name per watcher (a multislice's nodes check at once; a denial's recheck reuses it)
+    name = f"{pin['prefix']}watch/roles-{socket.gethostname()}-{os.getpid()}"
     checked = time.time()
     verdict = access_verdict(pin["bucket"], name, ROLES_CALL_SECONDS)
     email, scopes = account() if isinstance(verdict, tuple) else ("", [])

@@ -539,10 +539,11 @@ class BootKind:
             booting = sum(w == "booting" for w in said)
             others = [w for w in said if w != "booting" and not w.startswith("ready")]
             if not booting or others or len(said) != len(reach.info.hosts):
-                shown = others[0] if others else ("no answer" if len(said) != len(reach.info.hosts)
-                                                  else "booting past the boot wait")
-                return (f"{len(said) - sum(w.startswith('ready') for w in said) or len(reach.info.hosts)} "
-                        f"of {len(reach.info.hosts)} hosts' watchers are not ready ({shown})")
+                if len(said) != len(reach.info.hosts):
+                    return f"slice {reach.info.name}'s watchers did not answer (its nodes not ready)"
+                shown = "not booted within the boot wait" if others[0] == "none" else others[0]
+                return (f"{len(others)} of {len(reach.info.hosts)} hosts' watchers are not ready "
+                        f"({shown})")
             if not said_waiting:
                 said_waiting = True
                 reach.notice(f"waiting for {booting} of {len(reach.info.hosts)} hosts' watchers to boot "
