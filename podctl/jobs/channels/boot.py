@@ -32,7 +32,13 @@ import uuid
 from collections.abc import Callable
 
 from podctl.base.errors import JobError, PodctlError, SliceBusyError
-from podctl.base.vocabulary import WATCH_BEAT_SECONDS, WATCH_DEAD_SECONDS, boot_wait_seconds, pointer_valid_seconds
+from podctl.base.vocabulary import (
+    HEARTBEAT_SECONDS,
+    WATCH_BEAT_SECONDS,
+    WATCH_DEAD_SECONDS,
+    boot_wait_seconds,
+    pointer_valid_seconds,
+)
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.storage import Storage
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
@@ -57,6 +63,9 @@ COMPATIBLE_BOOTS = frozenset({boot_script.BOOT_VERSION})
 # A denial in podctl/roles older than the run is asked again by its watcher every beat:
 # podctl waits this long for a word said after it looked (host_watch.check_roles)
 ROLES_FRESH_SECONDS = 2 * WATCH_BEAT_SECONDS + 10.0
+# claim: another run whose agent beat this recently holds the chips (its beat: every
+# vocabulary.HEARTBEAT_SECONDS)
+BUSY_BEAT_SECONDS = 3 * HEARTBEAT_SECONDS
 ANSWER_POLL_SECONDS = 2.0  # auto, while a new slice's watchers boot: how often it looks
 STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no watcher) up to this many
 
@@ -119,8 +128,30 @@ class BootChannel:
         return f"{self.parent}/nodes/{node.name}"
 
     async def claim(self, run_id: str, slice_name: str) -> None:
-        """Nothing to do from here: each watcher checks its host's chips before it starts the
-        agent (owner.py's rule) and says `busy` when another run holds them."""
+        """Before anything is uploaded: a run of another id that an agent on one of the
+        hosts says it is in (its podctl/state, not `done`), whose heartbeat in GCS is fresh
+        (BUSY_BEAT_SECONDS) and that nobody asked to stop, holds the chips: SliceBusyError
+        in owner.py's line, as over SSH. One getGuestAttributes per node. A run asked to
+        stop is left to the watchers, which wait for it to let go (`letting-go`); what this
+        look cannot see (a run started a moment ago, an agent without guest attributes)
+        each watcher still says at the start (`busy`)."""
+        others: set[str] = set()
+        for node, _ in self.nodes:
+            try:
+                said = await self.api.guest_attributes(self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/")
+            except PodctlError:
+                continue  # the start's own waits say what is wrong with the node
+            for entries in said:
+                other, _, state = _words(entries).get("state", "").partition(" ")
+                if other and other != run_id and state and not state.startswith("done"):
+                    others.add(other)
+        now = time.time()
+        for other in sorted(others):
+            if await run_files.read_stop_request(self.storage, other) is not None:
+                continue
+            beats = await run_files.read_heartbeats(self.storage, other)
+            if any(now - beat < BUSY_BEAT_SECONDS for beat in beats.values()):
+                raise SliceBusyError(owner.busy_line(slice_name, other))
 
     async def check_access(self, run_id: str) -> None:
         """Before anything is uploaded or patched: the bucket exists, the nodes' scopes (the
