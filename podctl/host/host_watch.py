@@ -27,6 +27,7 @@ worker number, by which podctl tells whose words are whose), podctl/run (`RUN
 started`, `RUN refused WHY`, `RUN busy OTHER`, `RUN letting-go OTHER` while a stopping
 run lets go of the chips), on host 0 when GCS denied the node,
 podctl/access (`RUN STEP STATUS PERMISSION EMAIL SCOPES`), and on each node's worker 0
+podctl/chips (`TIME RUN,...` or `TIME -`: the runs holding the chips, with each beat),
 podctl/roles (`TIME ok`, `TIME unknown` or `TIME STEP STATUS PERMISSION EMAIL SCOPES`):
 the same four calls on the pinned bucket, asked before `ready` and again every
 ROLES_OK_SECONDS (every beat while denied), which podctl reads before it uploads anything.
@@ -129,8 +130,16 @@ def report(key: str, value: str) -> None:
 
 
 def beat() -> None:
-    """podctl/beat: this watcher lives (the host's clock, whole seconds)."""
-    report("beat", str(int(time.time())))
+    """podctl/beat: this watcher lives (the host's clock, whole seconds); and podctl/chips:
+    "TIME RUN,RUN" (or "TIME -"), the runs whose agent holds this host's chips now
+    (others' rule, a stopping one left out), which podctl reads before it uploads a run."""
+    now = int(time.time())
+    report("beat", str(now))
+    try:
+        live = ",".join(sorted(others("")["live"])) or "-"
+    except Exception:  # said as unknown: podctl leaves the matter to the start
+        live = "?"
+    report("chips", f"{now} {live}")
 
 
 class Beating:

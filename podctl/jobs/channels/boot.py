@@ -33,7 +33,6 @@ from collections.abc import Callable
 
 from podctl.base.errors import JobError, PodctlError, SliceBusyError
 from podctl.base.vocabulary import (
-    HEARTBEAT_SECONDS,
     WATCH_BEAT_SECONDS,
     WATCH_DEAD_SECONDS,
     boot_wait_seconds,
@@ -63,9 +62,9 @@ COMPATIBLE_BOOTS = frozenset({boot_script.BOOT_VERSION})
 # A denial in podctl/roles older than the run is asked again by its watcher every beat:
 # podctl waits this long for a word said after it looked (host_watch.check_roles)
 ROLES_FRESH_SECONDS = 2 * WATCH_BEAT_SECONDS + 10.0
-# claim: another run whose agent beat this recently holds the chips (its beat: every
-# vocabulary.HEARTBEAT_SECONDS)
-BUSY_BEAT_SECONDS = 3 * HEARTBEAT_SECONDS
+# claim: how long podctl waits for every watcher's podctl/chips said after it looked,
+# where a host's words name another run (said with each beat)
+CHIPS_FRESH_SECONDS = WATCH_BEAT_SECONDS + 10.0
 ANSWER_POLL_SECONDS = 2.0  # auto, while a new slice's watchers boot: how often it looks
 STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no watcher) up to this many
 
@@ -107,6 +106,7 @@ class BootChannel:
 
     start_seconds = START_SECONDS
     roles_fresh_seconds = ROLES_FRESH_SECONDS
+    chips_fresh_seconds = CHIPS_FRESH_SECONDS
     guest_check_seconds = GUEST_CHECK_SECONDS
     first_check_seconds = FIRST_CHECK_SECONDS
 
@@ -128,30 +128,51 @@ class BootChannel:
         return f"{self.parent}/nodes/{node.name}"
 
     async def claim(self, run_id: str, slice_name: str) -> None:
-        """Before anything is uploaded: a run of another id that an agent on one of the
-        hosts says it is in (its podctl/state, not `done`), whose heartbeat in GCS is fresh
-        (BUSY_BEAT_SECONDS) and that nobody asked to stop, holds the chips: SliceBusyError
-        in owner.py's line, as over SSH. One getGuestAttributes per node. A run asked to
-        stop is left to the watchers, which wait for it to let go (`letting-go`); what this
-        look cannot see (a run started a moment ago, an agent without guest attributes)
-        each watcher still says at the start (`busy`)."""
-        others: set[str] = set()
+        """Before anything is uploaded: another run holding a host's chips is refused in
+        owner.py's line, as over SSH. Each watcher says with every beat which runs' agents
+        hold its host's chips (podctl/chips, owner.py's rule, a stopping run left out: the
+        watchers wait for it to let go); where a host's words (that, or an agent's
+        podctl/state not `done`) name another run, podctl waits up to
+        CHIPS_FRESH_SECONDS for every host's word said after it looked (an agent killed a
+        moment ago is no owner), and refuses if one still names a run. One
+        getGuestAttributes per node a look; what this cannot see (a run started a moment
+        ago) each watcher still says at the start (`busy`)."""
+        asked, deadline = int(time.time()), time.monotonic() + self.chips_fresh_seconds
+        while True:
+            words = await self._chips_words()
+            if words is None:
+                return  # a node's words cannot be read or placed: the start says what is wrong
+            named = {other for checked, held, state in words for other in held | state if other != run_id}
+            if not named:
+                return
+            if all(checked >= asked for checked, _, _ in words):
+                live = sorted(o for _, held, _ in words for o in held if o != run_id)
+                if live:
+                    raise SliceBusyError(owner.busy_line(slice_name, live[0]))
+                return
+            if time.monotonic() >= deadline:
+                return  # a watcher that stopped beating: the start says it (dead)
+            await asyncio.sleep(POLL_SECONDS * 2)
+
+    async def _chips_words(self) -> list[tuple[int, set[str], set[str]]] | None:
+        """Per host: (when its watcher's podctl/chips was said, host clock; the runs it
+        names; the run its agent's podctl/state says is under way, if not done)."""
+        found = []
         for node, _ in self.nodes:
             try:
-                said = await self.api.guest_attributes(self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/")
+                placed = _placed(await self.api.guest_attributes(
+                    self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/"), len(node.hosts))
             except PodctlError:
-                continue  # the start's own waits say what is wrong with the node
-            for entries in said:
-                other, _, state = _words(entries).get("state", "").partition(" ")
-                if other and other != run_id and state and not state.startswith("done"):
-                    others.add(other)
-        now = time.time()
-        for other in sorted(others):
-            if await run_files.read_stop_request(self.storage, other) is not None:
-                continue
-            beats = await run_files.read_heartbeats(self.storage, other)
-            if any(now - beat < BUSY_BEAT_SECONDS for beat in beats.values()):
-                raise SliceBusyError(owner.busy_line(slice_name, other))
+                return None
+            if placed is None:
+                return None
+            for said in placed:
+                checked, _, held = said.get("chips", "").partition(" ")
+                other, _, state = said.get("state", "").partition(" ")
+                found.append((int(checked) if checked.isdigit() else 0,
+                              {r for r in held.split(",") if r not in ("", "-", "?")},
+                              {other} if other and state and not state.startswith("done") else set()))
+        return found
 
     async def check_access(self, run_id: str) -> None:
         """Before anything is uploaded or patched: the bucket exists, the nodes' scopes (the
