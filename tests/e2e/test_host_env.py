@@ -118,7 +118,8 @@ def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_
     import zstandard
 
     work = workdir(tmp_path)
-    podctl("run", "bare16", str(work / "job.py"), timeout=300)
+    # over SSH until the watchers' part below: `exec` empties the SSH login's cache
+    podctl("run", "bare16", "--via", "ssh", str(work / "job.py"), timeout=300)
     store = gcs(podctl)
     archive = next(n for n in env_objects(store) if n.endswith(".tar.zst"))
 
@@ -138,7 +139,8 @@ def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_
     tamper()
     podctl("exec", "bare16", "--hosts", "all", "--", "rm", "-rf", ".podctl/envs")  # fresh hosts
 
-    refused = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), check=False, timeout=300)
+    refused = podctl("run", "bare16", "--via", "ssh", "--hosts", "all", str(work / "job.py"), check=False,
+                     timeout=300)
     assert refused.returncode == 125, refused.stderr  # the run's setup failed: not 124, no traceback
     assert "Traceback" not in refused.stdout + refused.stderr and "STARTED" not in refused.stdout
     failed = [line for line in refused.stderr.splitlines() if "failed (" in line]
