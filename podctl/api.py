@@ -174,12 +174,15 @@ class Slice:
             stall_after: float | None = None, stall_startup: float | None = None,
             on_slow_host: str | None = None,
             slow_host_after: float = 300.0, requirements: str | Path | None = None,
-            python: str | None = None, elastic: ElasticPolicy | None = None) -> Run:
+            python: str | None = None, elastic: ElasticPolicy | None = None,
+            via: str | None = None) -> Run:
         """Ship SCRIPT's directory (or WORKDIR) and start SCRIPT on every host; returns
         once all have started. `resume=` an earlier run (or its id) continues from its
         checkpoints. Follow it with `wait()` or `logs(follow=True)`. The hosts' packages:
         `requirements=` a file (default: requirements.txt in the workdir), locked here for
-        `python=` "3.10".."3.13" (default: podctl chooses, as `podctl run` does).
+        `python=` "3.10".."3.13" (default: podctl chooses, as `podctl run` does). `via=`
+        "auto" (the default, else PODCTL_VIA: the slice's watchers where they answer, else
+        SSH), "boot" or "ssh": how the run reaches its hosts, as `podctl run --via`.
 
         `recover=N`: when the infrastructure ends the run (a preemption, a host lost),
         podctl makes the slice again and relaunches from the latest checkpoint, up to N
@@ -204,7 +207,7 @@ class Slice:
             script=Path(script), args=tuple(str(a) for a in args), workdir=Path(workdir) if workdir else None,
             env=dict(env or {}), setup=setup, requirements=Path(requirements) if requirements else None,
             python=python)
-        options = steps.RunOptions(spec, hosts="all", fail_fast=fail_fast,
+        options = steps.RunOptions(spec, hosts="all", fail_fast=fail_fast, via=via,
                                    resume=resume.run_id if isinstance(resume, Run) else resume)
         notices: list[str] = []
         holder: dict[str, Any] = {}

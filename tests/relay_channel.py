@@ -58,8 +58,8 @@ class RelayKind:
     def unusable(self, info: SliceInfo) -> str | None:
         return None if len(info.hosts) == 1 else f"relay takes one-host slices; {info.name} has {len(info.hosts)}"
 
-    async def answers(self, reach: Reach) -> bool:
-        return True
+    async def answers(self, reach: Reach) -> str | None:
+        return None
 
     def open(self, reach: Reach) -> RelayChannel:
         ASKED.append("open")

@@ -83,7 +83,7 @@ class Settings:
     account: str | None = None  # who podctl is to OS Login: gcloud's account (gcp), the fake's user
     # How runs reach their hosts when `run --via` does not say (PODCTL_VIA, or via = "..." in
     # podctl.toml): a channel's name or auto, checked where channels are chosen
-    # (jobs/channels/__init__.py, the one registry); None: the registry's default (ssh).
+    # (jobs/channels/__init__.py, the one registry); None: the registry's default (auto).
     via: str | None = None
     via_from: str = "PODCTL_VIA"  # where VIA was said, for the line that refuses it
     # Which API makes and finds slices (--api, PODCTL_API, or api = "..." in podctl.toml):

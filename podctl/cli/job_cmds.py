@@ -73,7 +73,7 @@ def _notice(text: str) -> None:
 @click.option("--via", default=None, metavar="CHANNEL",
               help="How the run reaches its hosts: boot (the slice's watchers, one metadata "
                    "patch per node, no SSH), ssh (a session per host), auto (boot where the "
-                   "slice's watchers answer, else ssh). Default: PODCTL_VIA, else ssh.")
+                   "slice's watchers answer, else ssh). Default: PODCTL_VIA, else auto.")
 @click.option("--resume", default=None, metavar="RUN_ID",
               help="Continue from RUN_ID's checkpoints: its PODCTL_CHECKPOINT_DIR becomes this run's.")
 @click.option("--recover", default=0, show_default=True, type=Number(whole=True, low=0, high=100), metavar="N",
@@ -351,8 +351,9 @@ def runs_cmd(ctx: Context, project: str | None, zone: str | None, bucket: str | 
             share = r.extra.get("goodput")
             recovered += f"  goodput {share:.0%}" if isinstance(share, (int, float)) else ""
             why = f"  {shown(end_words(r))}" if r.state in ("failed", "stopped", "lost") else ""
+            via = shown(str(r.extra.get("via") or "ssh"))  # a record from before channels: ssh
             click.echo(f"{r.run_id:48s} {r.state:10s} exit {code:>3s}  {shown(r.slice_name)} "
-                       f"({r.num_hosts} hosts)  {when} UTC  {shown(r.script or '')}{recovered}{why}")
+                       f"({r.num_hosts} hosts, via {via})  {when} UTC  {shown(r.script or '')}{recovered}{why}")
 
     guarded(action)
 

@@ -75,6 +75,9 @@ def _me(ctx: Context) -> str:
               metavar="FILE", help="KEY=VALUE lines (# comments) for the script's environment; --env wins.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Directory to ship, bundled now (default: the script's directory).")
+@click.option("--via", default=None, metavar="CHANNEL",
+              help="How its run reaches the hosts, as `podctl run --via`: boot, ssh or auto. "
+                   "Default: the ticker's PODCTL_VIA, else auto.")
 @click.option("--preflight", "preflight", is_flag=True,
               help="Compile the step for the slice now (podctl preflight): refuse an entry that "
               "does not fit in HBM; the report is stored with the entry.")
@@ -86,7 +89,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         spot: bool, queued: bool, valid_for: str | None, max_hours: float | None,
         max_cost: float | None, max_attempts: int, name: str | None, env_pairs: tuple[str, ...],
         env_files: tuple[Path, ...],
-        workdir: Path | None, preflight: bool, project: str | None, zone: str | None,
+        workdir: Path | None, via: str | None, preflight: bool, project: str | None, zone: str | None,
         bucket: str | None, as_json: bool) -> None:
     """Queue SCRIPT [ARGS...] to run on a slice; the workdir is bundled now."""
 
@@ -109,7 +112,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             slice_type=slice_type, spec=spec, name=name, priority=parse_priority(priority),
             tier="spot" if spot else "queued" if queued else "on-demand",
             valid_for=parse_duration(valid_for, "--valid-for") if valid_for else None,
-            max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts)
+            max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts, via=via)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
         adding.check_priced(request, settings.zone)  # a budget the tick could not price: refused

@@ -353,6 +353,28 @@ class Agent:
         except Exception:  # a host without guest attributes enabled refuses it
             pass
 
+    def publish_refusal(self, refused: str) -> None:
+        """GCS's refusal as podctl/access (`RUN write STATUS PERMISSION EMAIL SCOPES`, the
+        watcher's start-time word): the only way it reaches a client that follows the run
+        without SSH (channels/boot.py explain_silence); best effort."""
+        import re
+
+        status = re.search(r"HTTP (\d{3})", refused)
+        permission = re.search(r"Permission '([\w.]+)'", refused)
+        try:
+            found = json.loads(agent_gcs.metadata_get("instance/service-accounts/default/?recursive=true",
+                                                      timeout=2.0))
+            email = str(found.get("email") or "-")
+            scopes = ",".join(str(s).rsplit("/", 1)[-1] for s in found.get("scopes") or []) or "-"
+        except Exception:  # the refusal is said all the same, without the account
+            email, scopes = "-", "-"
+        word = (f"{self.cfg['run_id']} write {status.group(1) if status else '403'} "
+                f"{permission.group(1) if permission else 'storage.objects.create'} {email} {scopes}")
+        try:
+            agent_gcs.metadata_put("instance/guest-attributes/podctl/access", word[:200], timeout=2.0)
+        except Exception:  # a host without guest attributes enabled refuses it
+            pass
+
     def setup(self, tree: Path, env: dict[str, str]) -> int:
         steps = []
         if self.cfg.get("setup"):
@@ -423,6 +445,7 @@ class Agent:
                 if self.logs.refused and not self.stopping:  # its lines reach nobody: end it
                     self.logs.line(f"[podctl] GCS refused this host's service account "
                                    f"({self.logs.refused}); stopping the script")
+                    self.publish_refusal(self.logs.refused)
                     self.on_term(signal.SIGTERM, None)
                 if exited_at is None:
                     if child.poll() is not None:

@@ -25,8 +25,12 @@ whole seconds since the epoch, written every BEAT_SECONDS: its liveness, whose a
 reads; a thread keeps it while a run starts, which may take minutes), podctl/worker (its
 worker number, by which podctl tells whose words are whose), podctl/run (`RUN
 started`, `RUN refused WHY`, `RUN busy OTHER`, `RUN letting-go OTHER` while a stopping
-run lets go of the chips) and, on host 0 when GCS denied the node,
-podctl/access (`RUN STEP STATUS PERMISSION EMAIL SCOPES`).
+run lets go of the chips), on host 0 when GCS denied the node,
+podctl/access (`RUN STEP STATUS PERMISSION EMAIL SCOPES`), and on each node's worker 0
+podctl/chips (`TIME RUN,...` or `TIME -`: the runs holding the chips, with each beat),
+podctl/roles (`TIME ok`, `TIME unknown` or `TIME STEP STATUS PERMISSION EMAIL SCOPES`):
+the same four calls on the pinned bucket, asked before `ready` and again every
+ROLES_OK_SECONDS (every beat while denied), which podctl reads before it uploads anything.
 
 A failure anywhere in a run's start (the claim's mkdir on a full disk included) is a
 refusal with its cause in podctl/run, said by podctl at its next look.
@@ -126,8 +130,16 @@ def report(key: str, value: str) -> None:
 
 
 def beat() -> None:
-    """podctl/beat: this watcher lives (the host's clock, whole seconds)."""
-    report("beat", str(int(time.time())))
+    """podctl/beat: this watcher lives (the host's clock, whole seconds); and podctl/chips:
+    "TIME RUN,RUN" (or "TIME -"), the runs whose agent holds this host's chips now
+    (others' rule, a stopping one left out), which podctl reads before it uploads a run."""
+    now = int(time.time())
+    report("beat", str(now))
+    try:
+        live = ",".join(sorted(others("")["live"])) or "-"
+    except Exception:  # said as unknown: podctl leaves the matter to the start
+        live = "?"
+    report("chips", f"{now} {live}")
 
 
 class Beating:
@@ -397,14 +409,24 @@ _PERMISSIONS = {"write": "storage.objects.create", "read": "storage.objects.get"
                 "delete": "storage.objects.delete", "bucket": "storage.buckets.get"}
 
 
-def access_denied(bucket: str, name: str) -> tuple[str, int, str] | None:
+def access_denied(bucket: str, name: str, timeout: float = 30.0) -> tuple[str, int, str] | None:
+    verdict = access_verdict(bucket, name, timeout)
+    return verdict if isinstance(verdict, tuple) else None
+
+
+def access_verdict(bucket: str, name: str, timeout: float = 30.0) -> tuple[str, int, str] | str:
+    """access_denied's (step, status, permission), or "ok" (all four answered), or
+    "unknown" (no answer that says: GCS unreachable, a 5xx, no token)."""
     import re
     import urllib.error
     import urllib.parse
     import urllib.request
 
     b, o = urllib.parse.quote(bucket, safe=""), urllib.parse.quote(name, safe="")
-    gcs, auth = _gcs(), {"Authorization": "Bearer " + _token()}
+    try:
+        gcs, auth = _gcs(), {"Authorization": "Bearer " + _token()}
+    except Exception:  # no token: the metadata server's matter, not the account's roles
+        return "unknown"
     calls = {"write": (f"{gcs}/upload/storage/v1/b/{b}/o?uploadType=media&name={o}", b"podctl", "POST"),
              "read": (f"{gcs}/download/storage/v1/b/{b}/o/{o}?alt=media", None, "GET"),
              "delete": (f"{gcs}/storage/v1/b/{b}/o/{o}", None, "DELETE"),
@@ -414,16 +436,16 @@ def access_denied(bucket: str, name: str) -> tuple[str, int, str] | None:
         headers = dict(auth, **({"Content-Type": "text/plain"} if data else {}))
         try:
             with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers),
-                                        timeout=30) as r:
+                                        timeout=timeout) as r:
                 r.read()
         except urllib.error.HTTPError as e:
             if e.code not in (401, 403):
-                return None  # not a matter of identity (GCS down, ...): the agent will say
+                return "unknown"  # not a matter of identity (GCS down, ...): the agent will say
             found = re.search(r"Permission '([\w.]+)'", e.read()[:2000].decode("utf-8", "replace"))
             return step, e.code, found.group(1) if found else _PERMISSIONS[step]
         except OSError:
-            return None
-    return None
+            return "unknown"
+    return "ok"
 
 
 def account() -> tuple[str, list[str]]:
@@ -446,6 +468,44 @@ def denial_word(run_id: str, denied: tuple[str, int, str], email: str, scopes: l
     names = sorted((s.rsplit("/", 1)[-1] for s in scopes), key=lambda n: n not in WRITE_SCOPES)
     short = ",".join(names) or "-"  # the scopes that can write first: they survive the cut
     return head + short[:max(1, MAX_GUEST_VALUE - len(head))]
+
+
+# The standing check (podctl/roles): each node's worker 0 asks the same four calls of the
+# pinned bucket before it says `ready`, again every ROLES_OK_SECONDS, and every beat while
+# GCS denies the node, so that podctl reads the nodes' roles before it uploads or patches
+# anything (channels/boot.py check_access), and a grant is seen within a beat.
+ROLES_OK_SECONDS = 300.0
+ROLES_CALL_SECONDS = 10.0  # each call's timeout: an unreachable GCS delays `ready` this long, once
+
+
+def roles_word(verdict: tuple[str, int, str] | str, checked: float, email: str, scopes: list[str]) -> str:
+    """podctl/roles: "TIME ok", "TIME unknown", or "TIME STEP STATUS PERMISSION EMAIL
+    SCOPES" (denial_word with the check's time, host clock, whole seconds, for the run)."""
+    if isinstance(verdict, str):
+        return f"{int(checked)} {verdict}"
+    return denial_word(str(int(checked)), verdict, email, scopes)
+
+
+def check_roles(attrs: dict[str, Any]) -> float | None:
+    """On a node's worker 0 whose pin names a bucket: the standing check, said as
+    podctl/roles -> seconds until the next one (None: this host does not check)."""
+    if str(attrs.get("agent-worker-number", "")) != "0":
+        return None
+    try:
+        pin = _pins().kept_pin(PIN_DIR, attrs)
+    except Exception:  # a pin that cannot be kept: the first pointer says it
+        return None
+    if pin is None or not pin.get("bucket"):
+        return None
+    import socket
+
+    # one name per watcher (a multislice's nodes check at once; a denial's recheck reuses it)
+    name = f"{pin['prefix']}watch/roles-{socket.gethostname()}-{os.getpid()}"
+    checked = time.time()
+    verdict = access_verdict(pin["bucket"], name, ROLES_CALL_SECONDS)
+    email, scopes = account() if isinstance(verdict, tuple) else ("", [])
+    report("roles", roles_word(verdict, checked, email, scopes))
+    return float(BEAT_SECONDS) if isinstance(verdict, tuple) else ROLES_OK_SECONDS
 
 
 def fetch_launch(pointer: dict[str, Any]) -> dict[str, Any]:
@@ -624,7 +684,7 @@ def watch(version: str | None = None) -> None:
     """Forever: wait for the node's attributes to change (at most BEAT_SECONDS), act on
     the pointer, beat."""
     etag, delay, said_ready = "NONE", BACKOFF_SECONDS[0], False
-    next_beat = 0.0
+    next_beat, next_roles = 0.0, None
     while True:
         failed = False
         try:
@@ -646,7 +706,11 @@ def watch(version: str | None = None) -> None:
                 report("worker", str(attrs.get("agent-worker-number", "")))
                 beat()  # then: a ready watcher always has a beat to read
                 next_beat = time.monotonic() + BEAT_SECONDS
+                # before `ready`: a run podctl starts once it is ready finds the roles said
+                next_roles = _roles_due(attrs)
                 report("watch", f"ready {version or attrs.get(BOOT_KEY) or 'unknown'}")
+            elif next_roles is not None and time.monotonic() >= next_roles:
+                next_roles = _roles_due(attrs)
             try:
                 on_attributes(attrs)
             except Exception as e:  # never exit: the next change may be the one that works
@@ -657,6 +721,17 @@ def watch(version: str | None = None) -> None:
         if failed:
             time.sleep(min(delay, BEAT_SECONDS))
             delay = min(delay * 2, BACKOFF_SECONDS[1])
+
+
+def _roles_due(attrs: dict[str, Any]) -> float | None:
+    """check_roles now -> when the next is due (monotonic), None for never; a check
+    that fails is logged and tried again at the usual pace."""
+    try:
+        wait = check_roles(attrs)
+    except Exception as e:
+        log(f"roles: {type(e).__name__}: {e}")
+        wait = ROLES_OK_SECONDS
+    return None if wait is None else time.monotonic() + wait
 
 
 def main(argv: list[str]) -> int:

@@ -56,18 +56,18 @@ fi
 command -v python3 > /dev/null || fail "no python3 on this host's PATH ($PATH)"
 umask 077
 why=$(mkdir -p "$d" 2>&1 && chmod 700 "$d" 2>&1) || fail "cannot make $d: ${why:-mkdir failed}"
-t="$d/host_pin.py.$$"
-why=$(cat 2>&1 > "$t" <<'EOF_MARK'
+# put FILE: its stdin (a heredoc) to $d/FILE, whole or not at all, or the watch's failure
+put() {
+  local t="$d/$1.$$" why
+  why=$(cat 2>&1 > "$t") || { rm -f "$t"; fail "cannot write $t: ${why:-write failed}"; }
+  why=$(mv -f "$t" "$d/$1" 2>&1) || fail "cannot write $d/$1: ${why:-mv failed}"
+}
+put host_pin.py <<'EOF_MARK'
 PIN_SOURCE
 EOF_MARK
-) || { rm -f "$t"; fail "cannot write $t: ${why:-write failed}"; }
-why=$(mv -f "$t" "$d/host_pin.py" 2>&1) || fail "cannot write $d/host_pin.py: ${why:-mv failed}"
-t="$d/host_watch.py.$$"
-why=$(cat 2>&1 > "$t" <<'EOF_MARK'
+put host_watch.py <<'EOF_MARK'
 WATCH_SOURCE
 EOF_MARK
-) || { rm -f "$t"; fail "cannot write $t: ${why:-write failed}"; }
-why=$(mv -f "$t" "$d/host_watch.py" 2>&1) || fail "cannot write $d/host_watch.py: ${why:-mv failed}"
 if [ -n "$root" ] && [ -d /run/systemd/system ] && command -v systemd-run > /dev/null; then
   # a second run: the unit exists already, systemd-run fails, the watcher runs on
   systemd-run --unit=podctl-watch --property=Restart=on-failure --property=KillMode=process \

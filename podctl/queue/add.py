@@ -29,6 +29,7 @@ class AddRequest:
     max_cost: float | None = None
     max_attempts: int = 3
     preflight: dict[str, Any] | None = None  # the report of `queue add --preflight`
+    via: str | None = None  # `queue add --via` (None: the ticker's PODCTL_VIA, else auto)
 
 
 def validate(request: AddRequest) -> None:
@@ -55,6 +56,8 @@ def validate(request: AddRequest) -> None:
     check_number(request.priority, "--priority", whole=True)
     if request.name is not None:
         check_name(request.name, "--name")
+    if request.via is not None:
+        steps.check_via(request.via, "queue add --via")
 
 
 def check_priced(request: AddRequest, zone: str) -> None:
@@ -80,5 +83,6 @@ def add(store: QueueStore, request: AddRequest, *, project: str, zone: str, buck
                   bundle_hash=bundle_hash, args=list(request.spec.args), env=dict(request.spec.env),
                   priority=request.priority, tier=request.tier, valid_for=request.valid_for,
                   max_hours=request.max_hours, max_cost=request.max_cost,
-                  max_attempts=request.max_attempts, preflight=request.preflight, owner=owner)
+                  max_attempts=request.max_attempts, preflight=request.preflight, owner=owner,
+                  via=request.via)
     return store.add(entry)

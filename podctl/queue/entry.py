@@ -66,6 +66,9 @@ class Entry:
     preflight: dict[str, Any] | None = None  # `queue add --preflight`'s report (podctl/policy/preflight.py)
     owner: str = ""  # who added it: the gcloud/ADC account, else the OS user
     waiting: str | None = None  # why a due pending entry does not start (its owner's quota)
+    # `queue add --via`: how its run reaches the hosts (a channel's name or auto); None:
+    # the ticker's settings (PODCTL_VIA), else the registry's default (auto)
+    via: str | None = None
 
     @property
     def terminal(self) -> bool:

@@ -20,7 +20,8 @@ from podctl.steps import SliceInfo
 
 def run_options(entry: Entry) -> steps.RunOptions:
     """The entry's run as `start_run` takes it: the bundle uploaded at `queue add` (the
-    script is its path inside it), the entry's fixed run id, detached and once-only."""
+    script is its path inside it), the entry's fixed run id, detached and once-only, through
+    the channel its `queue add --via` named (None: the ticker's settings)."""
     assert entry.run_id
     # A retry after the infrastructure failed goes on from the first attempt's
     # checkpoints (the template resumes from the latest complete one), as --recover does.
@@ -33,7 +34,7 @@ def run_options(entry: Entry) -> steps.RunOptions:
     spec = steps.RunSpec(script=Path(entry.script), args=tuple(entry.args), env=dict(entry.env))
     return steps.RunOptions(spec, hosts="all", bundle_hash=entry.bundle_hash, resume=resumed,
                             extra={"parent": resumed, "attempt": entry.attempt} if resumed else {},
-                            detach=True, once=True, run_id=entry.run_id)
+                            detach=True, once=True, run_id=entry.run_id, via=entry.via)
 
 
 async def start(ctx: TickContext, entry: Entry, info: SliceInfo) -> bool:

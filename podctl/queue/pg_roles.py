@@ -29,20 +29,17 @@ from typing import Any
 USER, TICKER, ADMIN = "podctl_user", "podctl_ticker", "podctl_admin"
 ROLES = (USER, TICKER, ADMIN)
 # the request of an entry, fixed once added (for anyone but a ticker or an admin)
-REQUEST = ("name", "accelerator_type", "project", "zone", "bucket", "script", "bundle_hash",
-           "args", "env", "priority", "tier", "valid_for", "max_hours", "max_cost",
-           "max_attempts", "created")
+REQUEST_V2 = ("name", "accelerator_type", "project", "zone", "bucket", "script", "bundle_hash",
+              "args", "env", "priority", "tier", "valid_for", "max_hours", "max_cost",
+              "max_attempts", "created")
+REQUEST = (*REQUEST_V2, "via")  # schema 3: `queue add --via` is the request's too
 
-_FUNCTIONS = f"""
-CREATE FUNCTION podctl.is_admin() RETURNS boolean LANGUAGE sql STABLE AS $$
-  SELECT pg_has_role(session_user, '{ADMIN}', 'MEMBER')
-      OR coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = session_user), false)
-      OR pg_has_role(session_user, (SELECT nspowner FROM pg_namespace WHERE nspname = 'podctl'),
-                     'MEMBER') $$;
-CREATE FUNCTION podctl.is_ticker() RETURNS boolean LANGUAGE sql STABLE AS $$
-  SELECT pg_has_role(session_user, '{TICKER}', 'MEMBER') OR podctl.is_admin() $$;
 
-CREATE FUNCTION podctl.entry_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+def _guard(columns: tuple[str, ...]) -> str:
+    """The trigger function that keeps an entry's request (COLUMNS) as it was added, its
+    owner the adder's, and its state the tickers' (a user may cancel)."""
+    return f"""
+CREATE OR REPLACE FUNCTION podctl.entry_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'INSERT' THEN
     IF NEW.owner IS NULL OR NEW.owner = '' OR NOT podctl.is_admin() THEN
@@ -58,15 +55,27 @@ BEGIN
       RAISE EXCEPTION 'role % may cancel entry % but not move it to %; the tickers do',
         session_user, OLD.id, NEW.state USING ERRCODE = '42501';
     END IF;
-    IF ({', '.join(f'NEW.{c}' for c in REQUEST)}) IS DISTINCT FROM
-       ({', '.join(f'OLD.{c}' for c in REQUEST)}) THEN
+    IF ({', '.join(f'NEW.{c}' for c in columns)}) IS DISTINCT FROM
+       ({', '.join(f'OLD.{c}' for c in columns)}) THEN
       RAISE EXCEPTION 'entry % was added as it is: only a {ADMIN} changes it', OLD.id
         USING ERRCODE = '42501';
     END IF;
   END IF;
   RETURN NEW;
 END $$;
+"""
 
+
+_FUNCTIONS = f"""
+CREATE FUNCTION podctl.is_admin() RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT pg_has_role(session_user, '{ADMIN}', 'MEMBER')
+      OR coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = session_user), false)
+      OR pg_has_role(session_user, (SELECT nspowner FROM pg_namespace WHERE nspname = 'podctl'),
+                     'MEMBER') $$;
+CREATE FUNCTION podctl.is_ticker() RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT pg_has_role(session_user, '{TICKER}', 'MEMBER') OR podctl.is_admin() $$;
+
+{_guard(REQUEST_V2)}
 CREATE FUNCTION podctl.entry_event() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -92,6 +101,12 @@ def _create_roles(cur: Any) -> None:
             END IF;
           EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- another made it
           END $$""")
+
+
+def v3(cur: Any) -> None:
+    """`queue add --via`: a column, and the request's guard made again to hold it."""
+    cur.execute("ALTER TABLE podctl.entries ADD COLUMN via TEXT")
+    cur.execute(_guard(REQUEST))
 
 
 def v2(cur: Any) -> None:

@@ -60,8 +60,12 @@ def _v3(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE TABLE teams (member TEXT PRIMARY KEY, team TEXT NOT NULL)")
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE entries ADD COLUMN via TEXT")  # `queue add --via`; NULL: the ticker's
+
+
 # version -> the function that brings a database from version-1 to it
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from podctl.jobs import channels
 from podctl.jobs.job import parse_hosts
 from podctl.jobs.logs import LogReader
 from podctl.jobs.run_files import attempt_ids, load_record
@@ -28,6 +29,9 @@ async def replay(session: Session, run_id: str, sink: LineSink, *, hosts: str = 
     """Send RUN_ID's lines of HOSTS ("all", "0,3") to SINK, attempt after attempt."""
     record = await load_record(session.storage, run_id)
     attempts = attempt_ids(record)
+    # as the run's own first line: where, and the channel it reached its hosts by
+    via = channels.recorded(record.extra.get("via")).name  # a name the registry knows, never the record's text
+    notice(f"run {run_id} on {record.slice_name} ({record.num_hosts} hosts, via {via})")
     statuses: dict[int, HostStatus] = {}
     for number, attempt_id in enumerate(attempts, 1):
         if len(attempts) > 1:

@@ -40,6 +40,12 @@ from podctl.steps.session import Session
 from podctl.steps.slices import check_network_for_run, describe_slice, ready_slice
 
 VIAS = channels.choices()  # what --via takes (the CLI's choice list)
+
+
+def check_via(name: str, where: str = "--via") -> str:
+    """NAME, if it is auto or a registered channel; else InvalidValueError in one line
+    naming WHERE it was said (e.g. `queue add --via`)."""
+    return channels.checked(name, where)
 Notice = Callable[[str], None]
 LineSink = Callable[[int, str], None]
 PullProgress = Callable[[int, int], None]  # bytes done, bytes in all
@@ -189,7 +195,7 @@ async def launch_job(job: Job, *, notice: Notice, once: bool = False) -> Job:
         began = time.monotonic()
         spec = await job.prepare()
         job.timings["bundle"] = time.monotonic() - began
-        notice(f"run {job.run_id} on {request.info.name} ({len(job.targets)} hosts)"
+        notice(f"run {job.run_id} on {request.info.name} ({len(job.targets)} hosts, via {job.channel.name})"
                + (f", resuming from {request.resumed_from}" if request.resumed_from else ""))
         began = time.monotonic()
         await job.start(spec)

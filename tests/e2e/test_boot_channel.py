@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -280,7 +281,7 @@ def _paths(info: SliceInfo, asked: str | None, configured: str | None, **kw) -> 
 def test_which_path_a_run_takes():
     ours, old, none = boot_script.BOOT_VERSION, "0123456789ab", None
     assert _paths(_slice(ours), None, "ssh") == ["ssh"]
-    assert _paths(_slice(ours), None, None) == [channels.DEFAULT]
+    assert channels.DEFAULT == "auto" and _paths(_slice(ours), None, None) == ["boot", "ssh"]
     assert _paths(_slice(ours), "boot", "ssh") == ["boot"]
     # auto: the watchers first where every node has one this podctl knows (multislice too),
     # and only when they answer (channels.choose); SSH last
@@ -299,6 +300,19 @@ def test_which_path_a_run_takes():
         _paths(_slice(ours), "boot", None, signing_key=True)
     with pytest.raises(InvalidValueError, match="PODCTL_VIA 'pigeon'.*auto, boot or ssh"):
         _paths(_slice(ours), None, "pigeon")
+    # the default on a slice made before the watchers (or by another podctl): SSH, said in
+    # one line; a run whose --env values auto keeps over SSH says nothing (documented)
+    from podctl.jobs.channels.base import Reach
+
+    said: list[str] = []
+    reach = Reach(api=None, storage=None, parent="p", info=_slice(old), access=None,  # type: ignore[arg-type]
+                  notice=said.append)
+    assert asyncio.run(channels.choose(reach, None, None)).name == "ssh"
+    assert len(said) == 1 and said[0].startswith("starting over ssh; not --via boot: slice ")
+    assert "carries no podctl watcher this version knows" in said[0]
+    said.clear()
+    assert asyncio.run(channels.choose(replace(reach, info=_slice(ours)), None, None, secrets=True)).name == "ssh"
+    assert asyncio.run(channels.choose(reach, "ssh", None)).name == "ssh" and said == []
 
 
 def test_each_node_knows_its_first_host():
@@ -350,16 +364,20 @@ def test_a_multi_host_jax_run_with_ssh_closed_survives_preemption_through_the_ne
         stop_fake_and_check(cli)
 
 
-def test_a_queued_run_starts_through_the_watcher_when_the_ticker_says_so(tmp_path):
-    """`PODCTL_VIA=boot podctl queue tick`: the queue's slice carries the watcher, and the
-    entry's run starts with one nodes.patch (the queue keeps no --via of its own yet)."""
+def test_a_queued_run_starts_through_the_channel_its_entry_names(tmp_path):
+    """`queue add --via boot`, kept with the entry: the tick starts its run with one
+    nodes.patch though the ticker's own PODCTL_VIA says ssh; the run's record says boot.
+    A --via no registry line names is refused in one line before anything is bundled."""
     from tests.e2e.test_queue import QueueCli
 
     q = QueueCli(tmp_path)
-    q.env.update(PODCTL_BACKEND="fake", PODCTL_VIA="boot")
+    q.env.update(PODCTL_BACKEND="fake", PODCTL_VIA="ssh")
     try:
-        added = json.loads(q("queue", "add", "--slice", "v5p-8", "--json", str(SCRIPTS / "show_env.py"),
-                             "TPU_WORKER_ID").stdout)
+        bad = q("queue", "add", "--slice", "v5p-8", "--via", "pigeon", str(SCRIPTS / "show_env.py"), check=False)
+        assert_one_line_error(bad, 2, "queue add --via 'pigeon'", "auto, boot or ssh")
+        added = json.loads(q("queue", "add", "--slice", "v5p-8", "--via", "boot", "--json",
+                             str(SCRIPTS / "show_env.py"), "TPU_WORKER_ID").stdout)
+        assert added["via"] == "boot"
         q("fake", "start")
         entries = q.settle(limit=180)
         (entry,) = [e for e in entries if e["id"] == added["id"]]
@@ -367,6 +385,8 @@ def test_a_queued_run_starts_through_the_watcher_when_the_ticker_says_so(tmp_pat
         assert q.admin().stats()["by_call"].get("nodes.patch", 0) == 1
         run_id = entry["attempts"][-1]["run_id"]
         assert '"TPU_WORKER_ID": "0"' in q("logs", run_id).stdout
+        (record,) = [r for r in q.json("runs") if r["run_id"] == run_id]
+        assert record["extra"]["via"] == "boot"
     finally:
         stop_fake_and_check(q)
 

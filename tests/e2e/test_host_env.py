@@ -76,7 +76,9 @@ def test_a_fresh_slice_has_no_six_and_the_env_is_built_on_the_client_fetched_by_
     assert which.stdout.count("NO-ZSTD") == 1 and "[host 0001] NO-ZSTD" in which.stdout, which.stdout
 
     work = workdir(tmp_path)
-    first = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
+    # over SSH: the fault's PATH is a new command's (the watchers booted before it), and the
+    # hosts' configs are read below in the SSH login's home
+    first = podctl("run", "bare16", "--via", "ssh", "--hosts", "all", str(work / "job.py"), timeout=300)
     out, notes = first.stdout, first.stderr
     assert "packages locked" in out + notes and "Python 3.10" in out + notes
     assert "built here from the package index" in notes and "uploaded to gs://" in notes, notes
@@ -91,7 +93,7 @@ def test_a_fresh_slice_has_no_six_and_the_env_is_built_on_the_client_fetched_by_
     assert lock.startswith("six==")
     assert out.count("STARTED") == 2 and "True" in out  # the env's python3
 
-    again = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
+    again = podctl("run", "bare16", "--via", "ssh", "--hosts", "all", str(work / "job.py"), timeout=300)
     assert again.stdout.count("already on this host") == 2 and again.stdout.count("STARTED") == 2
     assert "built here" not in again.stderr and "already in gs://" in again.stderr  # packed once, sent once
     # the bucket holds the archive by its hash, no requirements text, no signature, no key;
@@ -116,7 +118,8 @@ def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_
     import zstandard
 
     work = workdir(tmp_path)
-    podctl("run", "bare16", str(work / "job.py"), timeout=300)
+    # over SSH until the watchers' part below: `exec` empties the SSH login's cache
+    podctl("run", "bare16", "--via", "ssh", str(work / "job.py"), timeout=300)
     store = gcs(podctl)
     archive = next(n for n in env_objects(store) if n.endswith(".tar.zst"))
 
@@ -136,7 +139,8 @@ def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_
     tamper()
     podctl("exec", "bare16", "--hosts", "all", "--", "rm", "-rf", ".podctl/envs")  # fresh hosts
 
-    refused = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), check=False, timeout=300)
+    refused = podctl("run", "bare16", "--via", "ssh", "--hosts", "all", str(work / "job.py"), check=False,
+                     timeout=300)
     assert refused.returncode == 125, refused.stderr  # the run's setup failed: not 124, no traceback
     assert "Traceback" not in refused.stdout + refused.stderr and "STARTED" not in refused.stdout
     failed = [line for line in refused.stderr.splitlines() if "failed (" in line]
@@ -148,7 +152,7 @@ def test_an_archive_changed_in_the_bucket_is_refused_before_anything_in_it_runs_
     assert all(line.endswith(".lock") for line in left.stdout.splitlines()), left.stdout
     assert archive not in env_objects(store)  # host 0 deleted it ...
 
-    again = podctl("run", "bare16", "--hosts", "all", str(work / "job.py"), timeout=300)
+    again = podctl("run", "bare16", "--via", "ssh", "--hosts", "all", str(work / "job.py"), timeout=300)
     assert "uploaded to gs://" in again.stderr and again.stdout.count("STARTED") == 2  # ... the client sent it anew
 
     # Through the watchers (root's runs, root's environment cache: none yet): the archive's

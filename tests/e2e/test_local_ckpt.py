@@ -28,7 +28,9 @@ def _gcs_latest(cli, run_id: str) -> int:
 @pytest.mark.host_env
 def test_killed_in_place_restores_from_local_then_from_gcs_without_a_hosts_copy(podctl):  # noqa: F811
     # bare hosts: the first run of a test session builds the template's env (minutes)
-    run_id = podctl("run", "cli16", "--detach", str(SCRIPT), *ARGS, "--steps", "100000",
+    # over SSH, every run here: the kill below takes the watchers too, and the local copies
+    # live in the home of who ran the agent (`exec` removes one in the SSH login's)
+    run_id = podctl("run", "cli16", "--via", "ssh", "--detach", str(SCRIPT), *ARGS, "--steps", "100000",
                     timeout=1500).stdout.strip()
     deadline = time.time() + 1200
     while _steps_logged(podctl, run_id) < 7 and time.time() < deadline:
@@ -42,7 +44,9 @@ def test_killed_in_place_restores_from_local_then_from_gcs_without_a_hosts_copy(
     # the kill lands wherever training got to while `logs` was polled: steps relative to
     # GCS's latest (every 4), which the local copy (every 2) is at or beyond
     target = gcs_step + 10
-    again = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps",
+    # (the kill took every process of the hosts, their watchers too: a fake host has no
+    # systemd to start them again, and podctl would find them dead only at the start)
+    again = podctl("run", "cli16", "--via", "ssh", "--resume", run_id, str(SCRIPT), *ARGS, "--steps",
                    str(target), timeout=600)
     config = of("config", metrics(again.stdout))[0]
     assert config["restored_from"] == "local", again.stdout + again.stderr
@@ -56,7 +60,7 @@ def test_killed_in_place_restores_from_local_then_from_gcs_without_a_hosts_copy(
     # host 1 loses its copy (a replaced VM, a wiped disk): every host goes to GCS
     podctl("exec", "cli16", "--hosts", "1", "--", "rm -rf ~/.cache/podctl/local-checkpoints")
     done = target  # the end of the second run: saved to GCS and locally
-    third = podctl("run", "cli16", "--resume", run_id, str(SCRIPT), *ARGS, "--steps",
+    third = podctl("run", "cli16", "--via", "ssh", "--resume", run_id, str(SCRIPT), *ARGS, "--steps",
                    str(done + 2), timeout=600)
     config = of("config", metrics(third.stdout))[0]
     assert (config["restored_from"], config["restored_step"]) == ("gcs", done), third.stdout

@@ -83,6 +83,24 @@ def test_a_denial_word_fits_a_guest_attribute_and_reads_back_as_identitys_access
     assert 'Path.home() / ".podctl" / "agents"' in launch.BOOT and host_watch.AGENTS_DIR == ".podctl/agents"
 
 
+def test_a_roles_word_reads_back_with_its_time_and_as_identitys_access():
+    """podctl/roles (each node's worker 0's standing check) -> boot.parse_roles: the time it
+    was asked, and a denial read as podctl/access's; ok and unknown are no denial."""
+    from podctl.jobs.channels.boot import denied_access, parse_roles
+
+    email, scopes = "sa@p.iam.gserviceaccount.com", ["https://www.googleapis.com/auth/cloud-platform"]
+    assert parse_roles(host_watch.roles_word("ok", 1700000000.7, "", [])) == (1700000000, None)
+    assert parse_roles(host_watch.roles_word("unknown", 1700000000.0, "", [])) == (1700000000, None)
+    word = host_watch.roles_word(("bucket", 403, "storage.buckets.get"), 1700000001.2, email, scopes)
+    assert len(word) <= host_watch.MAX_GUEST_VALUE
+    checked, denial = parse_roles(word)
+    assert checked == 1700000001 and denial is not None
+    access = denied_access(denial)
+    assert (access.email, access.refused, access.status, access.permission) == (
+        email, "bucket", 403, "storage.buckets.get")
+    assert parse_roles("") is None and parse_roles("soon ok") is None
+
+
 def test_the_watcher_imports_little_at_idle():
     code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); import host_watch; "
             "print(sorted(m for m in set(sys.modules) - before if not m.startswith('_')))")
@@ -413,6 +431,22 @@ def test_a_pointer_outside_the_pin_kept_at_first_sight_is_refused_said_once_and_
         assert not host.run_dir(run).exists()  # nothing made: the run id is not claimed
     assert kept.read_text() == ours  # the metadata's pin never replaced the first
     assert host.sh(f"ls $TMPDIR; test -e $TMPDIR/{marker} && echo RAN || true").count("RAN") == 0
+
+
+def test_worker_0_says_the_nodes_roles_on_the_pinned_bucket_and_leaves_no_object(host):
+    """check_roles on the host: the four calls with the node's own token, on the bucket the
+    pin holds, said as `TIME ok`; the object it wrote is gone; it asks again soon only
+    while denied."""
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import host_watch as w\n"
+            "w.PIN_DIR = sys.argv[1]\n"
+            "attrs, _ = w.attributes(wait=False)\n"
+            "print(w.check_roles(attrs))\n")
+    began = int(time.time())
+    again = host.sh(f"python3 -c {shlex.quote(code)} ~/{run_layout.WATCH_DIR}").strip()
+    assert float(again) == host_watch.ROLES_OK_SECONDS
+    checked, verdict = host.guest("roles").split(" ", 1)
+    assert verdict == "ok" and int(checked) >= began
+    assert not list(host.gcs.client.list_blobs(FAKE_BUCKET, prefix=f"{run_layout.ROOT}/watch/"))
 
 
 def test_a_token_the_metadata_server_did_not_give_is_asked_again_and_a_4xx_refuses(monkeypatch):

@@ -65,6 +65,8 @@ def test_a_second_role_cannot_see_change_or_cancel_the_firsts_entry_nor_read_its
         mine = alice.get(entry.id)
         with pytest.raises(QueueDeniedError, match="was added as it is"):
             alice.update(mine, priority=10**6)  # her own request is fixed once added
+        with pytest.raises(QueueDeniedError, match="was added as it is"):
+            alice.update(mine, via="boot")  # `queue add --via` too
         with pytest.raises(QueueDeniedError, match="may cancel entry .* but not move it to running"):
             alice.update(mine, state="running")
         with pytest.raises(QueueDeniedError, match="only a podctl_admin changes the owner"):

@@ -27,12 +27,12 @@ def opener(request, tmp_path):
 
 def test_entries_round_trip_and_a_stale_update_loses(opener):
     with opener() as a, opener() as b:
-        e = a.add(_entry(args=["--steps", "5"], attempts=[{"attempt": 1, "slice": "s"}]))
+        e = a.add(_entry(args=["--steps", "5"], attempts=[{"attempt": 1, "slice": "s"}], via="boot"))
         assert len(a.token) == 6 and a.token == b.token
         seen = b.get(e.id)
         # the owner: the account given in SQLite; in PostgreSQL the role that connected
-        assert (seen.owner, seen.args, seen.env, seen.attempts) == (
-            a.me("alice"), ["--steps", "5"], {"TOKEN": "secret"}, [{"attempt": 1, "slice": "s"}])
+        assert (seen.owner, seen.args, seen.env, seen.attempts, seen.via) == (
+            a.me("alice"), ["--steps", "5"], {"TOKEN": "secret"}, [{"attempt": 1, "slice": "s"}], "boot")
         assert a.update(e, state="provisioning", attempt=1)
         # B still believes it pending: its move is refused, and its copy is left as it was
         assert not b.update(seen, state="provisioning", attempt=2)
@@ -110,8 +110,33 @@ def test_a_postgresql_queue_from_a_newer_podctl_is_refused(pg_url):
     open_store(Path("/nonexistent"), pg_url).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE podctl.meta SET value = '99' WHERE key = 'schema'")
-    with pytest.raises(QueueDatabaseError, match="schema 99; this podctl knows up to 2: upgrade podctl"):
+    with pytest.raises(QueueDatabaseError, match="schema 99; this podctl knows up to 3: upgrade podctl"):
         open_store(Path("/nonexistent"), pg_url)
+
+
+def test_a_postgresql_queue_of_schema_2_gains_via_its_entries_kept_and_their_request_still_fixed(pg_url):
+    """Schema 3 (`queue add --via`): an existing queue is grown in place by the next podctl
+    that opens it; its entries take the ticker's channel (None), and the guard that keeps
+    an entry's request as added now keeps its `via` too."""
+    import psycopg
+
+    from podctl.queue import pg_roles
+
+    with open_store(Path("/nonexistent"), pg_url) as store:
+        store.add(_entry())
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as the podctl before --via left it
+        conn.execute("ALTER TABLE podctl.entries DROP COLUMN via")
+        conn.execute(pg_roles._guard(pg_roles.REQUEST_V2))
+        conn.execute("UPDATE podctl.meta SET value = '2' WHERE key = 'schema'")
+    with open_store(Path("/nonexistent"), pg_url) as store:
+        (old,) = store.entries()
+        assert old.via is None
+        new = store.add(_entry(via="ssh"))
+        assert store.get(new.id).via == "ssh"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT value FROM podctl.meta WHERE key = 'schema'").fetchone()[0] == "3"
+        source = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'entry_guard'").fetchone()[0]
+    assert "NEW.via" in source
 
 
 def test_many_processes_opening_a_new_postgresql_queue_at_once_make_one_schema(pg_url):

@@ -47,7 +47,7 @@ def test_a_sqlite_queue_of_the_last_schema_is_grown_in_place_its_entries_kept(tm
                      "'t.py', 'h', '[]', '{}', 0, 'on-demand', 3, 'running', 1, '[]', 1, 1, 0, 0)")
     with sqlite_store.Store(path) as store:
         (old,) = store.entries()
-        assert (old.name, old.state, old.owner, old.waiting) == ("old", "running", "", None)
+        assert (old.name, old.state, old.owner, old.waiting, old.via) == ("old", "running", "", None, None)
         store.set_quota(Quota("alice", 1.0, 4))
         assert store.quotas() == [Quota("alice", 1.0, 4)]
 

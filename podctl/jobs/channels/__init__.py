@@ -19,11 +19,10 @@ from podctl.jobs.channels import boot, ssh
 from podctl.jobs.channels.base import Channel, ChannelKind, Reach
 
 AUTO = "auto"
-# What a run takes when neither --via nor the settings say. Not yet auto: through the
-# watchers a denial of the nodes' roles (a secure-by-default project) is said only after
-# the bundle's upload, where SSH says it before (tests/e2e/test_identity.py's secure case);
-# auto is one word here once the watchers can check access before the upload.
-DEFAULT = "ssh"
+# What a run takes when neither --via nor the settings say: the watchers where they answer
+# (a denial of the nodes' roles is read from them before anything is uploaded: boot.py's
+# check_access), else SSH, said in one line.
+DEFAULT = AUTO
 REGISTRY: dict[str, ChannelKind] = {
     ssh.KIND.name: ssh.KIND,
     boot.KIND.name: boot.KIND,
@@ -86,12 +85,29 @@ async def choose(reach: Reach, asked: str | None, configured: str | None = None,
                  configured_from: str = "PODCTL_VIA") -> ChannelKind:
     """The one kind a run on REACH's slice takes (candidates): a named one as it is;
     auto's first whose hosts answer now, else its last (SSH, which says itself why a
-    host cannot be reached)."""
+    host cannot be reached). Where auto passes over a kind the slice could not take or
+    whose hosts do not answer, it says why in one line (REACH's notice); not for a run
+    whose secrets a kind may not carry (documented, and the same every time)."""
     found = candidates(reach.info, asked, configured, secrets=secrets, signing_key=signing_key,
                        configured_from=configured_from)
-    for kind in found[:-1]:
-        if await kind.answers(reach):
+    if len(found) == 1 and (asked or configured or DEFAULT) != AUTO:
+        return found[0]
+    passed: list[str] = []
+    for name in AUTO_ORDER:
+        kind = REGISTRY.get(name)
+        if kind is None or kind is found[-1]:
+            break
+        if kind not in found:  # the slice cannot take it, or it may not carry the run's secrets
+            why = kind.unusable(reach.info)
+            if why is not None:
+                passed.append(f"not --via {name}: {why}")
+            continue
+        why = await kind.answers(reach)
+        if why is None:
             return kind
+        passed.append(f"not --via {name}: {why}")
+    if passed:
+        reach.notice(f"starting over {found[-1].name}; " + "; ".join(passed))
     return found[-1]
 
 

@@ -110,8 +110,9 @@ class ChannelKind(Protocol):
     def unusable(self, info: SliceInfo) -> str | None:
         """Why INFO cannot take a run this way, in words for a refusal; None: it can."""
 
-    async def answers(self, reach: Reach) -> bool:
-        """For `auto`: whether the slice's hosts answer this way now (one cheap look)."""
+    async def answers(self, reach: Reach) -> str | None:
+        """For `auto`: None when the slice's hosts answer this way now; else why not, in
+        words for auto's one line (a kind may wait a while for hosts still booting)."""
 
     def open(self, reach: Reach) -> Channel:
         """A channel for one run on REACH's slice (nothing is connected yet)."""

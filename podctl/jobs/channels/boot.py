@@ -32,7 +32,12 @@ import uuid
 from collections.abc import Callable
 
 from podctl.base.errors import JobError, PodctlError, SliceBusyError
-from podctl.base.vocabulary import WATCH_DEAD_SECONDS, boot_wait_seconds, pointer_valid_seconds
+from podctl.base.vocabulary import (
+    WATCH_BEAT_SECONDS,
+    WATCH_DEAD_SECONDS,
+    boot_wait_seconds,
+    pointer_valid_seconds,
+)
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.storage import Storage
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
@@ -54,6 +59,13 @@ POLL_SECONDS = 1.0
 # The watchers whose pointers this podctl writes (their BOOT_VERSION): a slice made by
 # another version of podctl is started over SSH.
 COMPATIBLE_BOOTS = frozenset({boot_script.BOOT_VERSION})
+# A denial in podctl/roles older than the run is asked again by its watcher every beat:
+# podctl waits this long for a word said after it looked (host_watch.check_roles)
+ROLES_FRESH_SECONDS = 2 * WATCH_BEAT_SECONDS + 10.0
+# claim: how long podctl waits for every watcher's podctl/chips said after it looked,
+# where a host's words name another run (said with each beat)
+CHIPS_FRESH_SECONDS = WATCH_BEAT_SECONDS + 10.0
+ANSWER_POLL_SECONDS = 2.0  # auto, while a new slice's watchers boot: how often it looks
 STATUS_EACH_WORKER = 16  # `status` asks worker by worker (to name who has no watcher) up to this many
 
 
@@ -93,6 +105,8 @@ class BootChannel:
     name = "boot"
 
     start_seconds = START_SECONDS
+    roles_fresh_seconds = ROLES_FRESH_SECONDS
+    chips_fresh_seconds = CHIPS_FRESH_SECONDS
     guest_check_seconds = GUEST_CHECK_SECONDS
     first_check_seconds = FIRST_CHECK_SECONDS
 
@@ -114,28 +128,114 @@ class BootChannel:
         return f"{self.parent}/nodes/{node.name}"
 
     async def claim(self, run_id: str, slice_name: str) -> None:
-        """Nothing to do from here: each watcher checks its host's chips before it starts the
-        agent (owner.py's rule) and says `busy` when another run holds them."""
+        """Before anything is uploaded: another run holding a host's chips is refused in
+        owner.py's line, as over SSH. Each watcher says with every beat which runs' agents
+        hold its host's chips (podctl/chips, owner.py's rule, a stopping run left out: the
+        watchers wait for it to let go); where a host's words (that, or an agent's
+        podctl/state not `done`) name another run, podctl waits up to
+        CHIPS_FRESH_SECONDS for every host's word said after it looked (an agent killed a
+        moment ago is no owner), and refuses if one still names a run. One
+        getGuestAttributes per node a look; what this cannot see (a run started a moment
+        ago) each watcher still says at the start (`busy`)."""
+        asked, deadline = int(time.time()), time.monotonic() + self.chips_fresh_seconds
+        while True:
+            words = await self._chips_words()
+            if words is None:
+                return  # a node's words cannot be read or placed: the start says what is wrong
+            named = {other for checked, held, state in words for other in held | state if other != run_id}
+            if not named:
+                return
+            if all(checked >= asked for checked, _, _ in words):
+                live = sorted(o for _, held, _ in words for o in held if o != run_id)
+                if live:
+                    raise SliceBusyError(owner.busy_line(slice_name, live[0]))
+                return
+            if time.monotonic() >= deadline:
+                return  # a watcher that stopped beating: the start says it (dead)
+            await asyncio.sleep(POLL_SECONDS * 2)
+
+    async def _chips_words(self) -> list[tuple[int, set[str], set[str]]] | None:
+        """Per host: (when its watcher's podctl/chips was said, host clock; the runs it
+        names; the run its agent's podctl/state says is under way, if not done)."""
+        found = []
+        for node, _ in self.nodes:
+            try:
+                placed = _placed(await self.api.guest_attributes(
+                    self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/"), len(node.hosts))
+            except PodctlError:
+                return None
+            if placed is None:
+                return None
+            for said in placed:
+                checked, _, held = said.get("chips", "").partition(" ")
+                other, _, state = said.get("state", "").partition(" ")
+                found.append((int(checked) if checked.isdigit() else 0,
+                              {r for r in held.split(",") if r not in ("", "-", "?")},
+                              {other} if other and state and not state.startswith("done") else set()))
+        return found
 
     async def check_access(self, run_id: str) -> None:
-        """The bucket exists, and the nodes' scopes (the API's record of the node, read
-        before anything is uploaded) let them write to it. Their roles are asked on the
-        host, once the pointer is there: the run's host 0 makes identity.py's four calls with
-        its node's token, and a denial (podctl/access) ends the start in identity's line
-        (_raise_if_refused)."""
+        """Before anything is uploaded or patched: the bucket exists, the nodes' scopes (the
+        API's record of the node) let them write to it, and their roles do, as the first
+        node's worker 0 said in podctl/roles (host_watch.check_roles: identity.py's four
+        calls on the pinned bucket, made before its watcher said `ready`). A denial is
+        believed once said after this look (the watcher asks again every beat while denied,
+        so a grant made just now is seen): up to roles_fresh_seconds. The run's host 0 asks
+        again once the pointer is there (podctl/access, _raise_if_refused), for roles taken
+        away since."""
         await self.storage.require_bucket()
         made = await self.api.placement(self.parent, self.info)
         access = identity.NodeAccess(email=made.service_account or "the default compute service account",
                                      scopes=made.scopes, refused="write", status=403, message="scope")
-        if not made.scopes or access.can_write:  # none recorded: the API's defaults, judged on the host
-            return
+        if made.scopes and not access.can_write:  # none recorded: the API's defaults, judged on the host
+            self._refuse(access)
+        denial = await self._standing_denial()
+        if denial is not None:
+            self._refuse(denied_access(denial))
+
+    def _refuse(self, access: identity.NodeAccess) -> None:
         error = identity.refusal_error(access, bucket=self.storage.bucket_name, slice_name=self.info.name,
                                        slice_type=self.info.accelerator_type, fake=self.fake)
         if error is not None:
             raise error
 
+    async def _standing_denial(self) -> str | None:
+        """The first node's worker 0's podctl/roles denial ("STEP STATUS PERMISSION EMAIL
+        SCOPES"), once said after this call began; None: its roles let it, or it said
+        nothing (a pin without a bucket, a watcher of its own mind), or no fresh word came."""
+        node, _ = self.nodes[0]
+        asked, deadline = int(time.time()), time.monotonic() + self.roles_fresh_seconds
+        while True:
+            try:
+                placed = _placed(await self.api.guest_attributes(
+                    self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/"), len(node.hosts))
+            except PodctlError:
+                return None  # the start's own waits say what is wrong with the node
+            said = parse_roles(placed[0].get("roles", "") if placed else "")
+            if said is None or said[1] is None:
+                return None
+            checked, denial = said
+            if checked >= asked:
+                return denial
+            if time.monotonic() >= deadline:
+                return None  # a watcher that stopped asking: the start says what it is
+            await asyncio.sleep(POLL_SECONDS * 2)
+
     async def explain_silence(self, run_id: str) -> str | None:
-        """No host to ask without SSH: the silence is said as such."""
+        """A host's agent that GCS refused says so in podctl/access (agent.py
+        publish_refusal): the same line as check_access's. Else the silence is said as such."""
+        for node, _ in self.nodes:
+            try:
+                said = await self.api.guest_attributes(self._node_path(node), f"{run_layout.GUEST_NAMESPACE}/")
+            except PodctlError:
+                continue
+            for entries in said:
+                word = _words(entries).get("access", "")
+                if word.startswith(f"{run_id} "):
+                    try:
+                        self._refuse(denied_access(word[len(run_id) + 1:]))
+                    except PodctlError as e:
+                        return str(e)
         return None
 
     async def start(self, spec: launch.JobSpec, agent_sha: str, *, once: bool) -> None:
@@ -335,6 +435,15 @@ def denied_access(word: str) -> identity.NodeAccess:
         message=f"Permission '{permission}' denied" if permission else "")
 
 
+def parse_roles(word: str) -> tuple[int, str | None] | None:
+    """podctl/roles (host_watch.roles_word) -> (when it was checked, host clock; the denial
+    "STEP STATUS PERMISSION EMAIL SCOPES", or None for ok and unknown); None: no word."""
+    checked, _, rest = word.partition(" ")
+    if not checked.isdigit() or not rest:
+        return None
+    return int(checked), (None if rest in ("ok", "unknown") else rest)
+
+
 def _words(entries: list[GuestEntry]) -> dict[str, str]:
     """What one host's watcher published: key -> value (podctl/watch, podctl/run)."""
     return {e.key: e.value for e in entries if e.namespace == run_layout.GUEST_NAMESPACE}
@@ -465,13 +574,33 @@ class BootKind:
     def unusable(self, info: SliceInfo) -> str | None:
         return unusable_why(info)
 
-    async def answers(self, reach: Reach) -> bool:
-        """Every host's watcher said `ready` and beats (one getGuestAttributes per node)."""
+    async def answers(self, reach: Reach) -> str | None:
+        """None when every host's watcher said `ready` and beats (one getGuestAttributes
+        per node); while some are booting (a slice just made: the node younger than the
+        boot wait) and none is dead or failed, waited for, looked at every
+        ANSWER_POLL_SECONDS; else why not."""
         if not _pinned_for(reach):  # its watchers would refuse this client's pointers
-            return False
-        states = await watcher_states(reach.api, reach.parent, reach.info)
-        said = [w for node in reach.info.nodes for w in states.get(node.name, [])]
-        return len(said) == len(reach.info.hosts) > 0 and all(w.startswith("ready") for w in said)
+            return (f"slice {reach.info.name}'s pin does not hold this podctl's key "
+                    "(made by another client without --trust-key)")
+        said_waiting = False
+        while True:
+            states = await watcher_states(reach.api, reach.parent, reach.info)
+            said = [w for node in reach.info.nodes for w in states.get(node.name, [])]
+            if len(said) == len(reach.info.hosts) > 0 and all(w.startswith("ready") for w in said):
+                return None
+            booting = sum(w == "booting" for w in said)
+            others = [w for w in said if w != "booting" and not w.startswith("ready")]
+            if not booting or others or len(said) != len(reach.info.hosts):
+                if len(said) != len(reach.info.hosts):
+                    return f"slice {reach.info.name}'s watchers did not answer (its nodes not ready)"
+                shown = "not booted within the boot wait" if others[0] == "none" else others[0]
+                return (f"{len(others)} of {len(reach.info.hosts)} hosts' watchers are not ready "
+                        f"({shown})")
+            if not said_waiting:
+                said_waiting = True
+                reach.notice(f"waiting for {booting} of {len(reach.info.hosts)} hosts' watchers to boot "
+                             f"(up to {boot_wait_seconds(len(reach.info.hosts)):.0f} s from the slice's creation)")
+            await asyncio.sleep(ANSWER_POLL_SECONDS)
 
     def open(self, reach: Reach) -> BootChannel:
         channel = BootChannel(reach.api, reach.storage, parent=reach.parent, info=reach.info,

@@ -102,8 +102,8 @@ class SshKind:
     def unusable(self, info: SliceInfo) -> str | None:
         return None
 
-    async def answers(self, reach: Reach) -> bool:
-        return True  # the last resort of `auto`: a host SSH cannot reach says so when it opens
+    async def answers(self, reach: Reach) -> str | None:
+        return None  # the last resort of `auto`: a host SSH cannot reach says so when it opens
 
     def open(self, reach: Reach) -> SshChannel:
         access = reach.access
