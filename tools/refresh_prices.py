@@ -107,7 +107,8 @@ def _value(v: object) -> str:
 def render(text: str, table_rows: list[dict], commit: str) -> str:
     """TEXT (the current file) with its rows replaced and the catalog's source updated."""
     head = text.split("\nrows = [", 1)[0]
-    tail = "[sources]" + text.split("\n[sources]", 1)[1]
+    # everything after the rows (the tables that are no catalog's: not published, sources)
+    tail = text.split("\nrows = [", 1)[1].split("\n]\n", 1)[1].lstrip("\n")
     lines = [head, "rows = ["]
     for r in table_rows:
         fields = ", ".join(f"{k} = {_value(r[k])}" for k in ("system", "region", "tier", "usd",

@@ -218,8 +218,10 @@ def _bucket_objects(cli, prefix: str) -> tuple[str, list[str]]:
 def test_on_a_fake_v5p_16_through_podctl_run(podctl):  # noqa: F811
     start = time.time()
     # bare hosts: the first run of a test session builds the template's env (minutes)
-    first = podctl("run", "cli16", str(SCRIPT), *TINY, "--steps", "8", "--checkpoint-every", "4",
-                   timeout=1500)
+    # over SSH, as the resume below (its --env keeps it off the watchers): the agent's home,
+    # and so its compilation cache, is the login's on both
+    first = podctl("run", "cli16", "--via", "ssh", str(SCRIPT), *TINY, "--steps", "8",
+                   "--checkpoint-every", "4", timeout=1500)
     run_id = next(l.split()[2] for l in first.stderr.splitlines() if l.startswith("podctl: run "))
     # the image's Python 3.10 would get jax 0.6 (whose orbax crashes at the first checkpoint):
     # the hosts get a current CPython from uv, and podctl says which Python and which jax

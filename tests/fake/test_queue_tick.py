@@ -122,7 +122,10 @@ def test_an_os_login_refusal_fails_the_entry_frees_its_slice_and_lets_the_others
     settings = dataclasses.replace(queue.session.settings, oslogin=True, account="eve@example.com")
     queue.session = Session(settings, queue.api, ports=queue.session.ports, storages=queue.session.storages)
     queue.ctx = dataclasses.replace(queue.ctx, session=queue.session)
-    ids = [queue.add("many_lines.py", "2", priority=1).id, queue.add("many_lines.py", "2").id]
+    # over SSH (the entries say so): through the watchers no login is made, and auto's run
+    # would not meet OS Login at all
+    ids = [queue.add("many_lines.py", "2", priority=1, via="ssh").id,
+           queue.add("many_lines.py", "2", via="ssh").id]
     entries = queue.settle()
     for i in ids:
         e = entries[i]
