@@ -71,11 +71,15 @@ def rows() -> tuple[PriceRow, ...]:
                  for r in table.get("rows", []))
 
 
-def not_published(system: str) -> str | None:
+def not_published(system: str, tier: str | None = None) -> str | None:
     """Why SYSTEM has no price in the table when Google publishes none (prices.toml's
-    [not_published], with its source); None for a system that is merely missing."""
+    [not_published], with its source), or none at TIER alone ([not_published_tiers]: B200's
+    committed use); None for a system or tier that is merely missing."""
     why = _table().get("not_published", {}).get(system)
-    return str(why) if why else None
+    if why:
+        return str(why)
+    by_tier = _table().get("not_published_tiers", {}).get(system, {})
+    return str(by_tier["why"]) if tier is not None and tier in by_tier.get("tiers", ()) else None
 
 
 def lookup(system: str, region: str, tier: str) -> PriceRow | None:

@@ -173,9 +173,12 @@ def test_tiers_and_regions(podctl):
                   "spot").stdout
     assert "$1.64 per chip-hour, spot, us-central1 (on-demand's cheapest region)" in text
     assert "/ goodput 0.81 = 10.9 days" in text  # 0.9 x (1 - 0.1 preemption loss)
-    late = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "h100-2048", "--tier",
+    late = podctl("plan", "--params", "70B", "--tokens", "1T", "--slice", "b200-2048", "--tier",
                   "1y", check=False)
-    assert late.returncode == 0 and "no 1y-cud price for h100 in any region" in late.stderr
+    assert late.returncode == 0 and "b200-2048: no published 1y-cud price" in late.stderr
+    committed = podctl("plan", "--params", "70B", "--tokens", "1T", "--tier", "1y", "--compare",
+                       "v5p-4096,v6e-256,h100-2048").stdout
+    assert "$7.62 per GPU-hour, 1y-cud, us-central1 (cheapest region)" in committed
 
 
 def test_the_python_api_returns_dataclasses():

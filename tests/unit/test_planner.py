@@ -209,7 +209,8 @@ def test_spot_is_priced_in_on_demands_region_with_its_preemption_loss():
 def test_rows_not_reread_are_marked_and_committed_use_without_a_source_says_so():
     b200 = plan("70B", "1T", ["b200-2048"], config={}).rows[0]
     assert b200.price.reread is False and b200.to_json()["price"]["reread"] is False
-    assert all(not r.reread for r in prices.rows() if r.tier.endswith("cud"))
+    # the TPU committed-use rows are copies; H100's were read from Cyclenerd's generated list
+    assert all(not r.reread for r in prices.rows() if r.tier.endswith("cud") and r.system != "h100")
     assert plan("70B", "1T", ["v5p-4096"], config={}).rows[0].price.reread is True
     # v6e committed use: Google's GA announcement, "starting at $1.8900 per chip-hour" (1y) and
     # "$1.2200" (3y), read as a news site quoted it: priced, and labelled not re-read
@@ -219,10 +220,46 @@ def test_rows_not_reread_are_marked_and_committed_use_without_a_source_says_so()
         assert "$1.8900" in v6e.price.source and "$1.2200" in v6e.price.source
         hours = F / (256 * 918e12 * 0.51) / 3600
         assert v6e.total_usd == pytest.approx(256 * usd * hours / 0.9)
+    # B200 (A4): Google publishes no committed-use price; plan says so for that tier alone
+    for tier in ("1y", "3y"):
+        b200_cud = plan("70B", "1T", ["b200-2048"], tier=tier, config={})
+        assert b200_cud.rows[0].price is None
+        (note,) = b200_cud.notes
+        assert note.startswith(f"b200-2048: no published {tier}-cud price (none for A4, "
+                               "a4-highgpu-8g") and note.endswith("pass --price b200=USD")
+    assert prices.not_published("b200") is None and prices.not_published("b200", "spot") is None
+    # a system with no row at a tier and no reason on file keeps the plain line
+    assert prices.not_published("v5p", "3y-cud") is None
+
+
+def test_h100_committed_use_by_hand():
+    """A3 High, us-central1, from Cyclenerd's pricing.yml@fd66b26: month_1y $44,810.08066464
+    and month_3y $28,370.99821392 for a3-highgpu-8g, less its 6,000 GB of Local SSD at
+    $0.0504 / $0.036 per GB-month, / 730 h / 8 GPUs."""
+    one, three = (prices.lookup("h100", "us-central1", t) for t in ("1y-cud", "3y-cud"))
+    assert one.usd_per_unit_hour == pytest.approx((44810.08066464 - 6000 * 0.0504) / 730 / 8)
+    assert three.usd_per_unit_hour == pytest.approx((28370.99821392 - 6000 * 0.036) / 730 / 8)
+    assert one.reread and "Cyclenerd/google-cloud-pricing-cost-calculator/blob/fd66b26" in one.source
+    # the same file's on-demand month, taken the same way, is the table's on-demand row
+    on_demand = prices.lookup("h100", "us-central1", "on-demand").usd_per_unit_hour
+    assert on_demand == pytest.approx((64597.69992888 - 6000 * 0.08) / 730 / 8, abs=5e-5)
+    # every H100 committed-use row recomputes from the figures its note quotes
+    for row in (r for r in prices.rows() if r.system == "h100" and r.tier.endswith("cud")):
+        month, ssd, machine = (float(x) for x in re.findall(
+            r"month_[13]y ([\d.]+) less 6000 GB x local month_[13]y ([\d.]+) .*= ([\d.]+) /",
+            row.note)[0])
+        assert machine == pytest.approx(month - 6000 * ssd, abs=0.005), row
+        assert row.usd_per_unit_hour == pytest.approx(machine / 730 / 8, abs=1e-5), row
+        assert row.tier[:2] in row.note and row.as_of == "2026-07-30", row
+    # 1-year cheapest in us-central1 (us-east4 is $0.000001 dearer), 3-year 56% off on-demand
+    assert prices.cheapest("h100", "1y-cud").region == "us-central1"
+    assert 1 - three.usd_per_unit_hour / 10.9791 == pytest.approx(0.561, abs=1e-3)
+    # 70B x 1T on h100-2048 at 1y: 2,048 GPUs x $7.621178 x hours / goodput 0.9
     h100 = plan("70B", "1T", ["h100-2048"], tier="1y", config={})
-    assert h100.rows[0].price is None
-    assert h100.notes == ("h100-2048: podctl's price table has no 1y-cud price for h100 in any "
-                          "region (no source it could read publishes one); pass --price h100=USD",)
+    row = h100.rows[0]
+    hours = row.flops / (2048 * 989e12 * row.mfu.value) / 3600
+    assert (row.price.tier, row.price.region) == ("1y-cud", "us-central1") and not h100.notes
+    assert row.total_usd == pytest.approx(2048 * 7.621178 * hours / 0.9)
 
 
 # ---- attention and fit --------------------------------------------------------------------

@@ -220,6 +220,10 @@ def _price(system: System, tier: str, region: str | None, override: float | None
     if unpublished:
         return None, (f"{system.name}: no published price ({unpublished}); "
                       f"pass --price {system.family}=USD")
+    unpublished_tier = prices.not_published(system.family, tier)
+    if unpublished_tier:
+        return None, (f"{system.name}: no published {tier} price ({unpublished_tier}); "
+                      f"pass --price {system.family}=USD")
     best = prices.cheapest(system.family, tier)
     if best is not None:
         return None, (f"{system.name}: no {tier} price for {system.family} in {region}; cheapest: "
