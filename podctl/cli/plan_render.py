@@ -194,3 +194,5 @@ def print_frontier(front: Any, output: Any) -> None:
             else "none: every plan costs more"))
     if output is not None:
         click.echo(f"wrote {output}")
+    for note in front.left_out:  # a family with no price at the tier, said rather than dropped
+        click.echo(f"podctl: {note}", err=True)

@@ -25,6 +25,7 @@ from podctl.money.cost import check_mfu
 from podctl.policy.compare import gpu_systems, parse_per_system, resolve
 from podctl.policy.planner import fit, mfu
 from podctl.policy.planner.core import plan
+from podctl.policy.planner.frontier import frontier
 
 F = 4.8442450944e23
 FOUR = ["v5p-4096", "v6e-256", "h100-2048", "b200-2048"]
@@ -260,6 +261,18 @@ def test_h100_committed_use_by_hand():
     hours = row.flops / (2048 * 989e12 * row.mfu.value) / 3600
     assert (row.price.tier, row.price.region) == ("1y-cud", "us-central1") and not h100.notes
     assert row.total_usd == pytest.approx(2048 * 7.621178 * hours / 0.9)
+
+
+def test_the_frontier_at_a_committed_tier_says_which_family_it_left_out(capsys):
+    front = frontier(70e9, 1e12, ["h100", "b200"], tier="1y", config={})
+    assert front.points and {p.price.tier for p in front.points} == {"1y-cud"}
+    assert {p.system.family for p in front.points} == {"h100"}
+    (why,) = front.left_out
+    assert why.startswith("b200 left out: no published 1y-cud price (none for A4")
+    assert front.to_json()["left_out"] == [why]
+    plan_render.print_frontier(front, None)
+    assert capsys.readouterr().err == f"podctl: {why}\n"
+    assert frontier(70e9, 1e12, ["h100", "b200"], config={}).left_out == ()
 
 
 # ---- attention and fit --------------------------------------------------------------------

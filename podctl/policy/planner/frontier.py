@@ -49,6 +49,7 @@ class Frontier:
     points: tuple[SystemPlan, ...]  # every priced plan, by days
     deadline_days: float | None
     budget_usd: float | None
+    left_out: tuple[str, ...] = ()  # per family with no price at the tier: why, and what to pass
 
     @property
     def pareto(self) -> tuple[SystemPlan, ...]:
@@ -96,7 +97,8 @@ class Frontier:
                 "pareto": [brief(p) for p in self.pareto],
                 "deadline_days": self.deadline_days, "budget_usd": self.budget_usd,
                 "cheapest_within_deadline": brief(self.cheapest_within_deadline),
-                "fastest_within_budget": brief(self.fastest_within_budget)}
+                "fastest_within_budget": brief(self.fastest_within_budget),
+                "left_out": list(self.left_out)}
 
 
 def frontier(params: float | str, tokens: float | str,
@@ -121,13 +123,18 @@ def frontier(params: float | str, tokens: float | str,
     if not families:
         raise InvalidValueError("--systems: name at least one, e.g. v5p,v6e,h100,b200.")
     points: list[SystemPlan] = []
+    left_out: dict[str, str] = {}  # a family with no price at the tier (B200 at 1y): said once
     for family in families:
         for system in sizes(family, n, shape):
             row = plan(n, d, [system.slice_type], num_slices=system.num_slices,
                        **plan_args).rows[0]
             if row.total_usd is not None:
                 points.append(row)
-    return Frontier(tuple(sorted(points, key=lambda p: p.days)), deadline_days, budget_usd)
+            elif row.price_note:
+                left_out.setdefault(family, f"{family} left out: "
+                                    + row.price_note.split(": ", 1)[-1])
+    return Frontier(tuple(sorted(points, key=lambda p: p.days)), deadline_days, budget_usd,
+                    tuple(left_out.values()))
 
 
 def draw(front: Frontier, path: Path | None = None) -> Any:
