@@ -9,6 +9,7 @@ nodes: tests/conftest.py's stop_fake_and_check)."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,39 @@ def test_a_client_killed_in_the_middle_of_up_leaves_nothing_that_gc_does_not_fin
         swept = podctl.json("gc", *TPU7X_ZONE)
         assert [(item["name"], item["state"]) for item in swept] == [("cut", "ORPHANED")], swept
     assert not any(admin.resources().values()), admin.resources()
+
+
+@pytest.mark.parametrize("sig, made_with", [
+    (signal.SIGTERM, ["--slice", "tpu7x-16", *TPU7X_ZONE]),
+    (signal.SIGHUP, ["--slice", "v5p-16", "--api", "compute", "--zone", "us-central1-a"]),
+], ids=["SIGTERM-tpu7x", "SIGHUP-api-compute"])
+def test_sigterm_or_sighup_during_up_on_compute_engine_leaves_nothing_billing(podctl, sig, made_with):
+    """As SIGINT does: `up`, stopped while it waits for the MIG's VMs, deletes the MIG, its
+    template and its workload policy before it exits 128+N (test_money_safety.py's Cloud
+    TPU case, here with the smallest multi-host slice: one with a policy)."""
+    import subprocess
+    import sys
+    import time
+
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = _admin(podctl)
+    admin.set_timings(node_create=1e6)  # the VMs stay CREATING: up waits until the signal
+    up = subprocess.Popen([sys.executable, "-m", "podctl", "up", "--name", "sig", *made_with], env=podctl.env,
+                          cwd=podctl.tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not admin.resources()["migs"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert admin.resources()["resource_policies"], admin.resources()  # a multi-host slice's
+        up.send_signal(sig)
+        _, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == 128 + sig, err
+    assert "deleting sig, which this failed `up` created" in err, err
+    assert f"interrupted ({signal.Signals(sig).name})" in err and "Traceback" not in err, err
+    assert not any(admin.resources().values()), admin.resources()  # no MIG, template, policy or VM
