@@ -9,6 +9,7 @@ nodes: tests/conftest.py's stop_fake_and_check)."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -72,6 +73,12 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
         first, second = result["attempts"]
         assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
         assert second["start_step"] >= 2 and second["last_step"] == 8, result
+        # no step lost: the second attempt went on from the last checkpoint the first one
+        # saved, and only the steps after it (at most --checkpoint-every's 2) were done again
+        before = log.split("recovering (attempt 2", 1)[0]
+        saved = [int(step) for step in re.findall(r'"kind": "checkpoint", "step": (\d+)', before)]
+        assert second["start_step"] == max(saved), (saved, result)
+        assert first["steps_lost"] == first["last_step"] - second["start_step"] <= 2, result
     finally:  # a failed test too: its MIG must not outlive it
         podctl("down", "iw16", "--yes", *TPU7X_ZONE, check=False)
     assert not any(_admin(podctl).resources().values())  # no MIG, template, policy or VM
