@@ -88,7 +88,7 @@ def test_a_name_on_both_apis_is_refused_asking_for_api(fake, tmp_path):
         both = _both(tmp_path, fake.tpu_api_url, other.tpu_api_url)
         compute = compute_engine_at(other.tpu_api_url)
         try:
-            _up(both, "twin")
+            _up(both.tpu, "twin")  # made by two other clients: this one has met neither
             _up(compute, "twin")
             with pytest.raises(InvalidValueError, match="both the Cloud TPU API and Compute Engine.*--api"):
                 run_sync(both.describe(PARENT, "twin"))

@@ -6,7 +6,9 @@ hold a SliceProvider as before.
 
     find, describe:  the Cloud TPU API and one light GET of Compute Engine's MIG NAME, at
                      once; the slice where it is; a name in both is refused in one line
-                     asking for --api; in neither, the Cloud TPU API's own not-found line
+                     asking for --api; in neither, the Cloud TPU API's own not-found line;
+                     a name met once is asked of its API alone while it is there (a run's
+                     watch and recovery describe it every few seconds)
     list_slices:     both, at once: the Cloud TPU API's slices, then Compute Engine's where
                      the zone has a MIG or a template of podctl's (each says which in `api`)
     create:          the API that makes its generation (TPU7x: Compute Engine), or the one
@@ -56,7 +58,9 @@ class BothApis:
         self._open_reader = open_reader or self._compute_reader
         self._reader: ComputeReader | None = None
         self._probes = 0
-        self._on_compute: set[str] = set()  # PARENT/nodes/NAME of slices met on Compute Engine
+        # PARENT/nodes/NAME -> the API its slice was met on (SliceInfo.api): a slice looked at
+        # again (a run's watch, recovery's) is asked of that API alone while it is there
+        self._where: dict[str, str] = {}
 
     # ---- which API -----------------------------------------------------------------------
 
@@ -121,15 +125,14 @@ class BothApis:
                 return False
 
     def _met(self, parent: str, info: SliceInfo) -> SliceInfo:
-        if info.api == COMPUTE:
-            self._on_compute.add(f"{parent}/nodes/{info.name}")
+        self._where[f"{parent}/nodes/{info.name}"] = info.api
         return info
 
     def _by_name(self, parent: str, name: str) -> SliceProvider:
-        return self.compute if f"{parent}/nodes/{name}" in self._on_compute else self.tpu
+        return self._by_node(f"{parent}/nodes/{name}")
 
     def _by_node(self, node_name: str) -> SliceProvider:
-        return self.compute if node_name in self._on_compute else self.tpu
+        return self.compute if self._where.get(node_name) == COMPUTE else self.tpu
 
     def _by_info(self, info: SliceInfo) -> SliceProvider:
         return self.compute if info.api == COMPUTE else self.tpu
@@ -182,7 +185,14 @@ class BothApis:
         return None if isinstance(found, NotFoundError) else found
 
     async def _look(self, parent: str, name: str, kind: Kind | None) -> SliceInfo | NotFoundError:
-        """NAME on the Cloud TPU API and on Compute Engine, asked at once."""
+        """NAME on the API it was met on, while it is there; else on the Cloud TPU API and
+        on Compute Engine, asked at once."""
+        key = f"{parent}/nodes/{name}"
+        if key in self._where:
+            try:
+                return self._met(parent, await self._by_node(key).describe(parent, name, kind))
+            except NotFoundError:
+                del self._where[key]  # gone from there: both are asked again
         on_tpu, on_compute = await asyncio.gather(self.tpu.describe(parent, name, kind),
                                                   self._mig_of(parent, name), return_exceptions=True)
         for said in (on_tpu, on_compute):
@@ -196,7 +206,7 @@ class BothApis:
             # the Cloud TPU API's failure (its API off, say) does not hide a slice that is there
             return self._met(parent, await self.compute.describe(parent, name, kind))
         if isinstance(on_tpu, SliceInfo):
-            return on_tpu
+            return self._met(parent, on_tpu)
         if not isinstance(on_tpu, NotFoundError):
             assert isinstance(on_tpu, PodctlError)
             raise on_tpu
@@ -210,7 +220,11 @@ class BothApis:
                                                    self._zone_has_any(parent))
         if not has_compute:
             return on_tpu
-        on_compute = [self._met(parent, info) for info in await self.compute.list_slices(parent, page_size)]
+        on_compute = await self.compute.list_slices(parent, page_size)
+        on_both = {s.name for s in on_tpu} & {s.name for s in on_compute}
+        for info in (*on_tpu, *on_compute):
+            if info.name not in on_both:  # one of a name on both is no answer for the name
+                self._met(parent, info)
         return sorted([*on_tpu, *on_compute], key=lambda s: (s.name, s.api))
 
     async def owning_slice(self, parent: str, info: SliceInfo) -> SliceInfo:
