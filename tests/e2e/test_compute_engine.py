@@ -89,6 +89,9 @@ def test_v5p_through_compute_engine_with_api_compute_and_a_stockout_that_leaves_
     zone = ["--zone", "us-central1-a"]
     made = podctl.json("up", "--slice", "v5p-16", "--name", "p16", "--api", "compute", *zone)
     assert (made["api"], made["ready"], made["hosts"], made["accelerator_type"]) == ("compute", True, 2, "v5p-16")
+    # the watchers' channel has no Compute Engine form yet: refused in one line, nothing run
+    assert_one_line_error(podctl("run", "p16", "--via", "boot", *zone, str(SCRIPTS / "show_env.py"), check=False),
+                          2, "Compute Engine MIG", "--via ssh")
     # last week's slice, this week: `down` with no --api finds it on Compute Engine
     podctl("down", "p16", "--yes", *zone)
     assert not any(_admin(podctl).resources().values())
