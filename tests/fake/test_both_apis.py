@@ -75,6 +75,12 @@ def test_a_slice_is_found_listed_and_deleted_on_whichever_api_made_it(fake, tmp_
             run_sync(both.delete(PARENT, found))
             run_sync(both.wait_deleted(PARENT, found.name, policy=WaitPolicy(timeout=60)))
         assert run_sync(both.list_slices(PARENT)) == []
+
+        # made again by this client (recovery's `up` of a slice that was deleted under its
+        # run): through the API it was on, not the Cloud TPU API that makes v5p by default
+        _up(both, "ce-made")
+        assert run_sync(both.describe(PARENT, "ce-made")).api == "compute"
+        run_sync(both.delete(PARENT, run_sync(both.describe(PARENT, "ce-made"))))
     finally:
         both.close()
 

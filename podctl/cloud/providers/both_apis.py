@@ -192,7 +192,7 @@ class BothApis:
             try:
                 return self._met(parent, await self._by_node(key).describe(parent, name, kind))
             except NotFoundError:
-                del self._where[key]  # gone from there: both are asked again
+                pass  # gone from there: both are asked again (made again, it is made there: create)
         on_tpu, on_compute = await asyncio.gather(self.tpu.describe(parent, name, kind),
                                                   self._mig_of(parent, name), return_exceptions=True)
         for said in (on_tpu, on_compute):
