@@ -19,15 +19,14 @@ from podctl.cloud.firewall import ComputeReader
 from podctl.cloud.providers.both_apis import BothApis
 from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.types import SliceSpec
-from podctl.cloud.wait import WaitPolicy
 from podctl.fake.api.server import fake_cloud
-from tests.conftest import PARENT, PROJECT, ZONE
+from tests.conftest import FAST, PARENT, PROJECT, ZONE
 
 
 def _up(provider, name: str, slice_type: str = "v5p-8") -> None:
     request = cloud_up.UpRequest(parent=PARENT, name=name, spec=SliceSpec.build(slice_type),
                                  ssh_keys=ensure_ssh_key(Path(os.environ["PODCTL_CONFIG_DIR"])).metadata_entry,
-                                 owner="alice", policy=WaitPolicy(timeout=120))
+                                 owner="alice", policy=FAST)
     run_sync(cloud_up.up(provider, request))
 
 
@@ -73,7 +72,7 @@ def test_a_slice_is_found_listed_and_deleted_on_whichever_api_made_it(fake, tmp_
         # `down` of each through the one provider: the MIG with its template, and the node
         for found in run_sync(both.list_slices(PARENT)):
             run_sync(both.delete(PARENT, found))
-            run_sync(both.wait_deleted(PARENT, found.name, policy=WaitPolicy(timeout=60)))
+            run_sync(both.wait_deleted(PARENT, found.name, policy=FAST))
         assert run_sync(both.list_slices(PARENT)) == []
 
         # made again by this client (recovery's `up` of a slice that was deleted under its
@@ -102,7 +101,7 @@ def test_a_name_on_both_apis_is_refused_asking_for_api(fake, tmp_path):
                 [("twin", "cloud-tpu"), ("twin", "compute")]
             run_sync(compute.delete(PARENT, run_sync(compute.describe(PARENT, "twin"))))
             run_sync(both.delete(PARENT, run_sync(both.describe(PARENT, "twin"))))
-            run_sync(both.wait_deleted(PARENT, "twin", policy=WaitPolicy(timeout=60)))
+            run_sync(both.wait_deleted(PARENT, "twin", policy=FAST))
         finally:
             both.close()
             compute.close()
