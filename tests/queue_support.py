@@ -64,14 +64,14 @@ class Queue:
         return open_store(self.state_dir, self.url)
 
     def add(self, script: str, *args: str, slice_type: str = "v5p-8", workdir: Path | None = None,
-            owner: str = "alice@example.com", **options: Any) -> Entry:
+            owner: str = "alice@example.com", zone: str = ZONE, **options: Any) -> Entry:
         spec = RunSpec(script=SCRIPTS / script if workdir is None else workdir / script,
                        args=args, workdir=workdir, env=options.pop("env", {}))
         request = adding.AddRequest(slice_type=slice_type, spec=spec, **options)
         adding.validate(request)
         digest, inside = run_sync(adding.bundle_now(self.session, request, lambda text: None))
         with self.store() as store:
-            return adding.add(store, request, project=PROJECT, zone=ZONE, bucket=FAKE_BUCKET,
+            return adding.add(store, request, project=PROJECT, zone=zone, bucket=FAKE_BUCKET,
                               bundle_hash=digest, script=inside, owner=owner)
 
     def tick(self) -> ticking.PassResult:

@@ -98,7 +98,7 @@ def _backend_option(command: click.Command) -> None:
         callback=remember, help="Google Cloud, or the local fake cloud (as `podctl --backend`)."))
     command.params.append(click.Option(
         ["--api"], type=click.Choice(["tpu", "compute"]), default=None, expose_value=False,
-        callback=remember_api, help="Which API makes and finds slices (as `podctl --api`)."))
+        callback=remember_api, help="Which API makes and finds slices (as `podctl --api`; default: both)."))
 
 
 @click.group(cls=PodctlGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -106,7 +106,8 @@ def _backend_option(command: click.Command) -> None:
               help="Google Cloud, or the local fake cloud (default: $PODCTL_BACKEND, podctl.toml, gcp).")
 @click.option("--api", type=click.Choice(["tpu", "compute"]), default=None,
               help="Which API makes and finds slices: the Cloud TPU API or Compute Engine (default: "
-              "$PODCTL_API, podctl.toml's api, else the slice type's: Compute Engine for tpu7x).")
+              "$PODCTL_API, podctl.toml's api, else both: a slice is found and listed on either, and "
+              "made by its type's API, Compute Engine for tpu7x).")
 @click.version_option(package_name="podctl")
 @click.pass_context
 def cli(ctx: click.Context, backend: str | None, api: str | None) -> None:

@@ -6,6 +6,7 @@ Slice NAME is the MIG NAME, made from template NAME-tpl under workload policy NA
 
 from __future__ import annotations
 
+import re
 import zlib
 
 from podctl.base.errors import InvalidValueError
@@ -49,3 +50,19 @@ def template_name(name: str) -> str:
 
 def policy_name(name: str) -> str:
     return derived(name, "topo")
+
+
+# A podctl template's description names its slice and zone: how `ls` and gc find a template
+# left without its MIG, and how the provider seam's lister (providers/both_apis.py) sees,
+# without Compute Engine's client, that a zone holds something of podctl's there.
+_TEMPLATE_DESCRIPTION = re.compile(r"podctl slice (?P<name>[a-z][-a-z0-9]*) in (?P<zone>[a-z0-9-]+): .*")
+
+
+def template_description(name: str, zone: str, what: str) -> str:
+    return f"podctl slice {name} in {zone}: {what}"
+
+
+def template_slice(description: str) -> tuple[str, str] | None:
+    """A podctl template's description -> (slice name, zone); None for any other."""
+    found = _TEMPLATE_DESCRIPTION.fullmatch(description or "")
+    return (found["name"], found["zone"]) if found else None

@@ -12,14 +12,13 @@ so every VM's), and the policy names its slice in its description.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from google.cloud import compute_v1
 
 from podctl.base import topology
 from podctl.base.errors import InvalidValueError
-from podctl.cloud.compute_names import parse_parent, policy_name, region_of, template_name
+from podctl.cloud.compute_names import parse_parent, policy_name, region_of, template_description, template_name
 from podctl.cloud.create import CreateRequest
 
 WORKLOAD_TYPE = "HIGH_THROUGHPUT"
@@ -95,19 +94,6 @@ def template_of(request: CreateRequest) -> compute_v1.InstanceTemplate:
 
 # A template's description names its slice and zone (a template is global): gc finds a
 # template whose MIG was never made (a killed `up`) by it and podctl's labels.
-_TEMPLATE_DESCRIPTION = re.compile(r"podctl slice (?P<name>[a-z][-a-z0-9]*) in (?P<zone>[a-z0-9-]+): .*")
-
-
-def template_description(name: str, zone: str, what: str) -> str:
-    return f"podctl slice {name} in {zone}: {what}"
-
-
-def template_slice(description: str) -> tuple[str, str] | None:
-    """A podctl template's description -> (slice name, zone); None for any other."""
-    found = _TEMPLATE_DESCRIPTION.fullmatch(description or "")
-    return (found["name"], found["zone"]) if found else None
-
-
 def _interface(network: str | None, subnetwork: str | None, internal: bool) -> compute_v1.NetworkInterface:
     interface = compute_v1.NetworkInterface(network=f"global/networks/{network or 'default'}")
     if subnetwork:

@@ -145,6 +145,8 @@ class SliceProvider(Protocol):
 PROVIDERS: dict[str, str] = {
     "cloud-tpu": "podctl.cloud.connect:connect",  # tpu.googleapis.com (v6e and older)
     "compute": "podctl.cloud.connect:connect_compute",  # compute.googleapis.com (TPU7x; v5p, v6e)
+    # both of them, where none was chosen: a slice is found wherever it was made
+    "both": "podctl.cloud.providers.both_apis:open_both",
 }
 DEFAULT = "cloud-tpu"
 ENV = "PODCTL_PROVIDER"  # which provider makes slices, where the default is not wanted
@@ -174,9 +176,19 @@ def opener(name: str) -> Callable[[Settings], SliceProvider]:
     return found
 
 
-def open_provider(settings: Settings, name: str | None = None) -> SliceProvider:
-    """Open provider NAME (or the chosen one: `provider_name`, from SETTINGS' api) for SETTINGS."""
-    return opener(name or provider_name(api=settings.api))(settings)
+BOTH = "both"
+
+
+def open_provider(settings: Settings, name: str | None = None,
+                  env: Mapping[str, str] = os.environ) -> SliceProvider:
+    """Open provider NAME (or the chosen one: `provider_name`, from SETTINGS' api) for SETTINGS.
+    Where nothing chose one (no PODCTL_PROVIDER, no --api, PODCTL_API or podctl.toml `api`),
+    both APIs as one (providers/both_apis.py): what the default makes, and a slice found by
+    name or listed wherever it was made, so `status`, `down`, `run`, `ls` and the rest need
+    no --api for a slice Compute Engine made."""
+    if name is None and not env.get(ENV) and settings.api is None:
+        name = BOTH
+    return opener(name or provider_name(env, settings.api))(settings)
 
 
 def api_for(settings: Settings, slice_type: topology.SliceType) -> Settings:

@@ -9,6 +9,8 @@ nodes: tests/conftest.py's stop_fake_and_check)."""
 from __future__ import annotations
 
 import json
+import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -37,19 +39,24 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
         assert held["migs"] == ["fake-project/us-central1-c/iw16"]
         assert held["instance_templates"] == ["fake-project/iw16-tpl"]
         assert held["resource_policies"] == ["fake-project/us-central1/iw16-topo"]
-        # the Cloud TPU API does not see it; Compute Engine's listing does, and says which API
-        assert podctl.json("ls", *TPU7X_ZONE) == []
-        listed = podctl.json("ls", "--api", "compute", *TPU7X_ZONE)
-        assert [(s["name"], s["api"], s["state"], s["accelerator_type"]) for s in listed] == \
-            [("iw16", "compute", "READY", "tpu7x-16")]
-        table = podctl("ls", "--api", "compute", *TPU7X_ZONE).stdout
+        # the Cloud TPU API does not see it; `ls` with no --api lists both APIs' slices, and
+        # says which (the kind `mig`, the JSON's api), as Compute Engine's listing does
+        assert podctl.json("ls", "--api", "tpu", *TPU7X_ZONE) == []
+        for api in ([], ["--api", "compute"]):
+            listed = podctl.json("ls", *api, *TPU7X_ZONE)
+            assert [(s["name"], s["api"], s["state"], s["accelerator_type"]) for s in listed] == \
+                [("iw16", "compute", "READY", "tpu7x-16")]
+        table = podctl("ls", *TPU7X_ZONE).stdout
         assert any(line.split()[:3] == ["iw16", "mig", "READY"] for line in table.splitlines()), table
+        # and by name, with no --api: found where it was made
+        status = podctl.json("status", "iw16", *TPU7X_ZONE)
+        assert (status["name"], status["api"]) == ("iw16", "compute"), status
         # a second `up` of the same name and spec reuses it
         again = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
         assert again["created"] is False
 
         # JAX across its two VMs, as on TPU VMs: jax.distributed.initialize() with no arguments
-        proc = podctl("run", "iw16", "--api", "compute", *TPU7X_ZONE, "--hosts", "all",
+        proc = podctl("run", "iw16", *TPU7X_ZONE, "--hosts", "all",
                       "--requirements", str(JAX_REQS), str(SCRIPTS / "jax_auto_init.py"), timeout=900)
         lines = proc.stdout.splitlines()
         assert "[host 0000] process 0 of 2, 16 devices" in lines, proc.stdout  # 4 chips x 2 per VM
@@ -58,7 +65,7 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
         # one VM preempted mid-run: the MIG recreates it, and --recover goes on from the last
         # checkpoint (in GCS) on the slice made whole again
         code, log, out = run_with_fault(
-            podctl, ["run", "iw16", "--api", "compute", *TPU7X_ZONE, "--recover", "1", "--json",
+            podctl, ["run", "iw16", *TPU7X_ZONE, "--recover", "1", "--json",
                      str(TEMPLATE), *TINY, "--batch", "16", "--steps", "8", "--checkpoint-every", "2"],
             '"kind": "checkpoint", "step": 2', lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
         assert code == 0, log[-4000:]
@@ -66,8 +73,14 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
         first, second = result["attempts"]
         assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
         assert second["start_step"] >= 2 and second["last_step"] == 8, result
+        # no step lost: the second attempt went on from the last checkpoint the first one
+        # saved, and only the steps after it (at most --checkpoint-every's 2) were done again
+        before = log.split("recovering (attempt 2", 1)[0]
+        saved = [int(step) for step in re.findall(r'"kind": "checkpoint", "step": (\d+)', before)]
+        assert second["start_step"] == max(saved), (saved, result)
+        assert first["steps_lost"] == first["last_step"] - second["start_step"] <= 2, result
     finally:  # a failed test too: its MIG must not outlive it
-        podctl("down", "iw16", "--yes", "--api", "compute", *TPU7X_ZONE, check=False)
+        podctl("down", "iw16", "--yes", *TPU7X_ZONE, check=False)
     assert not any(_admin(podctl).resources().values())  # no MIG, template, policy or VM
 
 
@@ -76,7 +89,12 @@ def test_v5p_through_compute_engine_with_api_compute_and_a_stockout_that_leaves_
     zone = ["--zone", "us-central1-a"]
     made = podctl.json("up", "--slice", "v5p-16", "--name", "p16", "--api", "compute", *zone)
     assert (made["api"], made["ready"], made["hosts"], made["accelerator_type"]) == ("compute", True, 2, "v5p-16")
-    podctl("down", "p16", "--yes", "--api", "compute", *zone)
+    # the watchers' channel has no Compute Engine form yet: refused in one line, nothing run
+    assert_one_line_error(podctl("run", "p16", "--via", "boot", *zone, str(SCRIPTS / "show_env.py"), check=False),
+                          2, "Compute Engine MIG", "--via ssh")
+    # last week's slice, this week: `down` with no --api finds it on Compute Engine
+    podctl("down", "p16", "--yes", *zone)
+    assert not any(_admin(podctl).resources().values())
 
     # no capacity: the MIG's VMs cannot be made; `up` says so and deletes what it made
     podctl("fake", "inject", "stockout", "--zone", "us-central1-c")
@@ -113,11 +131,47 @@ def test_a_client_killed_in_the_middle_of_up_leaves_nothing_that_gc_does_not_fin
         up.wait()
     held = admin.resources()
     assert held["instance_templates"] == ["fake-project/cut-tpl"], held
-    listed = {s["name"]: s["state"] for s in podctl.json("ls", "--api", "compute", *TPU7X_ZONE)}
+    listed = {s["name"]: s["state"] for s in podctl.json("ls", *TPU7X_ZONE)}
     assert listed["cut"] in ("ORPHANED", "CREATING", "READY"), listed
     if listed["cut"] != "ORPHANED":  # the MIG was made before the kill: a slice, `down`'s
-        podctl("down", "cut", "--yes", "--api", "compute", *TPU7X_ZONE)
+        podctl("down", "cut", "--yes", *TPU7X_ZONE)
     else:
-        swept = podctl.json("gc", "--api", "compute", *TPU7X_ZONE)
+        swept = podctl.json("gc", *TPU7X_ZONE)
         assert [(item["name"], item["state"]) for item in swept] == [("cut", "ORPHANED")], swept
     assert not any(admin.resources().values()), admin.resources()
+
+
+@pytest.mark.parametrize("sig, made_with", [
+    (signal.SIGTERM, ["--slice", "tpu7x-16", *TPU7X_ZONE]),
+    (signal.SIGHUP, ["--slice", "v5p-16", "--api", "compute", "--zone", "us-central1-a"]),
+], ids=["SIGTERM-tpu7x", "SIGHUP-api-compute"])
+def test_sigterm_or_sighup_during_up_on_compute_engine_leaves_nothing_billing(podctl, sig, made_with):
+    """As SIGINT does: `up`, stopped while it waits for the MIG's VMs, deletes the MIG, its
+    template and its workload policy before it exits 128+N (test_money_safety.py's Cloud
+    TPU case, here with the smallest multi-host slice: one with a policy)."""
+    import subprocess
+    import sys
+    import time
+
+    podctl.env["PODCTL_BACKEND"] = "fake"
+    podctl("fake", "start")
+    admin = _admin(podctl)
+    admin.set_timings(node_create=1e6)  # the VMs stay CREATING: up waits until the signal
+    up = subprocess.Popen([sys.executable, "-m", "podctl", "up", "--name", "sig", *made_with], env=podctl.env,
+                          cwd=podctl.tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not admin.resources()["migs"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert admin.resources()["resource_policies"], admin.resources()  # a multi-host slice's
+        up.send_signal(sig)
+        _, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == 128 + sig, err
+    assert "deleting sig, which this failed `up` created" in err, err
+    assert f"interrupted ({signal.Signals(sig).name})" in err and "Traceback" not in err, err
+    assert not any(admin.resources().values()), admin.resources()  # no MIG, template, policy or VM

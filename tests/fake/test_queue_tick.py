@@ -306,3 +306,38 @@ def test_a_higher_priority_preempts_a_running_lower_one_which_resumes_from_its_c
     assert es[urgent.id].attempts[0]["requested"] >= es[low.id].attempts[0]["ended"]
     moves = [(ev["entry"], ev["to"]) for ev in queue.events() if ev["event"] == "transition"]
     assert moves.index((low.id, "pending")) < moves.index((urgent.id, "provisioning"))
+
+
+
+@pytest.mark.parametrize("slice_type, zone, api", [("v5p-16", "us-central1-a", "compute"),
+                                                   ("tpu7x-16", "us-central1-c", None)])
+def test_an_entry_on_a_compute_engine_slice_is_made_run_stopped_by_its_budget_and_deleted(
+        fake, isolated, slice_type, zone, api):
+    """The queue on Compute Engine: a v5p with `api = "compute"` (the tick's provider is
+    Compute Engine's), and a TPU7x with no api (both APIs as one, as `Session.open` makes
+    them: the tick asks Compute Engine since only it serves TPU7x). The tick asks for the
+    MIG through steps/, runs on it over SSH, stops the run at its --max-hours and deletes
+    the MIG, its template and its policy."""
+    from podctl.base.settings import Settings
+    from podctl.cloud.connect import api_for_endpoint, compute_engine_at
+    from podctl.cloud.firewall import ComputeReader
+    from podctl.cloud.providers.both_apis import BothApis
+    from tests.conftest import PROJECT
+
+    url = fake.tpu_api_url
+    provider = compute_engine_at(url) if api == "compute" else BothApis(
+        Settings(backend="fake", project=PROJECT, zone=zone, config_dir=isolated / "config",
+                 state_dir=isolated / "state"), api_for_endpoint(url),
+        lambda: compute_engine_at(url), lambda: ComputeReader(url))
+    queue = Queue(fake, provider, isolated)
+    entry = queue.add("exit_on_host.py", env={"FAIL_HOST": "99"}, max_hours=1.0, slice_type=slice_type, zone=zone)
+    queue.until(lambda es: es[entry.id].state == "running", "running")
+    held = fake.admin.resources()
+    assert held["migs"] and held["resource_policies"], held
+    queue.clock.offset += 2 * 3600
+    queue.tick()
+    e = queue.entry(entry.id)
+    assert e.state == "failed" and "--max-hours" in e.last_error and e.exit_code is None, e.last_error
+    e = queue.settle()[entry.id]
+    assert e.attempts[0]["cleaned"]
+    assert not any(fake.admin.resources().values())

@@ -95,3 +95,21 @@ def test_the_api_setting_and_the_slice_type_choose_the_provider(monkeypatch: pyt
     assert provider.api_for(chosen, topology.parse_slice("tpu7x-16")).api == "tpu"  # refused later, in words
     with pytest.raises(Exception, match="unknown api 'gke'"):
         settings_mod.resolve(backend="fake", api="gke", env={})
+
+
+def test_where_no_api_is_chosen_both_are_opened_as_one(monkeypatch):
+    """No PODCTL_PROVIDER, --api, PODCTL_API or podctl.toml api: `both` (a slice found on
+    either API: providers/both_apis.py); any choice opens the chosen provider alone."""
+    import dataclasses
+
+    from podctl.base import settings as settings_mod
+
+    opened: list[str] = []  # the providers' names, in the order opened (each a stand-in here)
+    monkeypatch.setattr(provider, "opener", lambda name: (opened.append(name), memory_provider.open_memory)[1])
+    plain = settings_mod.Settings(backend="gcp", project="seam-project", zone="us-central1-c",
+                                  config_dir=Path("/nonexistent"), state_dir=Path("/nonexistent"))
+    provider.open_provider(plain, env={})
+    provider.open_provider(dataclasses.replace(plain, api="compute"), env={})
+    provider.open_provider(dataclasses.replace(plain, api="tpu"), env={})
+    provider.open_provider(plain, env={"PODCTL_PROVIDER": "cloud-tpu"})
+    assert opened == ["both", "compute", "cloud-tpu", "cloud-tpu"]

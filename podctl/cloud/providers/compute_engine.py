@@ -219,7 +219,7 @@ class ComputeEngine:
                 found.append(await self._slice(project, zone, mig))
         made = {mig.name for mig in listed}
         for template in templates:
-            owner = req.template_slice(template.description)
+            owner = names.template_slice(template.description)
             if owner is None or owner[1] != zone or owner[0] in made or names.template_name(owner[0]) != template.name:
                 continue
             found.append(_orphan(project, zone, owner[0], template))
