@@ -22,6 +22,7 @@ Every behaviour here has a row in fake/README.md with its source or "guess".
 
 from __future__ import annotations
 
+import copy
 import re
 import secrets
 import string
@@ -97,15 +98,19 @@ def _machine_types() -> dict[str, tuple[topology.Generation, int]]:
 
 
 def _operation(world: World, project: str, where: str, kind: str, target: str, *,
-               done: bool = True) -> dict[str, Any]:
+               done: bool = True, target_id: str = "") -> dict[str, Any]:
+    """A change's operation. As recorded, the first answer is always RUNNING (progress 0, no
+    endTime): DONE=True means it is DONE from the next read on, as the recorded template,
+    policy and MIG inserts and deletes were."""
     stamp = rfc3339(world.now())
     op_id = str(zlib.crc32(f"{target}{secrets.token_hex(4)}".encode()))
     name = f"operation-{int(world.now() * 1000)}-{secrets.token_hex(6)}"
     op: dict[str, Any] = {
         "kind": "compute#operation", "id": op_id, "name": name, "operationType": kind,
-        "targetLink": f"{BASE}/projects/{project}/{target}", "status": "DONE" if done else "RUNNING",
-        "progress": 100 if done else 0, "insertTime": stamp, "startTime": stamp,
-        "user": "fake-user@example.com", "selfLink": f"{BASE}/projects/{project}/{where}/operations/{name}"}
+        "targetLink": f"{BASE}/projects/{project}/{target}", "targetId": target_id or op_id,
+        "status": "DONE" if done else "RUNNING", "progress": 100 if done else 0, "insertTime": stamp,
+        "startTime": stamp, "user": "fake-user@example.com",
+        "selfLink": f"{BASE}/projects/{project}/{where}/operations/{name}"}
     if where.startswith("zones/"):
         op["zone"] = f"{BASE}/projects/{project}/{where}"
     elif where.startswith("regions/"):
@@ -113,7 +118,9 @@ def _operation(world: World, project: str, where: str, kind: str, target: str, *
     if done:
         op["endTime"] = stamp
     world.compute_ops[f"{project}/{where}/{name}"] = op
-    return op
+    first = {k: v for k, v in op.items() if k != "endTime"}
+    first.update(status="RUNNING", progress=0)
+    return first
 
 
 def finish_operation(world: World, key: str, error: tuple[str, str] | None = None) -> None:
@@ -123,7 +130,9 @@ def finish_operation(world: World, key: str, error: tuple[str, str] | None = Non
     op.update(status="DONE", progress=100, endTime=rfc3339(world.now()))
     if error:
         op["error"] = {"errors": [{"code": error[0], "message": error[1]}]}
-        op["httpErrorStatusCode"], op["httpErrorMessage"] = 400, "BAD REQUEST"
+        # a stockout is 503 (as Compute Engine's operations report it), anything else 400
+        status = (503, "SERVICE UNAVAILABLE") if error[0].startswith(STOCKOUT) else (400, "BAD REQUEST")
+        op["httpErrorStatusCode"], op["httpErrorMessage"] = status
 
 
 # ---- instance templates (global) -----------------------------------------------------------
@@ -155,9 +164,35 @@ def _insert_template(world: World, project: str, body: dict[str, Any]) -> dict[s
         raise _invalid("resource.properties.scheduling.provisioningModel", f"'{model}'")
     template = {"kind": "compute#instanceTemplate", "name": name, "id": str(secrets.randbelow(2**62)),
                 "creationTimestamp": rfc3339(world.now()), "description": body.get("description", ""),
-                "properties": props, "selfLink": f"{BASE}/projects/{project}/global/instanceTemplates/{name}"}
+                "properties": _filled_in(props),
+                "selfLink": f"{BASE}/projects/{project}/global/instanceTemplates/{name}"}
     world.templates[key] = template
-    return _operation(world, project, "global", "insert", f"global/instanceTemplates/{name}")
+    return _operation(world, project, "global", "compute.instanceTemplates.insert",
+                      f"global/instanceTemplates/{name}", target_id=template["id"])
+
+
+def _filled_in(asked: dict[str, Any]) -> dict[str, Any]:
+    """A template's properties as Compute Engine keeps them: what was asked and what the
+    server adds (the recorded instanceTemplates.get: disks' deviceName, index, kind, mode,
+    type, interface; metadata's kind and fingerprint; an interface's name and kind;
+    scheduling's automaticRestart, onHostMaintenance and preemptible)."""
+    props = copy.deepcopy(asked)
+    for i, disk in enumerate(props.get("disks") or []):
+        disk.setdefault("deviceName", "boot" if disk.get("boot") else f"persistent-disk-{i}")
+        for key, value in (("index", i), ("kind", "compute#attachedDisk"), ("mode", "READ_WRITE"),
+                           ("type", "PERSISTENT"), ("interface", "SCSI")):
+            disk.setdefault(key, value)
+    metadata = props.setdefault("metadata", {})
+    metadata.update(kind="compute#metadata", fingerprint=str(zlib.crc32(repr(metadata.get("items")).encode())))
+    for i, nic in enumerate(props.get("networkInterfaces") or []):
+        nic.setdefault("name", f"nic{i}")
+        nic["kind"] = "compute#networkInterface"
+    scheduling = props.setdefault("scheduling", {})
+    model = scheduling.get("provisioningModel", "STANDARD")
+    scheduling.setdefault("automaticRestart", model == "STANDARD")
+    scheduling.setdefault("onHostMaintenance", "TERMINATE")  # TPU VMs cannot live-migrate
+    scheduling.setdefault("preemptible", False)
+    return props
 
 
 def _delete_template(world: World, project: str, name: str) -> dict[str, Any]:
@@ -169,8 +204,9 @@ def _delete_template(world: World, project: str, name: str) -> dict[str, Any]:
                 None)
     if user:
         raise _in_use(path, _tail(user))
-    del world.templates[key]
-    return _operation(world, project, "global", "delete", f"global/instanceTemplates/{name}")
+    gone = world.templates.pop(key)
+    return _operation(world, project, "global", "compute.instanceTemplates.delete",
+                      f"global/instanceTemplates/{name}", target_id=gone["id"])
 
 
 # ---- resource policies (regional): the workload policy ---------------------------------------
@@ -204,7 +240,8 @@ def _insert_policy(world: World, project: str, region: str, body: dict[str, Any]
               "workloadPolicy": workload,
               "selfLink": f"{BASE}/projects/{project}/regions/{region}/resourcePolicies/{name}"}
     world.policies[key] = policy
-    return _operation(world, project, f"regions/{region}", "insert", f"regions/{region}/resourcePolicies/{name}")
+    return _operation(world, project, f"regions/{region}", "insert", f"regions/{region}/resourcePolicies/{name}",
+                      target_id=policy["id"])
 
 
 def _delete_policy(world: World, project: str, region: str, name: str) -> dict[str, Any]:
@@ -216,8 +253,9 @@ def _delete_policy(world: World, project: str, region: str, name: str) -> dict[s
                  if _tail((m.get("resourcePolicies") or {}).get("workloadPolicy", "")) == _tail(path)), None)
     if user:
         raise _in_use(path, _tail(user))
-    del world.policies[key]
-    return _operation(world, project, f"regions/{region}", "delete", f"regions/{region}/resourcePolicies/{name}")
+    gone = world.policies.pop(key)
+    return _operation(world, project, f"regions/{region}", "delete", f"regions/{region}/resourcePolicies/{name}",
+                      target_id=gone["id"])
 
 
 # ---- managed instance groups ------------------------------------------------------------------
@@ -291,12 +329,14 @@ def _insert_mig(world: World, project: str, zone: str, body: dict[str, Any]) -> 
            "instanceTemplate": template["selfLink"], "targetSize": size,
            "zone": f"{BASE}/projects/{project}/zones/{zone}", "description": body.get("description", ""),
            "selfLink": f"{BASE}/projects/{project}/zones/{zone}/instanceGroupManagers/{name}",
+           "instanceGroup": f"{BASE}/projects/{project}/zones/{zone}/instanceGroups/{name}",
+           "fingerprint": secrets.token_urlsafe(8),
            "_slice": sliced.name, "_topology": sliced.topology, "_instances": []}
     if policy_link:
         mig["resourcePolicies"] = {"workloadPolicy": policy["selfLink"] if policy else policy_link}
     world.migs[key] = mig
     op = _operation(world, project, f"zones/{zone}", "insert",
-                    f"zones/{zone}/instanceGroupManagers/{name}", done=False)
+                    f"zones/{zone}/instanceGroupManagers/{name}", done=False, target_id=mig["id"])
     world.schedule(MIG_SETTLE, "compute_op_done", f"{project}/zones/{zone}/{op['name']}")
     if size:
         _make_vms(world, mig, project, zone, size)
@@ -356,7 +396,7 @@ def _as_node(props: dict[str, Any]) -> dict[str, Any]:
 def _delete_mig(world: World, project: str, zone: str, name: str) -> dict[str, Any]:
     mig = _mig(world, project, zone, name)
     op = _operation(world, project, f"zones/{zone}", "delete",
-                    f"zones/{zone}/instanceGroupManagers/{name}", done=False)
+                    f"zones/{zone}/instanceGroupManagers/{name}", done=False, target_id=mig["id"])
     mig.setdefault("_delete_ops", []).append(f"{project}/zones/{zone}/{op['name']}")
     if not mig.get("_deleting"):
         mig["_deleting"] = True
@@ -386,7 +426,8 @@ def _resize(world: World, project: str, zone: str, name: str, size_text: str) ->
         world.nodes[key]["state"] = "DELETING"
         world.schedule(world.timings.node_delete, "mig_vms_gone", key)
     mig["targetSize"] = size
-    return _operation(world, project, f"zones/{zone}", "resize", f"zones/{zone}/instanceGroupManagers/{name}")
+    return _operation(world, project, f"zones/{zone}", "resize", f"zones/{zone}/instanceGroupManagers/{name}",
+                      target_id=mig["id"])
 
 
 def _status(world: World, mig: dict[str, Any], project: str, zone: str) -> dict[str, Any]:
