@@ -52,6 +52,8 @@ class ComputeApi:
                                                           client_options=options)
         self.migs = compute_v1.InstanceGroupManagersClient(transport="rest", credentials=creds,
                                                            client_options=options)
+        self.resize_requests = compute_v1.InstanceGroupManagerResizeRequestsClient(
+            transport="rest", credentials=creds, client_options=options)
         self.instances = compute_v1.InstancesClient(transport="rest", credentials=creds, client_options=options)
         self.zone_ops = compute_v1.ZoneOperationsClient(transport="rest", credentials=creds,
                                                         client_options=options)
@@ -65,7 +67,7 @@ class ComputeApi:
                 session.hooks.setdefault("response", []).append(self._saw_date)
 
     def _clients(self) -> tuple[Any, ...]:
-        return (self.templates, self.policies, self.migs, self.instances, self.zone_ops,
+        return (self.templates, self.policies, self.migs, self.resize_requests, self.instances, self.zone_ops,
                 self.region_ops, self.global_ops)
 
     def _saw_date(self, response: Any, *args: Any, **kwargs: Any) -> None:

@@ -49,3 +49,8 @@ def template_name(name: str) -> str:
 
 def policy_name(name: str) -> str:
     return derived(name, "topo")
+
+
+def resize_request_name(name: str) -> str:
+    """The flex-start resize request of slice NAME (a sub-resource of its MIG)."""
+    return derived(name, "flex")

@@ -29,7 +29,7 @@ from typing import Any
 
 from podctl.base import topology
 from podctl.base.errors import InvalidSliceError
-from podctl.fake.api import compute_tpu, label_rules, node_fields, placement_check, queued, wire
+from podctl.fake.api import compute_flex, compute_tpu, label_rules, node_fields, placement_check, queued, wire
 from podctl.fake.api.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 from podctl.fake.api.node_fields import check_metadata
 from podctl.fake.vm import maintenance
@@ -138,7 +138,8 @@ class World:
             _, _, kind, target = heapq.heappop(self.events)
             _HANDLERS[kind](self, target)
             changed = True
-        return self._place_queued() or changed
+        placed = compute_flex.place(self)  # flex-start resize requests waiting for capacity
+        return self._place_queued() or placed or changed
 
     # ---- capacity and quota ------------------------------------------------
 
@@ -624,4 +625,5 @@ _HANDLERS: dict[str, Callable[[World, str], None]] = {
     **{kind: _queued_event(kind) for kind in ("qr_accepted", "qr_active", "qr_suspended", "qr_deleted")},
     **maintenance.HANDLERS,  # maintenance windows' start and end
     **compute_tpu.HANDLERS,  # MIGs' VMs made and removed, their operations done
+    **compute_flex.HANDLERS,  # flex-start VMs deleted at the end of their run duration
 }

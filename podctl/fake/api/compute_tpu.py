@@ -162,6 +162,17 @@ def _insert_template(world: World, project: str, body: dict[str, Any]) -> dict[s
     model = scheduling.get("provisioningModel", "STANDARD")
     if model not in ("STANDARD", "SPOT", "FLEX_START"):
         raise _invalid("resource.properties.scheduling.provisioningModel", f"'{model}'")
+    if model in ("SPOT", "FLEX_START") and scheduling.get("instanceTerminationAction") not in (None, "DELETE", "STOP"):
+        raise _invalid("resource.properties.scheduling.instanceTerminationAction",
+                       f"'{scheduling.get('instanceTerminationAction')}'")
+    if model == "FLEX_START":
+        if scheduling.get("instanceTerminationAction") != "DELETE":
+            raise _invalid("resource.properties.scheduling.instanceTerminationAction", "FLEX_START VMs "
+                           "need instanceTerminationAction DELETE")
+        affinity = (props.get("reservationAffinity") or {}).get("consumeReservationType", "NO_RESERVATION")
+        if affinity != "NO_RESERVATION":
+            raise _invalid("resource.properties.reservationAffinity", f"FLEX_START VMs consume no "
+                           f"reservation, not {affinity}")
     template = {"kind": "compute#instanceTemplate", "name": name, "id": str(secrets.randbelow(2**62)),
                 "creationTimestamp": rfc3339(world.now()), "description": body.get("description", ""),
                 "properties": _filled_in(props),
@@ -323,6 +334,7 @@ def _insert_mig(world: World, project: str, zone: str, body: dict[str, Any]) -> 
         if match and match.group(2) != zone.rsplit("-", 1)[0]:
             raise _invalid("resource.resourcePolicies.workloadPolicy", "the policy is in another region")
     sliced = _slice_of(world, project, zone, template, size, policy)
+    _no_flex_vms_but_by_request(template, size)
     base = str(body.get("baseInstanceName") or name)
     mig = {"kind": "compute#instanceGroupManager", "name": name, "id": str(secrets.randbelow(2**62)),
            "creationTimestamp": rfc3339(world.now()), "baseInstanceName": base,
@@ -341,6 +353,19 @@ def _insert_mig(world: World, project: str, zone: str, body: dict[str, Any]) -> 
     if size:
         _make_vms(world, mig, project, zone, size)
     return op
+
+
+def is_flex(template: dict[str, Any]) -> bool:
+    return (template["properties"].get("scheduling") or {}).get("provisioningModel") == "FLEX_START"
+
+
+def _no_flex_vms_but_by_request(template: dict[str, Any], size: int) -> None:
+    """A MIG of FLEX_START VMs is made (or resized) at 0; its VMs come by resize request
+    (compute_flex.py)."""
+    if size and is_flex(template):
+        raise _invalid("resource.targetSize", f"'{size}': the instance template's VMs are FLEX_START, "
+                       "which a MIG makes only through a resize request (targetSize 0, then "
+                       "instanceGroupManagerResizeRequests.insert)")
 
 
 def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: int) -> None:
@@ -419,6 +444,8 @@ def _resize(world: World, project: str, zone: str, name: str, size_text: str) ->
     if size not in (0, sliced.hosts):
         raise _invalid("size", f"a MIG of a {sliced.name} slice ({mig['_topology']}) takes 0 or "
                        f"{sliced.hosts} VMs, not {size}")
+    template = world.templates[_tail(mig["instanceTemplate"]).replace("/global/instanceTemplates/", "/")]
+    _no_flex_vms_but_by_request(template, size)
     key = node_name(project, zone, name)
     if size and key not in world.nodes:
         _make_vms(world, mig, project, zone, size)
