@@ -11,7 +11,7 @@ import asyncio
 import pytest
 import requests
 
-from podctl.base.errors import InvalidValueError
+from podctl.base.errors import InvalidValueError, StockoutError
 from podctl.cloud.connect import compute_engine_at
 from podctl.cloud.create import CreateRequest
 from podctl.cloud.types import SliceSpec
@@ -124,3 +124,38 @@ def test_what_compute_engine_has_no_form_for_is_refused_in_one_line(spec, placem
     with pytest.raises(InvalidValueError, match=words) as refused:
         req.plan_of(request)
     assert "\n" not in str(refused.value)
+
+
+def test_a_flex_start_mig_left_without_its_request_is_orphaned_and_gc_takes_it(fake, provider):
+    """A client killed between the MIG's insert and its resize request leaves a MIG of 0 VMs
+    that can never make one: listed ORPHANED, which gc counts dead, and deleted whole."""
+    from podctl.cloud import compute_requests as req
+    from podctl.policy.gc import dead_reason
+
+    plan = req.plan_of(_request("half", queued=True))
+    api = provider.api
+    api.templates.insert_unary(project=PROJECT, instance_template_resource=plan.template)
+    api.migs.insert_unary(project=PROJECT, zone=ZONE, instance_group_manager_resource=plan.mig)
+    [half] = asyncio.run(provider.list_slices(PARENT))
+    assert (half.name, half.state, half.billable) == ("half", "ORPHANED", False)
+    assert dead_reason(half, 0.0) == "ORPHANED"
+    asyncio.run(provider.delete(PARENT, half))
+    assert asyncio.run(provider.list_slices(PARENT)) == []
+
+
+def test_a_stockout_shows_on_each_managed_instance_and_ends_the_wait(fake, provider, http):
+    """No capacity for a MIG's VMs: each managed instance is CREATING with no instanceStatus
+    (the VM does not exist) and lastAttempt.errors ZONE_RESOURCE_POOL_EXHAUSTED; the slice is
+    STOCKOUT, and deleting it leaves nothing."""
+    fake.admin.inject("stockout", zone=ZONE)
+    asyncio.run(provider.create(_request("so", "tpu7x-16")))
+    managed = http("POST", f"zones/{ZONE}/instanceGroupManagers/so/listManagedInstances").json()["managedInstances"]
+    assert len(managed) == 2 and all("instanceStatus" not in m and m["currentAction"] == "CREATING" for m in managed)
+    codes = {e["code"] for m in managed for e in m["lastAttempt"]["errors"]["errors"]}
+    assert codes == {"ZONE_RESOURCE_POOL_EXHAUSTED"}
+    assert http("GET", f"zones/{ZONE}/instances/{managed[0]['name']}").status_code == 404
+    info = asyncio.run(provider.describe(PARENT, "so"))
+    assert info.state == "STOCKOUT" and "does not have enough resources" in (info.error or "")
+    with pytest.raises(StockoutError):
+        asyncio.run(provider.wait_ready(PARENT, "so", policy=FAST))
+    asyncio.run(provider.delete(PARENT, info))

@@ -222,14 +222,16 @@ class ComputeEngine:
 
     async def _flex_state(self, project: str, zone: str, name: str) -> tuple[str, str | None]:
         """A flex-start MIG with no VMs yet, by its resize request: WAITING_FOR_RESOURCES while
-        ACCEPTED, FAILED (with why) when it failed or was cancelled, CREATING otherwise."""
+        ACCEPTED, FAILED (with why) when it failed or was cancelled or its VMs' run ended,
+        ORPHANED without one, CREATING otherwise."""
         try:
             request = await self.api.call(
                 "instanceGroupManagerResizeRequests.get", f"reading {name}'s flex-start request",
                 self.api.resize_requests.get, project=project, zone=zone, instance_group_manager=name,
                 resize_request=names.resize_request_name(name))
-        except NotFoundError:
-            return "FAILED", "its flex-start resize request is gone (deleted, or never made)"
+        except NotFoundError:  # a half-made slice: gc's to remove (policy/gc.py DEAD_NODE_STATES)
+            return "ORPHANED", ("a flex-start MIG without its resize request (an `up` that did not "
+                                "finish, or the request was deleted): it can make no VM")
         if request.state == "ACCEPTED":  # Compute Engine's enums are strings on the wire and here
             return "WAITING_FOR_RESOURCES", None
         if request.state in ("FAILED", "CANCELLED"):

@@ -509,6 +509,9 @@ def _managed(world: World, mig: dict[str, Any], project: str, zone: str) -> list
                                else "STOPPING" if state == "DELETING" else "PROVISIONING"),
         }
         if node.get("_stockout"):
+            # the VM was never made: no instanceStatus ("empty when the instance does not
+            # exist", ManagedInstance.instanceStatus) and no id, only the MIG's attempt
+            del entry["instanceStatus"], entry["id"]
             entry["lastAttempt"] = {"errors": {"errors": [{"code": STOCKOUT, "message": (
                 f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available "
                 "to fulfill the request. Try a different zone, or try again later.")}]}}
@@ -520,7 +523,7 @@ def _instance(world: World, project: str, zone: str, name: str) -> tuple[dict[st
     for mig in world.migs.values():
         if name in mig["_instances"] and mig["zone"].endswith(f"/projects/{project}/zones/{zone}"):
             node = world.nodes.get(node_name(project, zone, mig["name"]))
-            if node is not None:
+            if node is not None and not node.get("_stockout"):  # a stocked-out VM does not exist
                 return node, mig["_instances"].index(name)
     raise _not_found(f"projects/{project}/zones/{zone}/instances/{name}")
 
