@@ -116,6 +116,8 @@ class World:
     # operations of those calls ("project/zones/Z|regions/R|global/operation-...").
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Compute Engine reservations ("project/zone/name"; compute_reservations.py)
+    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
     migs: dict[str, dict[str, Any]] = field(default_factory=dict)
     compute_ops: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -488,7 +490,7 @@ class World:
         """Everything that exists and may bill: what tests assert is empty at the end."""
         return {"nodes": sorted(self.nodes), "queued_resources": sorted(self.queued),
                 "migs": sorted(self.migs), "instance_templates": sorted(self.templates),
-                "resource_policies": sorted(self.policies)}
+                "resource_policies": sorted(self.policies), "reservations": sorted(self.reservations)}
 
     def _place_queued(self) -> bool:
         return queued.place_waiting(self)

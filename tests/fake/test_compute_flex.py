@@ -159,3 +159,45 @@ def test_a_stockout_shows_on_each_managed_instance_and_ends_the_wait(fake, provi
     with pytest.raises(StockoutError):
         asyncio.run(provider.wait_ready(PARENT, "so", policy=FAST))
     asyncio.run(provider.delete(PARENT, info))
+
+
+def test_a_reservation_by_name_must_exist_and_be_specific(fake, provider):
+    """--reservation NAME through Compute Engine: the template's reservationAffinity names it;
+    where no such reservation is in the zone, or it may not be targeted by name, the MIG makes
+    no VM and each managed instance's last attempt says why (the slice FAILED, the wait ends);
+    a specific reservation makes the slice."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from podctl.base.errors import SliceLostError
+    from podctl.cloud.placement import Placement
+
+    reservations = compute_v1.ReservationsClient(transport="rest", credentials=AnonymousCredentials(),
+                                                 client_options=ClientOptions(api_endpoint=fake.tpu_api_url))
+    for name, required in (("open", False), ("mine", True)):
+        reservations.insert(project=PROJECT, zone=ZONE, reservation_resource=compute_v1.Reservation(
+            name=name, specific_reservation_required=required,
+            specific_reservation=compute_v1.AllocationSpecificSKUReservation(
+                count=1, instance_properties=compute_v1.AllocationSpecificSKUAllocationReservedInstanceProperties(
+                    machine_type="tpu7x-standard-4t"))))
+
+    def make(slice_name: str, reservation: str) -> CreateRequest:
+        plain = _request(slice_name)
+        return CreateRequest(parent=plain.parent, name=plain.name, spec=plain.spec, labels=plain.labels,
+                             ssh_keys=plain.ssh_keys, placement=Placement(reservation=reservation))
+
+    for slice_name, reservation, words in (("nores", "missing", "do not exist"),
+                                           ("openres", "open", "specificReservationRequired is not set")):
+        asyncio.run(provider.create(make(slice_name, reservation)))
+        with pytest.raises(SliceLostError, match=words):
+            asyncio.run(provider.wait_ready(PARENT, slice_name, policy=FAST))
+        failed = asyncio.run(provider.describe(PARENT, slice_name))
+        assert failed.state == "FAILED" and "INVALID_FIELD_VALUE" in (failed.error or "")
+        asyncio.run(provider.delete(PARENT, failed))
+    asyncio.run(provider.create(make("res", "mine")))
+    info = asyncio.run(provider.wait_ready(PARENT, "res", policy=FAST))
+    assert info.ready and asyncio.run(provider.placement(PARENT, info)).reservation == "mine"
+    asyncio.run(provider.delete(PARENT, info))
+    for name in ("open", "mine"):
+        reservations.delete(project=PROJECT, zone=ZONE, reservation=name)

@@ -299,7 +299,7 @@ class ComputeEngine:
             info = await self.describe(parent, name)
             if info.state == "STOCKOUT":
                 raise StockoutError(f"{name}: {info.error}")
-            if info.state == "FAILED":
+            if info.state in ("FAILED", "ORPHANED"):
                 raise SliceLostError(f"{name}: {info.error}; `podctl down {name}`, then `podctl up` again.")
             if info.state == "DELETING":
                 raise SliceLostError(f"{name} is being deleted.")
@@ -411,7 +411,8 @@ def _orphan(project: str, zone: str, name: str, template: compute_v1.InstanceTem
 def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: list[Any],
            topologies: list[Any]) -> tuple[str, str | None]:
     """The slice's state in podctl's words (READY, CREATING, REPAIRING, DELETING, STOCKOUT,
-    FAILED) and, for the last two, why."""
+    FAILED: a topology that could not form, or VMs the MIG cannot make) and, for the last
+    two, why."""
     actions = {m.current_action for m in instances}
     if "DELETING" in actions or mig.current_actions.deleting:
         return "DELETING", None
@@ -422,6 +423,13 @@ def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: 
     errors = [e for m in instances for e in m.last_attempt.errors.errors]
     if any(e.code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED") for e in errors):
         return "STOCKOUT", "; ".join(dict.fromkeys(e.message for e in errors))
+    # Anything else the MIG's last attempt met (a reservation that does not exist, a quota)
+    # does not pass by waiting: the MIG would try again and again while `up` waited out
+    # its timeout. Rate limits do pass.
+    lasting = [e for e in errors if not e.code.startswith(("RATE_LIMIT", "RESOURCE_OPERATION_RATE"))]
+    if lasting:
+        return "FAILED", "its VMs cannot be made: " + "; ".join(
+            dict.fromkeys(f"{e.code}: {e.message}" for e in lasting))
     formed = all(t.state == "ACTIVE" for t in topologies)
     if instances and len(running) == len(instances) == mig.target_size and mig.status.is_stable and formed:
         return "READY", None

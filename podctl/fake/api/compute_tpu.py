@@ -45,6 +45,7 @@ _PROPERTY_FIELDS = {"machineType", "labels", "metadata", "scheduling", "networkI
                     "serviceAccounts", "tags", "disks", "reservationAffinity", "description"}
 _WORKLOAD_TYPES = {"HIGH_THROUGHPUT", "HIGH_AVAILABILITY"}
 STOCKOUT = "ZONE_RESOURCE_POOL_EXHAUSTED"  # a managed instance's lastAttempt error code
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 
 class ComputeError(Exception):
@@ -368,6 +369,29 @@ def _no_flex_vms_but_by_request(template: dict[str, Any], size: int) -> None:
                        "instanceGroupManagerResizeRequests.insert)")
 
 
+def reservation_refusal(world: World, project: str, zone: str, template: dict[str, Any]) -> dict[str, str] | None:
+    """Why TEMPLATE's VMs cannot be made in ZONE for its reservation affinity (an error of
+    a managed instance's lastAttempt), or None: a SPECIFIC_RESERVATION whose reservation
+    does not exist in the zone (compute_reservations.py keeps them), or one that may not
+    be targeted by name (its specificReservationRequired is not set)."""
+    affinity = template["properties"].get("reservationAffinity") or {}
+    if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
+        return None
+    named = str((affinity.get("values") or [""])[0])
+    owner = re.match(r"projects/([^/]+)/", named)
+    owner_project, short = (owner.group(1) if owner else project), named.rsplit("/", 1)[-1]
+    path = f"projects/{owner_project}/zones/{zone}/reservations/{short}"
+    said = (f"Invalid value for field 'resource.reservationAffinity': '{{  \"consumeReservationType\": "
+            f"\"SPECIFIC_ALLOCATION\",  \"key\": \"{RESERVATION_KEY}\",  \"values\": [\"{named}\"]}}'. ")
+    found = world.reservations.get(f"{owner_project}/{zone}/{short}")
+    if found is None:
+        return {"code": "INVALID_FIELD_VALUE", "message": f"{said}Specified reservations [{path}] do not exist."}
+    if not found["specificReservationRequired"]:
+        return {"code": "INVALID_FIELD_VALUE", "message": f"{said}Specified reservations [{path}] can not be "
+                "targeted as specificReservationRequired is not set"}
+    return None
+
+
 def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: int) -> None:
     """SIZE VMs of the MIG's slice, all at once (a TPU slice is made whole or not at all):
     RUNNING `timings.node_create` later where the zone has the chips, else left CREATING with
@@ -388,7 +412,10 @@ def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: 
         "runtimeVersion": sliced.generation.default_runtime_version, "_api": "compute", "_zone": zone,
         "_chips": sliced.chips, "_hosts": sliced.hosts, "_reserved": False, "_mig": mig["selfLink"],
     }
-    if sliced.chips <= world.free_chips(zone):
+    refused = reservation_refusal(world, project, zone, template)
+    if refused is not None:
+        node["_refused"] = refused  # its VMs are never made; each instance's lastAttempt says why
+    elif sliced.chips <= world.free_chips(zone):
         node["_reserved"] = True
         world.schedule(world.timings.node_create, "mig_vms_ready", node["name"])
     else:
@@ -508,6 +535,9 @@ def _managed(world: World, mig: dict[str, Any], project: str, zone: str) -> list
             "instanceStatus": ("RUNNING" if state == "READY" and not recreating
                                else "STOPPING" if state == "DELETING" else "PROVISIONING"),
         }
+        if node.get("_refused"):
+            del entry["instanceStatus"], entry["id"]
+            entry["lastAttempt"] = {"errors": {"errors": [node["_refused"]]}}
         if node.get("_stockout"):
             # the VM was never made: no instanceStatus ("empty when the instance does not
             # exist", ManagedInstance.instanceStatus) and no id, only the MIG's attempt
@@ -523,7 +553,7 @@ def _instance(world: World, project: str, zone: str, name: str) -> tuple[dict[st
     for mig in world.migs.values():
         if name in mig["_instances"] and mig["zone"].endswith(f"/projects/{project}/zones/{zone}"):
             node = world.nodes.get(node_name(project, zone, mig["name"]))
-            if node is not None and not node.get("_stockout"):  # a stocked-out VM does not exist
+            if node is not None and not node.get("_stockout") and not node.get("_refused"):  # never made
                 return node, mig["_instances"].index(name)
     raise _not_found(f"projects/{project}/zones/{zone}/instances/{name}")
 
