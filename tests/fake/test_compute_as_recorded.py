@@ -98,3 +98,55 @@ def test_a_missing_resource_is_the_recorded_404(http):
     assert error["errors"][0]["reason"] == "notFound"
     path = f"projects/{PROJECT}/zones/{ZONE}/instanceGroupManagers/nothing"
     assert error["message"] == f"The resource '{path}' was not found"
+
+
+def test_every_answer_of_the_fake_is_its_type_in_the_discovery_document(http, fake):
+    """Each of the fake's Compute Engine answers parses as google-cloud-compute's type for it
+    with unknown fields refused: no field the service does not have, none of a wrong type
+    (the library's types are generated from the discovery document). A flex-start MIG, its
+    resize request, a reservation, a running VM and its listing."""
+    from google.cloud import compute_v1
+
+    def strict(kind, answer) -> dict:
+        assert answer.status_code == 200, answer.text
+        kind.from_json(answer.text, ignore_unknown_fields=False)
+        return answer.json()
+
+    op = compute_v1.Operation
+    flex = {**TEMPLATE, "name": "fx-tpl", "properties": {**TEMPLATE["properties"], "scheduling": {
+        "provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE"}}}
+    strict(op, http("POST", "global/instanceTemplates", flex))
+    strict(compute_v1.InstanceTemplate, http("GET", "global/instanceTemplates/fx-tpl"))
+    strict(compute_v1.InstanceTemplateList, http("GET", "global/instanceTemplates"))
+    mig = {"name": "fx", "baseInstanceName": "fx", "targetSize": 0,
+           "instanceTemplate": f"projects/{PROJECT}/global/instanceTemplates/fx-tpl"}
+    strict(op, http("POST", f"zones/{ZONE}/instanceGroupManagers", mig))
+    requests_path = f"zones/{ZONE}/instanceGroupManagers/fx/resizeRequests"
+    made = strict(op, http("POST", requests_path, {"name": "fx-flex", "resizeBy": 1,
+                                                   "requestedRunDuration": {"seconds": "3600"}}))
+    strict(op, http("GET", made["selfLink"]))
+    strict(compute_v1.InstanceGroupManagerResizeRequest, http("GET", f"{requests_path}/fx-flex"))
+    strict(compute_v1.InstanceGroupManagerResizeRequestsListResponse, http("GET", requests_path))
+    fake.admin.advance(1000)  # placed, its VM made and running
+    strict(compute_v1.InstanceGroupManager, http("GET", f"zones/{ZONE}/instanceGroupManagers/fx"))
+    strict(compute_v1.InstanceGroupManagerList, http("GET", f"zones/{ZONE}/instanceGroupManagers"))
+    managed = strict(compute_v1.InstanceGroupManagersListManagedInstancesResponse,
+                     http("POST", f"zones/{ZONE}/instanceGroupManagers/fx/listManagedInstances"))
+    vm = managed["managedInstances"][0]["name"]
+    strict(compute_v1.Instance, http("GET", f"zones/{ZONE}/instances/{vm}"))
+    strict(compute_v1.GuestAttributes, http("GET", f"zones/{ZONE}/instances/{vm}/getGuestAttributes",
+                                            queryPath="podctl/"))
+    policy = {"name": "p", "workloadPolicy": {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x2"}}
+    strict(op, http("POST", f"regions/{REGION}/resourcePolicies", policy))
+    strict(compute_v1.ResourcePolicy, http("GET", f"regions/{REGION}/resourcePolicies/p"))
+    strict(compute_v1.ResourcePolicyList, http("GET", f"regions/{REGION}/resourcePolicies"))
+    strict(op, http("DELETE", f"regions/{REGION}/resourcePolicies/p"))
+    reservation = {"name": "r", "specificReservationRequired": True, "specificReservation": {
+        "count": "1", "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}
+    strict(op, http("POST", f"zones/{ZONE}/reservations", reservation))
+    strict(compute_v1.Reservation, http("GET", f"zones/{ZONE}/reservations/r"))
+    strict(compute_v1.ReservationList, http("GET", f"zones/{ZONE}/reservations"))
+    strict(op, http("DELETE", f"zones/{ZONE}/reservations/r"))
+    strict(op, http("DELETE", f"zones/{ZONE}/instanceGroupManagers/fx"))
+    fake.admin.advance(1000)
+    strict(op, http("DELETE", "global/instanceTemplates/fx-tpl"))

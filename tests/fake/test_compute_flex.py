@@ -149,7 +149,11 @@ def test_a_stockout_shows_on_each_managed_instance_and_ends_the_wait(fake, provi
     STOCKOUT, and deleting it leaves nothing."""
     fake.admin.inject("stockout", zone=ZONE)
     asyncio.run(provider.create(_request("so", "tpu7x-16")))
-    managed = http("POST", f"zones/{ZONE}/instanceGroupManagers/so/listManagedInstances").json()["managedInstances"]
+    from google.cloud import compute_v1
+
+    listed = http("POST", f"zones/{ZONE}/instanceGroupManagers/so/listManagedInstances")
+    compute_v1.InstanceGroupManagersListManagedInstancesResponse.from_json(listed.text, ignore_unknown_fields=False)
+    managed = listed.json()["managedInstances"]
     assert len(managed) == 2 and all("instanceStatus" not in m and m["currentAction"] == "CREATING" for m in managed)
     codes = {e["code"] for m in managed for e in m["lastAttempt"]["errors"]["errors"]}
     assert codes == {"ZONE_RESOURCE_POOL_EXHAUSTED"}
