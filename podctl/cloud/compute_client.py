@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -51,6 +52,8 @@ class ComputeApi:
                                                           client_options=options)
         self.migs = compute_v1.InstanceGroupManagersClient(transport="rest", credentials=creds,
                                                            client_options=options)
+        self.resize_requests = compute_v1.InstanceGroupManagerResizeRequestsClient(
+            transport="rest", credentials=creds, client_options=options)
         self.instances = compute_v1.InstancesClient(transport="rest", credentials=creds, client_options=options)
         self.zone_ops = compute_v1.ZoneOperationsClient(transport="rest", credentials=creds,
                                                         client_options=options)
@@ -64,7 +67,7 @@ class ComputeApi:
                 session.hooks.setdefault("response", []).append(self._saw_date)
 
     def _clients(self) -> tuple[Any, ...]:
-        return (self.templates, self.policies, self.migs, self.instances, self.zone_ops,
+        return (self.templates, self.policies, self.migs, self.resize_requests, self.instances, self.zone_ops,
                 self.region_ops, self.global_ops)
 
     def _saw_date(self, response: Any, *args: Any, **kwargs: Any) -> None:
@@ -99,7 +102,7 @@ class ComputeApi:
                         await running
                 raise
             except Exception as e:  # translated; nothing else escapes
-                raise translate(e, what) from e
+                raise compute_words(translate(e, what), e, what) from e
 
         return await self.retry.retrying(TransientError, asyncio.sleep)(once)
 
@@ -130,6 +133,33 @@ class ComputeApi:
         errors = list(op.error.errors) if op.error else []
         if errors:
             raise operation_error(errors, what)
+
+
+# Compute Engine's 403 names what is missing: "Required 'compute.instanceGroupManagers.create'
+# permission for 'projects/P/zones/Z/instanceGroupManagers/M'" (its usual wording).
+_REQUIRED = re.compile(r"Required '([a-zA-Z.]+)' permission for '(?:projects/)?([^/']+)")
+COMPUTE_ROLE = "roles/compute.instanceAdmin.v1"
+
+
+def compute_words(error: PodctlError, cause: BaseException, what: str) -> PodctlError:
+    """translate()'s error, worded for Compute Engine where translate() speaks of Cloud TPU:
+    a denied call names the permission and the Compute Instance Admin role, a disabled
+    service compute.googleapis.com."""
+    from podctl.base.errors import ApiDisabledError, PermissionDeniedError
+
+    text = str(getattr(cause, "message", "") or cause)
+    if isinstance(error, ApiDisabledError):
+        return ApiDisabledError("the Compute Engine API (compute.googleapis.com) is not enabled in the "
+                                "project: run `gcloud services enable compute.googleapis.com`, wait a "
+                                "minute, and retry.")
+    if isinstance(error, PermissionDeniedError):
+        found = _REQUIRED.search(text)
+        permission, project = (found.group(1), found.group(2)) if found else ("permission", "PROJECT")
+        return PermissionDeniedError(
+            f"{permission} denied while {what} (or project {project} does not exist): ask for the "
+            f"Compute Instance Admin role, `gcloud projects add-iam-policy-binding {project} "
+            f"--member=user:YOU --role={COMPUTE_ROLE}`, or check --project.")
+    return error
 
 
 def operation_error(errors: list[Any], what: str) -> PodctlError:

@@ -66,3 +66,8 @@ def template_slice(description: str) -> tuple[str, str] | None:
     """A podctl template's description -> (slice name, zone); None for any other."""
     found = _TEMPLATE_DESCRIPTION.fullmatch(description or "")
     return (found["name"], found["zone"]) if found else None
+
+
+def resize_request_name(name: str) -> str:
+    """The flex-start resize request of slice NAME (a sub-resource of its MIG)."""
+    return derived(name, "flex")

@@ -8,6 +8,20 @@ the watcher's startup-script, spot or flex-start) and, for a multi-host slice, a
 policy (`workloadPolicy: {type: HIGH_THROUGHPUT, acceleratorTopology: AxBxC}`) that forms
 the slice's ICI topology. A MIG has no labels of its own: podctl's are the template's (and
 so every VM's), and the policy names its slice in its description.
+
+Tiers, as Compute Engine has them (docs: "About resize requests in a MIG", "Flex-start
+VMs", `gcloud compute instance-groups managed resize-requests create`):
+    on-demand   STANDARD VMs; the MIG is made at the slice's VM count
+    --spot      scheduling.provisioningModel SPOT, instanceTerminationAction DELETE
+    --queued    flex-start: FLEX_START VMs (instanceTerminationAction DELETE, no reservation),
+                a MIG of 0 VMs, and one resize request of the slice's VM count that waits for
+                capacity and makes them all at once; they run for `requestedRunDuration`
+                (at most 7 days, FLEX_RUN_SECONDS here) and are then deleted by Google
+    --reservation NAME   reservationAffinity SPECIFIC_RESERVATION, the reservation's name
+    --reserved  reservationAffinity ANY_RESERVATION
+What has no Compute Engine form is refused in one line: --guaranteed, --valid-for (a resize
+request waits until capacity comes or it is deleted), --spot with --queued, a reservation
+with --queued, multislice.
 """
 
 from __future__ import annotations
@@ -18,7 +32,14 @@ from google.cloud import compute_v1
 
 from podctl.base import topology
 from podctl.base.errors import InvalidValueError
-from podctl.cloud.compute_names import parse_parent, policy_name, region_of, template_description, template_name
+from podctl.cloud.compute_names import (
+    parse_parent,
+    policy_name,
+    region_of,
+    resize_request_name,
+    template_description,
+    template_name,
+)
 from podctl.cloud.create import CreateRequest
 
 WORKLOAD_TYPE = "HIGH_THROUGHPUT"
@@ -26,6 +47,10 @@ WORKLOAD_TYPE = "HIGH_THROUGHPUT"
 # bring their own Python environment (a guess until checked against Google's TPU VM images).
 BOOT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
 POLICY_DESCRIPTION = "podctl workload policy of slice "  # + the slice's name
+# A flex-start resize request's requestedRunDuration: Compute Engine takes 10 minutes to 7
+# days (gcloud's --requested-run-duration) and deletes the VMs at its end; podctl asks for
+# the most, and a budget (--max-hours) deletes the slice sooner.
+FLEX_RUN_SECONDS = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -38,6 +63,9 @@ class SlicePlan:
     template: compute_v1.InstanceTemplate
     policy: compute_v1.ResourcePolicy | None  # None: a single-host slice needs none
     mig: compute_v1.InstanceGroupManager
+    # flex-start: the resize request that makes the MIG's VMs once capacity comes (the MIG
+    # itself is made at 0 VMs); None for every other tier
+    resize: compute_v1.InstanceGroupManagerResizeRequest | None = None
 
     @property
     def region(self) -> str:
@@ -58,10 +86,7 @@ def template_of(request: CreateRequest) -> compute_v1.InstanceTemplate:
     """The instance template of REQUEST's slice: TPU machine type, labels, metadata
     (ssh-keys, startup-script, podctl's keys), tier and placement."""
     spec, placement = request.spec, request.placement
-    if spec.queued or spec.num_slices > 1:
-        raise InvalidValueError("queued resources and multislice are Cloud TPU API requests; through "
-                                "Compute Engine ask for one slice without --queued (flex-start and "
-                                "reservations are its queue).")
+    _refuse_what_compute_engine_lacks(request)
     props = compute_v1.InstanceProperties(
         machine_type=machine_type(spec.slice_type),
         labels=dict(request.labels),
@@ -74,6 +99,11 @@ def template_of(request: CreateRequest) -> compute_v1.InstanceTemplate:
     if spec.tier == "spot":
         props.scheduling = compute_v1.Scheduling(provisioning_model="SPOT",
                                                  instance_termination_action="DELETE")
+    elif spec.queued:  # flex-start (the template flags of "Create resize requests in a MIG")
+        props.scheduling = compute_v1.Scheduling(provisioning_model="FLEX_START",
+                                                 instance_termination_action="DELETE",
+                                                 on_host_maintenance="TERMINATE", automatic_restart=False)
+        props.reservation_affinity = compute_v1.ReservationAffinity(consume_reservation_type="NO_RESERVATION")
     if placement.service_account or placement.scopes:
         scopes = [s if "/" in s else f"https://www.googleapis.com/auth/{s}" for s in placement.scopes]
         props.service_accounts = [compute_v1.ServiceAccount(
@@ -92,8 +122,26 @@ def template_of(request: CreateRequest) -> compute_v1.InstanceTemplate:
                                        description=template_description(request.name, zone, spec.describe()))
 
 
-# A template's description names its slice and zone (a template is global): gc finds a
-# template whose MIG was never made (a killed `up`) by it and podctl's labels.
+def _refuse_what_compute_engine_lacks(request: CreateRequest) -> None:
+    spec, placement = request.spec, request.placement
+    if spec.num_slices > 1:
+        raise InvalidValueError("multislice is a Cloud TPU API request (queued resources); through "
+                                "Compute Engine ask for one slice (--num-slices 1), or use --api tpu.")
+    if spec.tier == "guaranteed":
+        raise InvalidValueError("--guaranteed is a Cloud TPU queued-resource tier; Compute Engine has "
+                                "flex-start (--queued) and reservations (--reservation NAME) instead.")
+    if spec.queued and spec.tier == "spot":
+        raise InvalidValueError("--spot with --queued: on Compute Engine --queued is flex-start, its "
+                                "own provisioning model; choose one.")
+    if spec.queued and spec.valid_for_seconds is not None:
+        raise InvalidValueError("--valid-for has no Compute Engine form: a flex-start resize request "
+                                "waits until capacity comes or the slice is deleted; drop --valid-for "
+                                "and bound the wait with --timeout.")
+    if spec.queued and (placement.reservation or placement.reserved):
+        raise InvalidValueError("flex-start VMs (--queued) consume no reservation on Compute Engine; "
+                                "drop --queued to use the reservation.")
+
+
 def _interface(network: str | None, subnetwork: str | None, internal: bool) -> compute_v1.NetworkInterface:
     interface = compute_v1.NetworkInterface(network=f"global/networks/{network or 'default'}")
     if subnetwork:
@@ -114,14 +162,21 @@ def plan_of(request: CreateRequest) -> SlicePlan:
             name=policy_name(request.name), description=POLICY_DESCRIPTION + request.name,
             workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
                 type_=WORKLOAD_TYPE, accelerator_topology=slice_type.topology))
+    flex = request.spec.queued
     mig = compute_v1.InstanceGroupManager(
-        name=request.name, base_instance_name=request.name, target_size=slice_type.hosts,
+        name=request.name, base_instance_name=request.name, target_size=0 if flex else slice_type.hosts,
         instance_template=f"projects/{project}/global/instanceTemplates/{template.name}",
         description=f"podctl {request.spec.describe()}")
     if policy is not None:
         mig.resource_policies = compute_v1.InstanceGroupManagerResourcePolicies(
             workload_policy=f"projects/{project}/regions/{region_of(zone)}/resourcePolicies/{policy.name}")
-    return SlicePlan(project, zone, request.name, template, policy, mig)
+    resize = None
+    if flex:
+        resize = compute_v1.InstanceGroupManagerResizeRequest(
+            name=resize_request_name(request.name), resize_by=slice_type.hosts,
+            requested_run_duration=compute_v1.Duration(seconds=FLEX_RUN_SECONDS),
+            description=f"podctl flex-start of slice {request.name}")
+    return SlicePlan(project, zone, request.name, template, policy, mig, resize)
 
 
 def slice_of(machine: str, accelerator_topology: str | None) -> topology.SliceType:

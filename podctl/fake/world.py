@@ -29,7 +29,7 @@ from typing import Any
 
 from podctl.base import topology
 from podctl.base.errors import InvalidSliceError
-from podctl.fake.api import compute_tpu, label_rules, node_fields, placement_check, queued, wire
+from podctl.fake.api import compute_flex, compute_tpu, label_rules, node_fields, placement_check, queued, wire
 from podctl.fake.api.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 from podctl.fake.api.node_fields import check_metadata
 from podctl.fake.vm import maintenance
@@ -116,6 +116,8 @@ class World:
     # operations of those calls ("project/zones/Z|regions/R|global/operation-...").
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Compute Engine reservations ("project/zone/name"; compute_reservations.py)
+    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
     migs: dict[str, dict[str, Any]] = field(default_factory=dict)
     compute_ops: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -138,7 +140,8 @@ class World:
             _, _, kind, target = heapq.heappop(self.events)
             _HANDLERS[kind](self, target)
             changed = True
-        return self._place_queued() or changed
+        placed = compute_flex.place(self)  # flex-start resize requests waiting for capacity
+        return self._place_queued() or placed or changed
 
     # ---- capacity and quota ------------------------------------------------
 
@@ -487,7 +490,7 @@ class World:
         """Everything that exists and may bill: what tests assert is empty at the end."""
         return {"nodes": sorted(self.nodes), "queued_resources": sorted(self.queued),
                 "migs": sorted(self.migs), "instance_templates": sorted(self.templates),
-                "resource_policies": sorted(self.policies)}
+                "resource_policies": sorted(self.policies), "reservations": sorted(self.reservations)}
 
     def _place_queued(self) -> bool:
         return queued.place_waiting(self)
@@ -624,4 +627,5 @@ _HANDLERS: dict[str, Callable[[World, str], None]] = {
     **{kind: _queued_event(kind) for kind in ("qr_accepted", "qr_active", "qr_suspended", "qr_deleted")},
     **maintenance.HANDLERS,  # maintenance windows' start and end
     **compute_tpu.HANDLERS,  # MIGs' VMs made and removed, their operations done
+    **compute_flex.HANDLERS,  # flex-start VMs deleted at the end of their run duration
 }

@@ -54,6 +54,7 @@ Keep = Callable[[SliceInfo], Awaitable["str | None"]]  # why INFO must stay, or 
 Notice = Callable[[str], None]
 
 # ORPHANED: a Compute Engine slice's template (and policy) whose MIG an `up` never made
+# (or a flex-start MIG whose resize request it never made: no VM can come of it)
 DEAD_NODE_STATES = {"PREEMPTED", "TERMINATED", "ORPHANED"}
 
 

@@ -43,6 +43,17 @@ def test_a_single_host_slice_needs_no_policy_and_spot_is_the_templates_provision
     assert plan.template.properties.scheduling.provisioning_model == "SPOT"
 
 
+def test_queued_is_flex_start_a_mig_of_none_and_a_resize_request_of_the_slice():
+    plan = req.plan_of(_request("tpu7x-128", queued=True))
+    scheduling = plan.template.properties.scheduling
+    assert (scheduling.provisioning_model, scheduling.instance_termination_action) == ("FLEX_START", "DELETE")
+    assert plan.template.properties.reservation_affinity.consume_reservation_type == "NO_RESERVATION"
+    assert plan.mig.target_size == 0 and plan.resize is not None
+    assert (plan.resize.name, plan.resize.resize_by) == ("iw-flex", 16)
+    assert plan.resize.requested_run_duration.seconds == req.FLEX_RUN_SECONDS == 7 * 24 * 3600
+    assert req.plan_of(_request("tpu7x-128")).resize is None
+
+
 def test_placement_becomes_the_templates_network_account_tags_and_reservation():
     request = _request("v5p-16")
     placed = CreateRequest(parent=request.parent, name=request.name, spec=request.spec, labels={},
@@ -59,7 +70,7 @@ def test_placement_becomes_the_templates_network_account_tags_and_reservation():
 
 @pytest.mark.parametrize("slice_type, spec, words", [
     ("v4-8", {}, "Compute Engine makes no TPU v4 VMs"),
-    ("v5p-16", {"queued": True}, "without --queued"),
+    ("v5p-16", {"queued": True, "tier": "guaranteed"}, "--guaranteed is a Cloud TPU queued-resource tier"),
 ])
 def test_what_compute_engine_does_not_take_is_refused_in_words(slice_type, spec, words):
     with pytest.raises(InvalidValueError, match=words):

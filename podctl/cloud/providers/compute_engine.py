@@ -6,9 +6,13 @@ template and, when multi-host, a workload policy that forms its ICI topology
     create:   template -> workload policy -> MIG of the slice's VM count (a failure part
               way deletes what this call made; a client killed part way leaves a template
               or policy that `podctl gc` finds by podctl's labels and description)
+              flex-start (--queued): the MIG is made at 0 VMs, its insert waited for, then
+              one resize request of the slice's VM count, which waits for capacity
     ready:    every managed instance RUNNING with no action, the MIG stable, and its
               accelerator topology ACTIVE; an instance's stockout error ends the wait
-              (StockoutError), a topology that FAILED too (SliceLostError)
+              (StockoutError), a topology that FAILED too (SliceLostError); a flex-start
+              slice WAITING_FOR_RESOURCES while its resize request is ACCEPTED, FAILED with
+              the request's error
     delete:   the MIG (its VMs with it), waited for, then its template and policy
 
 The steps see a slice as one node NAME (the MIG), whose hosts are its instances in name
@@ -119,19 +123,35 @@ class ComputeEngine:
                 made.append(("policy", str(plan.policy.name)))
                 await self.api.until_done(plan.project, f"regions/{plan.region}", op,
                                           f"creating policy {plan.policy.name}")
-            await self.api.call("instanceGroupManagers.insert", f"creating MIG {plan.name}",
-                                self.api.migs.insert_unary, project=plan.project, zone=plan.zone,
-                                instance_group_manager_resource=plan.mig, mutates=True)
+            op = await self.api.call("instanceGroupManagers.insert", f"creating MIG {plan.name}",
+                                     self.api.migs.insert_unary, project=plan.project, zone=plan.zone,
+                                     instance_group_manager_resource=plan.mig, mutates=True)
+            if plan.resize is not None:  # flex-start: the MIG must exist before its resize request
+                made.append(("mig", plan.name))
+                await self.api.until_done(plan.project, f"zones/{plan.zone}", op, f"creating MIG {plan.name}")
+                op = await self.api.call(
+                    "instanceGroupManagerResizeRequests.insert", f"asking for {plan.name}'s flex-start VMs",
+                    self.api.resize_requests.insert_unary, project=plan.project, zone=plan.zone,
+                    instance_group_manager=plan.name, instance_group_manager_resize_request_resource=plan.resize,
+                    mutates=True)
+                await self.api.until_done(plan.project, f"zones/{plan.zone}", op,
+                                          f"asking for {plan.name}'s flex-start VMs")
         except BaseException:
             with contextlib.suppress(PodctlError):
-                await asyncio.shield(self._remove(plan.project, plan.region, made))
+                await asyncio.shield(self._remove(plan.project, plan.region, made, plan.zone))
             raise
         return Creation(request.name, "node", None)
 
-    async def _remove(self, project: str, region: str, made: list[tuple[str, str]]) -> None:
+    async def _remove(self, project: str, region: str, made: list[tuple[str, str]], zone: str = "") -> None:
         for kind, name in reversed(made):
             try:
-                if kind == "template":
+                if kind == "mig":
+                    op = await self.api.call("instanceGroupManagers.delete", f"deleting MIG {name}",
+                                             self.api.migs.delete_unary, project=project, zone=zone,
+                                             instance_group_manager=name, mutates=True)
+                    await self.api.until_done(project, f"zones/{zone}", op, f"deleting MIG {name}",
+                                              timeout=DELETE_TIMEOUT)
+                elif kind == "template":
                     op = await self.api.call("instanceTemplates.delete", f"deleting template {name}",
                                              self.api.templates.delete_unary, project=project,
                                              instance_template=name, mutates=True)
@@ -176,6 +196,9 @@ class ComputeEngine:
         shape = topologies[0].accelerator_topology if topologies else None
         sliced = req.slice_of(template.properties.machine_type.rsplit("/", 1)[-1], shape)
         state, error = _state(mig, instances, running, topologies)
+        flex = template.properties.scheduling.provisioning_model == "FLEX_START"
+        if flex and state == "CREATING" and not instances:
+            state, error = await self._flex_state(project, zone, mig.name)
         hosts = []
         for worker, m in enumerate(instances):
             vm = by_name.get(m.name)
@@ -196,6 +219,27 @@ class ComputeEngine:
                          accelerator_type=sliced.name, topology=sliced.topology, num_slices=1,
                          tier="spot" if spot else "on-demand", created=created, labels=labels,
                          nodes=(node,), error=error, runtime_version="", api=API)
+
+    async def _flex_state(self, project: str, zone: str, name: str) -> tuple[str, str | None]:
+        """A flex-start MIG with no VMs yet, by its resize request: WAITING_FOR_RESOURCES while
+        ACCEPTED, FAILED (with why) when it failed or was cancelled or its VMs' run ended,
+        ORPHANED without one, CREATING otherwise."""
+        try:
+            request = await self.api.call(
+                "instanceGroupManagerResizeRequests.get", f"reading {name}'s flex-start request",
+                self.api.resize_requests.get, project=project, zone=zone, instance_group_manager=name,
+                resize_request=names.resize_request_name(name))
+        except NotFoundError:  # a half-made slice: gc's to remove (policy/gc.py DEAD_NODE_STATES)
+            return "ORPHANED", ("a flex-start MIG without its resize request (an `up` that did not "
+                                "finish, or the request was deleted): it can make no VM")
+        if request.state == "ACCEPTED":  # Compute Engine's enums are strings on the wire and here
+            return "WAITING_FOR_RESOURCES", None
+        if request.state in ("FAILED", "CANCELLED"):
+            said = "; ".join(f"{e.code}: {e.message}" for e in request.status.error.errors)
+            return "FAILED", f"its flex-start resize request {request.state} ({said or 'no reason given'})"
+        if request.state == "SUCCEEDED":  # its VMs were made, and are gone: the run time ended
+            return "FAILED", "its flex-start VMs were deleted at the end of their run duration"
+        return "CREATING", None
 
     async def find(self, parent: str, name: str) -> SliceInfo | None:
         try:
@@ -255,7 +299,7 @@ class ComputeEngine:
             info = await self.describe(parent, name)
             if info.state == "STOCKOUT":
                 raise StockoutError(f"{name}: {info.error}")
-            if info.state == "FAILED":
+            if info.state in ("FAILED", "ORPHANED"):
                 raise SliceLostError(f"{name}: {info.error}; `podctl down {name}`, then `podctl up` again.")
             if info.state == "DELETING":
                 raise SliceLostError(f"{name} is being deleted.")
@@ -367,7 +411,8 @@ def _orphan(project: str, zone: str, name: str, template: compute_v1.InstanceTem
 def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: list[Any],
            topologies: list[Any]) -> tuple[str, str | None]:
     """The slice's state in podctl's words (READY, CREATING, REPAIRING, DELETING, STOCKOUT,
-    FAILED) and, for the last two, why."""
+    FAILED: a topology that could not form, or VMs the MIG cannot make) and, for the last
+    two, why."""
     actions = {m.current_action for m in instances}
     if "DELETING" in actions or mig.current_actions.deleting:
         return "DELETING", None
@@ -378,6 +423,13 @@ def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: 
     errors = [e for m in instances for e in m.last_attempt.errors.errors]
     if any(e.code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED") for e in errors):
         return "STOCKOUT", "; ".join(dict.fromkeys(e.message for e in errors))
+    # Anything else the MIG's last attempt met (a reservation that does not exist, a quota)
+    # does not pass by waiting: the MIG would try again and again while `up` waited out
+    # its timeout. Rate limits do pass.
+    lasting = [e for e in errors if not e.code.startswith(("RATE_LIMIT", "RESOURCE_OPERATION_RATE"))]
+    if lasting:
+        return "FAILED", "its VMs cannot be made: " + "; ".join(
+            dict.fromkeys(f"{e.code}: {e.message}" for e in lasting))
     formed = all(t.state == "ACTIVE" for t in topologies)
     if instances and len(running) == len(instances) == mig.target_size and mig.status.is_stable and formed:
         return "READY", None

@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from podctl.fake.api import compute_tpu, vpc
+from podctl.fake.api import compute_flex, compute_reservations, compute_tpu, vpc
 from podctl.fake.world import World
 
 _BASE = "https://www.googleapis.com/compute/v1"
@@ -142,7 +142,9 @@ def answer(world: World, method: str, tail: str, query: Any, body: Any = None) -
         return _not_found(tail)
     project, rest = match.groups()
     try:
-        served = compute_tpu.answer(world, method, project, rest, query, body)
+        served = (compute_flex.serve(world, method, project, rest, body)
+                  or compute_reservations.serve(world, method, project, rest, body)
+                  or compute_tpu.answer(world, method, project, rest, query, body))
     except compute_tpu.ComputeError as e:
         return web.json_response(e.body(), status=e.code)
     if served is not None:

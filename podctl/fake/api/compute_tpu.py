@@ -22,6 +22,7 @@ Every behaviour here has a row in fake/README.md with its source or "guess".
 
 from __future__ import annotations
 
+import copy
 import re
 import secrets
 import string
@@ -44,6 +45,7 @@ _PROPERTY_FIELDS = {"machineType", "labels", "metadata", "scheduling", "networkI
                     "serviceAccounts", "tags", "disks", "reservationAffinity", "description"}
 _WORKLOAD_TYPES = {"HIGH_THROUGHPUT", "HIGH_AVAILABILITY"}
 STOCKOUT = "ZONE_RESOURCE_POOL_EXHAUSTED"  # a managed instance's lastAttempt error code
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 
 class ComputeError(Exception):
@@ -97,15 +99,19 @@ def _machine_types() -> dict[str, tuple[topology.Generation, int]]:
 
 
 def _operation(world: World, project: str, where: str, kind: str, target: str, *,
-               done: bool = True) -> dict[str, Any]:
+               done: bool = True, target_id: str = "") -> dict[str, Any]:
+    """A change's operation. As recorded, the first answer is always RUNNING (progress 0, no
+    endTime): DONE=True means it is DONE from the next read on, as the recorded template,
+    policy and MIG inserts and deletes were."""
     stamp = rfc3339(world.now())
     op_id = str(zlib.crc32(f"{target}{secrets.token_hex(4)}".encode()))
     name = f"operation-{int(world.now() * 1000)}-{secrets.token_hex(6)}"
     op: dict[str, Any] = {
         "kind": "compute#operation", "id": op_id, "name": name, "operationType": kind,
-        "targetLink": f"{BASE}/projects/{project}/{target}", "status": "DONE" if done else "RUNNING",
-        "progress": 100 if done else 0, "insertTime": stamp, "startTime": stamp,
-        "user": "fake-user@example.com", "selfLink": f"{BASE}/projects/{project}/{where}/operations/{name}"}
+        "targetLink": f"{BASE}/projects/{project}/{target}", "targetId": target_id or op_id,
+        "status": "DONE" if done else "RUNNING", "progress": 100 if done else 0, "insertTime": stamp,
+        "startTime": stamp, "user": "fake-user@example.com",
+        "selfLink": f"{BASE}/projects/{project}/{where}/operations/{name}"}
     if where.startswith("zones/"):
         op["zone"] = f"{BASE}/projects/{project}/{where}"
     elif where.startswith("regions/"):
@@ -113,7 +119,9 @@ def _operation(world: World, project: str, where: str, kind: str, target: str, *
     if done:
         op["endTime"] = stamp
     world.compute_ops[f"{project}/{where}/{name}"] = op
-    return op
+    first = {k: v for k, v in op.items() if k != "endTime"}
+    first.update(status="RUNNING", progress=0)
+    return first
 
 
 def finish_operation(world: World, key: str, error: tuple[str, str] | None = None) -> None:
@@ -123,7 +131,9 @@ def finish_operation(world: World, key: str, error: tuple[str, str] | None = Non
     op.update(status="DONE", progress=100, endTime=rfc3339(world.now()))
     if error:
         op["error"] = {"errors": [{"code": error[0], "message": error[1]}]}
-        op["httpErrorStatusCode"], op["httpErrorMessage"] = 400, "BAD REQUEST"
+        # a stockout is 503 (as Compute Engine's operations report it), anything else 400
+        status = (503, "SERVICE UNAVAILABLE") if error[0].startswith(STOCKOUT) else (400, "BAD REQUEST")
+        op["httpErrorStatusCode"], op["httpErrorMessage"] = status
 
 
 # ---- instance templates (global) -----------------------------------------------------------
@@ -153,11 +163,48 @@ def _insert_template(world: World, project: str, body: dict[str, Any]) -> dict[s
     model = scheduling.get("provisioningModel", "STANDARD")
     if model not in ("STANDARD", "SPOT", "FLEX_START"):
         raise _invalid("resource.properties.scheduling.provisioningModel", f"'{model}'")
+    if model in ("SPOT", "FLEX_START") and scheduling.get("instanceTerminationAction") not in (None, "DELETE", "STOP"):
+        raise _invalid("resource.properties.scheduling.instanceTerminationAction",
+                       f"'{scheduling.get('instanceTerminationAction')}'")
+    if model == "FLEX_START":
+        if scheduling.get("instanceTerminationAction") != "DELETE":
+            raise _invalid("resource.properties.scheduling.instanceTerminationAction", "FLEX_START VMs "
+                           "need instanceTerminationAction DELETE")
+        affinity = (props.get("reservationAffinity") or {}).get("consumeReservationType", "NO_RESERVATION")
+        if affinity != "NO_RESERVATION":
+            raise _invalid("resource.properties.reservationAffinity", f"FLEX_START VMs consume no "
+                           f"reservation, not {affinity}")
     template = {"kind": "compute#instanceTemplate", "name": name, "id": str(secrets.randbelow(2**62)),
                 "creationTimestamp": rfc3339(world.now()), "description": body.get("description", ""),
-                "properties": props, "selfLink": f"{BASE}/projects/{project}/global/instanceTemplates/{name}"}
+                "properties": _filled_in(props),
+                "selfLink": f"{BASE}/projects/{project}/global/instanceTemplates/{name}"}
     world.templates[key] = template
-    return _operation(world, project, "global", "insert", f"global/instanceTemplates/{name}")
+    return _operation(world, project, "global", "compute.instanceTemplates.insert",
+                      f"global/instanceTemplates/{name}", target_id=template["id"])
+
+
+def _filled_in(asked: dict[str, Any]) -> dict[str, Any]:
+    """A template's properties as Compute Engine keeps them: what was asked and what the
+    server adds (the recorded instanceTemplates.get: disks' deviceName, index, kind, mode,
+    type, interface; metadata's kind and fingerprint; an interface's name and kind;
+    scheduling's automaticRestart, onHostMaintenance and preemptible)."""
+    props = copy.deepcopy(asked)
+    for i, disk in enumerate(props.get("disks") or []):
+        disk.setdefault("deviceName", "boot" if disk.get("boot") else f"persistent-disk-{i}")
+        for key, value in (("index", i), ("kind", "compute#attachedDisk"), ("mode", "READ_WRITE"),
+                           ("type", "PERSISTENT"), ("interface", "SCSI")):
+            disk.setdefault(key, value)
+    metadata = props.setdefault("metadata", {})
+    metadata.update(kind="compute#metadata", fingerprint=str(zlib.crc32(repr(metadata.get("items")).encode())))
+    for i, nic in enumerate(props.get("networkInterfaces") or []):
+        nic.setdefault("name", f"nic{i}")
+        nic["kind"] = "compute#networkInterface"
+    scheduling = props.setdefault("scheduling", {})
+    model = scheduling.get("provisioningModel", "STANDARD")
+    scheduling.setdefault("automaticRestart", model == "STANDARD")
+    scheduling.setdefault("onHostMaintenance", "TERMINATE")  # TPU VMs cannot live-migrate
+    scheduling.setdefault("preemptible", False)
+    return props
 
 
 def _delete_template(world: World, project: str, name: str) -> dict[str, Any]:
@@ -169,8 +216,9 @@ def _delete_template(world: World, project: str, name: str) -> dict[str, Any]:
                 None)
     if user:
         raise _in_use(path, _tail(user))
-    del world.templates[key]
-    return _operation(world, project, "global", "delete", f"global/instanceTemplates/{name}")
+    gone = world.templates.pop(key)
+    return _operation(world, project, "global", "compute.instanceTemplates.delete",
+                      f"global/instanceTemplates/{name}", target_id=gone["id"])
 
 
 # ---- resource policies (regional): the workload policy ---------------------------------------
@@ -204,7 +252,8 @@ def _insert_policy(world: World, project: str, region: str, body: dict[str, Any]
               "workloadPolicy": workload,
               "selfLink": f"{BASE}/projects/{project}/regions/{region}/resourcePolicies/{name}"}
     world.policies[key] = policy
-    return _operation(world, project, f"regions/{region}", "insert", f"regions/{region}/resourcePolicies/{name}")
+    return _operation(world, project, f"regions/{region}", "insert", f"regions/{region}/resourcePolicies/{name}",
+                      target_id=policy["id"])
 
 
 def _delete_policy(world: World, project: str, region: str, name: str) -> dict[str, Any]:
@@ -216,8 +265,9 @@ def _delete_policy(world: World, project: str, region: str, name: str) -> dict[s
                  if _tail((m.get("resourcePolicies") or {}).get("workloadPolicy", "")) == _tail(path)), None)
     if user:
         raise _in_use(path, _tail(user))
-    del world.policies[key]
-    return _operation(world, project, f"regions/{region}", "delete", f"regions/{region}/resourcePolicies/{name}")
+    gone = world.policies.pop(key)
+    return _operation(world, project, f"regions/{region}", "delete", f"regions/{region}/resourcePolicies/{name}",
+                      target_id=gone["id"])
 
 
 # ---- managed instance groups ------------------------------------------------------------------
@@ -285,22 +335,61 @@ def _insert_mig(world: World, project: str, zone: str, body: dict[str, Any]) -> 
         if match and match.group(2) != zone.rsplit("-", 1)[0]:
             raise _invalid("resource.resourcePolicies.workloadPolicy", "the policy is in another region")
     sliced = _slice_of(world, project, zone, template, size, policy)
+    _no_flex_vms_but_by_request(template, size)
     base = str(body.get("baseInstanceName") or name)
     mig = {"kind": "compute#instanceGroupManager", "name": name, "id": str(secrets.randbelow(2**62)),
            "creationTimestamp": rfc3339(world.now()), "baseInstanceName": base,
            "instanceTemplate": template["selfLink"], "targetSize": size,
            "zone": f"{BASE}/projects/{project}/zones/{zone}", "description": body.get("description", ""),
            "selfLink": f"{BASE}/projects/{project}/zones/{zone}/instanceGroupManagers/{name}",
+           "instanceGroup": f"{BASE}/projects/{project}/zones/{zone}/instanceGroups/{name}",
+           "fingerprint": secrets.token_urlsafe(8),
            "_slice": sliced.name, "_topology": sliced.topology, "_instances": []}
     if policy_link:
         mig["resourcePolicies"] = {"workloadPolicy": policy["selfLink"] if policy else policy_link}
     world.migs[key] = mig
     op = _operation(world, project, f"zones/{zone}", "insert",
-                    f"zones/{zone}/instanceGroupManagers/{name}", done=False)
+                    f"zones/{zone}/instanceGroupManagers/{name}", done=False, target_id=mig["id"])
     world.schedule(MIG_SETTLE, "compute_op_done", f"{project}/zones/{zone}/{op['name']}")
     if size:
         _make_vms(world, mig, project, zone, size)
     return op
+
+
+def is_flex(template: dict[str, Any]) -> bool:
+    return (template["properties"].get("scheduling") or {}).get("provisioningModel") == "FLEX_START"
+
+
+def _no_flex_vms_but_by_request(template: dict[str, Any], size: int) -> None:
+    """A MIG of FLEX_START VMs is made (or resized) at 0; its VMs come by resize request
+    (compute_flex.py)."""
+    if size and is_flex(template):
+        raise _invalid("resource.targetSize", f"'{size}': the instance template's VMs are FLEX_START, "
+                       "which a MIG makes only through a resize request (targetSize 0, then "
+                       "instanceGroupManagerResizeRequests.insert)")
+
+
+def reservation_refusal(world: World, project: str, zone: str, template: dict[str, Any]) -> dict[str, str] | None:
+    """Why TEMPLATE's VMs cannot be made in ZONE for its reservation affinity (an error of
+    a managed instance's lastAttempt), or None: a SPECIFIC_RESERVATION whose reservation
+    does not exist in the zone (compute_reservations.py keeps them), or one that may not
+    be targeted by name (its specificReservationRequired is not set)."""
+    affinity = template["properties"].get("reservationAffinity") or {}
+    if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
+        return None
+    named = str((affinity.get("values") or [""])[0])
+    owner = re.match(r"projects/([^/]+)/", named)
+    owner_project, short = (owner.group(1) if owner else project), named.rsplit("/", 1)[-1]
+    path = f"projects/{owner_project}/zones/{zone}/reservations/{short}"
+    said = (f"Invalid value for field 'resource.reservationAffinity': '{{  \"consumeReservationType\": "
+            f"\"SPECIFIC_ALLOCATION\",  \"key\": \"{RESERVATION_KEY}\",  \"values\": [\"{named}\"]}}'. ")
+    found = world.reservations.get(f"{owner_project}/{zone}/{short}")
+    if found is None:
+        return {"code": "INVALID_FIELD_VALUE", "message": f"{said}Specified reservations [{path}] do not exist."}
+    if not found["specificReservationRequired"]:
+        return {"code": "INVALID_FIELD_VALUE", "message": f"{said}Specified reservations [{path}] can not be "
+                "targeted as specificReservationRequired is not set"}
+    return None
 
 
 def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: int) -> None:
@@ -323,7 +412,10 @@ def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: 
         "runtimeVersion": sliced.generation.default_runtime_version, "_api": "compute", "_zone": zone,
         "_chips": sliced.chips, "_hosts": sliced.hosts, "_reserved": False, "_mig": mig["selfLink"],
     }
-    if sliced.chips <= world.free_chips(zone):
+    refused = reservation_refusal(world, project, zone, template)
+    if refused is not None:
+        node["_refused"] = refused  # its VMs are never made; each instance's lastAttempt says why
+    elif sliced.chips <= world.free_chips(zone):
         node["_reserved"] = True
         world.schedule(world.timings.node_create, "mig_vms_ready", node["name"])
     else:
@@ -356,7 +448,7 @@ def _as_node(props: dict[str, Any]) -> dict[str, Any]:
 def _delete_mig(world: World, project: str, zone: str, name: str) -> dict[str, Any]:
     mig = _mig(world, project, zone, name)
     op = _operation(world, project, f"zones/{zone}", "delete",
-                    f"zones/{zone}/instanceGroupManagers/{name}", done=False)
+                    f"zones/{zone}/instanceGroupManagers/{name}", done=False, target_id=mig["id"])
     mig.setdefault("_delete_ops", []).append(f"{project}/zones/{zone}/{op['name']}")
     if not mig.get("_deleting"):
         mig["_deleting"] = True
@@ -379,6 +471,8 @@ def _resize(world: World, project: str, zone: str, name: str, size_text: str) ->
     if size not in (0, sliced.hosts):
         raise _invalid("size", f"a MIG of a {sliced.name} slice ({mig['_topology']}) takes 0 or "
                        f"{sliced.hosts} VMs, not {size}")
+    template = world.templates[_tail(mig["instanceTemplate"]).replace("/global/instanceTemplates/", "/")]
+    _no_flex_vms_but_by_request(template, size)
     key = node_name(project, zone, name)
     if size and key not in world.nodes:
         _make_vms(world, mig, project, zone, size)
@@ -386,7 +480,8 @@ def _resize(world: World, project: str, zone: str, name: str, size_text: str) ->
         world.nodes[key]["state"] = "DELETING"
         world.schedule(world.timings.node_delete, "mig_vms_gone", key)
     mig["targetSize"] = size
-    return _operation(world, project, f"zones/{zone}", "resize", f"zones/{zone}/instanceGroupManagers/{name}")
+    return _operation(world, project, f"zones/{zone}", "resize", f"zones/{zone}/instanceGroupManagers/{name}",
+                      target_id=mig["id"])
 
 
 def _status(world: World, mig: dict[str, Any], project: str, zone: str) -> dict[str, Any]:
@@ -440,7 +535,13 @@ def _managed(world: World, mig: dict[str, Any], project: str, zone: str) -> list
             "instanceStatus": ("RUNNING" if state == "READY" and not recreating
                                else "STOPPING" if state == "DELETING" else "PROVISIONING"),
         }
+        if node.get("_refused"):
+            del entry["instanceStatus"], entry["id"]
+            entry["lastAttempt"] = {"errors": {"errors": [node["_refused"]]}}
         if node.get("_stockout"):
+            # the VM was never made: no instanceStatus ("empty when the instance does not
+            # exist", ManagedInstance.instanceStatus) and no id, only the MIG's attempt
+            del entry["instanceStatus"], entry["id"]
             entry["lastAttempt"] = {"errors": {"errors": [{"code": STOCKOUT, "message": (
                 f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available "
                 "to fulfill the request. Try a different zone, or try again later.")}]}}
@@ -452,7 +553,7 @@ def _instance(world: World, project: str, zone: str, name: str) -> tuple[dict[st
     for mig in world.migs.values():
         if name in mig["_instances"] and mig["zone"].endswith(f"/projects/{project}/zones/{zone}"):
             node = world.nodes.get(node_name(project, zone, mig["name"]))
-            if node is not None:
+            if node is not None and not node.get("_stockout") and not node.get("_refused"):  # never made
                 return node, mig["_instances"].index(name)
     raise _not_found(f"projects/{project}/zones/{zone}/instances/{name}")
 
