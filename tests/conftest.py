@@ -35,6 +35,7 @@ from podctl.cloud.wait import WaitPolicy
 from podctl.fake.admin.admin_client import FakeCompute
 from podctl.fake.api.server import fake_cloud
 from tests.pg_support import pg_server, pg_url  # noqa: F401 (fixtures: a real PostgreSQL)
+from tests.schedule import schedule
 
 PROJECT = "test-project"
 ZONE = "us-central1-a"
@@ -141,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    schedule(config, items)  # under xdist, the long cases first (tests/schedule.py)
     # A host_env test may build the hosts' env (minutes) or wait for another worker's
     # test that builds it (_host_env_built_once): more than the suite's 300 s per test.
     for item in items:
@@ -217,6 +219,12 @@ def fake(_session_cloud, request: pytest.FixtureRequest) -> Iterator:
 @pytest.fixture
 def api(fake) -> TpuApi:
     return api_for_endpoint(fake.tpu_api_url, retry=FAST_RETRY)
+
+
+@pytest.fixture
+def client(api: TpuApi):
+    """google-cloud-tpu's own client, against this test's fake cloud."""
+    return api.client
 
 
 # ---- the CLI as a user runs it: separate `podctl` processes and the fake's daemon ----

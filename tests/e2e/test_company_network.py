@@ -157,7 +157,11 @@ def test_jaxs_coordinator_is_out_of_a_blocked_peers_reach(tmp_path: Path):
                  "TPU_WORKER_ID": str(i), "TPU_WORKER_HOSTNAMES": ",".join(addresses),
                  "PYTHONPATH": str(Path(__file__).parents[2] / "podctl" / "fake" / "vm" / "tpu_vm")})
             for i in (0, 1)]
-        return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
+        # each ends within JAX's 3 s once imported; read while they run (a full pipe stops a
+        # process). Process 0 once waited out the kernel's SYN retries (~130 s) where a peer's
+        # connect beat the fake's hole to its one slot (sitecustomize.py: no longer waited for)
+        outs = [p.communicate(timeout=120) for p in procs]
+        return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outs)]
 
     blocked = both([[22, 22]])
     assert "joined" not in blocked[1].stdout and "DEADLINE_EXCEEDED" in blocked[1].stderr

@@ -20,11 +20,6 @@ from tests.conftest import PARENT, isolated_environ
 NODE = dict(accelerator_type="v5p-8", runtime_version="v2-alpha-tpuv5")
 
 
-@pytest.fixture
-def client(api):
-    return api.client
-
-
 def test_stop_start_update_guest_attributes(client, fake):
     node = client.create_node(parent=PARENT, node_id="one", node=tpu_v2.Node(**NODE)).result(timeout=10)
     assert node.state == tpu_v2.Node.State.READY

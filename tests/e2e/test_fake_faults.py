@@ -56,11 +56,6 @@ def detach(command: str) -> str:
 
 
 @pytest.fixture
-def client(api):
-    return api.client
-
-
-@pytest.fixture
 def node16(client):
     """A READY v5p-16 (2 hosts) with one fresh key; deleted at the end."""
     key, pub = new_key()

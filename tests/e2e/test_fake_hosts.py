@@ -37,11 +37,6 @@ def new_key() -> tuple[asyncssh.SSHKey, str]:
     return key, key.export_public_key().decode().strip()
 
 
-@pytest.fixture
-def client(api):
-    return api.client
-
-
 def make_node(client, node_id: str, slice_type: str, pub: str | None = None, user: str = "podctl"):
     metadata = {"ssh-keys": f"{user}:{pub} {user}"} if pub else {}
     node = tpu_v2.Node(accelerator_type=slice_type, runtime_version=RUNTIME, metadata=metadata)

@@ -32,11 +32,6 @@ READ = ("python3 -c \"import os, urllib.request as u, urllib.error as e, sys\n"
 
 
 @pytest.fixture
-def client(api):
-    return api.client
-
-
-@pytest.fixture
 def node16(fake, client):
     key, pub = new_key()
     node = make_node(client, "maint", "v5p-16", pub)

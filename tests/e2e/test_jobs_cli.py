@@ -7,11 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Podctl, assert_one_line_error, slice_on_daemon
+from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, slice_on_daemon
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 
@@ -20,6 +21,19 @@ SCRIPTS = Path(__file__).parents[1] / "scripts"
 def podctl(tmp_path: Path):
     with slice_on_daemon(Podctl(tmp_path), "v5p-16", "cli16") as cli:
         yield cli
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One v5p-16 "cli16" for every refusal below: each is said before anything changes, so
+    none needs a slice of its own (a daemon and a slice made and deleted for each of
+    them cost about 4 s of CPU, 10-25 s of a worker's time on 2 cores)."""
+    tmp = tmp_path_factory.mktemp("refusals")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    with slice_on_daemon(Podctl(tmp), "v5p-16", "cli16") as cli:
+        yield cli
+        assert cli.json("runs") == []  # not one of them started a run
 
 
 def test_run_streams_host_lines_and_exits_with_the_jobs_code(podctl):
@@ -103,8 +117,8 @@ def test_exec_runs_a_plain_command_everywhere(podctl):
     (["logs", "not-a-run"], 2, ["not a run id"]),
     (["logs", "cli16-20260101-000000-abcd"], 1, ["no run"]),
 ])
-def test_bad_job_input(podctl, args, code, words):
-    assert_one_line_error(podctl(*args, check=False), code, *words)
+def test_bad_job_input(refusing, args, code, words):
+    assert_one_line_error(refusing(*args, check=False), code, *words)
 
 
 def test_a_slice_that_is_not_ready_is_refused(podctl):

@@ -14,11 +14,6 @@ from tests.conftest import PARENT
 EAST5B = PARENT.rsplit("/", 1)[0] + "/us-east5-b"  # v5p, v6e and v5e (Google's US table)
 
 
-@pytest.fixture
-def client(api):
-    return api.client
-
-
 def test_each_zone_lists_the_generations_it_offers(client, fake):
     def listed(parent: str) -> set[str]:
         return {t.type_ for t in client.list_accelerator_types(parent=parent)}

@@ -420,8 +420,13 @@ def _coordinator_behind_the_firewall(module: object) -> None:
             hole = socket.socket()
             hole.bind((net.me, int(port)))
             hole.listen(0)
+            # the accept queue's one slot, taken by this connect or by a peer's SYN that
+            # came first (a peer retries from the moment it starts): either fills it. Not
+            # waited for: after a peer's, a blocking connect here would itself be dropped
+            # and wait out the kernel's SYN retries (~130 s) before the service started.
             filler = socket.socket()
-            filler.connect((net.me, int(port)))
+            filler.setblocking(False)
+            filler.connect_ex((net.me, int(port)))
             net.kept += [hole, filler]
             moved[int(port)] = address = hidden
         return real.get_distributed_runtime_service(address, *args, **kwargs)
