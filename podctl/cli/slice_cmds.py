@@ -153,7 +153,9 @@ def ls(ctx: Context, project: str | None, zone: str | None, as_json: bool) -> No
             emit_json([{**p.info.to_json(), "usd_per_hour": p.cost.usd_per_hour,
                         "cost_usd": p.cost.usd_so_far} for p in priced])
         elif not priced:
-            click.echo(f"no slices in {settings.zone} (project {settings.project})")
+            other = ("" if settings.api == "compute" else  # one API's slices are not the other's
+                     "; Compute Engine's (tpu7x-N, or made with --api compute): `podctl ls --api compute`")
+            click.echo(f"no slices in {settings.zone} (project {settings.project}){other}")
         else:
             slice_table([p.info for p in priced], {p.info.name: p.cost for p in priced})
 

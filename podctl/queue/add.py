@@ -33,7 +33,11 @@ class AddRequest:
 
 
 def validate(request: AddRequest) -> None:
-    parse_slice(request.slice_type)  # InvalidSliceError says what is wrong
+    generation = parse_slice(request.slice_type).generation  # InvalidSliceError says what is wrong
+    if not generation.on_cloud_tpu:  # the tick would meet it only at the entry's start
+        raise InvalidValueError(f"{request.slice_type}: the queue makes its slices through the Cloud "
+                                "TPU API, which does not serve it (Compute Engine's are not yet "
+                                f"queued): use `podctl up --slice {request.slice_type}` and `podctl run`.")
     request.spec.check()
     spec = request.spec
     # an entry keeps its bundle, arguments and env; its environment is its bundle's own
@@ -58,6 +62,15 @@ def validate(request: AddRequest) -> None:
         check_name(request.name, "--name")
     if request.via is not None:
         steps.check_via(request.via, "queue add --via")
+
+
+def check_api(api: str | None) -> None:
+    """An entry keeps no API: its tick makes the slice through the Cloud TPU API whatever
+    --api said at `queue add`, so --api compute there is refused, not dropped."""
+    if api == "compute":
+        raise InvalidValueError("the queue makes its slices through the Cloud TPU API only (Compute "
+                                "Engine's is not yet queued): drop --api compute, or use `podctl up "
+                                "--api compute` and `podctl run`.")
 
 
 def check_priced(request: AddRequest, zone: str) -> None:

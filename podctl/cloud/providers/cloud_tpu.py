@@ -53,7 +53,8 @@ class CloudTpu(TpuApi):
         except NotFoundError as e:
             zone = parent.rsplit("/", 1)[-1]
             raise InvalidValueError(f"zone {zone!r} offers no {gen.name} (or does not exist); "
-                                    f"{gen.name} zones include {', '.join(gen.zones[:2])}.") from e
+                                    f"{gen.name} zones include {', '.join(gen.zones[:2])}: "
+                                    f"pass --zone {gen.zones[0]}.") from e
 
     async def create(self, request: CreateRequest) -> Creation:
         refuse_unserved(request.spec.slice_type)
