@@ -231,6 +231,8 @@ def test_gc_from_the_cli(podctl):
     assert_one_line_error(podctl("gc", "--bogus", check=False), 2, "--bogus")
     assert_one_line_error(podctl("gc", "--zone", "nowhere-1z", check=False), 2, "nowhere-1z")
     podctl("down", "queued-one", "--yes")
+    # an empty zone on one API points at the other (a MIG made there is not listed here)
+    assert "`podctl ls --api compute`" in podctl("ls").stdout
 
 
 def test_gc_leaves_a_waiting_queued_resource_to_the_services_word_on_its_expiry(api, fake, isolated):

@@ -76,11 +76,11 @@ def usable_on(info: SliceInfo) -> bool:
 
 def unusable_why(info: SliceInfo) -> str | None:
     """Why INFO cannot take a run through its watchers, in a refusal's words; None: it can."""
-    if usable_on(info):
-        return None
     if info.api == "compute":  # its template carries the watcher, but no pointer reaches it yet
         return (f"slice {info.name} is a Compute Engine MIG, and runs through the watchers have no "
                 "Compute Engine form yet (docs/compute-engine.md): start with --via ssh.")
+    if usable_on(info):
+        return None
     return (f"slice {info.name} carries no podctl watcher this version knows (made by another "
             "podctl, or not by podctl): start with --via ssh, or make it again with `podctl up`.")
 
