@@ -41,6 +41,19 @@ def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
     return CloudTpu(client, endpoint=endpoint, retry=retry, override=override)
 
 
+def google_credentials() -> Credentials:
+    """Application Default Credentials with podctl's scopes, for every Google client; a
+    missing or broken set is said in one line (translate)."""
+    import google.auth
+
+    try:
+        credentials, _ = google.auth.default(scopes=_SCOPES)
+    except Exception as e:  # DefaultCredentialsError and friends
+        raise translate(e, "loading Application Default Credentials") from e
+    found: Credentials = credentials
+    return found
+
+
 # The backend switch: the one place below the CLI that knows the fake cloud (a daemon
 # on loopback that the fake backend starts on first use). Callers above ask here.
 def fake_running(settings: Settings) -> bool:
@@ -65,12 +78,7 @@ def fake_endpoint(settings: Settings) -> str:
 def connect(settings: Settings) -> CloudTpu:
     if settings.backend == "fake":
         return api_for_endpoint(fake_endpoint(settings))
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     if settings.tpu_endpoint:
         return api_for_endpoint(settings.tpu_endpoint, credentials,
                                 override="CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU or podctl.toml tpu_endpoint")
@@ -93,12 +101,7 @@ def connect_compute(settings: Settings) -> ComputeEngine:
     its one server, Google's with Application Default Credentials otherwise."""
     if settings.backend == "fake":
         return compute_engine_at(fake_endpoint(settings))
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     return compute_engine_at(endpoint_override("compute") or GOOGLE_COMPUTE, credentials)
 
 
@@ -107,12 +110,7 @@ def compute_reader(settings: Settings, api: SliceProvider) -> ComputeReader:
     fake's on its slice API's server (API's endpoint), Google's with ADC otherwise."""
     if settings.backend == "fake":
         return ComputeReader(api.endpoint)
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     return ComputeReader(endpoint_override("compute") or GOOGLE_COMPUTE, credentials)
 
 
@@ -121,12 +119,7 @@ def oslogin_client(settings: Settings, api: SliceProvider) -> OsLogin:
     server (API's endpoint) as its one user, Google's with ADC and gcloud's account."""
     if settings.backend == "fake":
         return OsLogin(api.endpoint, api.endpoint, settings.account or FAKE_ACCOUNT)
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     # a service account's credentials say who they are; a user's are gcloud's account
     account = getattr(credentials, "service_account_email", None)
     if not account or "@" not in str(account):
