@@ -19,6 +19,7 @@ from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.providers.cloud_tpu import CloudTpu
+from podctl.cloud.storage import Grant, fake_grant, gcloud_grant
 from podctl.cloud.tpu_client import RetryPolicy
 from podctl.cloud.translate import translate
 
@@ -52,6 +53,12 @@ def google_credentials() -> Credentials:
         raise translate(e, "loading Application Default Credentials") from e
     found: Credentials = credentials
     return found
+
+
+def bucket_grant(settings: Settings) -> Grant:
+    """How a denied node's service account is given a role on a bucket, in the words of
+    SETTINGS' backend: gcloud's on Google, `podctl fake grant` on the fake cloud."""
+    return fake_grant if settings.backend == "fake" else gcloud_grant
 
 
 # The backend switch: the one place below the CLI that knows the fake cloud (a daemon
