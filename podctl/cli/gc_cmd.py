@@ -31,8 +31,9 @@ def _line(item: Any, dry_run: bool) -> str:
     if item.error:
         verb = "NOT deleted"
     why = item.reason + (f"; {item.note}" if item.note else "") + (f"; {item.error}" if item.error else "")
-    kind = "mig (Compute Engine)" if item.info.api == "compute" else item.info.kind  # as `ls` says it
-    return f"{verb:13s} {item.info.name:28s} {kind:20s} {item.info.chips:>5d} chips  {why}"
+    from podctl.cli.render import kind_words
+
+    return f"{verb:13s} {item.info.name:28s} {kind_words(item.info):20s} {item.info.chips:>5d} chips  {why}"
 
 
 @click.command()

@@ -52,6 +52,12 @@ def _age(info: SliceInfo) -> str:
     return format_duration(info.age_seconds)
 
 
+def kind_words(info: Any) -> str:
+    """What a slice is, in a line (down, gc): a Compute Engine MIG is said as one, not as a
+    Cloud TPU node."""
+    return "mig (Compute Engine)" if info.api == "compute" else str(info.kind)
+
+
 def slice_table(slices: Iterable[SliceInfo], costs: dict[str, Any] | None = None) -> None:
     """COSTS: slice name -> podctl.money.cost.SliceCost, for the $/HOUR and COST columns."""
     from rich import box

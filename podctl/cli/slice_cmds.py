@@ -202,7 +202,7 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
         from podctl.base._sync import run_sync
         from podctl.base.durations import parse_duration
         from podctl.base.errors import UsageError
-        from podctl.cli.render import ProgressReporter, emit_json
+        from podctl.cli.render import ProgressReporter, emit_json, kind_words
 
         parse_duration(timeout, "--timeout")  # refused before anything connects
         session = _open(ctx, project, zone)
@@ -225,7 +225,7 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
                        "deleting": no_wait, "state_before": deleted.state})
         else:
             click.echo(f"{'deleting' if no_wait else 'deleted'} {deleted.name} "
-                       f"({deleted.kind}, was {deleted.state})")
+                       f"({kind_words(deleted)}, was {deleted.state})")
 
     guarded(action)
 

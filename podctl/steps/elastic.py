@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from podctl.base.errors import UsageError
+from podctl.base.errors import NotFoundError, SliceDeletedError, UsageError
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.answering import answering_hosts
 from podctl.jobs.job import Job, RunResult
@@ -132,7 +132,12 @@ async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice:
                    f"{_named(set(range(k)) - live)}), below --min-slices {policy.min_slices}: "
                    "waiting, no step, for a lost slice to answer again")
         await asyncio.sleep(policy.poll_seconds)
-        current = await session.api.describe(session.settings.parent, full.name)
+        try:
+            current = await session.api.describe(session.settings.parent, full.name)
+        except NotFoundError as e:  # `podctl down` while it waited: never made again
+            raise SliceDeletedError(f"slice {full.name} was deleted (by `podctl down` or another "
+                                    "delete) while the run waited for its lost slices: not "
+                                    "making it again") from e
         live = await answering_slices(session, current)
     lost = set(range(k)) - live
     if lost:
@@ -236,7 +241,10 @@ class ElasticRun:
         back, self.back = self.back, set()
         if not back or not ended_badly:
             return None
-        grown = await grow(self.session, self.full, self.notice)
+        try:
+            grown = await grow(self.session, self.full, self.notice)
+        except NotFoundError:  # deleted meanwhile (`podctl down`): judged as any other end
+            return None
         if not grown.slices:
             return None
         self.shrink = grown if grown.lost else None
