@@ -52,10 +52,9 @@ class ElasticPolicy:
     poll_seconds: float = 10.0  # how often a lost slice is asked whether it answers
 
     def check(self, num_slices: int) -> None:
-        if num_slices < 2:
-            return  # said at the loss: one slice has no survivor to go on on
-        if not 1 <= self.min_slices <= num_slices:
-            raise UsageError(f"--min-slices {self.min_slices}: the run has {num_slices} slices; "
+        if not 1 <= self.min_slices <= num_slices:  # one slice: --min-slices 1 only
+            raise UsageError(f"--min-slices {self.min_slices}: the run has {num_slices} "
+                             f"slice{'' if num_slices == 1 else 's'}; "
                              f"give 1 to {num_slices}.")
 
     def env(self, num_slices: int) -> dict[str, str]:
@@ -213,6 +212,9 @@ class ElasticRun:
         self.session, self.full, self.policy, self.notice = session, full, policy, notice
         if policy is not None:
             policy.check(full.num_slices)
+            if full.num_slices < 2:  # said now, not first at a loss hours later
+                notice(f"elastic: {full.name} is one slice, none to go on on at a loss: a lost "
+                       "slice is made again, as without --elastic")
         self.shrink: Shrink | None = None  # on fewer than every slice: which
         self.lost_at = 0.0  # when those were lost (the grow-back deadline runs from there)
         self.back: set[int] = set()  # lost slices that answered again during the attempt

@@ -1,7 +1,8 @@
-"""An elastic run whose slice its owner deleted (`podctl down`) while the run grew it back:
-the attempt's end is judged as any other (the recovery then says "deleted by `podctl
-down` ...: not making it again"), not a "no slice named" error from inside the grow-back;
-and what `gc` looks through when no API was chosen."""
+"""Elastic runs at their edges: a slice its owner deleted (`podctl down`) while the run grew
+it back ends as any other end is judged (the recovery then says "deleted by `podctl down`
+...: not making it again"), not with a "no slice named" error from inside the grow-back;
+--elastic on one slice is said at the start and --min-slices above 1 there refused.
+And what `gc` looks through when no API was chosen."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from podctl.base.errors import InvalidValueError
+from podctl.base.errors import InvalidValueError, UsageError
 from podctl.base.settings import Settings
 from podctl.base.topology import parse_slice
 from podctl.cloud import provider
@@ -24,15 +25,30 @@ SETTINGS = Settings(backend="gcp", project="p", zone="us-east5-a", config_dir=Pa
                     state_dir=Path("/nonexistent"))
 
 
-def test_a_grow_back_of_a_deleted_slice_is_no_error_but_an_end_judged_as_any_other():
-    gone = SliceInfo(name="el", project="p", zone="us-east5-a", kind="queued-resource", state="ACTIVE",
+def _slice() -> SliceInfo:
+    return SliceInfo(name="el", project="p", zone="us-east5-a", kind="queued-resource", state="ACTIVE",
                      accelerator_type="v5p-8", topology="2x2x1", num_slices=2, tier="on-demand",
                      created=0.0, labels={})
+
+
+def test_a_grow_back_of_a_deleted_slice_is_no_error_but_an_end_judged_as_any_other():
+    gone = _slice()
     session = Session(SETTINGS, MemoryProvider({}))  # holds no slice: `podctl down` took it
     run = ElasticRun(session, gone, ElasticPolicy(), notice=lambda text: None)
     run.back = {1}  # slice 1 answered again, and podctl ended the attempt to grow back
     assert asyncio.run(run.regrown(ended_badly=True)) is None
     assert run.back == set()
+
+
+def test_elastic_on_one_slice_is_said_at_the_start_and_a_floor_above_it_refused():
+    one = dataclasses.replace(_slice(), num_slices=1, name="solo")
+    said: list[str] = []
+    ElasticRun(Session(SETTINGS, MemoryProvider({})), one, ElasticPolicy(), notice=said.append)
+    assert len(said) == 1 and said[0].startswith("elastic: solo is one slice")
+    with pytest.raises(UsageError, match="--min-slices 2: the run has 1 slice; give 1 to 1"):
+        ElasticPolicy(min_slices=2).check(1)
+    with pytest.raises(UsageError, match="--min-slices 4: the run has 3 slices"):
+        ElasticPolicy(min_slices=4).check(3)
 
 
 def test_gc_looks_through_the_other_api_only_where_none_was_chosen(monkeypatch: pytest.MonkeyPatch):
