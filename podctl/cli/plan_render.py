@@ -192,5 +192,8 @@ def print_frontier(front: Any, output: Any) -> None:
         click.echo(f"fastest within {fmt_usd(front.budget_usd)}: " + (
             f"{pick.system.name}, {pick.days:,.1f} days, {fmt_usd(pick.total_usd)}" if pick
             else "none: every plan costs more"))
+    for family in front.unpriced:
+        click.echo(f"podctl: {family}: no price where it was planned, so on no frontier; pass "
+                   f"--price {family}=USD", err=True)
     if output is not None:
         click.echo(f"wrote {output}")

@@ -49,6 +49,9 @@ class Frontier:
     points: tuple[SystemPlan, ...]  # every priced plan, by days
     deadline_days: float | None
     budget_usd: float | None
+    # the families whose every size fits but has no price where planned (TPU7x: none
+    # published): not on the frontier, and said so rather than left out without a word
+    unpriced: tuple[str, ...] = ()
 
     @property
     def pareto(self) -> tuple[SystemPlan, ...]:
@@ -96,7 +99,8 @@ class Frontier:
                 "pareto": [brief(p) for p in self.pareto],
                 "deadline_days": self.deadline_days, "budget_usd": self.budget_usd,
                 "cheapest_within_deadline": brief(self.cheapest_within_deadline),
-                "fastest_within_budget": brief(self.fastest_within_budget)}
+                "fastest_within_budget": brief(self.fastest_within_budget),
+                "unpriced": list(self.unpriced)}
 
 
 def frontier(params: float | str, tokens: float | str,
@@ -121,13 +125,18 @@ def frontier(params: float | str, tokens: float | str,
     if not families:
         raise InvalidValueError("--systems: name at least one, e.g. v5p,v6e,h100,b200.")
     points: list[SystemPlan] = []
+    unpriced: dict[str, None] = {}
     for family in families:
         for system in sizes(family, n, shape):
             row = plan(n, d, [system.slice_type], num_slices=system.num_slices,
                        **plan_args).rows[0]
             if row.total_usd is not None:
                 points.append(row)
-    return Frontier(tuple(sorted(points, key=lambda p: p.days)), deadline_days, budget_usd)
+            else:
+                unpriced[family] = None
+    priced = {p.system.family for p in points}
+    return Frontier(tuple(sorted(points, key=lambda p: p.days)), deadline_days, budget_usd,
+                    tuple(f for f in unpriced if f not in priced))
 
 
 def draw(front: Frontier, path: Path | None = None) -> Any:
