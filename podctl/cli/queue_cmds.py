@@ -273,8 +273,10 @@ def cancel(ctx: Context, entry_id: int, project: str | None, zone: str | None) -
 def tick_cmd(ctx: Context, interval: str | None, project: str | None, zone: str | None) -> None:
     def action() -> None:
         from podctl.base.durations import parse_duration
+        from podctl.queue import add as adding
         from podctl.queue import log as queue_log
         from podctl.queue import tick
+        adding.check_api(ctx.settings(project, zone).api)  # its slices are Cloud TPU's, whatever --api says
         seconds = parse_duration(interval, "--loop") if interval else None
         opener = _opener()
         # a bad or unreachable queue: exit 1 before the cloud is touched (once it has

@@ -99,6 +99,7 @@ def typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (["plan", "--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--region", ""], ["--region is empty"]),
     (["queue", "add", "--slice", "tpu7x-8", "t.py"], ["tpu7x-8", "Cloud TPU API", "podctl up --slice tpu7x-8"]),
     (["--api", "compute", "queue", "add", "--slice", "v5p-8", "t.py"], ["Cloud TPU API only", "--api compute"]),
+    (["--api", "compute", "queue", "tick"], ["Cloud TPU API only", "--api compute"]),
     (["queue", "add", "--slice", "v5p-8", "--via", "", "t.py"], ["--via ''", "auto, boot or ssh"]),
 ])
 def test_a_bad_value_is_one_line_and_exit_2_before_anything_is_stored(typed, tmp_path, args, words):
