@@ -197,9 +197,21 @@ def api_for(settings: Settings, slice_type: topology.SliceType) -> Settings:
 
     if settings.api is None and os.environ.get(ENV) is None and not slice_type.generation.on_cloud_tpu:
         return dataclasses.replace(settings, api="compute")
-    if provider_name(api=settings.api) == "compute":
-        refuse_off_compute(slice_type)  # before anything is started or connected
+    chosen = provider_name(api=settings.api)  # refused before anything is started or connected
+    if chosen == "compute":
+        refuse_off_compute(slice_type)
+    elif chosen == "cloud-tpu":
+        refuse_off_cloud_tpu(slice_type)
     return settings
+
+
+def refuse_off_cloud_tpu(slice_type: topology.SliceType) -> None:
+    """A generation the Cloud TPU API does not serve (TPU7x) is refused in one line, with
+    the way that does serve it."""
+    gen = slice_type.generation
+    if not gen.on_cloud_tpu:
+        raise InvalidValueError(f"{slice_type.name}: {gen.not_on_cloud_tpu}; podctl makes it through "
+                                "Compute Engine: leave --api out (or pass --api compute).")
 
 
 def refuse_off_compute(slice_type: topology.SliceType) -> None:

@@ -73,6 +73,7 @@ def typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (["--api", "bogus", "ls"], ["'--api'", "'bogus'", "'tpu', 'compute'"]),
     (["up", "--slice", "tpu7x-12"], ["'tpu7x-12'", "nearest: tpu7x-8, tpu7x-16"]),
     (["--api", "compute", "up", "--slice", "v4-8"], ["Compute Engine makes no TPU v4", "--api tpu"]),
+    (["--api", "tpu", "up", "--slice", "tpu7x-8"], ["tpu7x-8", "Compute Engine: leave --api out"]),
     (["run", "--elastic", "s", "t.py"], ["--elastic goes with --recover N"]),
     (["run", "--recover", "1", "--shrink-batch", "s", "t.py"], ["--shrink-batch goes with --elastic"]),
     (["run", "--recover", "1", "--elastic", "--min-slices", "0", "s", "t.py"], ["--min-slices 0", "1 to"]),

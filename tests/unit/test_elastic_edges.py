@@ -60,10 +60,12 @@ def test_gc_looks_through_the_other_api_only_where_none_was_chosen(monkeypatch: 
     assert provider.other_apis(SETTINGS) == []
 
 
-def test_a_generation_compute_engine_does_not_make_is_refused_before_it_is_asked(
+def test_a_generation_the_chosen_api_does_not_make_is_refused_before_it_is_asked(
         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(provider.ENV, raising=False)
     on_compute = dataclasses.replace(SETTINGS, api="compute")
     with pytest.raises(InvalidValueError, match="Compute Engine makes no TPU v4 VMs.*--api tpu"):
         provider.api_for(on_compute, parse_slice("v4-8"))
     assert provider.api_for(on_compute, parse_slice("v5p-8")).api == "compute"
+    with pytest.raises(InvalidValueError, match="tpu7x-8: the Cloud TPU API does not serve TPU7x"):
+        provider.api_for(dataclasses.replace(SETTINGS, api="tpu"), parse_slice("tpu7x-8"))
