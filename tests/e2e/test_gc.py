@@ -221,7 +221,7 @@ def test_gc_from_the_cli(podctl):
         ("spot-one", "delete", False), ("ce-over", "delete", False)]
     text = podctl("gc", "--dry-run").stdout
     assert text.startswith("would delete") and "spot-one" in text and "PREEMPTED" in text
-    assert "ce-over" in text and "mig (Compute Engine)" in text and "budget reached" in text
+    assert "ce-over" in text and "Compute Engine MIG" in text and "budget reached" in text
     done = podctl.json("gc")
     assert [(d["name"], d["deleted"]) for d in done] == [("spot-one", True), ("ce-over", True)]
     assert [s["name"] for s in podctl.json("ls")] == ["queued-one"]
