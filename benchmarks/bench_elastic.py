@@ -18,13 +18,10 @@ slice answering again to the first step on 3.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import tempfile
 import time
 
-from bench_recovery import TEMPLATE, Watched, podctl
+from bench_recovery import TEMPLATE, Watched, on_a_fake, podctl
 
 ARGS = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
         "--seq-len", "16", "--batch", "24", "--lr", "1e-2", "--checkpoint-every", "4",
@@ -76,21 +73,7 @@ def recreated(env: dict, admin) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--time-scale", type=float, default=60.0)
-    a = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PODCTL_STATE_DIR": f"{tmp}/state", "PODCTL_CONFIG_DIR": f"{tmp}/config",
-               "PODCTL_BACKEND": "fake", "PODCTL_FAKE_TIME_SCALE": str(a.time_scale)}
-        podctl(env, "fake", "start")
-        try:
-            from podctl.fake.admin.admin_client import FakeAdmin
-
-            admin = FakeAdmin(json.loads(podctl(env, "fake", "status", "--json"))["admin"])
-            phases = elastic(env, admin)
-            floor = recreated(env, admin)
-        finally:
-            podctl(env, "fake", "stop")
+    phases, floor = on_a_fake(elastic, recreated)
     print("| | seconds | idle chip-seconds |")
     print("|---|---:|---:|")
     for name, seconds in phases.items():

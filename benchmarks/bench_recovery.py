@@ -22,10 +22,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "templates" / "train_pjit.py"
+T = TypeVar("T")
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
         "--seq-len", "16", "--batch", "8", "--lr", "1e-2", "--checkpoint-every", "4"]
 
@@ -78,7 +81,9 @@ def podctl(env: dict, *args: str) -> str:
     return proc.stdout
 
 
-def main() -> None:
+def on_a_fake(*measures: Callable[[dict, Any], T]) -> list[T]:
+    """Each MEASURE(env, admin) in turn on one fake cloud started for them in a fresh state
+    directory (at the command line's --time-scale), stopped after them: their answers."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--time-scale", type=float, default=60.0)
     a = parser.parse_args()
@@ -90,10 +95,13 @@ def main() -> None:
             from podctl.fake.admin.admin_client import FakeAdmin
 
             admin = FakeAdmin(json.loads(podctl(env, "fake", "status", "--json"))["admin"])
-            phases = recovered(env, admin)
-            floor = by_hand(env, admin)
+            return [measure(env, admin) for measure in measures]
         finally:
             podctl(env, "fake", "stop")
+
+
+def main() -> None:
+    phases, floor = on_a_fake(recovered, by_hand)
     total = sum(phases.values())
     print("| phase | podctl --recover (s) |")
     print("|---|---:|")

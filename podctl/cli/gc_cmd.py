@@ -31,7 +31,9 @@ def _line(item: Any, dry_run: bool) -> str:
     if item.error:
         verb = "NOT deleted"
     why = item.reason + (f"; {item.note}" if item.note else "") + (f"; {item.error}" if item.error else "")
-    return f"{verb:13s} {item.info.name:28s} {item.info.kind:15s} {item.info.chips:>5d} chips  {why}"
+    from podctl.cli.render import kind_words
+
+    return f"{verb:13s} {item.info.name:28s} {kind_words(item.info):20s} {item.info.chips:>5d} chips  {why}"
 
 
 @click.command()
@@ -46,14 +48,15 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
     """Delete podctl's slices that serve no one but hold quota: FAILED, SUSPENDED and
     expired queued resources, PREEMPTED and TERMINATED nodes, and slices over their
     budget (--max-cost, --max-hours) with no run going. Never one with a live run or one
-    a queue entry owns; slices podctl did not create are listed, never touched."""
+    a queue entry owns; slices podctl did not create are listed, never touched. Without
+    --api, both APIs' leftovers (Cloud TPU's and Compute Engine's) in the zone."""
 
     def action() -> None:
         from podctl.base._sync import run_sync
         from podctl.base.errors import CloudError
         from podctl.cli.render import emit_json
         from podctl.steps import Session
-        from podctl.steps.collect import collect
+        from podctl.steps.collect import collect_every_api
 
         session = Session.open(ctx.settings(project, zone, bucket))
         settings = session.settings
@@ -62,7 +65,7 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
         def notice(text: str) -> None:
             click.echo(f"podctl: {text}", err=True)
 
-        found = run_sync(collect(session, dry_run=dry_run, queue=queue, notice=notice))
+        found = run_sync(collect_every_api(session, dry_run=dry_run, queue=queue, notice=notice))
         if as_json:
             emit_json([item.to_json() for item in found])
         elif not found:

@@ -9,7 +9,16 @@ from typing import Any, NoReturn
 import click
 
 from podctl.base.vocabulary import EXIT_HOST_LOST
-from podctl.cli.common import Context, Number, ScriptCommand, bucket_option, exit_interrupted, guarded, hosts_checked
+from podctl.cli.common import (
+    Context,
+    Number,
+    ScriptCommand,
+    bucket_option,
+    exit_interrupted,
+    guarded,
+    hosts_checked,
+    refuse_blank,
+)
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 from podctl.cli.text import shown
 
@@ -146,6 +155,8 @@ def run(ctx: Context, name: str, script: Path, args: tuple[str, ...], workdir: P
         from podctl.steps.stall import StallPolicy
         from podctl.steps.supervise import Supervision, run_hours, run_supervised
 
+        for option, text in (("--stall-after", stall_after), ("--stall-startup", stall_startup)):
+            refuse_blank(text, option)  # '' is a mistake, not "the default"
         hours = run_hours(max_hours, detach)  # checked before anything starts
         _check_watching(detach=detach, recover=recover, retry_errors=retry_errors,
                         stall=on_stall != "wait" or bool(stall_after or stall_startup),
@@ -210,6 +221,7 @@ def _elastic_policy(elastic: bool, recover: int, min_slices: int | None, shrink_
     from podctl.base.errors import UsageError
     from podctl.steps.elastic import ElasticPolicy
 
+    refuse_blank(grow_deadline, "--grow-deadline")  # '' is a mistake, not the default 6h
     if not elastic:
         given = [flag for flag, value in (("--min-slices", min_slices), ("--shrink-batch", shrink_batch),
                                           ("--grow-deadline", grow_deadline)) if value]

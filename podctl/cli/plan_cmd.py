@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import AMOUNT, COUNT, Context, Number, bucket_option, guarded
+from podctl.cli.common import AMOUNT, COUNT, Context, Number, bucket_option, guarded, refuse_blank
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
 
 
@@ -152,6 +152,10 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
         from podctl.cli.render import emit_json
         from podctl.policy import compare as cmp
 
+        _refuse_blanks({"--params": params_text, "--tokens": tokens_text, "--slice": slice_type,
+                        "--compare": compare, "--mfu": mfu_text, "--mfu-from": mfu_from, "--tier": tier,
+                        "--price": price_text, "--region": region, "--goodput-from": goodput_from,
+                        "--data-region": data_region, "--deadline": deadline, "--budget": budget_text})
         if from_preflight is not None:
             return _from_preflight()
         _refuse_conflicts(params=params_text is not None, mfu=mfu_text is not None, mfu_from=mfu_from,
@@ -223,6 +227,13 @@ def plan(ctx: Context, params_text: str | None, from_preflight: Path | None, tok
                             _one_number(price_text, "--price", numbers.check_price), zone, as_json)
 
     guarded(action)
+
+
+def _refuse_blanks(texts: dict[str, str | None]) -> None:
+    """'' is a mistake, not "the default": `--tier ''` planned on-demand, `--deadline ''`
+    no deadline, `--mfu ''` the published figure, each without a word."""
+    for option, text in texts.items():
+        refuse_blank(text, option)
 
 
 def _refuse_conflicts(*, params: bool, mfu: bool, mfu_from: str | None, goodput: bool,

@@ -115,6 +115,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts, via=via)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
+        adding.check_api(settings.api)
         adding.check_priced(request, settings.zone)  # a budget the tick could not price: refused
         if preflight:  # before anything is bundled or stored
             from podctl.cli.preflight_cmds import compile_checked

@@ -52,6 +52,12 @@ def _age(info: SliceInfo) -> str:
     return format_duration(info.age_seconds)
 
 
+def kind_words(info: Any) -> str:
+    """What a slice is, in a line (down, gc): a Compute Engine MIG is said as one, not as a
+    Cloud TPU node."""
+    return "Compute Engine MIG" if info.api == "compute" else str(info.kind)
+
+
 def slice_table(slices: Iterable[SliceInfo], costs: dict[str, Any] | None = None) -> None:
     """COSTS: slice name -> podctl.money.cost.SliceCost, for the $/HOUR and COST columns."""
     from rich import box
@@ -82,7 +88,7 @@ def slice_detail(info: SliceInfo, maintenance: dict[str, str] | None = None,
     WATCHERS: the hosts' podctl watchers, in words (`run --via boot` starts through them)."""
     rows = [
         ("name", info.name),
-        ("kind", "mig (Compute Engine)" if info.api == "compute" else info.kind),
+        ("kind", kind_words(info)),
         ("state", info.state + ("" if info.ready or info.state != "ACTIVE" else " (nodes not ready)")),
         ("health", info.health or "-"),
         ("type", f"{info.num_slices} x {info.accelerator_type}" if info.num_slices > 1

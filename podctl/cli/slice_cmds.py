@@ -153,7 +153,9 @@ def ls(ctx: Context, project: str | None, zone: str | None, as_json: bool) -> No
             emit_json([{**p.info.to_json(), "usd_per_hour": p.cost.usd_per_hour,
                         "cost_usd": p.cost.usd_so_far} for p in priced])
         elif not priced:
-            click.echo(f"no slices in {settings.zone} (project {settings.project})")
+            other = ("" if settings.api != "tpu" else  # --api tpu: Compute Engine's were not asked
+                     "; Compute Engine's (tpu7x-N, or made with --api compute): `podctl ls --api compute`")
+            click.echo(f"no slices in {settings.zone} (project {settings.project}){other}")
         else:
             slice_table([p.info for p in priced], {p.info.name: p.cost for p in priced})
 
@@ -200,7 +202,7 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
         from podctl.base._sync import run_sync
         from podctl.base.durations import parse_duration
         from podctl.base.errors import UsageError
-        from podctl.cli.render import ProgressReporter, emit_json
+        from podctl.cli.render import ProgressReporter, emit_json, kind_words
 
         parse_duration(timeout, "--timeout")  # refused before anything connects
         session = _open(ctx, project, zone)
@@ -223,7 +225,7 @@ def down(ctx: Context, name: str, project: str | None, zone: str | None, yes: bo
                        "deleting": no_wait, "state_before": deleted.state})
         else:
             click.echo(f"{'deleting' if no_wait else 'deleted'} {deleted.name} "
-                       f"({deleted.kind}, was {deleted.state})")
+                       f"({kind_words(deleted)}, was {deleted.state})")
 
     guarded(action)
 

@@ -41,6 +41,7 @@ from podctl.cloud.compute_names import (
     template_name,
 )
 from podctl.cloud.create import CreateRequest
+from podctl.cloud.provider import refuse_off_compute
 
 WORKLOAD_TYPE = "HIGH_THROUGHPUT"
 # The boot disk's image: Compute Engine's TPU VMs boot a plain OS image; podctl's hosts
@@ -73,12 +74,12 @@ class SlicePlan:
 
 
 def machine_type(slice_type: topology.SliceType) -> str:
+    refuse_off_compute(slice_type)
     found = slice_type.machine_type
     if found is None:
-        gen = slice_type.generation
-        served = ", ".join(f"{g.key}" for g in topology.generations().values() if g.on_compute)
-        raise InvalidValueError(f"{slice_type.name}: Compute Engine makes no {gen.name} VMs "
-                                f"(it serves {served}); use the Cloud TPU API (--api tpu).")
+        raise InvalidValueError(f"{slice_type.name}: Compute Engine has no {slice_type.generation.name} "
+                                f"machine type of {slice_type.chips_per_host} chips per VM; use the "
+                                "Cloud TPU API (--api tpu).")
     return found
 
 

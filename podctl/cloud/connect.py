@@ -19,6 +19,7 @@ from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
 from podctl.cloud.oslogin import GOOGLE_COMPUTE, GOOGLE_OSLOGIN, OsLogin
 from podctl.cloud.provider import SliceProvider
 from podctl.cloud.providers.cloud_tpu import CloudTpu
+from podctl.cloud.storage import Grant, fake_grant, gcloud_grant
 from podctl.cloud.tpu_client import RetryPolicy
 from podctl.cloud.translate import translate
 
@@ -39,6 +40,25 @@ def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
         client_options=ClientOptions(api_endpoint=endpoint),
     )
     return CloudTpu(client, endpoint=endpoint, retry=retry, override=override)
+
+
+def google_credentials() -> Credentials:
+    """Application Default Credentials with podctl's scopes, for every Google client; a
+    missing or broken set is said in one line (translate)."""
+    import google.auth
+
+    try:
+        credentials, _ = google.auth.default(scopes=_SCOPES)
+    except Exception as e:  # DefaultCredentialsError and friends
+        raise translate(e, "loading Application Default Credentials") from e
+    found: Credentials = credentials
+    return found
+
+
+def bucket_grant(settings: Settings) -> Grant:
+    """How a denied node's service account is given a role on a bucket, in the words of
+    SETTINGS' backend: gcloud's on Google, `podctl fake grant` on the fake cloud."""
+    return fake_grant if settings.backend == "fake" else gcloud_grant
 
 
 # The backend switch: the one place below the CLI that knows the fake cloud (a daemon
@@ -65,12 +85,7 @@ def fake_endpoint(settings: Settings) -> str:
 def connect(settings: Settings) -> CloudTpu:
     if settings.backend == "fake":
         return api_for_endpoint(fake_endpoint(settings))
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     if settings.tpu_endpoint:
         return api_for_endpoint(settings.tpu_endpoint, credentials,
                                 override="CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU or podctl.toml tpu_endpoint")
@@ -93,12 +108,7 @@ def connect_compute(settings: Settings) -> ComputeEngine:
     its one server, Google's with Application Default Credentials otherwise."""
     if settings.backend == "fake":
         return compute_engine_at(fake_endpoint(settings))
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     return compute_engine_at(endpoint_override("compute") or GOOGLE_COMPUTE, credentials)
 
 
@@ -107,12 +117,7 @@ def compute_reader(settings: Settings, api: SliceProvider) -> ComputeReader:
     fake's on its slice API's server (API's endpoint), Google's with ADC otherwise."""
     if settings.backend == "fake":
         return ComputeReader(api.endpoint)
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     return ComputeReader(endpoint_override("compute") or GOOGLE_COMPUTE, credentials)
 
 
@@ -121,12 +126,7 @@ def oslogin_client(settings: Settings, api: SliceProvider) -> OsLogin:
     server (API's endpoint) as its one user, Google's with ADC and gcloud's account."""
     if settings.backend == "fake":
         return OsLogin(api.endpoint, api.endpoint, settings.account or FAKE_ACCOUNT)
-    import google.auth
-
-    try:
-        credentials, _ = google.auth.default(scopes=_SCOPES)
-    except Exception as e:  # DefaultCredentialsError and friends
-        raise translate(e, "loading Application Default Credentials") from e
+    credentials = google_credentials()
     # a service account's credentials say who they are; a user's are gcloud's account
     account = getattr(credentials, "service_account_email", None)
     if not account or "@" not in str(account):

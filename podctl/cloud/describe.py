@@ -52,7 +52,8 @@ async def describe(api: TpuApi, parent: str, name: str, kind: Kind | None = None
         return slice_from_node(await api.get_node(f"{parent}/nodes/{name}"))
     except NotFoundError as e:
         zone = parent.rsplit("/", 1)[-1]
-        raise NotFoundError(f"no slice named {name!r} in {zone}; `podctl ls` lists them.") from e
+        raise NotFoundError(f"no slice named {name!r} in {zone}; `podctl ls` lists them (a Compute "
+                            "Engine slice, tpu7x-N or made with --api compute: add --api compute).") from e
 
 
 async def find(api: TpuApi, parent: str, name: str) -> SliceInfo | None:

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from podctl.base.errors import ConfigError
+from podctl.base.errors import ConfigError, InvalidValueError
 
 if TYPE_CHECKING:  # annotations only: the protocol costs no import of a provider
     from podctl.base import topology
@@ -191,6 +191,17 @@ def open_provider(settings: Settings, name: str | None = None,
     return opener(name or provider_name(env, settings.api))(settings)
 
 
+def other_apis(settings: Settings) -> list[Settings]:
+    """SETTINGS on each other API that makes slices, where none was chosen (no --api, no
+    PODCTL_PROVIDER): what looks for leftovers (gc) looks there too, since a slice made
+    through one API is not listed by the other."""
+    import dataclasses
+
+    if settings.api is not None or os.environ.get(ENV) is not None:
+        return []
+    return [dataclasses.replace(settings, api=api) for api, name in BY_API.items() if name != DEFAULT]
+
+
 def api_for(settings: Settings, slice_type: topology.SliceType) -> Settings:
     """SETTINGS with the API that serves SLICE_TYPE when none was chosen: a generation the
     Cloud TPU API does not serve (TPU7x) goes through Compute Engine by itself."""
@@ -198,4 +209,29 @@ def api_for(settings: Settings, slice_type: topology.SliceType) -> Settings:
 
     if settings.api is None and os.environ.get(ENV) is None and not slice_type.generation.on_cloud_tpu:
         return dataclasses.replace(settings, api="compute")
+    chosen = provider_name(api=settings.api)  # refused before anything is started or connected
+    if chosen == "compute":
+        refuse_off_compute(slice_type)
+    elif chosen == "cloud-tpu":
+        refuse_off_cloud_tpu(slice_type)
     return settings
+
+
+def refuse_off_cloud_tpu(slice_type: topology.SliceType) -> None:
+    """A generation the Cloud TPU API does not serve (TPU7x) is refused in one line, with
+    the way that does serve it."""
+    gen = slice_type.generation
+    if not gen.on_cloud_tpu:
+        raise InvalidValueError(f"{slice_type.name}: {gen.not_on_cloud_tpu}; podctl makes it through "
+                                "Compute Engine: leave --api out (or pass --api compute).")
+
+
+def refuse_off_compute(slice_type: topology.SliceType) -> None:
+    """A generation Compute Engine makes no VMs of (v5e, v4) is refused in one line."""
+    if not slice_type.generation.on_compute:
+        from podctl.base import topology
+
+        gen = slice_type.generation
+        served = ", ".join(g.key for g in topology.generations().values() if g.on_compute)
+        raise InvalidValueError(f"{slice_type.name}: Compute Engine makes no {gen.name} VMs "
+                                f"(it serves {served}); use the Cloud TPU API (--api tpu).")

@@ -40,6 +40,20 @@ from podctl.base.retry import RetryPolicy
 from podctl.base.settings import FAKE_BUCKET, FAKE_USER_TOKEN, endpoint_override
 
 T = TypeVar("T")
+# (a service account, a bucket) -> the command that grants it a role on the bucket, but for
+# the role's name: gcloud's on Google, the fake cloud's (which gcloud cannot reach) there;
+# cloud/connect.py `bucket_grant` chooses with the backend
+Grant = Callable[[str, str], str]
+
+
+def gcloud_grant(email: str, bucket: str) -> str:
+    return (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+            f"--member=serviceAccount:{email} --role=")
+
+
+def fake_grant(email: str, bucket: str) -> str:
+    return f"podctl fake grant serviceAccount:{email}{'' if bucket == FAKE_BUCKET else f' --bucket {bucket}'} "
+
 CALL_TIMEOUT = 60.0  # seconds for one HTTP request (a chunk, not a whole upload)
 CHUNK_SIZE = 16 * 1024 * 1024  # files above this go up resumably, in chunks of this size
 PAGE_SIZE = 1000  # GCS's own maximum objects per list page

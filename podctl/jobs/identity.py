@@ -24,7 +24,7 @@ import shlex
 from dataclasses import dataclass
 
 from podctl.base.errors import JobError, StoragePermissionError
-from podctl.base.settings import FAKE_BUCKET
+from podctl.cloud.storage import Grant, gcloud_grant
 from podctl.host import run_layout
 from podctl.jobs.ssh import Fleet
 
@@ -120,11 +120,10 @@ def parse(output: str) -> NodeAccess | None:
 
 
 def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str,
-            fake: bool = False, slice_kept: bool = True) -> str | None:
-    """The one line that ends the run (account, what is missing, the fix), or None. FAKE:
-    the fix is the fake cloud's (`podctl fake grant`), not gcloud's, which cannot reach
-    it. SLICE_KEPT: the line says the slice is still up (a caller that deletes it, the
-    queue or the demo, says so itself)."""
+            grant: Grant = gcloud_grant, slice_kept: bool = True) -> str | None:
+    """The one line that ends the run (account, what is missing, the fix: GRANT's
+    command), or None. SLICE_KEPT: the line says the slice is still up (a caller that
+    deletes it, the queue or the demo, says so itself)."""
     if access.unknown or access.refused is None or access.status not in (401, 403):
         return None  # not a matter of identity (GCS down, a network): the agents will say
     still_up = (f"; slice {slice_name} is still up (`podctl down {slice_name}` stops its bill)"
@@ -137,12 +136,7 @@ def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str
                 f"gs://{bucket} (their scopes: {short}); scopes are fixed when a slice is made: "
                 f"`podctl down {slice_name} && podctl up --slice {slice_type} --name {slice_name}"
                 f"{account} --scopes cloud-platform`{still_up}.")
-    if fake:
-        other = "" if bucket == FAKE_BUCKET else f" --bucket {bucket}"
-        bind = f"podctl fake grant serviceAccount:{access.email}{other} "
-    else:
-        bind = (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
-                f"--member=serviceAccount:{access.email} --role=")
+    bind = grant(access.email, bucket)
     if access.refused == "bucket":
         return (f"the nodes' service account {access.email} may not read gs://{bucket}'s metadata "
                 f"({access.permission} denied; orbax's checkpoint saves need it, and the object "
@@ -156,7 +150,7 @@ def refusal(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str
 
 
 async def check_node_access(fleet: Fleet, *, bucket: str, run_id: str, slice_name: str,
-                            slice_type: str, fake: bool = False) -> NodeAccess | None:
+                            slice_type: str, grant: Grant = gcloud_grant) -> NodeAccess | None:
     """Ask worker 0 whether the nodes' identity can write, read and delete under the run's
     prefix -> what it found (None: it could not say); StoragePermissionError if GCS
     refused it."""
@@ -176,18 +170,18 @@ async def check_node_access(fleet: Fleet, *, bucket: str, run_id: str, slice_nam
     access = parse(str(result.stdout or ""))
     if access is None:
         return None
-    error = refusal_error(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake)
+    error = refusal_error(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, grant=grant)
     if error is not None:
         raise error
     return access
 
 
 def refusal_error(access: NodeAccess, *, bucket: str, slice_name: str, slice_type: str,
-                  fake: bool = False) -> StoragePermissionError | None:
+                  grant: Grant = gcloud_grant) -> StoragePermissionError | None:
     """refusal's line as the error that ends a run (with the words for a caller that
     deletes the slice: the queue, the demo), or None when ACCESS is no refusal."""
-    line = refusal(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake)
+    line = refusal(access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, grant=grant)
     if line is None:
         return None
     return StoragePermissionError(line, without_slice=refusal(
-        access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, fake=fake, slice_kept=False))
+        access, bucket=bucket, slice_name=slice_name, slice_type=slice_type, grant=grant, slice_kept=False))

@@ -28,7 +28,7 @@ from podctl.base.signals import name_of_stop, received
 from podctl.base.vocabulary import EXIT_HOST_LOST
 from podctl.cloud.names import login
 from podctl.cloud.sshkey import SSH_USER
-from podctl.cloud.storage import Storage
+from podctl.cloud.storage import Grant, Storage, gcloud_grant
 from podctl.cloud.types import SliceInfo
 from podctl.host import run_layout
 from podctl.jobs import bundle, env_ship, launch, run_files, run_record
@@ -115,7 +115,9 @@ class RunRequest:
     poll_seconds: float = 0.5
     checkpoint_dir: str | None = None  # --resume: the earlier run's; None: this run's own
     host_jax_extra: str = "tpu"  # env_lock.jax_extra_for the backend
-    fake_cloud: bool = False  # the fake backend: the identity check's fix is `podctl fake grant`
+    # the identity check's fix: gcloud's command, or the fake cloud's (chosen with the backend)
+    grant: Grant = gcloud_grant
+    ship_python: bool = True  # a CPython from `uv python install` in the environment (offline: none)
     resumed_from: str | None = None
     # A queued run (podctl/queue): its id is fixed in advance, so a repeated start is
     # a no-op on the hosts, and its bundle was uploaded when it was queued; the spec's
@@ -168,7 +170,7 @@ class Job:
         # how the run reaches its hosts, chosen by the caller from the registry
         # (jobs/channels); none given: SSH as USER
         self.channel: Channel = channel or SshChannel(Fleet(self.targets, private_key, pins, user=user),
-                                                      storage, info, fake=request.fake_cloud)
+                                                      storage, info, grant=request.grant)
         self.record: RunRecord | None = None
         self.timings: dict[str, float] = {}  # seconds per phase (bundle, start), for summaries
         self.starting = False  # agents may be running: a stop must reach them
@@ -205,7 +207,7 @@ class Job:
         environment, env_summary = await env_ship.prepare(
             self.storage, run_id=self.run_id, requirements=spec.requirements, root=root,
             bundle_hash=request.bundle_hash, python=spec.python, jax_extra=request.host_jax_extra,
-            relock=spec.relock, build_on=spec.build_on, ship_python=not request.fake_cloud,
+            relock=spec.relock, build_on=spec.build_on, ship_python=request.ship_python,
             notice=self.notice, timings=self.timings)
         source, sha = launch.agent_source()
         await self.storage.upload_bytes_if_missing(run_layout.agent_object(sha), source)

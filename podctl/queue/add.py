@@ -60,6 +60,16 @@ def validate(request: AddRequest) -> None:
         steps.check_via(request.via, "queue add --via")
 
 
+def check_api(api: str | None) -> None:
+    """An entry keeps no API: the tick makes its slice through the API the tick's own
+    settings choose (its --api, PODCTL_API, podctl.toml; else the slice type's: Compute
+    Engine for TPU7x). --api compute at `queue add` would be dropped, so it is refused."""
+    if api == "compute":
+        raise InvalidValueError("an entry keeps no API: drop --api compute here, and run the tick "
+                                "with it (`podctl queue tick --api compute`, or api = \"compute\" in "
+                                "the tick's podctl.toml); TPU7x needs neither.")
+
+
 def check_priced(request: AddRequest, zone: str) -> None:
     """A budget the tick could not price is no budget: --max-cost without a known price
     for the slice in ZONE is refused, as `up` refuses it."""

@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from podctl.base.errors import UsageError
+from podctl.base.errors import NotFoundError, SliceDeletedError, UsageError
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.answering import answering_hosts
 from podctl.jobs.job import Job, RunResult
@@ -52,10 +52,9 @@ class ElasticPolicy:
     poll_seconds: float = 10.0  # how often a lost slice is asked whether it answers
 
     def check(self, num_slices: int) -> None:
-        if num_slices < 2:
-            return  # said at the loss: one slice has no survivor to go on on
-        if not 1 <= self.min_slices <= num_slices:
-            raise UsageError(f"--min-slices {self.min_slices}: the run has {num_slices} slices; "
+        if not 1 <= self.min_slices <= num_slices:  # one slice: --min-slices 1 only
+            raise UsageError(f"--min-slices {self.min_slices}: the run has {num_slices} "
+                             f"slice{'' if num_slices == 1 else 's'}; "
                              f"give 1 to {num_slices}.")
 
     def env(self, num_slices: int) -> dict[str, str]:
@@ -132,7 +131,12 @@ async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice:
                    f"{_named(set(range(k)) - live)}), below --min-slices {policy.min_slices}: "
                    "waiting, no step, for a lost slice to answer again")
         await asyncio.sleep(policy.poll_seconds)
-        current = await session.api.describe(session.settings.parent, full.name)
+        try:
+            current = await session.api.describe(session.settings.parent, full.name)
+        except NotFoundError as e:  # `podctl down` while it waited: never made again
+            raise SliceDeletedError(f"slice {full.name} was deleted (by `podctl down` or another "
+                                    "delete) while the run waited for its lost slices: not "
+                                    "making it again") from e
         live = await answering_slices(session, current)
     lost = set(range(k)) - live
     if lost:
@@ -208,6 +212,9 @@ class ElasticRun:
         self.session, self.full, self.policy, self.notice = session, full, policy, notice
         if policy is not None:
             policy.check(full.num_slices)
+            if full.num_slices < 2:  # said now, not first at a loss hours later
+                notice(f"elastic: {full.name} is one slice, none to go on on at a loss: a lost "
+                       "slice is made again, as without --elastic")
         self.shrink: Shrink | None = None  # on fewer than every slice: which
         self.lost_at = 0.0  # when those were lost (the grow-back deadline runs from there)
         self.back: set[int] = set()  # lost slices that answered again during the attempt
@@ -236,7 +243,10 @@ class ElasticRun:
         back, self.back = self.back, set()
         if not back or not ended_badly:
             return None
-        grown = await grow(self.session, self.full, self.notice)
+        try:
+            grown = await grow(self.session, self.full, self.notice)
+        except NotFoundError:  # deleted meanwhile (`podctl down`): judged as any other end
+            return None
         if not grown.slices:
             return None
         self.shrink = grown if grown.lost else None

@@ -22,6 +22,7 @@ from typing import Any
 
 from podctl.base.errors import InvalidValueError, NotFoundError, PodctlError, StoragePermissionError
 from podctl.base.vocabulary import LIVE_RUN_STATES
+from podctl.cloud.connect import bucket_grant
 from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
 from podctl.host import run_layout
@@ -166,7 +167,8 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
         checkpoint_dir = await resume_checkpoint_dir(session, options.resume, unrecorded_ok=options.once)
     request = RunRequest(info=info, spec=options.spec,
                          host_jax_extra=jax_extra_for(session.settings.backend),
-                         fake_cloud=session.settings.backend == "fake",
+                         grant=bucket_grant(session.settings),
+                         ship_python=session.settings.backend != "fake",  # the fake is offline
                          hosts=parse_hosts(options.hosts, len(info.hosts)),
                          fail_fast=options.fail_fast, ssh_port=ssh_port,
                          coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,
@@ -176,7 +178,7 @@ async def new_job(session: Session, info: SliceInfo, options: RunOptions, *,
     access = session.host_access(info)
     reach = Reach(api=session.api, storage=session.storage, parent=session.settings.parent, info=info,
                   config_dir=session.settings.config_dir,
-                  access=access, fake=request.fake_cloud, notice=notice)
+                  access=access, grant=request.grant, notice=notice)
     kind = await channels.choose(reach, options.via, session.settings.via,
                                  secrets=bool(options.spec.env), signing_key=options.spec.build_on == "host",
                                  configured_from=session.settings.via_from)

@@ -104,6 +104,13 @@ class Session:
         return HostAccess(self.ssh_key().private_path, self.pins(info), self.job_ports()[0],
                           who=partial(self.ssh_user, info))
 
+    def close_api(self) -> None:
+        """Close the slice provider's connections only (a session that shares another's
+        GCS clients leaves them to that one)."""
+        if self._api is not None:
+            with contextlib.suppress(Exception):
+                self._api.close()
+
     def close(self) -> None:
         """Close the HTTP connections. They are keep-alive: the fake's single-threaded
         GCS emulator would otherwise wait on them when asked to stop."""

@@ -209,22 +209,30 @@ def test_gc_from_the_cli(podctl):
     podctl("up", "--slice", "v5p-8", "--name", "queued-one", "--queued")
     queued = podctl.json("status", "queued-one")
     assert queued["valid_until"] == pytest.approx(queued["created"] + 24 * 3600, abs=1)
+    # a Compute Engine slice over its budget: `gc` without --api looks on both APIs (the
+    # Cloud TPU API does not list a MIG, and its VMs bill as much)
+    podctl("--api", "compute", "up", "--slice", "v5p-8", "--name", "ce-over", "--max-hours", "0.001")
     podctl("fake", "inject", "preempt", "spot-one", "--grace", "0")
     deadline = time.time() + 60
     while podctl.json("status", "spot-one")["state"] != "PREEMPTED" and time.time() < deadline:
         time.sleep(0.2)
     dry = podctl.json("gc", "--dry-run")
-    assert [(d["name"], d["action"], d["deleted"]) for d in dry] == [("spot-one", "delete", False)]
+    assert [(d["name"], d["action"], d["deleted"]) for d in dry] == [
+        ("spot-one", "delete", False), ("ce-over", "delete", False)]
     text = podctl("gc", "--dry-run").stdout
     assert text.startswith("would delete") and "spot-one" in text and "PREEMPTED" in text
+    assert "ce-over" in text and "Compute Engine MIG" in text and "budget reached" in text
     done = podctl.json("gc")
-    assert [(d["name"], d["deleted"]) for d in done] == [("spot-one", True)]
+    assert [(d["name"], d["deleted"]) for d in done] == [("spot-one", True), ("ce-over", True)]
     assert [s["name"] for s in podctl.json("ls")] == ["queued-one"]
+    assert podctl.json("ls", "--api", "compute") == []
     # bad input: one line, exit 2, nothing touched
     assert_one_line_error(podctl("gc", "extra", check=False), 2, "extra")
     assert_one_line_error(podctl("gc", "--bogus", check=False), 2, "--bogus")
     assert_one_line_error(podctl("gc", "--zone", "nowhere-1z", check=False), 2, "nowhere-1z")
     podctl("down", "queued-one", "--yes")
+    # an empty zone on one API points at the other (a MIG made there is not listed here)
+    assert "`podctl ls --api compute`" in podctl("ls").stdout
 
 
 def test_gc_leaves_a_waiting_queued_resource_to_the_services_word_on_its_expiry(api, fake, isolated):

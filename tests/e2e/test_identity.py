@@ -18,6 +18,7 @@ import pytest
 from google.cloud import tpu_v2
 
 from podctl.fake.storage.gcs import DEFAULT_BUCKET
+from podctl.cloud.storage import fake_grant
 from podctl.jobs import identity
 from podctl.base.settings import FAKE_USER_TOKEN
 from tests.conftest import PARENT, Podctl, assert_one_line_error, stop_fake_and_check
@@ -107,11 +108,12 @@ def test_on_the_fake_the_refusal_names_podctl_fake_grant_and_can_leave_the_slice
     caller that deletes the slice (the queue, the demo) gets the line without "still up"."""
     no_role = identity.NodeAccess(email=SA, scopes=(SCOPE + "cloud-platform",), refused="write",
                                   status=403, message="Permission 'storage.objects.create' denied")
-    line = identity.refusal(no_role, bucket="podctl-fake", slice_name="s", slice_type="v5p-8", fake=True)
+    line = identity.refusal(no_role, bucket="podctl-fake", slice_name="s", slice_type="v5p-8",
+                            grant=fake_grant)
     assert line is not None and "gcloud" not in line
     assert (f"`podctl fake grant serviceAccount:{SA} roles/storage.objectAdmin && "
             f"podctl fake grant serviceAccount:{SA} roles/storage.legacyBucketReader`") in line
-    other = identity.refusal(no_role, bucket="mine", slice_name="s", slice_type="v5p-8", fake=True)
+    other = identity.refusal(no_role, bucket="mine", slice_name="s", slice_type="v5p-8", grant=fake_grant)
     assert other is not None and f"podctl fake grant serviceAccount:{SA} --bucket mine roles/" in other
     bare = identity.refusal(no_role, bucket="b", slice_name="s", slice_type="v5p-8", slice_kept=False)
     assert bare is not None and "still up" not in bare and "podctl down" not in bare

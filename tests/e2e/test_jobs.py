@@ -23,7 +23,7 @@ from podctl.jobs import launch
 from podctl.jobs.logs import LogReader
 from podctl.jobs.ssh import HostPins
 from podctl.base.settings import FAKE_BUCKET
-from podctl.cloud.storage import Storage
+from podctl.cloud.storage import Storage, fake_grant
 from tests.conftest import FAST, PARENT
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -55,7 +55,8 @@ def make_job(fake, info, key, tmp: Path, script: str, *args: str, **request) -> 
                    **{k: request.pop(k) for k in ("env", "setup", "workdir") if k in request})
     # the fake's hosts, as steps.runs says them for the fake backend: CPU jax, and no CPython
     # shipped in the environment (a real client downloads one; the fake is offline)
-    request.setdefault("fake_cloud", True)
+    request.setdefault("grant", fake_grant)
+    request.setdefault("ship_python", False)
     request.setdefault("host_jax_extra", "cpu")
     req = RunRequest(info=info, spec=spec, ssh_port=fake.hosts.ssh_port,
                      flush_seconds=request.pop("flush_seconds", 0.5), poll_seconds=0.2,

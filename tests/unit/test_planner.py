@@ -351,3 +351,18 @@ def test_bad_and_implausible_inputs():
     assert any("tokens per parameter is implausible" in n for n in few.warnings)
     assert few.to_json()["warnings"] == list(few.warnings) and few.notes == ()
     assert plan("70B", "1T", ["v5p-8"], config={}).warnings == ()
+
+
+def test_a_family_with_no_price_is_named_not_left_off_the_frontier_without_a_word():
+    """TPU7x has no published price: its sizes fit but cannot be priced, so the frontier
+    names it (the CLI: `pass --price tpu7x=USD`) rather than print 0 plans of 0; priced,
+    it is on it."""
+    from podctl.policy.planner.frontier import frontier
+
+    bare = frontier(70e9, 1e12, ["tpu7x", "v6e"], config={})
+    (why,) = bare.left_out
+    assert why.startswith("tpu7x left out: no published price") and "--price tpu7x=USD" in why
+    assert bare.to_json()["left_out"] == [why]
+    assert {p.system.family for p in bare.points} == {"v6e"}
+    priced = frontier(70e9, 1e12, ["tpu7x"], config={}, price={"tpu7x": 5.0})
+    assert priced.left_out == () and priced.points

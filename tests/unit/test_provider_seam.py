@@ -92,7 +92,8 @@ def test_the_api_setting_and_the_slice_type_choose_the_provider(monkeypatch: pyt
     assert provider.api_for(plain, topology.parse_slice("tpu7x-16")).api == "compute"
     assert provider.api_for(plain, topology.parse_slice("v5p-16")).api is None
     chosen = dataclasses.replace(plain, api="tpu")
-    assert provider.api_for(chosen, topology.parse_slice("tpu7x-16")).api == "tpu"  # refused later, in words
+    with pytest.raises(Exception, match="tpu7x-16: the Cloud TPU API does not serve TPU7x"):
+        provider.api_for(chosen, topology.parse_slice("tpu7x-16"))  # before anything is started
     with pytest.raises(Exception, match="unknown api 'gke'"):
         settings_mod.resolve(backend="fake", api="gke", env={})
 

@@ -213,7 +213,9 @@ class BothApis:
         if isinstance(on_compute, str):
             return NotFoundError(f"{on_tpu} (Compute Engine could not be asked: {on_compute}; with "
                                  "--api compute it is asked alone.)")
-        return on_tpu
+        zone = compute_names.parse_parent(parent)[1]  # both were asked: neither has it
+        return NotFoundError(f"no slice named {name!r} in {zone}, on the Cloud TPU API or Compute "
+                             "Engine; `podctl ls` lists them.")
 
     async def list_slices(self, parent: str, page_size: int = 0) -> list[SliceInfo]:
         on_tpu, has_compute = await asyncio.gather(self.tpu.list_slices(parent, page_size),

@@ -22,20 +22,12 @@ from podctl.cloud import wait as wait_step
 from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
 from podctl.cloud.describe import Kind
 from podctl.cloud.placement import Placement
+from podctl.cloud.provider import refuse_off_cloud_tpu
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import GuestEntry, SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy
 
 LABELS_WAIT = WaitPolicy(timeout=120)  # a labels patch's operation
-
-
-def refuse_unserved(slice_type: topology.SliceType) -> None:
-    """A generation the Cloud TPU API does not serve (TPU7x) is refused before any call,
-    with the way that does serve it."""
-    gen = slice_type.generation
-    if not gen.on_cloud_tpu:
-        raise InvalidValueError(f"{slice_type.name}: {gen.not_on_cloud_tpu}; podctl makes it through "
-                                "Compute Engine: leave --api out (or pass --api compute).")
 
 
 class CloudTpu(TpuApi):
@@ -46,17 +38,18 @@ class CloudTpu(TpuApi):
         before anything is created. It asks for the generation's smallest type in Google's
         table, which every zone of the generation lists, not for the size asked."""
         gen = slice_type.generation
-        refuse_unserved(slice_type)
+        refuse_off_cloud_tpu(slice_type)
         try:
             smallest = gen.valid_sizes(documented_only=True)[0]
             await self.get_accelerator_type(f"{parent}/acceleratorTypes/{gen.key}-{smallest}")
         except NotFoundError as e:
             zone = parent.rsplit("/", 1)[-1]
             raise InvalidValueError(f"zone {zone!r} offers no {gen.name} (or does not exist); "
-                                    f"{gen.name} zones include {', '.join(gen.zones[:2])}.") from e
+                                    f"{gen.name} zones include {', '.join(gen.zones[:2])}: "
+                                    f"pass --zone {gen.zones[0]}.") from e
 
     async def create(self, request: CreateRequest) -> Creation:
-        refuse_unserved(request.spec.slice_type)
+        refuse_off_cloud_tpu(request.spec.slice_type)
         return await create_step.create(self, request)
 
     async def creation_outcome(self, operation_name: str) -> CreationOutcome | None:

@@ -104,7 +104,7 @@ class ComputeEngine:
         gen = slice_type.generation
         if zone not in gen.zones:
             raise InvalidValueError(f"zone {zone!r} offers no {gen.name} (or does not exist); "
-                                    f"{gen.name} zones include {', '.join(gen.zones[:2])}.")
+                                    f"{gen.name} zones include {', '.join(gen.zones[:2])}: pass --zone {gen.zones[0]}.")
 
     async def create(self, request: CreateRequest) -> Creation:
         plan = req.plan_of(request)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from podctl.cloud.sshkey import SSH_USER
-from podctl.cloud.storage import Storage
+from podctl.cloud.storage import Grant, Storage, gcloud_grant
 from podctl.cloud.types import SliceInfo
 from podctl.jobs import launch
 from podctl.jobs.ssh import HostPins, Target
@@ -55,7 +55,8 @@ class Reach:
     parent: str  # projects/P/locations/Z
     info: SliceInfo
     access: HostAccess
-    fake: bool = False  # the fake backend: a denied node's fix is `podctl fake grant`
+    # a denied node's fix: gcloud's command, or the fake cloud's (chosen with the backend)
+    grant: Grant = gcloud_grant
     notice: Callable[[str], None] = lambda text: None
     # where this client's pointer-signing key lives (jobs/pointer_sign.py): the watchers
     # start only runs signed by a key pinned at the slice's creation

@@ -39,7 +39,7 @@ from podctl.base.vocabulary import (
     pointer_valid_seconds,
 )
 from podctl.cloud.provider import SliceProvider
-from podctl.cloud.storage import Storage
+from podctl.cloud.storage import Grant, Storage, gcloud_grant
 from podctl.cloud.types import GuestEntry, NodeInfo, SliceInfo
 from podctl.host import run_layout
 from podctl.jobs import boot_script, identity, launch, owner, pointer_sign, run_files
@@ -76,6 +76,9 @@ def usable_on(info: SliceInfo) -> bool:
 
 def unusable_why(info: SliceInfo) -> str | None:
     """Why INFO cannot take a run through its watchers, in a refusal's words; None: it can."""
+    if info.api == "compute":  # its template carries the watcher, but no pointer reaches it yet
+        return (f"slice {info.name} is a Compute Engine MIG, and runs through the watchers have no "
+                "Compute Engine form yet (docs/compute-engine.md): start with --via ssh.")
     if usable_on(info):
         return None
     if info.api == "compute":  # its watchers run, but no metadata patch reaches them yet
@@ -114,12 +117,13 @@ class BootChannel:
     first_check_seconds = FIRST_CHECK_SECONDS
 
     def __init__(self, api: SliceProvider, storage: Storage, *, parent: str, info: SliceInfo,
-                 targets: list[Target], signer: pointer_sign.Signer, fake: bool = False,
+                 targets: list[Target], signer: pointer_sign.Signer,
+                 grant: Grant = gcloud_grant,
                  notice: Callable[[str], None] | None = None):
         self.api, self.storage, self.parent = api, storage, parent
         self.signer = signer  # signs each node's pointer (the hosts accept only pinned keys)
         self.info = info
-        self.fake = fake  # the fake backend: a denied node's fix is `podctl fake grant`
+        self.grant = grant  # a denied node's fix: gcloud's command, or the fake cloud's
         self.nodes = first_hosts(info, targets)
         self.targets = targets
         self.notice = notice or (lambda text: None)  # the hosts still booting, while it waits
@@ -198,7 +202,7 @@ class BootChannel:
 
     def _refuse(self, access: identity.NodeAccess) -> None:
         error = identity.refusal_error(access, bucket=self.storage.bucket_name, slice_name=self.info.name,
-                                       slice_type=self.info.accelerator_type, fake=self.fake)
+                                       slice_type=self.info.accelerator_type, grant=self.grant)
         if error is not None:
             raise error
 
@@ -366,7 +370,7 @@ class BootChannel:
             return
         error = identity.refusal_error(denied_access(word), bucket=self.storage.bucket_name,
                                        slice_name=self.info.name, slice_type=self.info.accelerator_type,
-                                       fake=self.fake)
+                                       grant=self.grant)
         if error is not None:  # else not an identity matter after all: said with the others' words
             raise error
 
@@ -607,7 +611,7 @@ class BootKind:
 
     def open(self, reach: Reach) -> BootChannel:
         channel = BootChannel(reach.api, reach.storage, parent=reach.parent, info=reach.info,
-                              targets=reach.targets, signer=_signer(reach), fake=reach.fake,
+                              targets=reach.targets, signer=_signer(reach), grant=reach.grant,
                               notice=reach.notice)
         channel.pins()  # a slice whose watchers would refuse this client: said before the bundle
         return channel

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from podctl.base.errors import HostKeyError, JobError, StoragePermissionError
-from podctl.cloud.storage import Storage
+from podctl.cloud.storage import Grant, Storage, gcloud_grant
 from podctl.cloud.types import SliceInfo
 from podctl.jobs import identity, launch, owner
 from podctl.jobs.channels.base import Channel as Channel
@@ -21,13 +21,14 @@ class SshChannel:
 
     name = "ssh"
 
-    def __init__(self, fleet: Fleet, storage: Storage, info: SliceInfo, *, fake: bool = False,
+    def __init__(self, fleet: Fleet, storage: Storage, info: SliceInfo, *,
+                 grant: Grant = gcloud_grant,
                  who: Callable[[], Awaitable[str]] | None = None):
         self.fleet, self.storage, self.info = fleet, storage, info
         # who to log in as, asked when the first connection opens (OS Login imports the
         # key then: cloud/oslogin.py); None: the fleet's user
         self.who = who
-        self.fake = fake  # the fake backend: the identity check's fix is `podctl fake grant`
+        self.grant = grant  # the identity check's fix: gcloud's command, or the fake cloud's
         # Said after a host SSH cannot reach or that refuses the key, where another channel
         # could start the run without SSH (SshKind.open, from the registry's Reach).
         self.unreachable_hint: str | None = None
@@ -53,7 +54,7 @@ class SshChannel:
     async def _ask_worker_0(self, run_id: str) -> None:
         await identity.check_node_access(self.fleet, bucket=self.storage.bucket_name, run_id=run_id,
                                          slice_name=self.info.name, slice_type=self.info.accelerator_type,
-                                         fake=self.fake)
+                                         grant=self.grant)
 
     async def check_access(self, run_id: str) -> None:
         """Worker 0 writes, reads and deletes under the run's prefix with the nodes' token (identity.py)."""
@@ -108,7 +109,7 @@ class SshKind:
     def open(self, reach: Reach) -> SshChannel:
         access = reach.access
         channel = SshChannel(Fleet(reach.targets, access.private_key, access.pins, user=access.user),
-                             reach.storage, reach.info, fake=reach.fake, who=access.who)
+                             reach.storage, reach.info, grant=reach.grant, who=access.who)
         if reach.without_ssh:
             other = reach.without_ssh[0]
             channel.unreachable_hint = (f"Or start it without SSH, through --via {other}: "
