@@ -56,7 +56,7 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
         from podctl.base.errors import CloudError
         from podctl.cli.render import emit_json
         from podctl.steps import Session
-        from podctl.steps.collect import collect_every_api
+        from podctl.steps.collect import collect
 
         session = Session.open(ctx.settings(project, zone, bucket))
         settings = session.settings
@@ -65,7 +65,7 @@ def gc(ctx: Context, dry_run: bool, project: str | None, zone: str | None, bucke
         def notice(text: str) -> None:
             click.echo(f"podctl: {text}", err=True)
 
-        found = run_sync(collect_every_api(session, dry_run=dry_run, queue=queue, notice=notice))
+        found = run_sync(collect(session, dry_run=dry_run, queue=queue, notice=notice))
         if as_json:
             emit_json([item.to_json() for item in found])
         elif not found:

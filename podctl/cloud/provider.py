@@ -191,17 +191,6 @@ def open_provider(settings: Settings, name: str | None = None,
     return opener(name or provider_name(env, settings.api))(settings)
 
 
-def other_apis(settings: Settings) -> list[Settings]:
-    """SETTINGS on each other API that makes slices, where none was chosen (no --api, no
-    PODCTL_PROVIDER): what looks for leftovers (gc) looks there too, since a slice made
-    through one API is not listed by the other."""
-    import dataclasses
-
-    if settings.api is not None or os.environ.get(ENV) is not None:
-        return []
-    return [dataclasses.replace(settings, api=api) for api, name in BY_API.items() if name != DEFAULT]
-
-
 def api_for(settings: Settings, slice_type: topology.SliceType) -> Settings:
     """SETTINGS with the API that serves SLICE_TYPE when none was chosen: a generation the
     Cloud TPU API does not serve (TPU7x) goes through Compute Engine by itself."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from podctl.base.errors import ConfigError, PermissionDeniedError
 from podctl.cloud.types import SliceInfo
 from podctl.policy import gc
 from podctl.steps.session import Session
@@ -54,27 +53,6 @@ async def collect(session: Session, *, dry_run: bool = False, queue: QueueOwners
 
     return await gc.collect(api, settings.parent, dry_run=dry_run,
                             keep=gc.all_of(queue_keep, runs_keep), before_delete=close_runs)
-
-
-async def collect_every_api(session: Session, *, dry_run: bool = False,
-                            queue: QueueOwners | None = None,
-                            notice: Notice = lambda text: None) -> list[gc.Leftover]:
-    """collect on the session's API and, where none was chosen, on every other (a
-    Compute Engine MIG, template or policy is not listed by the Cloud TPU API, nor the
-    reverse). An API the project cannot use (not enabled, no permission) is said in a
-    notice and passed over: its leftovers were not looked at, and the line says so."""
-    from podctl.cloud.provider import other_apis
-
-    found = await collect(session, dry_run=dry_run, queue=queue, notice=notice)
-    for settings in other_apis(session.settings):
-        other = Session(settings, storages=session.storages)
-        try:
-            found += await collect(other, dry_run=dry_run, queue=queue, notice=notice)
-        except (PermissionDeniedError, ConfigError) as e:
-            notice(f"{settings.api} API's leftovers not looked at: {e}")
-        finally:
-            other.close_api()
-    return found
 
 
 async def reap_queue_leftovers(session: Session, queue: QueueOwners,

@@ -51,15 +51,6 @@ def test_elastic_on_one_slice_is_said_at_the_start_and_a_floor_above_it_refused(
         ElasticPolicy(min_slices=4).check(3)
 
 
-def test_gc_looks_through_the_other_api_only_where_none_was_chosen(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv(provider.ENV, raising=False)
-    assert [s.api for s in provider.other_apis(SETTINGS)] == ["compute"]
-    assert provider.other_apis(dataclasses.replace(SETTINGS, api="tpu")) == []
-    assert provider.other_apis(dataclasses.replace(SETTINGS, api="compute")) == []
-    monkeypatch.setenv(provider.ENV, "cloud-tpu")
-    assert provider.other_apis(SETTINGS) == []
-
-
 def test_a_generation_the_chosen_api_does_not_make_is_refused_before_it_is_asked(
         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(provider.ENV, raising=False)
