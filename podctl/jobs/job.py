@@ -52,6 +52,7 @@ FAIL_FAST_GRACE_SECONDS = 30.0
 FAIL_FAST_WAIT_SECONDS = FAIL_FAST_GRACE_SECONDS + 15.0
 GONE_WHY = "gone, no SSH connection taken"
 GONE_POLL_SECONDS = 1.0  # during a fail-fast, how often the hosts still without a status are looked at
+GONE_SETTLE_SECONDS = 2.0  # the fail-fast's stop, once every host has a status (ended, or gone)
 Notice = Callable[[str], None]
 # The hosts (positions, of those given) known gone (they take no SSH connection):
 # a fail-fast stops waiting for their statuses at once (Job.gone; an elastic run's).
@@ -157,13 +158,18 @@ def failure_reason(code: int, failed: HostStatus | None, cause: PeerCause | None
 
 
 async def _settle(stopping: list[asyncio.Future[Any]]) -> None:
-    """After a follow: the fail-fast's stop (first) gets its time; its watch of gone hosts ends."""
+    """After a follow: the fail-fast's stop (first) gets its time; its watch of gone hosts
+    ends. Where that watch is over, every host has a status (it ended, or it is gone),
+    and the stop is left only a moment (a dead host's hung connection would hold it 30 s)."""
+    watched_out = False
     for watch in stopping[1:]:
+        watched_out = watch.done() and not watch.cancelled() and watch.exception() is None
         watch.cancel()
         with contextlib.suppress(BaseException):
             await watch
     if stopping:
-        await asyncio.wait({stopping[0]}, timeout=launch.HOST_COMMAND_SECONDS)
+        await asyncio.wait({stopping[0]}, timeout=GONE_SETTLE_SECONDS if watched_out
+                           else launch.HOST_COMMAND_SECONDS)
         stopping[0].cancel()
 
 

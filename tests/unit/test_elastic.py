@@ -5,6 +5,7 @@ deadline (the run finishes on the survivors, the lost slice no longer asked for)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -70,3 +71,31 @@ def test_past_the_grow_deadline_the_run_goes_on_on_the_survivors_without_asking(
     result = asyncio.run(watch(attempt(), None))  # type: ignore[arg-type]
     assert result.exit_code == 0 and not back
     assert said == ["elastic: slice 1 of el not back within 0.017 h: no longer asked for; going on on 2"]
+
+
+def test_once_the_gone_hosts_ended_the_follow_the_stop_is_not_waited_for_long(monkeypatch):
+    """A dead host's hung SSH connection holds a fail-fast's stop: where the gone watch
+    ended the follow, it gets GONE_SETTLE_SECONDS, not the 30 s a stop of live hosts gets."""
+    monkeypatch.setattr(job_module, "GONE_SETTLE_SECONDS", 0.05)
+
+    async def settle(watch_done: bool) -> tuple[float, bool]:
+        halt = asyncio.ensure_future(asyncio.sleep(3600))  # a stop that does not come back
+        watch = asyncio.ensure_future(asyncio.sleep(0 if watch_done else 3600))
+        await asyncio.sleep(0.01)
+        began = time.monotonic()
+        if watch_done:
+            await job_module._settle([halt, watch])
+        else:  # the follow ended by the fail-fast's deadline: the stop keeps its time
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job_module._settle([halt, watch]), 0.5)
+        took, let_go = time.monotonic() - began, halt.cancelling() > 0  # _settle cancelled it
+        halt.cancel()
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(halt, watch)
+        return took, let_go
+
+    took, let_go = asyncio.run(settle(True))
+    assert took < 0.5 and let_go
+    took, let_go = asyncio.run(settle(False))
+    assert took >= 0.5 and not let_go  # still waiting for the stop when cut off
