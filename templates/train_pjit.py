@@ -929,8 +929,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: {b.elastic.describe()}\n")
         sys.stderr.flush()
 
-    # Parameters are created where they live: each device makes only its own shards.
-    state = jax.jit(b.init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
+    state = None  # restored below, else made fresh (not both: an init is a compile and a run)
 
     # -- checkpoints: restore the latest, sharded as above --
     manager, start_step, last_saved, local, restored = None, 0, None, None, {}
@@ -976,6 +975,8 @@ def main(argv: list[str] | None = None) -> int:
             if jax.process_index() == 0:
                 sys.stderr.write(f"{PROG}: restored step {start_step} from {source} in "
                                  f"{restored['restore_s']:.2f} s\n")
+    if state is None:  # parameters are created where they live: each device makes only its own shards
+        state = jax.jit(b.init_state, out_shardings=state_sharding)(jax.random.key(a.seed))
 
     unrecorded = None  # the step whose save is under way: its manifest comes once it commits
 

@@ -17,10 +17,11 @@ from podctl.jobs.ssh import Fleet, Target
 ANSWER_SECONDS = 10.0  # a live host's sshd answers in well under a second
 
 
-async def answering_hosts(info: SliceInfo, access: HostAccess,
-                          timeout: float = ANSWER_SECONDS) -> set[int]:
-    """The positions (in INFO.hosts) of the hosts that ran `true` over SSH within
-    TIMEOUT. A host whose key is not the pinned one raises (never taken for gone)."""
+async def answering_hosts(info: SliceInfo, access: HostAccess, timeout: float = ANSWER_SECONDS,
+                          only: set[int] | None = None) -> set[int]:
+    """The positions (in INFO.hosts; of ONLY, default all) of the hosts that ran `true`
+    over SSH within TIMEOUT. A host whose key is not the pinned one raises (never taken
+    for gone)."""
     user = await access.login()
 
     async def one(target: Target) -> bool:
@@ -39,6 +40,6 @@ async def answering_hosts(info: SliceInfo, access: HostAccess,
             with contextlib.suppress(Exception):
                 await fleet.close()
 
-    targets = targets_for(info, access.ssh_port)
+    targets = [t for t in targets_for(info, access.ssh_port) if only is None or t.index in only]
     answers = await asyncio.gather(*(one(t) for t in targets))
     return {t.index for t, ok in zip(targets, answers) if ok}

@@ -50,7 +50,13 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # included, does not hold the run (nor its slice's bill) open.
 FAIL_FAST_GRACE_SECONDS = 30.0
 FAIL_FAST_WAIT_SECONDS = FAIL_FAST_GRACE_SECONDS + 15.0
+GONE_WHY = "gone, no SSH connection taken"
+GONE_POLL_SECONDS = 1.0  # during a fail-fast, how often the hosts still without a status are looked at
+GONE_SETTLE_SECONDS = 2.0  # the fail-fast's stop, once every host has a status (ended, or gone)
 Notice = Callable[[str], None]
+# The hosts (positions, of those given) known gone (they take no SSH connection):
+# a fail-fast stops waiting for their statuses at once (Job.gone; an elastic run's).
+GoneCheck = Callable[[set[int]], Awaitable[set[int]]]
 T = TypeVar("T")
 
 
@@ -153,6 +159,22 @@ def failure_reason(code: int, failed: HostStatus | None, cause: PeerCause | None
     return why + (f" ({failed.error.splitlines()[0][:200]})" if failed.error else "")
 
 
+async def _settle(stopping: list[asyncio.Future[Any]]) -> None:
+    """After a follow: the fail-fast's stop (first) gets its time; its watch of gone hosts
+    ends. Where that watch is over, every host has a status (it ended, or it is gone),
+    and the stop is left only a moment (a dead host's hung connection would hold it 30 s)."""
+    watched_out = False
+    for watch in stopping[1:]:
+        watched_out = watch.done() and not watch.cancelled() and watch.exception() is None
+        watch.cancel()
+        with contextlib.suppress(BaseException):
+            await watch
+    if stopping:
+        await asyncio.wait({stopping[0]}, timeout=GONE_SETTLE_SECONDS if watched_out
+                           else launch.HOST_COMMAND_SECONDS)
+        stopping[0].cancel()
+
+
 class Job:
     """One run's moving parts: storage, the fleet of connections, the log reader."""
 
@@ -177,6 +199,9 @@ class Job:
         self.stopped_by: str | None = None  # who stopped the run (stop()), for its record
         # podctl ended the run for a failure it saw (a stall): its record says failed, why
         self.end_reason: str | None = None
+        # Set by an elastic run: which hosts are gone, so that a fail-fast need not wait
+        # out FAIL_FAST_WAIT_SECONDS for statuses they will never write.
+        self.gone: GoneCheck | None = None
 
     async def _write_record(self) -> None:
         assert self.record is not None
@@ -247,11 +272,11 @@ class Job:
     async def follow(self) -> RunResult:
         reader = LogReader(self.storage, self.run_id, len(self.targets), self.sink, self.request.hosts,
                            notice=self.notice, explain=self._refusal)
-        stopping: asyncio.Future[Any] | None = None
+        stopping: list[asyncio.Future[Any]] = []  # the fail-fast's stop (and its watch of gone hosts)
         peers: tuple[dict[int, dict[str, Any]], float] | None = None  # heartbeats when a host was aborted
 
         async def on_status(status: HostStatus) -> None:
-            nonlocal stopping, peers
+            nonlocal peers
             if status.error is not None and status.error == reader.refusal:
                 return  # said once, as the run's error, below
             if (peers is None and not status.stopped and status.exit_code != 0
@@ -260,24 +285,17 @@ class Job:
                 # stand now, before the fail-fast stop below changes it (peer_cause.py)
                 with contextlib.suppress(Exception):
                     peers = (await run_files.read_beats(self.storage, self.run_id), time.time())
-            if status.exit_code != 0 and not status.stopped and stopping is None:
+            if status.exit_code != 0 and not status.stopped and not stopping:
                 what = status.error or f"exit code {status.exit_code}"
                 self.notice(f"{host_name(status.host, status.process)} failed ({what})")
                 if self.request.fail_fast and not reader.done:
-                    self.notice("stopping the other hosts (fail-fast)")
-                    # In the background: the reader goes on reading their ends meanwhile,
-                    # and a host that does not answer cannot hold it.
-                    stopping = asyncio.ensure_future(self.channel.halt(
-                        self.run_id, grace_seconds=FAIL_FAST_GRACE_SECONDS))
-                    reader.end_by(FAIL_FAST_WAIT_SECONDS)
+                    stopping.extend(self._fail_fast(reader))
 
         try:
             statuses = await reader.follow(poll_seconds=self.request.poll_seconds,
                                            on_status=on_status)
         finally:
-            if stopping is not None:
-                await asyncio.wait({stopping}, timeout=launch.HOST_COMMAND_SECONDS)
-                stopping.cancel()
+            await _settle(stopping)
         left = [h for h in range(len(self.targets)) if h not in statuses]
         if left:
             self.notice(f"ending the run without waiting longer for host{'s' if len(left) > 1 else ''} "
@@ -312,6 +330,38 @@ class Job:
         if reader.refusal is not None:  # the role went mid-run: said as a refusal at the start is
             raise StoragePermissionError(reader.refusal)
         return RunResult(self.run_id, code, failed, statuses, cause)
+
+    def _fail_fast(self, reader: LogReader) -> list[asyncio.Future[Any]]:
+        """Stop the other hosts and end the follow by FAIL_FAST_WAIT_SECONDS (sooner when
+        the hosts left are known gone) -> the stop, and the watch of gone hosts if any."""
+        self.notice("stopping the other hosts (fail-fast)")
+        # In the background: the reader goes on reading their ends meanwhile, and a host
+        # that does not answer cannot hold it.
+        started: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.channel.halt(
+            self.run_id, grace_seconds=FAIL_FAST_GRACE_SECONDS))]
+        reader.end_by(FAIL_FAST_WAIT_SECONDS)
+        if self.gone is not None:
+            started.append(asyncio.ensure_future(self._end_when_gone(reader, self.gone)))
+        return started
+
+    async def _end_when_gone(self, reader: LogReader, gone: GoneCheck) -> None:
+        """During a fail-fast: once every host still without a status is known gone, they
+        are marked lost (GONE_WHY) and the follow ends, not waiting out the fail-fast."""
+        while not reader.done:
+            missing = {h for h in range(len(self.targets)) if h not in reader.progress.statuses}
+            try:
+                away = await gone(missing) if missing else set()
+            except Exception:  # noqa: BLE001 - asked again; the fail-fast's own wait still ends it
+                away = set()
+            if missing and away >= missing:
+                many = len(missing) > 1
+                self.notice(f"host{'s' if many else ''} {', '.join(f'{h:04d}' for h in sorted(missing))}: "
+                            f"{GONE_WHY}; not waiting for {'their' if many else 'its'} end")
+                now = time.time()
+                for host in missing:
+                    reader.progress.statuses.setdefault(host, run_files.lost_status(host, now, GONE_WHY))
+                return
+            await asyncio.sleep(GONE_POLL_SECONDS)
 
     async def _refusal(self) -> str | None:
         """Why the hosts went quiet, if it is GCS refusing the nodes' account (the channel's

@@ -7,6 +7,8 @@ survivors have all of it: each host keeps its copy in the template's local tier
 (templates/local_ckpt.py), and the relaunch on the K-1 survivors (MEGASCALE_* renumbered
 by host/host_config.py) restores from there, with no GCS restore on the way.
 
+    a host fails (JAX ends the survivors for a lost peer) -> the fail-fast ends once every
+        host still silent takes no SSH connection (gone_check), not after its 45 s
     attempt ends (the infrastructure) -> which slices answer (one SSH `true` per host)
         all of them                  -> today's recovery (relaunch in place, or make again)
         none, or 1 slice of 1        -> today's recovery, said in one line
@@ -34,7 +36,7 @@ from dataclasses import dataclass, replace
 from podctl.base.errors import NotFoundError, SliceDeletedError, UsageError
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.answering import answering_hosts
-from podctl.jobs.job import Job, RunResult
+from podctl.jobs.job import GoneCheck, Job, RunResult
 from podctl.steps.runs import Notice
 from podctl.steps.session import Session
 
@@ -42,6 +44,9 @@ from podctl.steps.session import Session
 # whether the global batch shrinks with the slices.
 FULL_SLICES_ENV = "PODCTL_ELASTIC_SLICES"
 BATCH_ENV = "PODCTL_ELASTIC_BATCH"
+# During a fail-fast, a host that has not taken an SSH connection this long is gone (a
+# live sshd answers in well under a second; a preempted host's, never)
+GONE_ANSWER_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,17 @@ async def answering_slices(session: Session, info: SliceInfo, ids: set[int] | No
     hosts = ready.hosts
     return {i for i in slice_ids(ready)
             if all(p in answered for p, h in enumerate(hosts) if h.slice_index == i)}
+
+
+def gone_check(session: Session, on: SliceInfo) -> GoneCheck:
+    """Which of the hosts (positions in ON) take no SSH connection now: what a
+    fail-fast need not wait for (a host whose processes only died still answers)."""
+    access = session.host_access(on)
+
+    async def gone(hosts: set[int]) -> set[int]:
+        return hosts - await answering_hosts(on, access, timeout=GONE_ANSWER_SECONDS, only=hosts)
+
+    return gone
 
 
 @dataclass(frozen=True)
@@ -220,15 +236,19 @@ class ElasticRun:
         self.back: set[int] = set()  # lost slices that answered again during the attempt
 
     def wrap(self, wrap: Wrap | None) -> Wrap | None:
-        """WRAP, and on fewer slices than the run's, the grow-back watch around it."""
-        shrink = self.shrink
-        if shrink is None or not shrink.lost or self.policy is None:
+        """WRAP, with the lost-host check (a fail-fast ends once the hosts it waits for
+        take no SSH connection: `gone_check`), and on fewer slices than the run's, the
+        grow-back watch around it."""
+        if self.policy is None or self.full.num_slices < 2:
             return wrap
-        watch = grow_watch(self.session, self.full, shrink, self.policy, self.lost_at, self.notice,
-                           self.back)
+        shrink, policy = self.shrink, self.policy
+        watch = None if shrink is None or not shrink.lost else grow_watch(
+            self.session, self.full, shrink, policy, self.lost_at, self.notice, self.back)
 
         def watched(follow: Awaitable[RunResult], job: Job, on: SliceInfo) -> Awaitable[RunResult]:
-            return watch(wrap(follow, job, on) if wrap else follow, job)
+            job.gone = gone_check(self.session, on)
+            inner = wrap(follow, job, on) if wrap else follow
+            return watch(inner, job) if watch else inner
 
         return watched
 

@@ -68,6 +68,8 @@ def test_below_the_floor_it_waits_then_goes_on_on_two_then_grows_back_to_three(p
     attempts = result["attempts"]
     assert [a["slices"] for a in attempts] == [3, 2, 3], attempts
     assert result["recoveries"] == 1  # the loss; growing back is none
+    # the fail-fast did not wait out its 45 s for the hosts that take no SSH connection
+    assert "hosts 0001, 0002: gone, no SSH connection taken; not waiting for their end" in log, log[-5000:]
     waited = log.index("1 of 3 slices of el answer (lost: slice 1, 2), below --min-slices 2: waiting")
     went_on = log.index("slice 1 of el lost; going on on the 2 that answer (slice 0, 2)")
     assert waited < went_on and '"kind": "step"' not in log[waited:went_on]  # no step on one
