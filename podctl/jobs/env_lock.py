@@ -8,7 +8,8 @@ run's config and is kept with the run (`podctl/runs/RUN_ID/requirements.lock`), 
 every host, and a relaunch of the run, get exactly the same versions.
 
 A lock made for the same requirements is kept (STATE_DIR/locks) and used again by
-later runs; `podctl run --relock` resolves anew.
+later runs; the training template's requirements come locked with podctl (data/locks,
+SHIPPED_LOCKS), so a first run of it resolves nothing; `podctl run --relock` resolves anew.
 
 Which Python: `podctl run --python X.Y`; else the TPU VM image's (3.10) when the
 requirements resolve to the same set there as on a current CPython, and that current
@@ -71,6 +72,13 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)")
 _UV_TIMEOUT = 600.0
 _TMP_FILE = re.compile(r"[^\s`'\"]*podctl-lock-[^/\s]*/(requirements\.in|constraints\.txt)")
 REQUIREMENTS = "requirements.txt"  # a workdir's, found without --requirements
+# Locks made for the training template's requirements (templates/requirements.txt, for the
+# fake's CPU hosts and for TPU VMs) when podctl was released, named as STATE_DIR/locks names
+# them (lock_inputs): a first run of the template (the demo's) needs no resolve from the
+# package index (two `uv pip compile`s, 13-21 s), and a requirement set that differs in any
+# line is locked anew. tools/lock_template.py makes them; tests/unit/test_shipped_locks.py
+# holds them to the file's requirements.
+SHIPPED_LOCKS = Path(__file__).resolve().parent.parent / "data" / "locks"
 
 
 @dataclass(frozen=True)
@@ -253,19 +261,16 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
     requirements, constraints, index = read_requirements(path, jax_extra)
     if not requirements:
         raise RequirementsError(f"{path.name} names no package; remove it or add packages.")
-    inputs = hashlib.sha256(repr((requirements, constraints, index, python, HOST_PLATFORM,
-                                  IMAGE_PYTHON, CURRENT_PYTHON)).encode()).hexdigest()[:32]
+    inputs = lock_inputs(requirements, constraints, index, python)
     kept = (cache or state_dir() / "locks") / f"{inputs}.json"
     if not relock:
-        try:
-            stored = json.loads(kept.read_text())
-            result = EnvPlan(key=env_key(stored["lock"], stored["python"]), python=stored["python"],
-                             lock=stored["lock"], index_args=index, notes=list(stored["notes"]))
-            result.notes.append(f"locked earlier for these requirements ({kept}); "
-                                "`podctl run --relock` resolves them again")
-            return result
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        for found, said in ((kept, f"locked earlier for these requirements ({kept})"),
+                            (SHIPPED_LOCKS / f"{inputs}.json",
+                             "locked for these requirements when this podctl was released (shipped with it)")):
+            result = _stored(found, index)
+            if result is not None:
+                result.notes.append(f"{said}; `podctl run --relock` resolves them again")
+                return result
     notes = []
     if python is None:
         uv_binary()
@@ -310,6 +315,24 @@ def plan(path: Path, *, jax_extra: str, python: str | None = None, relock: bool 
         tmp.write_text(json.dumps({"lock": lock, "python": python, "notes": notes}))
         os.replace(tmp, kept)
     return EnvPlan(key=key, python=python, lock=lock, index_args=index, notes=notes)
+
+
+def lock_inputs(requirements: list[str], constraints: list[str], index: tuple[str, ...],
+                python: str | None) -> str:
+    """What a lock is made from (the flattened requirements, constraints, index options, the
+    asked Python, the hosts' platform and Pythons): the name it is kept under."""
+    return hashlib.sha256(repr((requirements, constraints, index, python, HOST_PLATFORM,
+                                IMAGE_PYTHON, CURRENT_PYTHON)).encode()).hexdigest()[:32]
+
+
+def _stored(path: Path, index: tuple[str, ...]) -> EnvPlan | None:
+    """A lock kept at PATH (plan's JSON: lock, python, notes), or None where there is none."""
+    try:
+        stored = json.loads(path.read_text())
+        return EnvPlan(key=env_key(stored["lock"], stored["python"]), python=stored["python"],
+                       lock=stored["lock"], index_args=index, notes=list(stored["notes"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _name(requirement: str) -> str:

@@ -164,7 +164,7 @@ class BootChannel:
     async def _chips_words(self) -> list[tuple[int, set[str], set[str]]] | None:
         """Per host: (when its watcher's podctl/chips was said, host clock; the runs it
         names; the run its agent's podctl/state says is under way, if not done)."""
-        found = []
+        found: list[tuple[int, set[str], set[str]]] = []
         for node, _ in self.nodes:
             try:
                 placed = _placed(await self.api.guest_attributes(
@@ -173,12 +173,7 @@ class BootChannel:
                 return None
             if placed is None:
                 return None
-            for said in placed:
-                checked, _, held = said.get("chips", "").partition(" ")
-                other, _, state = said.get("state", "").partition(" ")
-                found.append((int(checked) if checked.isdigit() else 0,
-                              {r for r in held.split(",") if r not in ("", "-", "?")},
-                              {other} if other and state and not state.startswith("done") else set()))
+            found.extend(chips_word(said) for said in placed)
         return found
 
     async def check_access(self, run_id: str) -> None:
@@ -440,6 +435,22 @@ def denied_access(word: str) -> identity.NodeAccess:
         scopes=tuple(f"{identity.SCOPE_PREFIX}{s}" for s in scopes.split(",") if s and s != "-"),
         refused=step or None, status=int(status) if status.isdigit() else 0,
         message=f"Permission '{permission}' denied" if permission else "")
+
+
+def chips_word(said: dict[str, str]) -> tuple[int, set[str], set[str]]:
+    """One host's words for claim: (when its watcher's podctl/chips was said, host clock;
+    the runs it names as holding the chips; the run its agent's podctl/state says is under
+    way, if not done). A run the chips word names whose own agent on this host has since
+    said `done` (podctl/state) is left out: the agent says it only once its script and every
+    process it left have ended (agent.py main), so it holds no chips whatever the last beat
+    said; else the next run after one that just ended waits up to a beat
+    (WATCH_BEAT_SECONDS) for the watcher to say so."""
+    checked, _, held = said.get("chips", "").partition(" ")
+    other, _, state = said.get("state", "").partition(" ")
+    done = bool(other) and state.startswith("done")
+    holding = {r for r in held.split(",") if r not in ("", "-", "?") and not (done and r == other)}
+    return (int(checked) if checked.isdigit() else 0, holding,
+            {other} if other and state and not done else set())
 
 
 def parse_roles(word: str) -> tuple[int, str | None] | None:
