@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.replay_http import JsonHandler
+
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "compute_mig_crud_recorded.json").read_text())
 EX = {k: v["body"] for k, v in RECORDED["exchanges"].items()}
 TOKEN = "ya29.replay-compute-token"
@@ -259,20 +261,7 @@ class ComputeReplay:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         replay = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def _serve(self) -> None:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)

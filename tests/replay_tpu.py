@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.replay_http import JsonHandler
+
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "tpu_node_crud_recorded.json").read_text())
 TOKEN = "ya29.replay-token"
 PROJECT_NUMBER = "123456789012"
@@ -76,7 +78,7 @@ class Replay:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> "Replay":
+    def __enter__(self) -> Replay:
         self.thread.start()
         return self
 
@@ -206,20 +208,7 @@ class Replay:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         replay = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def _serve(self) -> None:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
