@@ -187,14 +187,23 @@ def test_build_on_host_builds_once_on_host_0_signed_and_is_refused_through_the_w
                 "key", "sha256", "size", "built_by", "python", "packages", "jax", "signature"}
 
 
+@pytest.fixture(scope="module")
+def refusing16(tmp_path_factory: pytest.TempPathFactory):
+    """One slice for the refusals below: each is said on the client before any host, so
+    none needs a slice of its own (each case checks that no run was started on it)."""
+    with slice_on_daemon(Podctl(tmp_path_factory.mktemp("refusing16")), "v5p-16", "bare16") as cli:
+        yield cli
+
+
 @pytest.mark.parametrize("requirements, words", [
     ("podctl-no-such-package-zz9==1.0\n", ["podctl-no-such-package-zz9", "cannot be resolved"]),
     ("six\n./vendored/mypkg\n", ["`./vendored/mypkg` is a local path", "the hosts do not have"]),
     ("-r other.txt\n", ["other.txt, which is not a file"]),
     ("antlr4-python3-runtime==4.9.3\n", ["antlr4-python3-runtime has no wheel for the hosts", "--build-on host"]),
 ])
-def test_requirements_that_cannot_work_fail_on_the_client_in_one_line_before_any_host(podctl, tmp_path,
+def test_requirements_that_cannot_work_fail_on_the_client_in_one_line_before_any_host(refusing16, tmp_path,
                                                                                     requirements, words):
+    podctl = refusing16
     work = workdir(tmp_path)
     (work / "reqs.txt").write_text(requirements)
     proc = podctl("run", "bare16", "--hosts", "all", "--requirements", str(work / "reqs.txt"),
@@ -203,3 +212,4 @@ def test_requirements_that_cannot_work_fail_on_the_client_in_one_line_before_any
     errors = [line for line in proc.stderr.splitlines() if line.startswith("podctl: error: ")]
     assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr
     assert "Traceback" not in proc.stderr and "STARTED" not in proc.stdout and "[host" not in proc.stdout
+    assert json.loads(podctl("runs", "--json").stdout) == []  # nothing started on the shared slice
