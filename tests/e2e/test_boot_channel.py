@@ -328,11 +328,15 @@ def test_each_node_knows_its_first_host():
     assert [(n.name, first) for n, first in first_hosts(info, targets)] == [("n0", 0), ("n1", 2)]
 
 
-def test_bad_via_is_refused_in_one_line(podctl):
+def test_bad_via_is_refused_in_one_line(tmp_path):
+    """Refused before the cloud is asked: no slice is needed, and no fake is started."""
+    podctl = Podctl(tmp_path)
+    podctl.env["PODCTL_BACKEND"] = "fake"
     proc = podctl("run", NAME, "--via", "bogus", str(SCRIPTS / "show_env.py"), check=False)
     assert_one_line_error(proc, 2, "bogus")
     proc = podctl("run", NAME, str(SCRIPTS / "show_env.py"), env={"PODCTL_VIA": "carrier-pigeon"}, check=False)
     assert_one_line_error(proc, 2, "PODCTL_VIA", "auto, boot or ssh")
+    assert not json.loads(podctl("fake", "status", "--json", check=False).stdout or "{}").get("running")
 
 
 @pytest.mark.host_env
