@@ -26,12 +26,12 @@ import copy
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.replay_http import JsonHandler
+from tests.replay_http import JsonHandler, ReplayServer
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "compute_mig_crud_recorded.json").read_text())
 EX = {k: v["body"] for k, v in RECORDED["exchanges"].items()}
@@ -74,7 +74,7 @@ def _template_as_read(asked: dict[str, Any]) -> dict[str, Any]:
     return props
 
 
-class ComputeReplay:
+class ComputeReplay(ReplayServer):
     def __init__(self, project: str = "replay-project", zone: str = "us-central1-c", token: str = TOKEN):
         self.project, self.zone, self.token = project, zone, token
         self.region = zone.rsplit("-", 1)[0]
@@ -87,20 +87,7 @@ class ComputeReplay:
         self.requests: list[str] = []
         self.lock = threading.Lock()
         self._seq = 0
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> ComputeReplay:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(self._handler())
 
     @property
     def billable(self) -> list[str]:

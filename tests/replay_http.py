@@ -1,11 +1,13 @@
 """What the replays of recorded Google answers (replay_tpu.py, replay_compute.py) share:
-an HTTP/1.1 handler that answers JSON, as Google's APIs do, and logs nothing."""
+a local server on its own thread, and an HTTP/1.1 handler that answers JSON, as Google's
+APIs do, and logs nothing."""
 
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
-from typing import Any
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -21,3 +23,23 @@ class JsonHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+class ReplayServer:
+    """A replay's server: serve(handler) in the replay's __init__, then `with replay:`."""
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

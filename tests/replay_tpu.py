@@ -26,12 +26,12 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.replay_http import JsonHandler
+from tests.replay_http import JsonHandler, ReplayServer
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "tpu_node_crud_recorded.json").read_text())
 TOKEN = "ya29.replay-token"
@@ -55,7 +55,7 @@ def not_found(name: str) -> tuple[int, dict]:
                                "resourceName": name}]}}
 
 
-class Replay:
+class Replay(ReplayServer):
     def __init__(self, project: str = "replay-project", metadata_type: str | None = None,
                  token: str = TOKEN):
         self.project = project
@@ -71,20 +71,7 @@ class Replay:
         self.jwts_verified = 0
         self.lock = threading.Lock()
         self._seq = 0
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> Replay:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(self._handler())
 
     # ---- answers -------------------------------------------------------------------
 
