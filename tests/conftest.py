@@ -17,20 +17,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import signal
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import google.cloud.common  # noqa: F401
 import pytest
 
-from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.connect import api_for_endpoint
+from podctl.cloud.tpu_client import RetryPolicy, TpuApi
 from podctl.cloud.wait import WaitPolicy
 from podctl.fake.admin.admin_client import FakeCompute
 from podctl.fake.api.server import fake_cloud
@@ -256,6 +256,23 @@ def stop_fake_and_check(cli: Podctl) -> None:
         leftover = FakeAdmin(json.loads(status.stdout)["admin"]).resources()
         cli("fake", "stop")
         assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+
+
+@contextlib.contextmanager
+def raw_api(base: str) -> Iterator[Any]:
+    """call(method, path, body=None, **params) against BASE with requests, no client
+    library: the fake's answers as they are on the wire (status codes, error bodies)."""
+    import requests
+
+    session = requests.Session()
+
+    def call(method: str, path: str, body: dict | None = None, **params: str) -> requests.Response:
+        return session.request(method, f"{base}/{path}", json=body, params=params or None)
+
+    try:
+        yield call
+    finally:
+        session.close()
 
 
 @contextlib.contextmanager

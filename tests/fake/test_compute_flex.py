@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import requests
 
 from podctl.base.errors import InvalidValueError, StockoutError
 from podctl.cloud.connect import compute_engine_at
 from podctl.cloud.create import CreateRequest
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.wait import WaitPolicy
-from tests.conftest import PROJECT
+from tests.conftest import PROJECT, raw_api
 
 ZONE = "us-central1-c"
 PARENT = f"projects/{PROJECT}/locations/{ZONE}"
@@ -56,14 +55,8 @@ def test_flex_start_waits_for_capacity_then_makes_the_slice_whole_and_ends_with_
 
 @pytest.fixture
 def http(fake):
-    session = requests.Session()
-    base = f"{fake.tpu_api_url}/compute/v1/projects/{PROJECT}"
-
-    def call(method: str, path: str, body: dict | None = None, **params: str):
-        return session.request(method, f"{base}/{path}", json=body, params=params or None)
-
-    yield call
-    session.close()
+    with raw_api(f"{fake.tpu_api_url}/compute/v1/projects/{PROJECT}") as call:
+        yield call
 
 
 def _refused(answer, field: str) -> None:

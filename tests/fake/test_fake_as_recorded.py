@@ -6,21 +6,15 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.conftest import PARENT, PROJECT
+from tests.conftest import PARENT, PROJECT, raw_api
 
 NODE = {"acceleratorType": "v5p-8", "runtimeVersion": "tpu-vm-cos-stable"}
 
 
 @pytest.fixture
 def http(fake):
-    session = requests.Session()
-    base = f"{fake.tpu_api_url}/v2"
-
-    def call(method: str, path: str, body: dict | None = None, **params: str):
-        return session.request(method, f"{base}/{path}", json=body, params=params or None)
-
-    yield call
-    session.close()
+    with raw_api(f"{fake.tpu_api_url}/v2") as call:
+        yield call
 
 
 def _done(http, fake, op: dict) -> dict:
