@@ -78,12 +78,10 @@ def unusable_why(info: SliceInfo) -> str | None:
     """Why INFO cannot take a run through its watchers, in a refusal's words; None: it can."""
     if info.api == "compute":  # its template carries the watcher, but no pointer reaches it yet
         return (f"slice {info.name} is a Compute Engine MIG, and runs through the watchers have no "
-                "Compute Engine form yet (docs/compute-engine.md): start with --via ssh.")
+                "Compute Engine form yet (docs/compute-engine.md): start with --via ssh "
+                "(--via auto picks it).")
     if usable_on(info):
         return None
-    if info.api == "compute":  # its watchers run, but no metadata patch reaches them yet
-        return (f"slice {info.name} is a Compute Engine MIG, whose watchers podctl cannot start runs "
-                "through yet: start with --via ssh (--via auto picks it).")
     return (f"slice {info.name} carries no podctl watcher this version knows (made by another "
             "podctl, or not by podctl): start with --via ssh, or make it again with `podctl up`.")
 
