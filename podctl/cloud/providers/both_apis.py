@@ -6,7 +6,7 @@ hold a SliceProvider as before.
 
     find, describe:  the Cloud TPU API and one light GET of Compute Engine's MIG NAME, at
                      once; the slice where it is; a name in both is refused in one line
-                     asking for --api; in neither, the Cloud TPU API's own not-found line;
+                     asking for --api; in neither, a not-found line that says both were asked;
                      a name met once is asked of its API alone while it is there (a run's
                      watch and recovery describe it every few seconds)
     list_slices:     both, at once: the Cloud TPU API's slices, then Compute Engine's where
