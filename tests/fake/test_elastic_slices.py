@@ -1,0 +1,62 @@
+"""`up --elastic`: K slices as K single-slice queued resources (NAME-0 ... NAME-(K-1)), one
+slice to podctl. A preempted one is suspended alone (the others stay ACTIVE), is asked for
+again alone (`:reset`: its tier and window kept), and a deleted one leaves the slice
+smaller; `down` deletes every one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from podctl.base.errors import InvalidValueError
+from podctl.cloud import describe, terminate
+from podctl.cloud.types import SliceSpec
+from podctl.cloud.up import UpRequest, up
+from tests.conftest import FAST, PARENT
+
+KEY = "podctl:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests podctl"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_one_queued_resource_per_slice_lost_alone_asked_again_alone(api, fake):
+    spec = SliceSpec.build("v5p-8", num_slices=2, tier="spot", elastic=True)
+    info = run(up(api, UpRequest(parent=PARENT, name="el", spec=spec, ssh_keys=KEY,
+                                 owner="tester", policy=FAST))).info
+    assert info.ready and info.num_slices == 2 and [m.name for m in info.members] == ["el-0", "el-1"]
+    assert [(h.slice_index, n.name) for n in info.nodes for h in n.hosts] == [(0, "el-0"), (1, "el-1")]
+    for member in ("el-0", "el-1"):  # no multisliceParams: each its own slice, spot, with a window
+        qr = api.client.get_queued_resource(name=f"{PARENT}/queuedResources/{member}")
+        assert [s.node_id for s in qr.tpu.node_spec] == [member] and "spot" in qr
+        assert qr.queueing_policy.valid_until_duration.total_seconds() > 0
+    # a second `up` of the same spec reuses it; one without --elastic is another spec
+    assert not run(up(api, UpRequest(parent=PARENT, name="el", spec=spec, ssh_keys=KEY,
+                                     owner="tester", policy=FAST))).created
+    assert run(api.list_slices(PARENT))[0].members and len(run(api.list_slices(PARENT))) == 1
+
+    fake.admin.preempt("el-1")
+    fake.admin.advance(100)
+    lost = run(describe.describe(api, PARENT, "el"))
+    assert [(m.name, m.state) for m in lost.members] == [("el-0", "ACTIVE"), ("el-1", "SUSPENDED")]
+    assert [n.name for n in lost.nodes] == ["el-0"] and not lost.ready  # slice 0 runs on
+
+    run(api.ask_again(PARENT, "el-1"))
+    back = run(api.wait_ready(PARENT, "el", kind="queued-resource", policy=FAST))
+    assert back.ready and [h.slice_index for h in back.hosts] == [0, 1]
+    with pytest.raises(Exception, match="only SUSPENDED"):  # the fake as strict as the API
+        run(api.ask_again(PARENT, "el-1"))
+
+    run(api.stop_asking(PARENT, "el-1"))
+    fake.admin.advance(100)
+    smaller = run(describe.describe(api, PARENT, "el"))
+    assert [m.name for m in smaller.members] == ["el-0"] and smaller.num_slices == 2
+    run(terminate.terminate(api, PARENT, "el", policy=FAST))
+    assert not any(fake.admin.resources().values()), fake.admin.resources()
+
+
+def test_elastic_needs_two_slices():
+    with pytest.raises(InvalidValueError, match="--num-slices 2 or more"):
+        SliceSpec.build("v5p-8", elastic=True)
