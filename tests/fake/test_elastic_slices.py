@@ -60,3 +60,48 @@ def test_one_queued_resource_per_slice_lost_alone_asked_again_alone(api, fake):
 def test_elastic_needs_two_slices():
     with pytest.raises(InvalidValueError, match="--num-slices 2 or more"):
         SliceSpec.build("v5p-8", elastic=True)
+
+
+def test_requests_ask_a_suspended_slice_again_and_withdraw_deletes_what_waits(api, fake, isolated):
+    """steps/elastic.Requests on the fake: a SUSPENDED member is asked for again, and withdrawing (the deadline,
+    the run's end, a signal) deletes a request that waits in a stockout, even while the
+    task that withdraws is being cancelled."""
+    from podctl.base.settings import Settings
+    from podctl.steps.elastic import Requests
+    from podctl.steps.session import Session
+    from tests.conftest import PROJECT, ZONE
+
+    session = Session(Settings(backend="fake", project=PROJECT, zone=ZONE,
+                               config_dir=isolated / "config", state_dir=isolated / "state"), api)
+    said: list[str] = []
+    requests = Requests(session, said.append)
+    spec = SliceSpec.build("v5p-8", num_slices=2, tier="spot", elastic=True)
+    run(up(api, UpRequest(parent=PARENT, name="rq", spec=spec, ssh_keys=KEY, owner="tester",
+                          policy=FAST)))
+    fake.admin.preempt("rq-1")
+    fake.admin.advance(100)
+    fake.admin.inject("stockout")
+    try:
+        run(requests.ask(run(describe.describe(api, PARENT, "rq")), {1}))
+        assert requests.pending == {"rq-1": 1} and "asking for slice 1 of rq again" in said[-1]
+        fake.admin.advance(100)
+        waiting = run(describe.describe(api, PARENT, "rq"))
+        assert [m.state for m in waiting.members] == ["ACTIVE", "WAITING_FOR_RESOURCES"]
+
+        async def withdrawn_while_cancelled() -> None:
+            task = asyncio.ensure_future(asyncio.sleep(3600))
+            try:
+                task.cancel()
+                await task
+            finally:
+                await requests.withdraw("stopped")
+
+        with pytest.raises(asyncio.CancelledError):
+            run(withdrawn_while_cancelled())
+        fake.admin.advance(100)
+        assert [m.name for m in run(describe.describe(api, PARENT, "rq")).members] == ["rq-0"]
+        assert "deleting the request for slice 1 (rq-1): stopped" in said[-1]
+    finally:
+        fake.admin.inject("capacity", "unlimited")
+    run(terminate.terminate(api, PARENT, "rq", policy=FAST))
+    assert not any(fake.admin.resources().values()), fake.admin.resources()
