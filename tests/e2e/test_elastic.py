@@ -119,7 +119,7 @@ def test_a_preempted_slice_is_asked_for_again_alone_and_a_signal_deletes_a_pendi
         admin.preempt("el-1")
         _wait_for(err, "asking for slice 1 of el again on its own (queued resource el-1", proc)
         members = {m["name"]: m["state"] for m in podctl.json("status", "el")["members"]}
-        assert members["el-0"] == "ACTIVE" and members["el-1"] == "WAITING_FOR_RESOURCES", members
+        assert members == {"el-0": "ACTIVE", "el-1": "WAITING_FOR_RESOURCES"}, (members, "".join(err)[-3000:])
         admin.inject("capacity", "unlimited")
         _wait_for(err, "growing back to 2 of 2 slices of el", proc)
         mark = len(err)
