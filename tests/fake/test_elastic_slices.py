@@ -6,6 +6,7 @@ smaller; `down` deletes every one."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -62,12 +63,13 @@ def test_elastic_needs_two_slices():
         SliceSpec.build("v5p-8", elastic=True)
 
 
-def test_requests_ask_a_suspended_slice_again_and_withdraw_deletes_what_waits(api, fake, isolated):
-    """steps/elastic.Requests on the fake: a SUSPENDED member is asked for again, and withdrawing (the deadline,
-    the run's end, a signal) deletes a request that waits in a stockout, even while the
-    task that withdraws is being cancelled."""
+def test_requests_ask_again_a_suspended_slice_and_are_deleted_at_the_deadline_and_when_cancelled(
+        api, fake, isolated):
+    """steps/elastic on the fake, in a stockout: a SUSPENDED member is asked for again
+    (Requests.ask) and waits; the grow-back watch past --grow-deadline deletes it; a
+    request withdrawn while its task is being cancelled (a stop signal) is deleted too."""
     from podctl.base.settings import Settings
-    from podctl.steps.elastic import Requests
+    from podctl.steps.elastic import ElasticPolicy, Requests, Shrink, grow_watch
     from podctl.steps.session import Session
     from tests.conftest import PROJECT, ZONE
 
@@ -76,17 +78,37 @@ def test_requests_ask_a_suspended_slice_again_and_withdraw_deletes_what_waits(ap
     said: list[str] = []
     requests = Requests(session, said.append)
     spec = SliceSpec.build("v5p-8", num_slices=2, tier="spot", elastic=True)
-    run(up(api, UpRequest(parent=PARENT, name="rq", spec=spec, ssh_keys=KEY, owner="tester",
-                          policy=FAST)))
-    fake.admin.preempt("rq-1")
-    fake.admin.advance(100)
-    fake.admin.inject("stockout")
-    try:
-        run(requests.ask(run(describe.describe(api, PARENT, "rq")), {1}))
-        assert requests.pending == {"rq-1": 1} and "asking for slice 1 of rq again" in said[-1]
+    full = run(up(api, UpRequest(parent=PARENT, name="rq", spec=spec, ssh_keys=KEY, owner="tester",
+                                 policy=FAST))).info
+
+    def lose(index: int) -> None:
+        fake.admin.preempt(f"rq-{index}")
+        fake.admin.advance(100)
+        run(requests.ask(run(describe.describe(api, PARENT, "rq")), {index}))
+        assert requests.pending == {f"rq-{index}": index} and f"slice {index} of rq again" in said[-1]
         fake.admin.advance(100)
         waiting = run(describe.describe(api, PARENT, "rq"))
-        assert [m.state for m in waiting.members] == ["ACTIVE", "WAITING_FOR_RESOURCES"]
+        assert {m.name: m.state for m in waiting.members}[f"rq-{index}"] == "WAITING_FOR_RESOURCES"
+
+    fake.admin.inject("stockout")
+    try:
+        lose(1)
+        policy = ElasticPolicy(grow_deadline=1.0, poll_seconds=0.01)
+        shrink = Shrink(full, {0}, {1})
+        watched = grow_watch(session, full, shrink, policy, time.time() - 10, said.append, set(),
+                             requests)
+
+        async def follow_past_the_deadline() -> object:
+            done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(1.0, done.set_result, "ended")
+            return await watched(done, None)  # type: ignore[arg-type]  # no job: none is halted
+
+        assert run(follow_past_the_deadline()) == "ended"
+        assert "deleting the request for slice 1 (rq-1): past --grow-deadline" in said[-1], said
+        fake.admin.advance(100)
+        assert [m.name for m in run(describe.describe(api, PARENT, "rq")).members] == ["rq-0"]
+
+        lose(0)
 
         async def withdrawn_while_cancelled() -> None:
             task = asyncio.ensure_future(asyncio.sleep(3600))
@@ -98,10 +120,8 @@ def test_requests_ask_a_suspended_slice_again_and_withdraw_deletes_what_waits(ap
 
         with pytest.raises(asyncio.CancelledError):
             run(withdrawn_while_cancelled())
+        assert "deleting the request for slice 0 (rq-0): stopped" in said[-1]
         fake.admin.advance(100)
-        assert [m.name for m in run(describe.describe(api, PARENT, "rq")).members] == ["rq-0"]
-        assert "deleting the request for slice 1 (rq-1): stopped" in said[-1]
     finally:
         fake.admin.inject("capacity", "unlimited")
-    run(terminate.terminate(api, PARENT, "rq", policy=FAST))
     assert not any(fake.admin.resources().values()), fake.admin.resources()
