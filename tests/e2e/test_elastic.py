@@ -2,7 +2,10 @@
 v5p-8, one host each): two slices' hosts gone (processes killed, no SSH) leave one, below
 the floor: the run waits, no step; when one returns it goes on on two from their local
 copies (no GCS restore), keeping the global batch; when the other returns it grows back
-to three, with the state the two saved. One run for the three moves (CI time)."""
+to three, with the state the two saved. One run for the three moves (CI time).
+
+A multislice queued resource suspended whole by a preemption (no survivor, today's
+re-create) is checked at the fake tier: tests/fake/test_elastic_slices.py."""
 
 from __future__ import annotations
 

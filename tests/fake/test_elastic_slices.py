@@ -125,3 +125,30 @@ def test_requests_ask_again_a_suspended_slice_and_are_deleted_at_the_deadline_an
     finally:
         fake.admin.inject("capacity", "unlimited")
     assert not any(fake.admin.resources().values()), fake.admin.resources()
+
+
+def test_a_preempted_multislice_queued_resource_leaves_no_survivor_said_in_one_line(api, fake, isolated):
+    """One queued resource for all slices (`up` without --elastic) is suspended whole by a
+    preemption: `run --elastic` has no slice to go on on and says so in one line, for
+    today's whole re-create (tests/e2e/test_recovery.py makes one)."""
+    from podctl.base.settings import Settings
+    from podctl.steps.elastic import ElasticPolicy, ElasticRun, plan
+    from podctl.steps.session import Session
+    from tests.conftest import PROJECT, ZONE
+
+    session = Session(Settings(backend="fake", project=PROJECT, zone=ZONE,
+                               config_dir=isolated / "config", state_dir=isolated / "state"), api)
+    said: list[str] = []
+    spec = SliceSpec.build("v5p-8", num_slices=2, tier="spot")
+    full = run(up(api, UpRequest(parent=PARENT, name="ms", spec=spec, ssh_keys=KEY, owner="tester",
+                                 policy=FAST))).info
+    ElasticRun(session, full, ElasticPolicy(), said.append)
+    assert said == ["elastic: ms is one queued resource for its 2 slices, suspended whole if one is "
+                    "preempted (`up --elastic` makes one per slice)"]
+    fake.admin.preempt("ms-1")
+    fake.admin.advance(100)
+    assert [m.state for m in run(describe.describe(api, PARENT, "ms")).nodes] == []  # none left
+    assert run(plan(session, full, ElasticPolicy(), said.append)) is None
+    assert said[-1] == "elastic: no slice of ms answers (SUSPENDED): making all 2 slices again"
+    run(terminate.terminate(api, PARENT, "ms", policy=FAST))
+    assert not any(fake.admin.resources().values()), fake.admin.resources()
