@@ -1,7 +1,7 @@
 """`up --elastic`: K slices as K single-slice queued resources (NAME-0 ... NAME-(K-1)), one
 slice to podctl. A preempted one is suspended alone (the others stay ACTIVE), is asked for
-again alone (`:reset`: its tier and window kept), and a deleted one leaves the slice
-smaller; `down` deletes every one."""
+again alone (`:reset`: its tier and window kept); `down` deletes every one, a request
+that waits included."""
 
 from __future__ import annotations
 
@@ -50,11 +50,17 @@ def test_one_queued_resource_per_slice_lost_alone_asked_again_alone(api, fake):
     with pytest.raises(Exception, match="only SUSPENDED"):  # the fake as strict as the API
         run(api.ask_again(PARENT, "el-1"))
 
-    run(api.stop_asking(PARENT, "el-1"))
+    fake.admin.preempt("el-1")  # lost again, asked again in a stockout: `down` while it waits
     fake.admin.advance(100)
-    smaller = run(describe.describe(api, PARENT, "el"))
-    assert [m.name for m in smaller.members] == ["el-0"] and smaller.num_slices == 2
-    run(terminate.terminate(api, PARENT, "el", policy=FAST))
+    fake.admin.inject("stockout")
+    try:
+        run(api.ask_again(PARENT, "el-1"))
+        fake.admin.advance(100)
+        waiting = run(describe.describe(api, PARENT, "el"))
+        assert [m.state for m in waiting.members] == ["ACTIVE", "WAITING_FOR_RESOURCES"]
+        run(terminate.terminate(api, PARENT, "el", policy=FAST))
+    finally:
+        fake.admin.inject("capacity", "unlimited")
     assert not any(fake.admin.resources().values()), fake.admin.resources()
 
 
