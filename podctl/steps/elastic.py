@@ -43,7 +43,7 @@ from podctl.base.signals import stop_signals_ignored
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.answering import answering_hosts
 from podctl.jobs.job import GoneCheck, Job, RunResult
-from podctl.steps.runs import Notice
+from podctl.steps.runs import Notice, signal_stop
 from podctl.steps.session import Session
 
 # The template reads these (templates/train_pjit.py): the run's full slice count, and
@@ -350,10 +350,12 @@ class ElasticRun:
         self.shrink = grown if grown.lost else None
         return grown.info
 
-    async def after_loss(self, judged_elsewhere: bool) -> SliceInfo | None:
-        """Where the next attempt runs after the infrastructure ended this one: the
-        surviving slices, or None for today's recovery (JUDGED_ELSEWHERE: a maintenance
-        or podctl's own stop, which recovery handles as before)."""
+    async def after_loss(self, judged_elsewhere: bool, ended: str | None = None) -> SliceInfo | None:
+        """Where the next attempt runs after the infrastructure ended this one (run id
+        ENDED): the surviving slices, or None for today's recovery (JUDGED_ELSEWHERE: a
+        maintenance or podctl's own stop, which recovery handles as before). A survivor
+        whose script outlived the slice's death (one that does not end for a lost peer,
+        as JAX does) is asked to stop, so that the relaunch waits for it to let go."""
         if judged_elsewhere or self.policy is None:
             self.shrink = None
             return None
@@ -361,6 +363,8 @@ class ElasticRun:
         if shrunk is not None and shrunk.lost and (self.shrink is None or shrunk.lost != self.shrink.lost):
             self.lost_at = time.time()
         self.shrink = shrunk if shrunk is not None and shrunk.lost else None
+        if shrunk is not None and ended is not None:
+            await signal_stop(self.session, shrunk.info, ended)
         return shrunk.info if shrunk is not None else None
 
     async def withdraw(self, why: str) -> None:

@@ -560,7 +560,7 @@ async def _attempts(session: Session, options: RunOptions, policy: RecoveryPolic
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
-        shrunk = await elastic.after_loss(plan is not None or ours is not None)
+        shrunk = await elastic.after_loss(plan is not None or ours is not None, attempt.run_id)
         if shrunk is not None:  # go on on the survivors, from their local state
             info = shrunk
         elif plan is not None and await maintenance.wait_out(  # waited out: resume in place
