@@ -83,9 +83,12 @@ def node_template(request: CreateRequest) -> tpu_v2.Node:
 def elastic_members(request: CreateRequest) -> list[tuple[str, tpu_v2.QueuedResource]]:
     """An elastic slice's K queued resources, one slice each: NAME-i holds the node NAME-i
     (the ids a multislice queued resource would give them), with the same tier and window.
-    Cloud TPU suspends a queued resource whole when a node of it is preempted, so one
-    resource per slice is what lets the others run on and the lost one be asked for again
-    on its own (`:reset`, steps/elastic.py)."""
+    Why: in the Cloud TPU API v2 a queued resource has one state (SUSPENDING -> SUSPENDED
+    when preempted; `:reset` takes only SUSPENDED back to waiting), and no source at hand
+    (shared/reference/cloud-tpu.md, the API's proto) says a multislice one keeps its other
+    slices when one is preempted, nor that the slices of one multislice job must share a
+    queued resource (podctl sets MEGASCALE_* itself: host/host_config.py). One resource per
+    slice is what lets the others run on and the lost one be asked for again on its own."""
     k = request.spec.num_slices
     labels = {**request.labels, ELASTIC_OF_LABEL: request.name, ELASTIC_SLICES_LABEL: str(k)}
     one = replace(request.spec, num_slices=1, elastic=False)
