@@ -230,17 +230,19 @@ def grow_watch(session: Session, full: SliceInfo, shrink: Shrink, policy: Elasti
     end the attempt with SIGTERM (the template checkpoints at the next step), for the run
     to relaunch on every slice that answers. Past the deadline the requests are deleted."""
     requests = requests or Requests(session, notice)
-    parent = session.settings.parent
 
     async def poll(past: bool) -> set[int]:
-        """One look at the lost slices: those that answer again (none past the deadline)."""
-        current = await session.api.describe(parent, full.name)
+        """One look at the lost slices: those that answer again (none past the deadline,
+        where only a slice with a queued resource per slice has requests to delete)."""
         if past:
             notice(f"elastic: slice {_named(shrink.lost)} of {full.name} not back within "
                    f"{policy.grow_deadline / 3600:.2g} h: no longer asked for; going on on "
                    f"{len(shrink.slices)}")
-            await requests.withdraw("past --grow-deadline", current, shrink.lost)
+            if full.members or requests.pending:
+                current = await session.api.describe(session.settings.parent, full.name)
+                await requests.withdraw("past --grow-deadline", current, shrink.lost)
             return set()
+        current = await session.api.describe(session.settings.parent, full.name)
         returned = await answering_slices(session, current, shrink.lost)
         requests.answered(returned)
         await requests.ask(current, shrink.lost - returned)
