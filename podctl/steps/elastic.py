@@ -366,7 +366,10 @@ class ElasticRun:
             self.lost_at = time.time()
         self.shrink = shrunk if shrunk is not None and shrunk.lost else None
         if shrunk is not None and ended is not None:
-            await signal_stop(self.session, shrunk.info, ended)
+            try:
+                await signal_stop(self.session, shrunk.info, ended)
+            except Exception as e:  # noqa: BLE001 - the relaunch then says which run holds a host
+                self.notice(f"elastic: could not ask run {ended} to stop on the survivors ({e})")
         return shrunk.info if shrunk is not None else None
 
     async def withdraw(self, why: str) -> None:
