@@ -42,6 +42,9 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @click.option("--guaranteed", is_flag=True, help="Guaranteed tier of a queued resource.")
 @click.option("--num-slices", default=1, show_default=True, type=COUNT,
               help="Multislice: K slices joined over the data-center network (queued).")
+@click.option("--elastic", is_flag=True,
+              help="With --num-slices K: one queued resource per slice, so that `run --elastic` "
+              "asks for a preempted slice again on its own while the others train on.")
 @click.option("--valid-for", default=None, metavar="DURATION",
               help="How long a queued resource may wait for capacity (e.g. 6h; default 24h), "
               "then it fails instead of waiting on.")
@@ -74,7 +77,7 @@ def _open(ctx: Context, project: str | None, zone: str | None, bucket: str | Non
 @json_option
 @pass_context
 def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zone: str | None,
-       queued: bool, spot: bool, guaranteed: bool, num_slices: int, valid_for: str | None,
+       queued: bool, spot: bool, guaranteed: bool, num_slices: int, elastic: bool, valid_for: str | None,
        runtime_version: str | None, no_wait: bool, timeout: str, max_cost: float | None,
        max_hours: str | None, price: float | None, reservation: str | None, reserved: bool,
        network: str | None, subnetwork: str | None, internal_ips: bool,
@@ -103,7 +106,7 @@ def up(ctx: Context, slice_type: str, name: str | None, project: str | None, zon
         request = steps.up_request(settings, steps.SliceOptions(
             slice_type=slice_type, name=name, queued=queued, spot=spot, guaranteed=guaranteed,
             num_slices=num_slices, valid_for=valid_for, runtime_version=runtime_version,
-            wait=not no_wait, timeout=timeout, placement=placement, trusted_keys=trust_keys))
+            elastic=elastic, wait=not no_wait, timeout=timeout, placement=placement, trusted_keys=trust_keys))
         budget = steps.Budget(max_cost=max_cost, max_hours=max_hours, price=price)
         session = steps.Session.open(settings)
         request = run_sync(steps.budget_request(session, request, budget))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from google.cloud import tpu_v2
 
 from podctl.base.errors import InvalidSliceError
 from podctl.base.topology import parse_slice
-from podctl.cloud.types import GuestEntry, Host, NodeInfo, SliceInfo, Tier
+from podctl.cloud.types import GuestEntry, Host, Member, NodeInfo, SliceInfo, Tier
 
 
 def short(name: str) -> str:
@@ -122,3 +123,30 @@ def slice_from_queued_resource(qr: tpu_v2.QueuedResource, nodes: dict[str, tpu_v
         error=failed or None, runtime_version=template.runtime_version,
         valid_until=valid_until, observed=time.time(),
     )
+
+
+def member_index(qr: tpu_v2.QueuedResource) -> int:
+    """Which slice of its elastic slice the queued resource NAME-i holds: i."""
+    suffix = short(qr.name).rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else 0
+
+
+def slice_from_members(name: str, k: int, qrs: list[tpu_v2.QueuedResource],
+                       nodes: dict[str, tpu_v2.Node]) -> SliceInfo:
+    """An elastic slice NAME of K slices from the queued resources of it that exist (one
+    deleted at the grow-back deadline is missing: fewer nodes than K, not ready)."""
+    parts = sorted(((member_index(qr), slice_from_queued_resource(qr, nodes)) for qr in qrs),
+                   key=lambda p: p[0])
+    first = parts[0][1]
+    infos = tuple(replace(n, hosts=tuple(replace(h, slice_index=i) for h in n.hosts))
+                  for i, part in parts for n in part.nodes)
+    unlike = [part.state for _, part in parts if part.state != first.state]
+    limits = [part.valid_until for _, part in parts if part.valid_until is not None]
+    return replace(
+        first, name=name, num_slices=k, nodes=infos,
+        state=unlike[0] if first.state == "ACTIVE" and unlike else first.state,
+        created=min(part.created for _, part in parts),
+        error=next((part.error for _, part in parts if part.error), None),
+        valid_until=min(limits) if limits else None,
+        members=tuple(Member(i, short(qr.name), part.state)
+                      for (i, part), qr in zip(parts, sorted(qrs, key=member_index))))

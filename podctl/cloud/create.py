@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from google.cloud import tpu_v2
 
 from podctl.base.errors import InvalidValueError, NotFoundError
 from podctl.cloud.describe import Kind
+from podctl.cloud.names import ELASTIC_OF_LABEL, ELASTIC_SLICES_LABEL
 from podctl.cloud.node_metadata import check_metadata
 from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement
@@ -79,6 +80,23 @@ def node_template(request: CreateRequest) -> tpu_v2.Node:
     return node
 
 
+def elastic_members(request: CreateRequest) -> list[tuple[str, tpu_v2.QueuedResource]]:
+    """An elastic slice's K queued resources, one slice each: NAME-i holds the node NAME-i
+    (the ids a multislice queued resource would give them), with the same tier and window.
+    Why: in the Cloud TPU API v2 a queued resource has one state (SUSPENDING -> SUSPENDED
+    when preempted; `:reset` takes only SUSPENDED back to waiting), and no source at hand
+    (shared/reference/cloud-tpu.md, the API's proto) says a multislice one keeps its other
+    slices when one is preempted, nor that the slices of one multislice job must share a
+    queued resource (podctl sets MEGASCALE_* itself: host/host_config.py). One resource per
+    slice is what lets the others run on and the lost one be asked for again on its own."""
+    k = request.spec.num_slices
+    labels = {**request.labels, ELASTIC_OF_LABEL: request.name, ELASTIC_SLICES_LABEL: str(k)}
+    one = replace(request.spec, num_slices=1, elastic=False)
+    return [(f"{request.name}-{i}", queued_resource(replace(request, name=f"{request.name}-{i}",
+                                                            spec=one, labels=labels)))
+            for i in range(k)]
+
+
 def queued_resource(request: CreateRequest) -> tpu_v2.QueuedResource:
     spec = request.spec
     node_spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=request.parent, node=node_template(request))
@@ -101,6 +119,10 @@ def queued_resource(request: CreateRequest) -> tpu_v2.QueuedResource:
 
 async def create(api: TpuApi, request: CreateRequest) -> Creation:
     """Ask for the slice; returns at once with the operation to wait on."""
+    if request.spec.elastic:  # one at a time: a refusal (quota) leaves the rest unasked
+        for name, qr in elastic_members(request):
+            op = await api.create_queued_resource(request.parent, name, qr)
+        return Creation(request.name, "queued-resource", op)
     if request.spec.queued:
         op = await api.create_queued_resource(request.parent, request.name, queued_resource(request))
         return Creation(request.name, "queued-resource", op)

@@ -22,6 +22,10 @@ REQUEST_LABEL = "podctl-request"
 QUEUE_LABEL = "podctl-queue"
 ENTRY_LABEL = "podctl-queue-entry"
 OWNER_LABEL = "podctl-owner"
+# On each queued resource of an elastic slice (`up --elastic`: NAME-0 ... NAME-(K-1), one
+# slice each): the slice's NAME, and K (cloud/describe.py puts them together again)
+ELASTIC_OF_LABEL = "podctl-elastic-of"
+ELASTIC_SLICES_LABEL = "podctl-elastic-slices"
 
 
 def validate_name(name: str, num_slices: int = 1) -> str:

@@ -125,8 +125,9 @@ def from_node(node: Any, reservation: str | None = None) -> Placement:
 
 async def read(api: TpuApi, parent: str, info: SliceInfo) -> Placement:
     """What INFO's slice was made with (a node, or a queued resource's first node)."""
-    if info.kind == "queued-resource":
-        qr = await api.get_queued_resource(f"{parent}/queuedResources/{info.name}")
+    if info.kind == "queued-resource":  # an elastic slice's: its first queued resource's
+        name = info.members[0].name if info.members else info.name
+        qr = await api.get_queued_resource(f"{parent}/queuedResources/{name}")
         specs = qr.tpu.node_spec
         node = specs[0].node if specs else tpu_v2.Node()
         return from_node(node, qr.reservation_name)

@@ -91,6 +91,15 @@ class SliceProvider(Protocol):
         """Start deleting INFO's slice (gone already is done); the slice as it was found."""
         ...
 
+    async def ask_again(self, parent: str, member: str) -> None:
+        """Ask again for one lost slice of an elastic slice (SliceInfo.members): its
+        SUSPENDED queued resource MEMBER waits for capacity again, same tier and window."""
+        ...
+
+    async def stop_asking(self, parent: str, member: str) -> None:
+        """Delete the queued resource MEMBER of an elastic slice (with its node), gone or not."""
+        ...
+
     async def wait_ready(self, parent: str, name: str, *, kind: Kind | None = None,
                          creation: Creation | None = None, policy: WaitPolicy | None = None,
                          clock: Clock | None = None, progress: Progress | None = None) -> SliceInfo:

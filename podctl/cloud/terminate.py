@@ -28,7 +28,10 @@ async def delete(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:
     if info.state == "DELETING":
         return info  # already on its way; a second request would only be refused
     try:
-        if info.kind == "queued-resource":
+        if info.members:  # an elastic slice: each of its queued resources
+            for member in info.members:
+                await delete_member(api, parent, member.name)
+        elif info.kind == "queued-resource":
             await api.delete_queued_resource(f"{parent}/queuedResources/{info.name}", force=True)
         else:
             await api.delete_node(f"{parent}/nodes/{info.name}")
@@ -37,6 +40,14 @@ async def delete(api: TpuApi, parent: str, info: SliceInfo) -> SliceInfo:
         # (the first one did it), or another hand. Gone is what was asked for.
         pass
     return info
+
+
+async def delete_member(api: TpuApi, parent: str, name: str) -> None:
+    """Delete one queued resource of an elastic slice (force: with its node), gone or not."""
+    try:
+        await api.delete_queued_resource(f"{parent}/queuedResources/{name}", force=True)
+    except NotFoundError:
+        pass
 
 
 async def terminate(api: TpuApi, parent: str, name: str, *, wait: bool = True,

@@ -204,6 +204,12 @@ class TpuApi:
                                 params={"force": "true"} if force else None,
                                 mutates=True, timeout=CALL_TIMEOUT)
 
+    async def reset_queued_resource(self, name: str) -> Operation:
+        """A SUSPENDED queued resource waits for capacity again, with its own terms."""
+        return await self._call("queuedResources.reset", f"resetting {name}", operations.send,
+                                self.client, "POST", f"{name}:reset", mutates=True,
+                                timeout=CALL_TIMEOUT)
+
     # ---- catalog and operations ------------------------------------------------------
 
     async def get_accelerator_type(self, name: str) -> tpu_v2.AcceleratorType:

@@ -38,6 +38,9 @@ class SliceSpec:
     tier: Tier = "on-demand"
     valid_for_seconds: int | None = None
     runtime_version: str = ""  # empty: the generation's default (generations.toml)
+    # K slices as K single-slice queued resources (cloud/create.py), so that a lost one is
+    # asked for again on its own while the others keep running (`up --elastic`)
+    elastic: bool = False
 
     def __post_init__(self) -> None:
         if not self.runtime_version:
@@ -47,9 +50,12 @@ class SliceSpec:
     @classmethod
     def build(cls, slice_type: str, *, num_slices: int = 1, queued: bool = False,
               tier: Tier = "on-demand", valid_for_seconds: int | None = None,
-              runtime_version: str | None = None) -> SliceSpec:
+              runtime_version: str | None = None, elastic: bool = False) -> SliceSpec:
         """Validate a request; multislice is only offered through queued resources."""
         multi = parse_multislice(slice_type, num_slices)
+        if elastic and num_slices < 2:
+            raise InvalidValueError("--elastic makes one queued resource per slice: give "
+                                    "--num-slices 2 or more.")
         if tier not in TIERS:
             raise InvalidValueError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}.")
         queued = queued or num_slices > 1
@@ -58,7 +64,7 @@ class SliceSpec:
         if valid_for_seconds is not None and not queued:
             raise InvalidValueError("--valid-for applies to queued resources: add --queued.")
         return cls(multi.slice_type, num_slices, queued, tier, valid_for_seconds,
-                   runtime_version or "")
+                   runtime_version or "", elastic)
 
     @property
     def multislice(self) -> MultiSlice:
@@ -66,8 +72,18 @@ class SliceSpec:
 
     def describe(self) -> str:
         count = f"{self.num_slices} x " if self.num_slices > 1 else ""
-        kind = "queued resource" if self.queued else "node"
+        kind = ("queued resource each" if self.elastic else "queued resource") if self.queued else "node"
         return f"{count}{self.slice_type.name} ({self.tier} {kind})"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One queued resource of an elastic slice (`up --elastic`): slice INDEX's, by NAME,
+    in STATE (a member deleted at the grow-back deadline is absent)."""
+
+    index: int
+    name: str
+    state: str
 
 
 @dataclass(frozen=True)
@@ -141,6 +157,7 @@ class SliceInfo:
     valid_until: float | None = None
     observed: float = field(default_factory=time.time)
     api: str = "cloud-tpu"  # which API made it: "cloud-tpu" or "compute" (a Compute Engine MIG)
+    members: tuple[Member, ...] = ()  # an elastic slice's queued resources, one per slice
 
     @property
     def managed(self) -> bool:
@@ -186,6 +203,9 @@ class SliceInfo:
             diffs.append(f"a {self.kind}, not a {'queued-resource' if spec.queued else 'node'}")
         if self.tier != spec.tier:
             diffs.append(f"tier {self.tier}, not {spec.tier}")
+        if bool(self.members) != spec.elastic:
+            diffs.append("one queued resource per slice, not one for all" if self.members
+                         else "one queued resource for all slices, not one per slice (--elastic)")
         return diffs
 
     def to_json(self) -> dict[str, Any]:
@@ -198,6 +218,7 @@ class SliceInfo:
             "created": self.created, "age_seconds": round(self.age_seconds, 1),
             "managed": self.managed, "labels": dict(self.labels), "error": self.error,
             "valid_until": self.valid_until, "api": self.api,
+            "members": [{"index": m.index, "name": m.name, "state": m.state} for m in self.members],
             "nodes": [{"name": n.name, "state": n.state, "health": n.health,
                        "symptoms": list(n.symptoms),
                        "hosts": [h.to_json() for h in n.hosts]} for n in self.nodes],

@@ -19,10 +19,15 @@ by host/host_config.py) restores from there, with no GCS restore on the way.
     again ends the attempt with SIGTERM (the template saves at the next step) and the run
     relaunches on every slice that answers, until the deadline (then it stays smaller).
 
-A multislice queued resource that loses a slice to a preemption is suspended whole by
-Cloud TPU (every slice PREEMPTED): no survivor, the whole re-create. What leaves
-survivors is a slice whose hosts are gone (a dead host, a host that takes no
-connection) while the others run.
+A multislice queued resource (one for all K, `multisliceParams`) that loses a slice to a
+preemption is suspended whole (the API has one state per queued resource): no survivor,
+the whole re-create. `up --elastic` makes K single-slice queued resources instead
+(cloud/create.py): a preempted one is suspended alone, the others train on, and the lost
+slice is asked for again on its own in the background (`:reset` of its SUSPENDED queued
+resource: the same tier, node spec and validity window), until it answers, its window
+closes (FAILED), or the deadline (--grow-deadline). Past the deadline, at the run's end,
+and under SIGINT/SIGTERM/SIGHUP, a request still pending is deleted (Requests.withdraw):
+nothing queued or billing is left for a slice no run will use.
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from podctl.base.errors import NotFoundError, SliceDeletedError, UsageError
+from podctl.base.signals import stop_signals_ignored
 from podctl.cloud.types import SliceInfo
 from podctl.jobs.answering import answering_hosts
 from podctl.jobs.job import GoneCheck, Job, RunResult
-from podctl.steps.runs import Notice
+from podctl.steps.runs import Notice, signal_stop
 from podctl.steps.session import Session
 
 # The template reads these (templates/train_pjit.py): the run's full slice count, and
@@ -114,7 +120,54 @@ def _named(ids: set[int]) -> str:
     return ", ".join(str(i) for i in sorted(ids))
 
 
-async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice: Notice) -> Shrink | None:
+class Requests:
+    """The background requests for an elastic slice's lost slices (SliceInfo.members:
+    one queued resource per slice; a slice without members has none to make)."""
+
+    def __init__(self, session: Session, notice: Notice) -> None:
+        self.session, self.notice = session, notice
+        self.pending: dict[str, int] = {}  # queued resource asked for again -> its slice
+
+    async def ask(self, current: SliceInfo, lost: set[int]) -> None:
+        """Ask again for each lost slice whose queued resource is SUSPENDED (one still
+        SUSPENDING is asked at the next poll: the API resets only SUSPENDED); stop asking
+        for one whose window closed (FAILED)."""
+        parent = self.session.settings.parent
+        for member in current.members:
+            if member.index not in lost:
+                continue
+            if member.state == "SUSPENDED":
+                await self.session.api.ask_again(parent, member.name)
+                self.pending[member.name] = member.index
+                self.notice(f"elastic: asking for slice {member.index} of {current.name} again on its "
+                            f"own (queued resource {member.name}: its tier and window kept)")
+            elif member.state == "FAILED":
+                self.pending.pop(member.name, None)
+                self.notice(f"elastic: the request for slice {member.index} of {current.name} failed "
+                            f"({current.error or 'FAILED'}): deleting {member.name}, no longer asked for")
+                await self.session.api.stop_asking(parent, member.name)
+
+    def answered(self, live: set[int]) -> None:
+        """Slices LIVE answer: their requests are done."""
+        self.pending = {name: i for name, i in self.pending.items() if i not in live}
+
+    async def withdraw(self, why: str, current: SliceInfo | None = None, lost: set[int] | None = None) -> None:
+        """Delete the requests still pending (and, with CURRENT, every lost slice's queued
+        resource: the deadline), a signal unable to cut it short."""
+        names = dict(self.pending)
+        if current is not None and lost:
+            names.update({m.name: m.index for m in current.members if m.index in lost})
+        self.pending = {}
+        if not names:
+            return
+        with stop_signals_ignored():
+            for name, index in sorted(names.items()):
+                self.notice(f"elastic: deleting the request for slice {index} ({name}): {why}")
+                await self.session.api.stop_asking(self.session.settings.parent, name)
+
+
+async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice: Notice,
+               requests: Requests | None = None) -> Shrink | None:
     """After an attempt of FULL ended for the infrastructure: the slices to go on on,
     or None for today's recovery (every slice answers, or none does), said in one line.
     Below POLICY.min_slices this waits for lost slices to answer again."""
@@ -134,10 +187,13 @@ async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice:
         notice(f"elastic: no slice of {full.name} answers ({current.state}): making all {k} "
                "slices again")
         return None
+    requests = requests or Requests(session, notice)
+    await requests.ask(current, set(range(k)) - live)
     deadline = time.monotonic() + policy.grow_deadline
     said = False
     while len(live) < policy.min_slices:
         if time.monotonic() > deadline:
+            await requests.withdraw("past --grow-deadline", current, set(range(k)) - live)
             notice(f"elastic: {len(live)} of {k} slices answer, below --min-slices "
                    f"{policy.min_slices}, past the deadline: making all {k} again")
             return None
@@ -154,7 +210,9 @@ async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice:
                                     "delete) while the run waited for its lost slices: not "
                                     "making it again") from e
         live = await answering_slices(session, current)
+        await requests.ask(current, set(range(k)) - live)
     lost = set(range(k)) - live
+    requests.answered(live)
     if lost:
         notice(f"elastic: slice {_named(lost)} of {full.name} lost; going on on the {len(live)} "
                f"that answer (slice {_named(live)}) from their local state")
@@ -165,32 +223,47 @@ GrowBack = Callable[[Awaitable[RunResult], Job], Awaitable[RunResult]]
 
 
 def grow_watch(session: Session, full: SliceInfo, shrink: Shrink, policy: ElasticPolicy,
-               since: float, notice: Notice, back: set[int]) -> GrowBack:
+               since: float, notice: Notice, back: set[int], requests: Requests | None = None) -> GrowBack:
     """Wraps the follow of an attempt on SHRINK's slices: every POLL seconds until the
-    deadline (from SINCE, the loss), ask the lost slices; when one answers again, note it
-    in BACK and end the attempt with SIGTERM (the template checkpoints at the next step),
-    for the run to relaunch on every slice that answers."""
+    deadline (from SINCE, the loss), ask the lost slices (and ask again for those whose
+    queued resource was suspended: REQUESTS); when one answers again, note it in BACK and
+    end the attempt with SIGTERM (the template checkpoints at the next step), for the run
+    to relaunch on every slice that answers. Past the deadline the requests are deleted."""
+    requests = requests or Requests(session, notice)
+
+    async def poll(past: bool) -> set[int]:
+        """One look at the lost slices: those that answer again (none past the deadline,
+        where only a slice with a queued resource per slice has requests to delete)."""
+        if past:
+            notice(f"elastic: slice {_named(shrink.lost)} of {full.name} not back within "
+                   f"{policy.grow_deadline / 3600:.2g} h: no longer asked for; going on on "
+                   f"{len(shrink.slices)}")
+            if full.members or requests.pending:
+                current = await session.api.describe(session.settings.parent, full.name)
+                await requests.withdraw("past --grow-deadline", current, shrink.lost)
+            return set()
+        current = await session.api.describe(session.settings.parent, full.name)
+        returned = await answering_slices(session, current, shrink.lost)
+        requests.answered(returned)
+        await requests.ask(current, shrink.lost - returned)
+        return returned
 
     async def watched(follow: Awaitable[RunResult], job: Job) -> RunResult:
         task = asyncio.ensure_future(follow)
-        said_deadline = False
+        given_up = False
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=policy.poll_seconds)
                 if done:
                     return task.result()
-                if time.time() - since > policy.grow_deadline:
-                    if not said_deadline:
-                        said_deadline = True
-                        notice(f"elastic: slice {_named(shrink.lost)} of {full.name} not back "
-                               f"within {policy.grow_deadline / 3600:.2g} h: no longer asked for; "
-                               f"going on on {len(shrink.slices)}")
+                if given_up:
                     continue
+                past = time.time() - since > policy.grow_deadline
                 try:
-                    current = await session.api.describe(session.settings.parent, full.name)
-                    returned = await answering_slices(session, current, shrink.lost)
-                except Exception:  # noqa: BLE001 - asked again at the next poll
+                    returned = await poll(past)
+                except Exception:  # noqa: BLE001 - asked again at the next poll (a deletion ends the attempt)
                     continue
+                given_up = past
                 if returned:
                     back.update(returned)
                     notice(f"elastic: slice {_named(returned)} of {full.name} answers again; "
@@ -231,6 +304,11 @@ class ElasticRun:
             if full.num_slices < 2:  # said now, not first at a loss hours later
                 notice(f"elastic: {full.name} is one slice, none to go on on at a loss: a lost "
                        "slice is made again, as without --elastic")
+            elif full.kind == "queued-resource" and not full.members:
+                notice(f"elastic: {full.name} is one queued resource for its {full.num_slices} "
+                       "slices, suspended whole if one is preempted (`up --elastic` makes one "
+                       "per slice)")
+        self.requests = Requests(session, notice)  # lost slices asked for again
         self.shrink: Shrink | None = None  # on fewer than every slice: which
         self.lost_at = 0.0  # when those were lost (the grow-back deadline runs from there)
         self.back: set[int] = set()  # lost slices that answered again during the attempt
@@ -243,7 +321,8 @@ class ElasticRun:
             return wrap
         shrink, policy = self.shrink, self.policy
         watch = None if shrink is None or not shrink.lost else grow_watch(
-            self.session, self.full, shrink, policy, self.lost_at, self.notice, self.back)
+            self.session, self.full, shrink, policy, self.lost_at, self.notice, self.back,
+            self.requests)
 
         def watched(follow: Awaitable[RunResult], job: Job, on: SliceInfo) -> Awaitable[RunResult]:
             job.gone = gone_check(self.session, on)
@@ -269,18 +348,30 @@ class ElasticRun:
             return None
         if not grown.slices:
             return None
+        self.requests.answered(grown.slices)
         self.shrink = grown if grown.lost else None
         return grown.info
 
-    async def after_loss(self, judged_elsewhere: bool) -> SliceInfo | None:
-        """Where the next attempt runs after the infrastructure ended this one: the
-        surviving slices, or None for today's recovery (JUDGED_ELSEWHERE: a maintenance
-        or podctl's own stop, which recovery handles as before)."""
+    async def after_loss(self, judged_elsewhere: bool, ended: str | None = None) -> SliceInfo | None:
+        """Where the next attempt runs after the infrastructure ended this one (run id
+        ENDED): the surviving slices, or None for today's recovery (JUDGED_ELSEWHERE: a
+        maintenance or podctl's own stop, which recovery handles as before). A survivor
+        whose script outlived the slice's death (one that does not end for a lost peer,
+        as JAX does) is asked to stop, so that the relaunch waits for it to let go."""
         if judged_elsewhere or self.policy is None:
             self.shrink = None
             return None
-        shrunk = await plan(self.session, self.full, self.policy, self.notice)
+        shrunk = await plan(self.session, self.full, self.policy, self.notice, self.requests)
         if shrunk is not None and shrunk.lost and (self.shrink is None or shrunk.lost != self.shrink.lost):
             self.lost_at = time.time()
         self.shrink = shrunk if shrunk is not None and shrunk.lost else None
+        if shrunk is not None and ended is not None:
+            try:
+                await signal_stop(self.session, shrunk.info, ended)
+            except Exception as e:  # noqa: BLE001 - the relaunch then says which run holds a host
+                self.notice(f"elastic: could not ask run {ended} to stop on the survivors ({e})")
         return shrunk.info if shrunk is not None else None
+
+    async def withdraw(self, why: str) -> None:
+        """At the run's end (or a stop signal): delete the requests still pending."""
+        await self.requests.withdraw(why)

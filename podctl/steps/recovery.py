@@ -48,6 +48,7 @@ from podctl.base.failures import (
 )
 from podctl.base.vocabulary import SERVING_STATES
 from podctl.cloud import placement, tombstones
+from podctl.cloud.names import ELASTIC_OF_LABEL, ELASTIC_SLICES_LABEL
 from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceInfo
 from podctl.cloud.up import UpRequest
@@ -286,11 +287,13 @@ def _recreate_request(session: Session, info: SliceInfo, where: placement.Placem
     """INFO's spec as an `up` request. The user's own labels (budgets among them) go
     with it; podctl's own are made anew."""
     carried = {k: v for k, v in info.labels.items()
-               if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request")}
+               if k not in ("podctl-managed", "podctl-owner", "podctl-created", "podctl-request",
+                            ELASTIC_OF_LABEL, ELASTIC_SLICES_LABEL)}
     options = slices.SliceOptions(
         slice_type=info.accelerator_type, name=info.name, queued=info.kind == "queued-resource",
         spot=info.tier == "spot", guaranteed=info.tier == "guaranteed", num_slices=info.num_slices,
-        runtime_version=info.runtime_version, labels=carried, placement=where)
+        runtime_version=info.runtime_version, labels=carried, placement=where,
+        elastic=bool(info.members))  # one queued resource per slice again
     return slices.up_request(session.settings, options)
 
 
@@ -499,6 +502,20 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
     job, run_id, state = await _start(session, info, options, sink, notice)
     attempts = [Attempt(number=1, run_id=run_id, started=time.time(),
                         slices=len(elastic_steps.slice_ids(info)))]
+    try:
+        return await _attempts(session, options, policy, sink, notice, wrap, why_ended,
+                               (info, full, elastic), (job, run_id, state), attempts)
+    finally:  # ended, failed or stopped by a signal: a lost slice's request is for this run only
+        await elastic.withdraw(f"run {run_id} ended")
+
+
+async def _attempts(session: Session, options: RunOptions, policy: RecoveryPolicy,
+                    sink: Callable[[int, str], None], notice: Notice, wrap: Wrap | None,
+                    why_ended: WhyEnded | None, slices_: tuple[SliceInfo, SliceInfo, ElasticRun],
+                    started: tuple[Job | None, str, str | None], attempts: list[Attempt]) -> RecoveredRun:
+    """run_recovering's attempts, from the first one STARTED on INFO (of FULL)."""
+    info, full, elastic = slices_
+    job, run_id, state = started
     spent = 0  # recoveries used: relaunches, and re-creates lost on the way
     hardware_since = 0  # the first attempt on the slice's present hardware
 
@@ -543,7 +560,7 @@ async def run_recovering(session: Session, name: str, options: RunOptions,
         notice(f"run {run_id} attempt {attempt.number} ended{where}: {reason}; recovering "
                f"(attempt {attempt.number + 1} of {policy.recoveries + 1})")
         await _save_attempts(session, run_id, attempts)
-        shrunk = await elastic.after_loss(plan is not None or ours is not None)
+        shrunk = await elastic.after_loss(plan is not None or ours is not None, attempt.run_id)
         if shrunk is not None:  # go on on the survivors, from their local state
             info = shrunk
         elif plan is not None and await maintenance.wait_out(  # waited out: resume in place

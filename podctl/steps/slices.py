@@ -58,6 +58,7 @@ class SliceOptions:
     num_slices: int = 1
     valid_for: str | None = None
     runtime_version: str | None = None
+    elastic: bool = False  # one queued resource per slice (cloud/create.py)
     wait: bool = True
     timeout: str = DEFAULT_WAIT
     labels: dict[str, str] = field(default_factory=dict)
@@ -85,7 +86,7 @@ def up_request(settings: Settings, options: SliceOptions) -> UpRequest:
     spec = SliceSpec.build(
         options.slice_type, num_slices=options.num_slices, queued=queued, tier=tier,
         valid_for_seconds=parse_duration(options.valid_for, "--valid-for") if options.valid_for else None,
-        runtime_version=options.runtime_version)
+        runtime_version=options.runtime_version, elastic=options.elastic)
     wait_seconds = parse_duration(options.timeout, "--timeout")
     # '' is a name given, and no slice's: refused, never read as "the default name"
     name = names.validate_name(names.default_name(spec) if options.name is None else options.name,

@@ -2,18 +2,22 @@
 v5p-8, one host each): two slices' hosts gone (processes killed, no SSH) leave one, below
 the floor: the run waits, no step; when one returns it goes on on two from their local
 copies (no GCS restore), keeping the global batch; when the other returns it grows back
-to three, with the state the two saved. One run for the three moves (CI time)."""
+to three, with the state the two saved. One run for the three moves (CI time).
+
+A multislice queued resource suspended whole by a preemption (no survivor, today's
+re-create) is checked at the fake tier: tests/fake/test_elastic_slices.py."""
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 
 import pytest
 
 from podctl.fake.admin.admin_client import FakeAdmin
-from tests.e2e.test_recovery import SCRIPTS, TEMPLATE, run_with_fault
+from tests.e2e.test_recovery import SCRIPTS, TEMPLATE, _collect, _start, _wait_for, run_with_fault
 
 ARGS = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "32",
         "--seq-len", "16", "--batch", "24", "--lr", "1e-2", "--dtype", "float32",
@@ -96,21 +100,56 @@ def test_below_the_floor_it_waits_then_goes_on_on_two_then_grows_back_to_three(p
     assert not any(admin.resources().values()), admin.resources()
 
 
-def test_a_preempted_multislice_has_no_survivor_and_is_made_again_whole(podctl):
-    """Cloud TPU suspends a multislice queued resource whole when a slice is preempted
-    (every node PREEMPTED): no survivor to go on on, so --elastic says so in one line and
-    recovers as without it. No JAX: a script of steps that checkpoints on SIGTERM."""
+def test_a_preempted_slice_is_asked_for_again_alone_and_a_signal_deletes_a_pending_request(podctl):
+    """`up --elastic` (2 x v5p-8 spot: one queued resource per slice). Slice 1 preempted
+    while the zone is stocked out: slice 0 trains on alone (never made again) and slice 1's
+    queued resource, once SUSPENDED, is asked for again on its own (`:reset`). Capacity
+    back: the run grows back to two. Slice 1 preempted again, stocked out again: SIGTERM
+    while its request waits deletes the request; nothing queued is left. No JAX: a script
+    of steps that checkpoints on SIGTERM, ended by the signal (CI time)."""
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     admin = FakeAdmin(podctl.json("fake", "status")["admin"])
-    podctl("up", "--slice", "v5p-8", "--num-slices", "3", "--name", "whole")
-    code, log, out = run_with_fault(
-        podctl, ["run", "whole", "--recover", "1", "--elastic", "--json",
-                 str(SCRIPTS / "resumable_steps.py"), "30"], "step 5", lambda err: admin.preempt("whole"))
-    assert code == 0, log[-4000:]
-    assert "elastic: no slice of whole answers" in log and "making all 3 slices again" in log
-    assert "creating whole again" in log
-    attempts = json.loads(out)["attempts"]
-    assert [a["slices"] for a in attempts] == [3, 3]
-    podctl("down", "whole", "--yes")
+    podctl("up", "--slice", "v5p-8", "--num-slices", "2", "--elastic", "--spot", "--name", "el")
+    created = {n["name"]: n for n in podctl.json("status", "el")["nodes"]}
+    proc = _start(podctl, "run", "el", "--recover", "3", "--elastic", "--json",
+                  str(SCRIPTS / "resumable_steps.py"), "100000")
+    err: list[str] = []
+    readers = [_collect(proc.stderr, err), _collect(proc.stdout, [])]
+    try:
+        _wait_for(err, "step 5", proc)
+        admin.inject("stockout")
+        admin.preempt("el-1")
+        _wait_for(err, "asking for slice 1 of el again on its own (queued resource el-1", proc)
+        members = {m["name"]: m["state"] for m in podctl.json("status", "el")["members"]}
+        assert members == {"el-0": "ACTIVE", "el-1": "WAITING_FOR_RESOURCES"}, (members, "".join(err)[-3000:])
+        admin.inject("capacity", "unlimited")
+        _wait_for(err, "growing back to 2 of 2 slices of el", proc)
+        mark = len(err)
+        while not any("step" in line for line in err[mark:]):  # a step on two again
+            assert proc.poll() is None, "".join(err)[-3000:]
+            time.sleep(0.2)
+        admin.inject("stockout")
+        admin.preempt("el-1")
+        while sum("asking for slice 1 of el again" in line for line in list(err)) < 2:
+            assert proc.poll() is None, "".join(err)[-3000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        admin.inject("capacity", "unlimited")
+    for reader in readers:
+        reader.join(timeout=10)
+    log = "".join(err)
+    assert proc.returncode == 143, log[-4000:]
+    assert "elastic: slice 1 of el lost; going on on the 1 that answer (slice 0)" in log, log[-4000:]
+    assert "deleting the request for slice 1 (el-1)" in log, log[-4000:]
+    after = podctl.json("status", "el")
+    assert [m["name"] for m in after["members"]] == ["el-0"], after["members"]
+    node = next(n for n in after["nodes"] if n["name"] == "el-0")  # slice 0 never made again
+    assert node["hosts"] == created["el-0"]["hosts"]
+    podctl("down", "el", "--yes")
     assert not any(admin.resources().values()), admin.resources()

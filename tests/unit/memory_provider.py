@@ -108,6 +108,12 @@ class MemoryProvider:
     async def delete(self, parent: str, info: SliceInfo) -> SliceInfo:
         return self._zone(parent).pop(info.name, info)
 
+    async def ask_again(self, parent: str, member: str) -> None:  # no resource per slice here
+        raise NotFoundError(f"{member}: this provider makes no queued resource per slice")
+
+    async def stop_asking(self, parent: str, member: str) -> None:
+        await self.ask_again(parent, member)
+
     async def wait_ready(self, parent: str, name: str, *, kind: Kind | None = None,
                          creation: Creation | None = None, policy: WaitPolicy | None = None,
                          clock: Clock | None = None, progress: Progress | None = None) -> SliceInfo:

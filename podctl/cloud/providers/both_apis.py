@@ -235,6 +235,12 @@ class BothApis:
     async def delete(self, parent: str, info: SliceInfo) -> SliceInfo:
         return await self._by_info(self._met(parent, info)).delete(parent, info)
 
+    async def ask_again(self, parent: str, member: str) -> None:  # queued resources: Cloud TPU's
+        await self.tpu.ask_again(parent, member)
+
+    async def stop_asking(self, parent: str, member: str) -> None:
+        await self.tpu.stop_asking(parent, member)
+
     async def wait_ready(self, parent: str, name: str, *, kind: Kind | None = None,
                          creation: Creation | None = None, policy: WaitPolicy | None = None,
                          clock: Clock | None = None, progress: Progress | None = None) -> SliceInfo:

@@ -70,6 +70,12 @@ class CloudTpu(TpuApi):
     async def delete(self, parent: str, info: SliceInfo) -> SliceInfo:
         return await terminate.delete(self, parent, info)
 
+    async def ask_again(self, parent: str, member: str) -> None:
+        await self.reset_queued_resource(f"{parent}/queuedResources/{member}")
+
+    async def stop_asking(self, parent: str, member: str) -> None:
+        await terminate.delete_member(self, parent, member)
+
     async def wait_ready(self, parent: str, name: str, *, kind: Kind | None = None,
                          creation: Creation | None = None, policy: WaitPolicy | None = None,
                          clock: Clock | None = None, progress: Progress | None = None) -> SliceInfo:

@@ -272,6 +272,13 @@ class ComputeEngine:
     async def owning_slice(self, parent: str, info: SliceInfo) -> SliceInfo:
         return info
 
+    async def ask_again(self, parent: str, member: str) -> None:
+        raise InvalidValueError(f"{member}: a Compute Engine slice has no queued resource per "
+                                "slice (`up --elastic` is the Cloud TPU API's).")
+
+    async def stop_asking(self, parent: str, member: str) -> None:
+        await self.ask_again(parent, member)
+
     async def delete(self, parent: str, info: SliceInfo) -> SliceInfo:
         """The MIG (and its VMs), then its template and policy once it is gone: a template
         in use cannot be deleted, so this waits for the MIG's delete operation (what `up`'s
