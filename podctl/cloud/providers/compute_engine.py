@@ -16,9 +16,8 @@ template and, when multi-host, a workload policy that forms its ICI topology
     delete:   the MIG (its VMs with it), waited for, then its template and policy
 
 The steps see a slice as one node NAME (the MIG), whose hosts are its instances in name
-order. Its labels are the template's (a MIG has none). Runs reach it over SSH: the boot
-channel's metadata patch has no Compute Engine form here yet (the node shows no
-`podctl-boot` key, so `auto` picks SSH).
+order. Its labels and metadata are the template's (a MIG has none). A key set on the
+slice (the boot channel's run pointer) is set on each of its VMs (compute_metadata.py).
 """
 
 from __future__ import annotations
@@ -45,7 +44,8 @@ from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
 from podctl.cloud.describe import Kind
 from podctl.cloud.names import validate_name
 from podctl.cloud.placement import Placement
-from podctl.cloud.types import BOOT_METADATA_KEY, GuestEntry, Host, NodeInfo, SliceInfo
+from podctl.cloud.providers import compute_metadata
+from podctl.cloud.types import GuestEntry, Host, NodeInfo, SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_until
 
 API = "compute"
@@ -209,7 +209,7 @@ class ComputeEngine:
             hosts.append(Host(0, worker, nic.network_i_p, TPU_RUNTIME_PORT, external or None))
         labels = _labels_of(template)
         spot = template.properties.scheduling.provisioning_model == "SPOT"
-        metadata = {k: v for k, v in _metadata_of(template).items() if k != BOOT_METADATA_KEY}
+        metadata = _metadata_of(template)  # its pin and watcher's version: the boot channel's
         created = _seconds(mig.creation_timestamp)
         node = NodeInfo(name=mig.name, state=state, health="HEALTHY" if state == "READY" else None,
                         accelerator_type=sliced.name, topology=sliced.topology, hosts=tuple(hosts),
@@ -362,14 +362,14 @@ class ComputeEngine:
     async def set_metadata_key(self, node_name: str, key: str, value: str, *,
                                current: Mapping[str, str] | None = None,
                                wait: bool = True) -> dict[str, str]:
-        raise InvalidValueError("a Compute Engine slice's metadata is its template's; runs reach its "
-                                "VMs over SSH (--via ssh).")
+        """KEY on every VM of the MIG (compute_metadata.py: the template's map reaches only
+        VMs made after; a running VM's is its own, set with its fingerprint)."""
+        return await compute_metadata.set_key_on_vms(self.api, node_name, key, value, wait=wait)
 
     async def remove_metadata_key(self, node_name: str, key: str, *,
                                   current: Mapping[str, str] | None = None,
                                   wait: bool = True) -> dict[str, str]:
-        raise InvalidValueError("a Compute Engine slice's metadata is its template's; runs reach its "
-                                "VMs over SSH (--via ssh).")
+        return await compute_metadata.set_key_on_vms(self.api, node_name, key, None, wait=wait)
 
     async def guest_attributes(self, node_name: str, query_path: str = "", *,
                                workers: int | None = None) -> list[list[GuestEntry]]:
