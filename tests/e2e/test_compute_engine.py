@@ -89,11 +89,21 @@ def test_v5p_through_compute_engine_with_api_compute_and_a_stockout_that_leaves_
     zone = ["--zone", "us-central1-a"]
     made = podctl.json("up", "--slice", "v5p-16", "--name", "p16", "--api", "compute", *zone)
     assert (made["api"], made["ready"], made["hosts"], made["accelerator_type"]) == ("compute", True, 2, "v5p-16")
-    # the watchers' channel has no Compute Engine form yet: refused in one line, nothing run
-    assert_one_line_error(podctl("run", "p16", "--via", "boot", *zone, str(SCRIPTS / "show_env.py"), check=False),
-                          2, "Compute Engine MIG", "--via ssh")
-    # last week's slice, this week: `down` with no --api finds it on Compute Engine
-    podctl("down", "p16", "--yes", *zone)
+    # through the watchers, no SSH: the signed pointer set on each VM of the MIG (its own
+    # metadata, by fingerprint: the template's reaches no running VM), both hosts run it
+    admin = _admin(podctl)
+    try:
+        ssh_before = [h["ssh_total"] for h in admin.host_stats("p16")]
+        proc = podctl("run", "p16", "--via", "boot", "--hosts", "all", *zone, str(SCRIPTS / "show_env.py"),
+                      "TPU_WORKER_ID", timeout=240)
+        assert '[host 0000] ENV {"TPU_WORKER_ID": "0"}' in proc.stdout, proc.stderr
+        assert '[host 0001] ENV {"TPU_WORKER_ID": "1"}' in proc.stdout, proc.stderr
+        assert [h["ssh_total"] for h in admin.host_stats("p16")] == ssh_before  # not one SSH connection
+        # each VM's watcher says so (instances.getGuestAttributes, VM by VM)
+        watchers = podctl.json("status", "p16", *zone)["watchers"]["p16"]
+        assert len(watchers) == 2 and all(w.startswith("ready, ") and w.endswith(" started") for w in watchers)
+    finally:  # last week's slice, this week: `down` with no --api finds it on Compute Engine
+        podctl("down", "p16", "--yes", *zone, check=False)
     assert not any(_admin(podctl).resources().values())
 
     # no capacity: the MIG's VMs cannot be made; `up` says so and deletes what it made

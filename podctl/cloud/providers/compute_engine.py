@@ -381,10 +381,12 @@ class ComputeEngine:
 
         async def one(instance: str) -> list[GuestEntry]:
             try:
+                # queryPath is no flattened argument of the client's method: the request's
                 said = await self.api.call("instances.getGuestAttributes", f"reading {instance}'s guest "
                                            "attributes", self.api.instances.get_guest_attributes,
-                                           project=project, zone=zone, instance=instance,
-                                           query_path=query_path)
+                                           request=compute_v1.GetGuestAttributesInstanceRequest(
+                                               project=project, zone=zone, instance=instance,
+                                               query_path=query_path))
             except NotFoundError:
                 return []
             return [GuestEntry(i.namespace, i.key, i.value) for i in said.query_value.items]
