@@ -211,7 +211,11 @@ class ComputeEngine:
         spot = template.properties.scheduling.provisioning_model == "SPOT"
         metadata = _metadata_of(template)  # its pin and watcher's version: the boot channel's
         created = _seconds(mig.creation_timestamp)
-        node = NodeInfo(name=mig.name, state=state, health="HEALTHY" if state == "READY" else None,
+        # a VM under maintenance (its upcomingMaintenance ONGOING): the slice's health says
+        # so as a Cloud TPU node's does, which is what policy/maintenance.py waits out
+        ongoing = any((_upcoming(d) or {}).get("maintenanceStatus") == "ONGOING" for d in details)
+        health = ("UNHEALTHY_MAINTENANCE" if ongoing else "HEALTHY") if state == "READY" else None
+        node = NodeInfo(name=mig.name, state=state, health=health,
                         accelerator_type=sliced.name, topology=sliced.topology, hosts=tuple(hosts),
                         spot=spot, created=created, labels=labels, queued_resource=None,
                         metadata=metadata)
@@ -355,7 +359,29 @@ class ComputeEngine:
             internal_ips=nic is not None and not nic.access_configs)
 
     async def upcoming_maintenance(self, info: SliceInfo) -> dict[str, dict[str, Any]]:
-        return {}  # an instance's upcomingMaintenance is not read here yet
+        """The MIG -> the soonest of its VMs' announced maintenance (compute v1
+        Instance.resourceStatus.upcomingMaintenance: the fields Cloud TPU's v2alpha1 node
+        has, same JSON names), with `workers` the VMs it names. An extra for `status`:
+        any failure is none."""
+        try:
+            project, zone = info.project, info.zone
+            managed = await self.api.call("instanceGroupManagers.listManagedInstances",
+                                          f"listing the VMs of {info.name}", self.api.migs.list_managed_instances,
+                                          project=project, zone=zone, instance_group_manager=info.name)
+            vm_names = sorted(m.name for m in managed if m.instance_status)
+            vms = await asyncio.gather(*(
+                self.api.call("instances.get", f"reading VM {n}", self.api.instances.get, project=project,
+                              zone=zone, instance=n) for n in vm_names))
+        except PodctlError:
+            return {}
+        plans = {w: _upcoming(vm) for w, vm in enumerate(vms)}
+        found = sorted((plan.get("windowStartTime", ""), w) for w, plan in plans.items() if plan)
+        if not found:
+            return {}
+        soonest = dict(plans[found[0][1]] or {})
+        soonest["workers"] = [w for w, plan in plans.items()
+                              if plan and plan.get("windowStartTime") == soonest.get("windowStartTime")]
+        return {info.name: soonest}
 
     # ---- a node's metadata and what its hosts publish ------------------------------------
 
@@ -392,6 +418,15 @@ class ComputeEngine:
             return [GuestEntry(i.namespace, i.key, i.value) for i in said.query_value.items]
 
         return list(await asyncio.gather(*(one(m.name) for m in instances)))
+
+
+def _upcoming(vm: compute_v1.Instance) -> dict[str, Any] | None:
+    """VM's upcomingMaintenance in its JSON names ({} fields left out), None without one."""
+    plan = vm.resource_status.upcoming_maintenance
+    if not plan.maintenance_status and not plan.window_start_time:
+        return None
+    said: dict[str, Any] = type(plan).to_dict(plan, preserving_proto_field_name=False)
+    return {k: v for k, v in said.items() if v not in ("", [], None)}
 
 
 def _orphan(project: str, zone: str, name: str, template: compute_v1.InstanceTemplate) -> SliceInfo:

@@ -34,6 +34,7 @@ from podctl.base import topology
 from podctl.fake.api import compute_vm_metadata, label_rules
 from podctl.fake.api.apierror import ApiError, rfc3339
 from podctl.fake.api.node_fields import check_metadata, server_filled
+from podctl.fake.vm import maintenance
 
 if TYPE_CHECKING:  # world.py imports this module for its event handlers
     from podctl.fake.world import World
@@ -576,7 +577,11 @@ def _render_instance(world: World, project: str, zone: str, name: str) -> dict[s
         external = (endpoints[worker].get("accessConfig") or {}).get("externalIp")
         if external:
             interface["accessConfigs"] = [{"type": "ONE_TO_ONE_NAT", "natIP": external}]
-    return {"kind": "compute#instance", "name": name, "id": str(zlib.crc32(name.encode())),
+    # compute v1 Instance.resourceStatus.upcomingMaintenance, on the VMs a maintenance
+    # names (the `maintenance` fault's --workers): the fields of v2alpha1's, same names
+    plan = maintenance.upcoming(node) if worker in (node.get("_maintenance") or {}).get("workers", []) else None
+    return {**({"resourceStatus": {"upcomingMaintenance": plan}} if plan else {}),
+            "kind": "compute#instance", "name": name, "id": str(zlib.crc32(name.encode())),
             "zone": f"{BASE}/projects/{project}/zones/{zone}", "status": status,
             "machineType": f"{BASE}/projects/{project}/zones/{zone}/machineTypes/{props['machineType']}",
             "creationTimestamp": node["createTime"], "labels": dict(props.get("labels") or {}),
