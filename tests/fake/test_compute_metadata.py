@@ -87,7 +87,28 @@ def test_a_key_is_set_on_every_vm_by_its_fingerprint_and_a_remade_vm_has_only_it
         assert remade == template_map and after != before, remade
         assert _metadata(http, first)[0]["podctl-run"] == "pointer"  # the other VM keeps it
 
-        asyncio.run(provider.remove_metadata_key(node, "podctl-run", wait=True))
-        assert "podctl-run" not in _metadata(http, first)[0]
+        # a writer between podctl's read and its write: its setMetadata is refused 412, and
+        # podctl reads the map again and writes over it, the other writer's key kept
+        real_get, raced = provider.api.instances.get, []
+
+        def get_then_race(**kwargs):
+            read = real_get(**kwargs)
+            if kwargs["instance"] == first and not raced:
+                items = [{"key": i.key, "value": i.value} for i in read.metadata.items]
+                raced.append(http("POST", f"instances/{first}/setMetadata", {
+                    "fingerprint": read.metadata.fingerprint, "items": [*items, {"key": "racer", "value": "r"}]}))
+            return read
+
+        provider.api.instances.get = get_then_race
+        try:
+            asyncio.run(provider.remove_metadata_key(node, "podctl-run", wait=True))
+        finally:
+            provider.api.instances.get = real_get
+        assert raced and raced[0].status_code == 200, raced
+        after_race = _metadata(http, first)[0]
+        assert "podctl-run" not in after_race and after_race["racer"] == "r", after_race
+        # the set's 2 VMs, then the removal's refused write and its retry on the first VM; the
+        # remade second VM has no pointer to remove, so it is not written at all
+        assert provider.api.calls["instances.setMetadata"] == 4
     finally:
         asyncio.run(provider.delete(PARENT, info))
