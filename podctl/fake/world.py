@@ -29,7 +29,16 @@ from typing import Any
 
 from podctl.base import topology
 from podctl.base.errors import InvalidSliceError
-from podctl.fake.api import compute_flex, compute_tpu, label_rules, node_fields, placement_check, queued, wire
+from podctl.fake.api import (
+    compute_flex,
+    compute_tpu,
+    compute_vm_metadata,
+    label_rules,
+    node_fields,
+    placement_check,
+    queued,
+    wire,
+)
 from podctl.fake.api.apierror import ApiError, invalid, not_found, page, precondition, rfc3339
 from podctl.fake.api.node_fields import check_metadata
 from podctl.fake.vm import maintenance
@@ -627,5 +636,6 @@ _HANDLERS: dict[str, Callable[[World, str], None]] = {
     **{kind: _queued_event(kind) for kind in ("qr_accepted", "qr_active", "qr_suspended", "qr_deleted")},
     **maintenance.HANDLERS,  # maintenance windows' start and end
     **compute_tpu.HANDLERS,  # MIGs' VMs made and removed, their operations done
+    **compute_vm_metadata.HANDLERS,  # a VM's own metadata reaching its metadata server
     **compute_flex.HANDLERS,  # flex-start VMs deleted at the end of their run duration
 }

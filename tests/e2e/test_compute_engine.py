@@ -1,7 +1,9 @@
 """Slices through Compute Engine (issue 38), as a user runs podctl against the fake daemon:
 a multi-host TPU7x slice is a MIG of TPU VMs (its template, its workload policy) made by
-`up` with no --api (TPU7x is only Compute Engine's), run on with a multi-host JAX program,
-run on again with --recover through one VM's preemption (the MIG recreates it), and
+`up` with no --api (TPU7x is only Compute Engine's), run on with a multi-host JAX program
+through the watchers (--via boot: the pointer in each VM's own metadata, no SSH), run on
+again the same way with --recover through one VM's preemption (the MIG recreates it, with
+its template's metadata: the second attempt writes the pointer again), and
 deleted with nothing left; v5p with --api compute; a stockout that leaves nothing. Each
 test ends with the daemon checked to hold nothing billable (MIGs, templates, policies and
 nodes: tests/conftest.py's stop_fake_and_check)."""
@@ -55,17 +57,26 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
         again = podctl.json("up", "--slice", "tpu7x-16", "--name", "iw16", *TPU7X_ZONE)
         assert again["created"] is False
 
-        # JAX across its two VMs, as on TPU VMs: jax.distributed.initialize() with no arguments
-        proc = podctl("run", "iw16", *TPU7X_ZONE, "--hosts", "all",
+        # JAX across its two VMs, as on TPU VMs: jax.distributed.initialize() with no arguments,
+        # started through the watchers, not one SSH connection: the signed pointer is set in
+        # each VM's own metadata (setMetadata by its fingerprint; the template's reaches no
+        # running VM), and each VM's watcher checks it against the pin it kept at first boot
+        admin = _admin(podctl)
+        ssh_before = [h["ssh_total"] for h in admin.host_stats("iw16")]
+        proc = podctl("run", "iw16", *TPU7X_ZONE, "--via", "boot", "--hosts", "all",
                       "--requirements", str(JAX_REQS), str(SCRIPTS / "jax_auto_init.py"), timeout=900)
         lines = proc.stdout.splitlines()
         assert "[host 0000] process 0 of 2, 16 devices" in lines, proc.stdout  # 4 chips x 2 per VM
         assert "[host 0001] process 1 of 2, 16 devices" in lines, proc.stdout
+        assert [h["ssh_total"] for h in admin.host_stats("iw16")] == ssh_before
+        watchers = podctl.json("status", "iw16", *TPU7X_ZONE)["watchers"]["iw16"]  # VM by VM
+        assert len(watchers) == 2 and all(w.startswith("ready, ") and w.endswith(" started") for w in watchers)
 
         # one VM preempted mid-run: the MIG recreates it, and --recover goes on from the last
-        # checkpoint (in GCS) on the slice made whole again
+        # checkpoint (in GCS) on the slice made whole again, through the watchers: the VM made
+        # again has only its template's metadata, so the second attempt writes its pointer again
         code, log, out = run_with_fault(
-            podctl, ["run", "iw16", *TPU7X_ZONE, "--recover", "1", "--json",
+            podctl, ["run", "iw16", *TPU7X_ZONE, "--via", "boot", "--recover", "1", "--json",
                      str(TEMPLATE), *TINY, "--batch", "16", "--steps", "8", "--checkpoint-every", "2"],
             '"kind": "checkpoint", "step": 2', lambda err: podctl("fake", "inject", "preempt-vm", "iw16", "1"))
         assert code == 0, log[-4000:]
@@ -89,9 +100,6 @@ def test_v5p_through_compute_engine_with_api_compute_and_a_stockout_that_leaves_
     zone = ["--zone", "us-central1-a"]
     made = podctl.json("up", "--slice", "v5p-16", "--name", "p16", "--api", "compute", *zone)
     assert (made["api"], made["ready"], made["hosts"], made["accelerator_type"]) == ("compute", True, 2, "v5p-16")
-    # the watchers' channel has no Compute Engine form yet: refused in one line, nothing run
-    assert_one_line_error(podctl("run", "p16", "--via", "boot", *zone, str(SCRIPTS / "show_env.py"), check=False),
-                          2, "Compute Engine MIG", "--via ssh")
     # last week's slice, this week: `down` with no --api finds it on Compute Engine
     podctl("down", "p16", "--yes", *zone)
     assert not any(_admin(podctl).resources().values())

@@ -16,9 +16,8 @@ template and, when multi-host, a workload policy that forms its ICI topology
     delete:   the MIG (its VMs with it), waited for, then its template and policy
 
 The steps see a slice as one node NAME (the MIG), whose hosts are its instances in name
-order. Its labels are the template's (a MIG has none). Runs reach it over SSH: the boot
-channel's metadata patch has no Compute Engine form here yet (the node shows no
-`podctl-boot` key, so `auto` picks SSH).
+order. Its labels and metadata are the template's (a MIG has none). A key set on the
+slice (the boot channel's run pointer) is set on each of its VMs (compute_metadata.py).
 """
 
 from __future__ import annotations
@@ -45,7 +44,8 @@ from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
 from podctl.cloud.describe import Kind
 from podctl.cloud.names import validate_name
 from podctl.cloud.placement import Placement
-from podctl.cloud.types import BOOT_METADATA_KEY, GuestEntry, Host, NodeInfo, SliceInfo
+from podctl.cloud.providers import compute_metadata
+from podctl.cloud.types import GuestEntry, Host, NodeInfo, SliceInfo
 from podctl.cloud.wait import Clock, Progress, WaitPolicy, wait_until
 
 API = "compute"
@@ -209,9 +209,13 @@ class ComputeEngine:
             hosts.append(Host(0, worker, nic.network_i_p, TPU_RUNTIME_PORT, external or None))
         labels = _labels_of(template)
         spot = template.properties.scheduling.provisioning_model == "SPOT"
-        metadata = {k: v for k, v in _metadata_of(template).items() if k != BOOT_METADATA_KEY}
+        metadata = _metadata_of(template)  # its pin and watcher's version: the boot channel's
         created = _seconds(mig.creation_timestamp)
-        node = NodeInfo(name=mig.name, state=state, health="HEALTHY" if state == "READY" else None,
+        # a VM under maintenance (its upcomingMaintenance ONGOING): the slice's health says
+        # so as a Cloud TPU node's does, which is what policy/maintenance.py waits out
+        ongoing = any((_upcoming(d) or {}).get("maintenanceStatus") == "ONGOING" for d in details)
+        health = ("UNHEALTHY_MAINTENANCE" if ongoing else "HEALTHY") if state == "READY" else None
+        node = NodeInfo(name=mig.name, state=state, health=health,
                         accelerator_type=sliced.name, topology=sliced.topology, hosts=tuple(hosts),
                         spot=spot, created=created, labels=labels, queued_resource=None,
                         metadata=metadata)
@@ -362,21 +366,43 @@ class ComputeEngine:
             internal_ips=nic is not None and not nic.access_configs)
 
     async def upcoming_maintenance(self, info: SliceInfo) -> dict[str, dict[str, Any]]:
-        return {}  # an instance's upcomingMaintenance is not read here yet
+        """The MIG -> the soonest of its VMs' announced maintenance (compute v1
+        Instance.resourceStatus.upcomingMaintenance: the fields Cloud TPU's v2alpha1 node
+        has, same JSON names), with `workers` the VMs it names. An extra for `status`:
+        any failure is none."""
+        try:
+            project, zone = info.project, info.zone
+            managed = await self.api.call("instanceGroupManagers.listManagedInstances",
+                                          f"listing the VMs of {info.name}", self.api.migs.list_managed_instances,
+                                          project=project, zone=zone, instance_group_manager=info.name)
+            vm_names = sorted(m.name for m in managed if m.instance_status)
+            vms = await asyncio.gather(*(
+                self.api.call("instances.get", f"reading VM {n}", self.api.instances.get, project=project,
+                              zone=zone, instance=n) for n in vm_names))
+        except PodctlError:
+            return {}
+        plans = {w: _upcoming(vm) for w, vm in enumerate(vms)}
+        found = sorted((plan.get("windowStartTime", ""), w) for w, plan in plans.items() if plan)
+        if not found:
+            return {}
+        soonest = dict(plans[found[0][1]] or {})
+        soonest["workers"] = [w for w, plan in plans.items()
+                              if plan and plan.get("windowStartTime") == soonest.get("windowStartTime")]
+        return {info.name: soonest}
 
     # ---- a node's metadata and what its hosts publish ------------------------------------
 
     async def set_metadata_key(self, node_name: str, key: str, value: str, *,
                                current: Mapping[str, str] | None = None,
                                wait: bool = True) -> dict[str, str]:
-        raise InvalidValueError("a Compute Engine slice's metadata is its template's; runs reach its "
-                                "VMs over SSH (--via ssh).")
+        """KEY on every VM of the MIG (compute_metadata.py: the template's map reaches only
+        VMs made after; a running VM's is its own, set with its fingerprint)."""
+        return await compute_metadata.set_key_on_vms(self.api, node_name, key, value, wait=wait)
 
     async def remove_metadata_key(self, node_name: str, key: str, *,
                                   current: Mapping[str, str] | None = None,
                                   wait: bool = True) -> dict[str, str]:
-        raise InvalidValueError("a Compute Engine slice's metadata is its template's; runs reach its "
-                                "VMs over SSH (--via ssh).")
+        return await compute_metadata.set_key_on_vms(self.api, node_name, key, None, wait=wait)
 
     async def guest_attributes(self, node_name: str, query_path: str = "", *,
                                workers: int | None = None) -> list[list[GuestEntry]]:
@@ -388,15 +414,26 @@ class ComputeEngine:
 
         async def one(instance: str) -> list[GuestEntry]:
             try:
+                # queryPath is no flattened argument of the client's method: the request's
                 said = await self.api.call("instances.getGuestAttributes", f"reading {instance}'s guest "
                                            "attributes", self.api.instances.get_guest_attributes,
-                                           project=project, zone=zone, instance=instance,
-                                           query_path=query_path)
+                                           request=compute_v1.GetGuestAttributesInstanceRequest(
+                                               project=project, zone=zone, instance=instance,
+                                               query_path=query_path))
             except NotFoundError:
                 return []
             return [GuestEntry(i.namespace, i.key, i.value) for i in said.query_value.items]
 
         return list(await asyncio.gather(*(one(m.name) for m in instances)))
+
+
+def _upcoming(vm: compute_v1.Instance) -> dict[str, Any] | None:
+    """VM's upcomingMaintenance in its JSON names ({} fields left out), None without one."""
+    plan = vm.resource_status.upcoming_maintenance
+    if not plan.maintenance_status and not plan.window_start_time:
+        return None
+    said: dict[str, Any] = type(plan).to_dict(plan, preserving_proto_field_name=False)
+    return {k: v for k, v in said.items() if v not in ("", [], None)}
 
 
 def _orphan(project: str, zone: str, name: str, template: compute_v1.InstanceTemplate) -> SliceInfo:

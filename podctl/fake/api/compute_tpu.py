@@ -9,6 +9,7 @@ instance groups (MIGs) of TPU VMs with resize and listManagedInstances, their in
     POST/GET/DELETE  projects/P/zones/Z/instanceGroupManagers[/M]
     POST             projects/P/zones/Z/instanceGroupManagers/M/resize?size=N
     POST             projects/P/zones/Z/instanceGroupManagers/M/listManagedInstances
+    POST             projects/P/zones/Z/instances/I/setMetadata (compute_vm_metadata.py)
     GET              projects/P/zones/Z/instances[/I]   instances/I/getGuestAttributes?queryPath=
     GET              projects/P/{zones/Z,regions/R,global}/operations/O
 
@@ -30,9 +31,10 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from podctl.base import topology
-from podctl.fake.api import label_rules
+from podctl.fake.api import compute_vm_metadata, label_rules
 from podctl.fake.api.apierror import ApiError, rfc3339
 from podctl.fake.api.node_fields import check_metadata, server_filled
+from podctl.fake.vm import maintenance
 
 if TYPE_CHECKING:  # world.py imports this module for its event handlers
     from podctl.fake.world import World
@@ -575,13 +577,15 @@ def _render_instance(world: World, project: str, zone: str, name: str) -> dict[s
         external = (endpoints[worker].get("accessConfig") or {}).get("externalIp")
         if external:
             interface["accessConfigs"] = [{"type": "ONE_TO_ONE_NAT", "natIP": external}]
-    items = [{"key": k, "value": v} for k, v in sorted((node.get("metadata") or {}).items())]
-    return {"kind": "compute#instance", "name": name, "id": str(zlib.crc32(name.encode())),
+    # compute v1 Instance.resourceStatus.upcomingMaintenance, on the VMs a maintenance
+    # names (the `maintenance` fault's --workers): the fields of v2alpha1's, same names
+    plan = maintenance.upcoming(node) if worker in (node.get("_maintenance") or {}).get("workers", []) else None
+    return {**({"resourceStatus": {"upcomingMaintenance": plan}} if plan else {}),
+            "kind": "compute#instance", "name": name, "id": str(zlib.crc32(name.encode())),
             "zone": f"{BASE}/projects/{project}/zones/{zone}", "status": status,
             "machineType": f"{BASE}/projects/{project}/zones/{zone}/machineTypes/{props['machineType']}",
             "creationTimestamp": node["createTime"], "labels": dict(props.get("labels") or {}),
-            "metadata": {"kind": "compute#metadata", "items": items,
-                         "fingerprint": str(zlib.crc32(repr(items).encode()))},
+            "metadata": compute_vm_metadata.rendered(node, worker),
             "scheduling": props.get("scheduling") or {}, "networkInterfaces": [interface],
             "selfLink": f"{BASE}/projects/{project}/zones/{zone}/instances/{name}"}
 
@@ -674,6 +678,8 @@ def _migs(world: World, method: str, project: str, rest: str, q: dict[str, Any],
 
 def _instances_and_operations(world: World, method: str, project: str, rest: str, q: dict[str, Any],
                               body: Any) -> dict[str, Any] | None:
+    if (found := re.fullmatch(r"zones/([^/]+)/instances/([^/]+)/setMetadata", rest)) and method == "POST":
+        return _set_metadata(world, project, found.group(1), found.group(2), body)
     if found := re.fullmatch(r"zones/([^/]+)/instances/([^/]+)(/getGuestAttributes)?", rest):
         zone, name, guest = found.groups()
         if method != "GET":
@@ -687,6 +693,24 @@ def _instances_and_operations(world: World, method: str, project: str, rest: str
             raise _not_found(f"projects/{project}/{rest}")
         return op
     return None
+
+
+def _set_metadata(world: World, project: str, zone: str, name: str, body: Any) -> dict[str, Any]:
+    """instances.setMetadata (compute_vm_metadata.py): the VM's own map, by its fingerprint."""
+    node, worker = _instance(world, project, zone, name)
+    if worker in (node.get("_recreating") or []) or node["state"] != "READY":
+        # Google answers a VM being made again with its new record; the fake's guess is
+        # that a write to it while it is not RUNNING is refused, as a stopping VM's is
+        raise ComputeError(400, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' is not "
+                           "ready", "resourceNotReady")
+    try:
+        compute_vm_metadata.set_metadata(world, node, worker, body)
+    except compute_vm_metadata.StaleFingerprint as e:
+        raise ComputeError(412, str(e), "conditionNotMet") from e
+    except compute_vm_metadata.BadBody as e:
+        raise ComputeError(400, str(e), "parseError") from e
+    return _operation(world, project, f"zones/{zone}", "setMetadata", f"zones/{zone}/instances/{name}",
+                      target_id=str(zlib.crc32(name.encode())))
 
 
 def _listing(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -722,6 +746,7 @@ def recreate(world: World, name: str, worker: int) -> None:
     for `timings.node_create`, then RUNNING again."""
     node = world.nodes[name]
     node["_recreating"] = sorted({*node.get("_recreating", []), worker})
+    compute_vm_metadata.remade(node, worker)  # the template's map again: the run's pointer is gone
     world.schedule(world.timings.node_create, "mig_vm_recreated", f"{name}#{worker}")
 
 

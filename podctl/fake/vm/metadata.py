@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from podctl.base import topology
-from podctl.fake.api.node_fields import host_metadata
+from podctl.fake.api import compute_vm_metadata
 from podctl.fake.vm import maintenance
 
 if TYPE_CHECKING:
@@ -72,7 +72,8 @@ def tree(host: Host) -> dict[str, Any]:
     endpoints = node.get("networkEndpoints", [])
     names = [hostname(node, i) for i in range(len(nh.hosts))]
     workers = ",".join(f"{names[i]}:{i}:{ep.get('ipAddress', '')}" for i, ep in enumerate(endpoints))
-    metadata = host_metadata(node)  # a patch reaches the hosts after its propagation delay
+    # a patch reaches the hosts after its propagation delay; a Compute Engine VM's map is its own
+    metadata = compute_vm_metadata.host_view(node, host.index)
     attributes = {str(k): str(v) for k, v in metadata.items()}
     attributes.update({
         "agent-worker-number": str(host.index),

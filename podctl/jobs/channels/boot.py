@@ -11,6 +11,11 @@
     halt:  control/halt.json (the agents poll control/ every agent_control.POLL_SECONDS)
     stacks: control/stacks.json, a fresh id per capture
 
+On a Compute Engine slice (one node: its MIG) the pointer is written into each VM's own
+metadata, in parallel (providers/compute_metadata.py: setMetadata with each VM's
+fingerprint); a VM the MIG made again has only its template's map, and a recovery's
+start writes the pointer again as every start does.
+
 A slice carries a watcher when podctl made it (boot_script.boot_metadata, in every
 create); `usable_on` says whether this podctl knows the watcher's version. A start
 that does not come up says per host why, from what the watchers published as guest
@@ -76,10 +81,6 @@ def usable_on(info: SliceInfo) -> bool:
 
 def unusable_why(info: SliceInfo) -> str | None:
     """Why INFO cannot take a run through its watchers, in a refusal's words; None: it can."""
-    if info.api == "compute":  # its template carries the watcher, but no pointer reaches it yet
-        return (f"slice {info.name} is a Compute Engine MIG, and runs through the watchers have no "
-                "Compute Engine form yet (docs/compute-engine.md): start with --via ssh "
-                "(--via auto picks it).")
     if usable_on(info):
         return None
     return (f"slice {info.name} carries no podctl watcher this version knows (made by another "

@@ -1,0 +1,74 @@
+"""Host maintenance on a Compute Engine slice, read as a Cloud TPU node's is: each VM a
+maintenance names shows it in compute v1's Instance.resourceStatus.upcomingMaintenance
+(PENDING, then ONGOING) and in its metadata server (instance/maintenance-event,
+instance/upcoming-maintenance); podctl's provider says the soonest as the slice's
+upcoming maintenance (what `status` shows) and, while it is ONGOING, the slice's health
+UNHEALTHY_MAINTENANCE (what policy/maintenance.py waits out). The fake's `maintenance`
+fault on the MIG with --workers schedules it on those VMs. In-process fake, no CLI."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import requests
+
+from podctl.cloud.connect import compute_engine_at
+from podctl.cloud.create import CreateRequest
+from podctl.cloud.types import SliceSpec
+from podctl.cloud.wait import WaitPolicy
+from tests.conftest import PROJECT, raw_api
+
+ZONE = "us-central1-c"
+PARENT = f"projects/{PROJECT}/locations/{ZONE}"
+FAST = WaitPolicy(initial=0.05, maximum=0.2, jitter=0.0, timeout=60)
+
+
+@pytest.fixture
+def provider(fake):
+    opened = compute_engine_at(fake.tpu_api_url)
+    yield opened
+    opened.close()
+
+
+def _metadata_server(fake, node: str, worker: int, path: str) -> requests.Response:
+    server = fake.admin.hosts()["nodes"][node]["metadata"][worker]
+    return requests.get(f"http://{server}/computeMetadata/v1/instance/{path}",
+                        headers={"Metadata-Flavor": "Google"}, timeout=10)
+
+
+def test_a_vms_maintenance_is_the_slices_as_a_cloud_tpu_nodes_is(fake, provider):
+    request = CreateRequest(parent=PARENT, name="mt", spec=SliceSpec.build("tpu7x-16"),  # 2 VMs
+                            labels={"podctl-managed": "true"}, ssh_keys="podctl:ssh-ed25519 AAAA podctl")
+    asyncio.run(provider.create(request))
+    info = asyncio.run(provider.wait_ready(PARENT, "mt", policy=FAST))
+    try:
+        assert asyncio.run(provider.upcoming_maintenance(info)) == {}
+        fake.admin.inject("maintenance", name="mt", after=300.0, workers="1", window=600.0)
+        planned = asyncio.run(provider.upcoming_maintenance(info))["mt"]
+        assert (planned["maintenanceStatus"], planned["type"], planned["workers"]) == ("PENDING", "SCHEDULED", [1])
+        assert planned["windowStartTime"] < planned["windowEndTime"]
+        # on the wire: only the VM it names carries it
+        with raw_api(f"{fake.tpu_api_url}/compute/v1/projects/{PROJECT}/zones/{ZONE}") as http:
+            vms = sorted(m["name"] for m in http("POST", "instanceGroupManagers/mt/listManagedInstances")
+                         .json()["managedInstances"])
+            shown = [http("GET", f"instances/{vm}").json().get("resourceStatus", {}) for vm in vms]
+        assert shown[0] == {} and shown[1]["upcomingMaintenance"]["maintenanceStatus"] == "PENDING", shown
+        # on the VM itself, as GCE's metadata server says it (snake_case there)
+        node = next(n for n in fake.admin.hosts()["nodes"] if n.endswith("/mt"))
+        assert _metadata_server(fake, node, 1, "maintenance-event").text == "NONE"  # not yet 60 s before
+        assert _metadata_server(fake, node, 1, "upcoming-maintenance").json()["maintenance_status"] == "PENDING"
+        assert _metadata_server(fake, node, 0, "upcoming-maintenance").status_code == 404
+        fake.admin.advance(250)  # within the 60-s notice
+        assert _metadata_server(fake, node, 1, "maintenance-event").text == "TERMINATE_ON_HOST_MAINTENANCE"
+        assert asyncio.run(provider.describe(PARENT, "mt")).nodes[0].health == "HEALTHY"
+
+        fake.admin.advance(100)  # the window began
+        ongoing = asyncio.run(provider.describe(PARENT, "mt"))
+        assert ongoing.nodes[0].health == "UNHEALTHY_MAINTENANCE", ongoing
+        assert asyncio.run(provider.upcoming_maintenance(ongoing))["mt"]["maintenanceStatus"] == "ONGOING"
+        fake.admin.advance(700)  # and ended
+        after = asyncio.run(provider.describe(PARENT, "mt"))
+        assert after.nodes[0].health == "HEALTHY" and asyncio.run(provider.upcoming_maintenance(after)) == {}
+    finally:
+        asyncio.run(provider.delete(PARENT, info))
