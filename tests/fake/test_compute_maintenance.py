@@ -17,7 +17,7 @@ from podctl.cloud.connect import compute_engine_at
 from podctl.cloud.create import CreateRequest
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.wait import WaitPolicy
-from tests.conftest import PROJECT, raw_api
+from tests.conftest import PROJECT, TIME_SCALE, raw_api
 
 ZONE = "us-central1-c"
 PARENT = f"projects/{PROJECT}/locations/{ZONE}"
@@ -42,6 +42,10 @@ def test_a_vms_maintenance_is_the_slices_as_a_cloud_tpu_nodes_is(fake, provider)
                             labels={"podctl-managed": "true"}, ssh_keys="podctl:ssh-ed25519 AAAA podctl")
     asyncio.run(provider.create(request))
     info = asyncio.run(provider.wait_ready(PARENT, "mt", policy=FAST))
+    # The maintenance's minutes on the fake's own clock, moved only by advance(): at the
+    # tests' time scale (300) its 300 s would pass in one real second, which a loaded
+    # machine spends before the first check (the node was seen gone mid-test under -n 3).
+    fake.admin.set_timings(time_scale=1.0)
     try:
         assert asyncio.run(provider.upcoming_maintenance(info)) == {}
         fake.admin.inject("maintenance", name="mt", after=300.0, workers="1", window=600.0)
@@ -71,4 +75,5 @@ def test_a_vms_maintenance_is_the_slices_as_a_cloud_tpu_nodes_is(fake, provider)
         after = asyncio.run(provider.describe(PARENT, "mt"))
         assert after.nodes[0].health == "HEALTHY" and asyncio.run(provider.upcoming_maintenance(after)) == {}
     finally:
+        fake.admin.set_timings(time_scale=TIME_SCALE)  # the delete's operations at test speed
         asyncio.run(provider.delete(PARENT, info))
