@@ -16,10 +16,9 @@ import email.utils
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import requests
-from google.cloud import tpu_v2
 
 from podctl.base.errors import ConfigError, PodctlError, TransientError
 from podctl.base.retry import RetryPolicy as RetryPolicy  # base/retry.py owns it; re-exported for connect.py
@@ -28,6 +27,11 @@ from podctl.cloud.convert import guest_entries
 from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate, translate_metadata_update
 from podctl.cloud.types import GuestEntry
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request
