@@ -38,11 +38,13 @@ def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
                      retry: RetryPolicy = RetryPolicy(), override: str | None = None) -> CloudTpu:
     """The Cloud TPU provider (a TpuApi) on the REST transport at ENDPOINT (e.g. the fake's
     http://127.0.0.1:PORT); OVERRIDE names the setting that moved it there, if one did."""
-    client = tpu_v2.TpuClient(
-        transport="rest",
-        credentials=credentials or AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=endpoint),
-    )
+    def client() -> tpu_v2.TpuClient:  # made at the first request (tpu_client.TpuApi.client)
+        return tpu_v2.TpuClient(
+            transport="rest",
+            credentials=credentials or AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=endpoint),
+        )
+
     return CloudTpu(client, endpoint=endpoint, retry=retry, override=override)
 
 
