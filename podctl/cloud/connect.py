@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
-from google.cloud import tpu_v2
 
 from podctl.base.settings import FAKE_ACCOUNT, Settings, endpoint_override
 from podctl.cloud.firewall import COORDINATOR_PORT, ComputeReader
@@ -22,6 +21,11 @@ from podctl.cloud.providers.cloud_tpu import CloudTpu
 from podctl.cloud.storage import Grant, fake_grant, gcloud_grant
 from podctl.cloud.tpu_client import RetryPolicy
 from podctl.cloud.translate import translate
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 if TYPE_CHECKING:  # imported when chosen (compute_engine_at)
     from podctl.cloud.providers.compute_engine import ComputeEngine
@@ -34,11 +38,13 @@ def api_for_endpoint(endpoint: str, credentials: Credentials | None = None,
                      retry: RetryPolicy = RetryPolicy(), override: str | None = None) -> CloudTpu:
     """The Cloud TPU provider (a TpuApi) on the REST transport at ENDPOINT (e.g. the fake's
     http://127.0.0.1:PORT); OVERRIDE names the setting that moved it there, if one did."""
-    client = tpu_v2.TpuClient(
-        transport="rest",
-        credentials=credentials or AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=endpoint),
-    )
+    def client() -> tpu_v2.TpuClient:  # made at the first request (tpu_client.TpuApi.client)
+        return tpu_v2.TpuClient(
+            transport="rest",
+            credentials=credentials or AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=endpoint),
+        )
+
     return CloudTpu(client, endpoint=endpoint, retry=retry, override=override)
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-
-from google.cloud import tpu_v2
+from typing import TYPE_CHECKING
 
 from podctl.base.errors import InvalidSliceError
 from podctl.base.topology import parse_slice
 from podctl.cloud.types import GuestEntry, Host, Member, NodeInfo, SliceInfo, Tier
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 
 def short(name: str) -> str:

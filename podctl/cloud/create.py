@@ -5,8 +5,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-
-from google.cloud import tpu_v2
+from typing import TYPE_CHECKING
 
 from podctl.base.errors import InvalidValueError, NotFoundError
 from podctl.cloud.describe import Kind
@@ -16,6 +15,11 @@ from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceSpec
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 # Every queued resource carries a validity window, so that a request forgotten in a
 # queue (a client killed, a cron entry removed) fails on its own instead of turning

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
-
-from google.cloud import tpu_v2
+from typing import TYPE_CHECKING, Literal
 
 from podctl.base.errors import NotFoundError
 from podctl.cloud.convert import (
@@ -18,6 +16,11 @@ from podctl.cloud.convert import (
 from podctl.cloud.names import ELASTIC_OF_LABEL, ELASTIC_SLICES_LABEL, validate_name
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 Kind = Literal["node", "queued-resource"]
 

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
-from google.cloud import tpu_v2
 from google.protobuf import json_format
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 API_VERSION = "v2"
 

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
-
-from google.cloud import tpu_v2
+from typing import TYPE_CHECKING, Any
 
 from podctl.base.errors import InvalidValueError
 from podctl.cloud.tpu_client import TpuApi
 from podctl.cloud.types import SliceInfo
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"
 _TAG = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1035, as GCE network tags

@@ -16,10 +16,9 @@ import email.utils
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import requests
-from google.cloud import tpu_v2
 
 from podctl.base.errors import ConfigError, PodctlError, TransientError
 from podctl.base.retry import RetryPolicy as RetryPolicy  # base/retry.py owns it; re-exported for connect.py
@@ -28,6 +27,11 @@ from podctl.cloud.convert import guest_entries
 from podctl.cloud.operations import Operation
 from podctl.cloud.translate import translate, translate_metadata_update
 from podctl.cloud.types import GuestEntry
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
+else:  # imported at first use: lazy_tpu.py says why
+    from podctl.cloud.lazy_tpu import tpu_v2
 
 T = TypeVar("T")
 CALL_TIMEOUT = 60.0  # seconds for one create or delete request
@@ -48,9 +52,13 @@ def clock_offset(date_header: str | None, local: float) -> float | None:
 
 
 class TpuApi:
-    def __init__(self, client: tpu_v2.TpuClient, *, endpoint: str, retry: RetryPolicy = RetryPolicy(),
-                 sleep: Callable[[float], Any] = asyncio.sleep, override: str | None = None):
-        self.client = client
+    def __init__(self, client: tpu_v2.TpuClient | Callable[[], tpu_v2.TpuClient], *, endpoint: str,
+                 retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], Any] = asyncio.sleep,
+                 override: str | None = None):
+        # CLIENT or its maker, called at the first request: a command that opens a session
+        # but only reads GCS (`podctl runs`, `logs`) never imports google.cloud.tpu_v2 (lazy_tpu.py)
+        self._client: tpu_v2.TpuClient | None = None
+        self._make_client = client if callable(client) else None
         self.endpoint = endpoint
         # Where ENDPOINT came from when a user moved it (e.g. "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"):
         # one that does not answer is then their setting to fix, not an outage to wait out.
@@ -61,6 +69,19 @@ class TpuApi:
         # The service's clock, from the Date header of its answers: budgets and expiry are
         # judged on it, since a client's clock can be hours off (`server_now`).
         self._clock_offset: float | None = None
+        if not callable(client):
+            self._adopt(client)
+
+    @property
+    def client(self) -> tpu_v2.TpuClient:
+        if self._client is None:
+            assert self._make_client is not None  # one of the two is always set
+            self._adopt(self._make_client())
+        assert self._client is not None
+        return self._client
+
+    def _adopt(self, client: tpu_v2.TpuClient) -> None:
+        self._client = client
         session = getattr(client.transport, "_session", None)
         if session is not None and hasattr(session, "hooks"):
             session.hooks.setdefault("response", []).append(self._saw_date)
@@ -87,7 +108,9 @@ class TpuApi:
 
     def close(self) -> None:
         """Close the HTTP sessions: the API's and the one its operations client made."""
-        transport = self.client.transport
+        if self._client is None:  # never made: nothing to close
+            return
+        transport = self._client.transport
         operations = getattr(transport, "_operations_client", None)
         transport.close()
         session = getattr(getattr(operations, "transport", None), "_session", None)

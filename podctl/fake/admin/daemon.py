@@ -13,7 +13,6 @@ A restart brings the hosts of READY nodes back (on their old ports when free).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import fcntl
 import json
 import os
@@ -27,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from podctl.base.errors import FakeCloudError
-from podctl.base.settings import switch
+from podctl.base.settings import FAKE_BUCKET, switch
 from podctl.fake.admin.admin_client import FakeAdmin
-from podctl.fake.storage.gcs import DEFAULT_BUCKET
 
 DEFAULT_TIME_SCALE = 60.0  # a simulated minute per second: `up` of a v5p-4096 in seconds
 _START_TIMEOUT = 20.0
@@ -112,7 +110,7 @@ def status(state_dir: Path) -> dict[str, Any]:
 
 
 def start(state_dir: Path, *, project: str, zone: str, time_scale: float | None = None,
-          bucket: str = DEFAULT_BUCKET, secure: bool | None = None) -> dict[str, Any]:
+          bucket: str = FAKE_BUCKET, secure: bool | None = None) -> dict[str, Any]:
     """Start the daemon unless it runs; returns its status (with "gcs" and "bucket").
 
     BUCKET is made in the GCS emulator when the daemon starts; a running daemon
@@ -177,6 +175,8 @@ def _terminate(pid: int, timeout: float = 15.0) -> None:
 
 async def _serve(state_dir: Path, project: str, zone: str, time_scale: float, bucket: str,
                  secure: bool | None = None) -> None:
+    import asyncio  # here too: `podctl fake status` and `fake stop` (twice per CLI test) need none
+
     from podctl.fake.api.server import FakeCloud  # here: a CLI that only finds the daemon stays light
 
     cloud = FakeCloud(state_file=state_dir / "world.json", project=project, zone=zone,
@@ -205,10 +205,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--project", required=True)
     parser.add_argument("--zone", required=True)
     parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
-    parser.add_argument("--bucket", default=DEFAULT_BUCKET)
+    parser.add_argument("--bucket", default=FAKE_BUCKET)
     parser.add_argument("--secure", action=argparse.BooleanOptionalAction, default=None)
     args = parser.parse_args(argv)
     os.umask(0o077)
+    import asyncio
+
     asyncio.run(_serve(args.state_dir, args.project, args.zone, args.time_scale, args.bucket,
                        args.secure))
 
