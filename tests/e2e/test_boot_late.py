@@ -22,10 +22,6 @@ from tests.conftest import TIME_SCALE, Podctl, _share_env_signing_key, slice_on_
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
-def _admin(cli: Podctl) -> FakeAdmin:
-    return FakeAdmin(json.loads(cli("fake", "status", "--json").stdout)["admin"])
-
-
 def _last_line(proc) -> str:
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -51,12 +47,12 @@ def test_the_fakes_late_boots_follow_their_documented_distribution():
 def test_run_through_the_watchers_of_a_v5p_512_whose_hosts_boot_late_waits_naming_them(tmp_path):
     cli = Podctl(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"
-    cli("fake", "start")
+    node = json.loads(cli("fake", "start", "--json").stdout)  # its admin, project and zone
     try:
         # 64 hosts, half of them 4.6 s (wall) after READY, the latest 32 s, four past 19 s: late
         # hosts remain at podctl's first look however slow the machine is to start `run`
         late = 250.0
-        _admin(cli).set_timings(boot_late=late)
+        FakeAdmin(node["admin"]).set_timings(boot_late=late)
         cli("up", "--slice", "v5p-512", "--name", "late")
         began = time.monotonic()
         proc = cli("run", "late", "--via", "boot", "--hosts", "0", str(SCRIPTS / "show_args.py"), "hi",
@@ -69,7 +65,6 @@ def test_run_through_the_watchers_of_a_v5p_512_whose_hosts_boot_late_waits_namin
         assert "): their startup-script has not run yet (" in waiting[0] and "of up to 900 s)" in waiting[0], waiting
         assert "no watcher" not in proc.stderr
         assert "started on all 64 hosts" in proc.stderr
-        node = json.loads(cli("fake", "status", "--json").stdout)
         latest = max(late_seconds(f"projects/{node['project']}/locations/{node['zone']}/nodes/late", w, 64, late)
                      for w in range(64)) / TIME_SCALE
         print(f"run --via boot on a v5p-512 whose last host boots {latest:.1f} s after READY: {waited:.1f} s; "
