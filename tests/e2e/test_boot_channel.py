@@ -14,11 +14,11 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.cloud.types import Host, NodeInfo, SliceInfo
 from podctl.base.errors import InvalidValueError
 from podctl.base import vocabulary
@@ -27,51 +27,52 @@ from podctl.host import run_layout
 from podctl.jobs.channels.boot import first_hosts
 from podctl.jobs.owner import busy_line
 from podctl.jobs import channels
-from podctl.cloud.connect import api_for_endpoint
-from tests.conftest import FAST_RETRY, Podctl, assert_one_line_error, slice_on_daemon, stop_fake_and_check
+from tests import boot_support as boot
+from tests.conftest import (Podctl, _share_env_signing_key, assert_one_line_error, slice_on_daemon,
+                            stop_fake_and_check)
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 NAME = "boot16"
 
 
-@pytest.fixture
-def podctl(tmp_path: Path):
-    with slice_on_daemon(Podctl(tmp_path), "v5p-16", NAME) as cli:
-        yield cli
-
-
-def _admin(cli: Podctl) -> FakeAdmin:
-    return FakeAdmin(json.loads(cli("fake", "status", "--json").stdout)["admin"])
-
-
 def _node_metadata(cli: Podctl) -> dict[str, str]:
     """The node's whole metadata map, as anyone with tpu.nodes.get reads it."""
-    info = json.loads(cli("fake", "status", "--json").stdout)
-    client = api_for_endpoint(info["tpu_api"], retry=FAST_RETRY).client
-    node = client.get_node(name=f"projects/{info['project']}/locations/{info['zone']}/nodes/{NAME}")
-    return dict(node.metadata)
+    return dict(boot.tpu_api(cli).client.get_node(name=f"{boot.parent(cli)}/nodes/{NAME}").metadata)
 
 
-def _eventually(check, timeout: float = 60.0) -> bool:
-    """CHECK() true within TIMEOUT s. Most checks here are a `podctl` process (about a second
-    of CPU each, the imports): a second between two, not a busy loop of them on 2 cores."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(1.0)
-    return check()
+@pytest.fixture(scope="module")
+def _boot16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One daemon and v5p-16 for the cases that run through its watchers (a daemon and a
+    v5p-16 made, booted and deleted per case cost seconds of CPU each on 2 cores). Each
+    case leaves it as it found it: SSH open (`podctl` below), no run live (each stops its
+    own), the pin its own (the attack's case puts it back); the fresh slice's own checks
+    (each host booted once, both watchers ready) are made here, once."""
+    tmp = tmp_path_factory.mktemp("boot16")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    with slice_on_daemon(Podctl(tmp), "v5p-16", NAME) as cli:
+        admin = boot.admin(cli)
+        assert boot.eventually(lambda: [h["boots"] for h in admin.host_stats(NAME)] == [1, 1], every=0.2)
+        # each host's watcher says it is ready (guest attribute podctl/watch)
+        assert boot.eventually(lambda: boot.watchers(cli, NAME) == ["ready", "ready"], every=0.2), \
+            boot.watchers(cli, NAME)
+        yield cli
+        assert not [r for r, state in boot.run_states(cli).items() if state == "running"]  # none left running
+
+
+@pytest.fixture
+def podctl(_boot16: Podctl) -> Iterator[Podctl]:
+    yield _boot16
+    boot.admin(_boot16).inject("no-ssh", NAME, off=True)  # the next case finds SSH open
 
 
 def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_keeps_secrets_out_of_metadata(
         podctl):
-    admin = _admin(podctl)
+    admin = boot.admin(podctl)
     metadata = _node_metadata(podctl)
     assert metadata[run_layout.BOOT_KEY] == boot_script.BOOT_VERSION  # every slice podctl makes
     assert "startup-script" in metadata
-    # each host's watcher says it is ready (guest attribute podctl/watch)
-    assert _eventually(lambda: [h["boots"] for h in admin.host_stats(NAME)] == [1, 1])
-    assert _eventually(lambda: podctl.json("status", NAME)["watchers"] == {NAME: ["ready", "ready"]})
+    # each host's watcher says it is ready (each host booted once: the fixture), as `status` says it
     assert "watchers  2/2 ready" in podctl("status", NAME).stdout.splitlines()
     podctl("fake", "inject", "no-ssh", NAME)
     # over SSH, the run cannot start; the line says which path can
@@ -104,24 +105,26 @@ def test_a_run_with_ssh_closed_starts_with_one_patch_per_node_and_no_ssh_and_kee
 
 
 def test_stop_and_a_killed_client_under_no_ssh(podctl):
-    podctl("fake", "inject", "no-ssh", NAME)
+    boot.admin(podctl).no_ssh(NAME)  # the fault as test 1 sets it, through the admin (no `podctl` for it)
+    earlier = boot.run_states(podctl)  # the shared slice's runs before this case's
     # a client killed after the start leaves the run going; `logs --follow` re-attaches (20 s of
-    # ticks: `podctl runs` takes seconds on a loaded machine, and must see the run running)
+    # ticks: the client takes seconds to start on a loaded machine, and the run must be seen running)
     client = subprocess.Popen([sys.executable, "-m", "podctl", "run", NAME, "--via", "boot", "--hosts", "all",
                                str(SCRIPTS / "ticker.py"), "40", "0.5"],
                               env=podctl.env, cwd=podctl.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
-        # started (a `podctl runs` on a loaded machine may take longer than the 4-s run: done counts)
-        assert _eventually(lambda: bool(
-            podctl.json("runs") and podctl.json("runs")[0]["state"] in ("running", "succeeded")), 120)
+        # started (its record in GCS, read in this process: done counts too)
+        assert boot.eventually(lambda: any(state in ("running", "succeeded")
+                                           for r, state in boot.run_states(podctl).items() if r not in earlier),
+                               120, every=0.5)
     finally:
         client.send_signal(signal.SIGKILL)
         client.wait(30)
-    run_id = podctl.json("runs")[0]["run_id"]
+    (run_id,) = [r for r in boot.run_states(podctl) if r not in earlier]  # the killed client's run
     follow = podctl("logs", run_id, "--follow", "--host", "1", timeout=120)
     assert "tick 40 of 40" in follow.stdout
-    assert podctl.json("runs")[0]["state"] in ("running", "succeeded")
+    assert boot.run_states(podctl)[run_id] in ("running", "succeeded")
     # `podctl stop` of a run started through the watchers: through GCS, no SSH tried
     detached = podctl("run", NAME, "--via", "boot", "--detach", "--hosts", "all",
                       str(SCRIPTS / "ticker.py"), "600", "0.5", timeout=240)
@@ -140,8 +143,7 @@ def test_stop_and_a_killed_client_under_no_ssh(podctl):
         assert refused["extra"]["reason"].startswith(f"could not start: slice {NAME} is busy"), refused
     stopped = podctl("stop", run_id, timeout=180)
     assert "SSH" not in stopped.stderr, stopped.stderr
-    record = next(r for r in podctl.json("runs") if r["run_id"] == run_id)
-    assert record["state"] == "stopped"
+    assert boot.run_states(podctl)[run_id] == "stopped"
 
 
 def test_a_run_started_through_the_watchers_while_the_last_one_stops_waits_for_it_to_let_go(podctl):
@@ -149,7 +151,8 @@ def test_a_run_started_through_the_watchers_while_the_last_one_stops_waits_for_i
     (saying `letting-go` meanwhile), then starts the new one; no other run on any host."""
     first = podctl("run", NAME, "--via", "boot", "--detach", "--hosts", "all",
                    str(SCRIPTS / "linger_on_stop.py"), "3").stdout.strip()
-    assert _eventually(lambda: "tick 1" in podctl("logs", first).stdout, 60), "the first run never started"
+    assert boot.eventually(lambda: "tick 1" in boot.logged(podctl, first), 60, every=0.5), \
+        "the first run never started"
     podctl("stop", first, "--no-wait")  # the script lingers 3 s, as one saving a checkpoint
     proc = podctl("run", NAME, "--via", "boot", "--hosts", "all", str(SCRIPTS / "others_on_host.py"),
                   "linger_on_stop.py", timeout=240)
@@ -169,7 +172,7 @@ def test_one_owner_of_the_chips_whoever_started_the_run_boot_then_ssh_and_ssh_th
         first = podctl("run", NAME, "--via", first_via, "--detach", "--hosts", "all",
                        str(SCRIPTS / "hold_chips.py"), "600", timeout=240).stdout
         run_id = next(w for w in first.split() if w.startswith(NAME + "-"))
-        assert _eventually(lambda: podctl("logs", run_id, "--host", "all").stdout.count("CHIPS taken") == 2, 120), \
+        assert boot.eventually(lambda: boot.logged(podctl, run_id).count("CHIPS taken") == 2, 120, every=0.5), \
             podctl("logs", run_id, "--host", "all").stdout
         busy(podctl("run", NAME, "--via", then_via, str(SCRIPTS / "hold_chips.py"), check=False, timeout=120),
              run_id)
@@ -196,17 +199,25 @@ def _patch_metadata(cli: Podctl, metadata: dict[str, str]) -> None:
     from google.cloud import tpu_v2
     from google.protobuf import field_mask_pb2
 
-    info = json.loads(cli("fake", "status", "--json").stdout)
-    client = api_for_endpoint(info["tpu_api"], retry=FAST_RETRY).client
-    name = f"projects/{info['project']}/locations/{info['zone']}/nodes/{NAME}"
-    client.update_node(node=tpu_v2.Node(name=name, metadata=metadata),
+    name = f"{boot.parent(cli)}/nodes/{NAME}"
+    boot.tpu_api(cli).client.update_node(node=tpu_v2.Node(name=name, metadata=metadata),
                        update_mask=field_mask_pb2.FieldMask(paths=["metadata"])).result(timeout=60)
 
 
-def _refused_on_both(cli: Podctl, run_id: str) -> str:
-    """`podctl status`'s watchers line once both hosts' watchers refused RUN_ID's pointer."""
-    assert _eventually(lambda: all(s.startswith(f"ready, {run_id} refused ")
-                                   for s in cli.json("status", NAME)["watchers"][NAME]), 90)
+def _refused_on_both(cli: Podctl, run_id: str, *, by_cli: bool = True) -> str:
+    """`podctl status`'s watchers line once both hosts' watchers refused RUN_ID's pointer;
+    not BY_CLI: the same line made in this process, by the code `podctl status` says it with
+    (the CLI's own rendering of it is checked once, by the first call)."""
+    def refused() -> bool:
+        said = boot.watchers(cli, NAME)
+        return len(said) == 2 and all(s.startswith(f"ready, {run_id} refused ") for s in said)
+
+    assert boot.eventually(refused, 90, every=0.5), boot.watchers(cli, NAME)
+    if not by_cli:
+        from podctl.steps.slices import SliceStatus
+
+        info = asyncio.run(boot.tpu_api(cli).describe(boot.parent(cli), NAME))
+        return f"watchers  {SliceStatus(info, {}, {NAME: boot.watchers(cli, NAME)}).watchers_said()}"
     return next(line for line in cli("status", NAME).stdout.splitlines() if line.startswith("watchers"))
 
 
@@ -215,9 +226,7 @@ def test_a_bucket_and_metadata_writer_cannot_make_the_watchers_run_anything_acro
     and one metadata PATCH (the copied pointer changed to name it); then the writer's own
     pin and key, a reboot between. Both refused by every watcher (its pin is the one it kept
     at first boot), said by `status` in one line; nothing runs; podctl's own runs still do."""
-    from podctl.fake.storage.gcs import DEFAULT_BUCKET
     from podctl.jobs import pointer_sign
-    from podctl.cloud.storage import Storage
 
     ok = podctl("run", NAME, "--via", "boot", "--hosts", "all", str(SCRIPTS / "show_env.py"), "TPU_WORKER_ID",
                 timeout=240)
@@ -226,7 +235,7 @@ def test_a_bucket_and_metadata_writer_cannot_make_the_watchers_run_anything_acro
     pointer = json.loads(metadata[run_layout.RUN_POINTER_KEY])
     body = json.loads(pointer["body"])
     assert body["node"] == NAME and body["pin"] == json.loads(metadata[pointer_sign.PIN_KEY])["id"]
-    store = Storage.connect(DEFAULT_BUCKET, endpoint=json.loads(podctl("fake", "status", "--json").stdout)["gcs"])
+    store = boot.store(podctl)
     marker = "$TMPDIR/PWNED-" + secrets.token_hex(4)
 
     # 1. launch.json copied under another prefix, its command changed; the pointer's body
@@ -249,10 +258,14 @@ def test_a_bucket_and_metadata_writer_cannot_make_the_watchers_run_anything_acro
     signed = evil.pointer({**forged, "run": "evil-2", "pin": json.loads(theirs[pointer_sign.PIN_KEY])["id"],
                            "expires": int(time.time()) + 3600})
     _patch_metadata(podctl, {**metadata, **theirs, run_layout.RUN_POINTER_KEY: signed})
-    assert "evil-2 refused the pointer is signed by no key pinned" in _refused_on_both(podctl, "evil-2")
-    podctl("fake", "inject", "reboot", NAME)
-    assert _eventually(lambda: [h["boots"] for h in _admin(podctl).host_stats(NAME)] == [2, 2])
-    assert "evil-2 refused the pointer is signed by no key pinned" in _refused_on_both(podctl, "evil-2")
+    assert "evil-2 refused the pointer is signed by no key pinned" in _refused_on_both(podctl, "evil-2",
+                                                                                         by_cli=False)
+    booted = [h["boots"] for h in boot.admin(podctl).host_stats(NAME)]
+    boot.admin(podctl).reboot(NAME)
+    assert boot.eventually(lambda: [h["boots"] for h in boot.admin(podctl).host_stats(NAME)]
+                           == [b + 1 for b in booted], every=0.5)
+    assert "evil-2 refused the pointer is signed by no key pinned" in _refused_on_both(podctl, "evil-2",
+                                                                                         by_cli=False)
     left = podctl("exec", NAME, "--hosts", "all", "--", f"test -e {marker} && echo RAN || echo CLEAN")
     assert left.stdout.count("CLEAN") == 2 and "RAN" not in left.stdout, left.stdout  # nothing ran
 
@@ -348,11 +361,12 @@ def test_a_multi_host_jax_run_with_ssh_closed_survives_preemption_through_the_ne
 
     cli = Podctl(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"
+    down = False
     try:
-        cli("fake", "start")
-        admin = _admin(cli)
+        cli.fake_status = json.loads(cli("fake", "start", "--json").stdout)  # type: ignore[attr-defined]
+        admin = boot.admin(cli)
         cli("up", "--slice", "v5p-16", "--name", "brec")
-        cli("fake", "inject", "no-ssh", "brec")
+        admin.no_ssh("brec")
 
         def preempt(err):
             assert sum(h["ssh_total"] for h in admin.host_stats("brec")) == 0
@@ -370,8 +384,10 @@ def test_a_multi_host_jax_run_with_ssh_closed_survives_preemption_through_the_ne
         assert [h["boots"] for h in admin.host_stats("brec")] == [1, 1]
         assert sum(h["ssh_total"] for h in admin.host_stats("brec")) == 0
         cli("down", "brec", "--yes")
+        down = True
     finally:
-        cli("down", "brec", "--yes", check=False)
+        if not down:
+            cli("down", "brec", "--yes", check=False)
         stop_fake_and_check(cli)
 
 
@@ -379,7 +395,21 @@ def test_a_queued_run_starts_through_the_channel_its_entry_names(tmp_path):
     """`queue add --via boot`, kept with the entry: the tick starts its run with one
     nodes.patch though the ticker's own PODCTL_VIA says ssh; the run's record says boot.
     A --via no registry line names is refused in one line before anything is bundled."""
-    from tests.e2e.test_queue import QueueCli
+    from tests.e2e.test_queue import TERMINAL, QueueCli
+
+    def settle(limit: float) -> list[dict]:
+        """QueueCli.settle, its fake's admin read once (not a `podctl fake status` per look),
+        a second between ticks (each tick and each `queue ls` is a `podctl` process)."""
+        admin = boot.admin(q)
+        deadline = time.monotonic() + limit
+        while True:
+            q("queue", "tick")
+            entries = q.entries()
+            if all(e["state"] in TERMINAL and all(a.get("cleaned") for a in e["attempts"])
+                   for e in entries) and admin.is_empty():
+                return entries
+            assert time.monotonic() < deadline, entries
+            time.sleep(1.0)
 
     q = QueueCli(tmp_path)
     q.env.update(PODCTL_BACKEND="fake", PODCTL_VIA="ssh")
@@ -389,11 +419,11 @@ def test_a_queued_run_starts_through_the_channel_its_entry_names(tmp_path):
         added = json.loads(q("queue", "add", "--slice", "v5p-8", "--via", "boot", "--json",
                              str(SCRIPTS / "show_env.py"), "TPU_WORKER_ID").stdout)
         assert added["via"] == "boot"
-        q("fake", "start")
-        entries = q.settle(limit=180)
+        q.fake_status = json.loads(q("fake", "start", "--json").stdout)  # its admin, for settle
+        entries = settle(limit=180)
         (entry,) = [e for e in entries if e["id"] == added["id"]]
         assert entry["state"] == "succeeded", entry
-        assert q.admin().stats()["by_call"].get("nodes.patch", 0) == 1
+        assert boot.admin(q).stats()["by_call"].get("nodes.patch", 0) == 1
         run_id = entry["attempts"][-1]["run_id"]
         assert '"TPU_WORKER_ID": "0"' in q("logs", run_id).stdout
         (record,) = [r for r in q.json("runs") if r["run_id"] == run_id]

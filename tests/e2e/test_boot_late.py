@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,10 @@ import pytest
 from podctl.base import vocabulary
 from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.fake.vm.boot import late_seconds
-from tests.conftest import TIME_SCALE, Podctl, slice_on_daemon, stop_fake_and_check
+from tests import boot_support as boot
+from tests.conftest import TIME_SCALE, Podctl, _share_env_signing_key, slice_on_daemon, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
-
-
-def _admin(cli: Podctl) -> FakeAdmin:
-    return FakeAdmin(json.loads(cli("fake", "status", "--json").stdout)["admin"])
 
 
 def _last_line(proc) -> str:
@@ -49,12 +47,12 @@ def test_the_fakes_late_boots_follow_their_documented_distribution():
 def test_run_through_the_watchers_of_a_v5p_512_whose_hosts_boot_late_waits_naming_them(tmp_path):
     cli = Podctl(tmp_path)
     cli.env["PODCTL_BACKEND"] = "fake"
-    cli("fake", "start")
+    node = json.loads(cli("fake", "start", "--json").stdout)  # its admin, project and zone
     try:
         # 64 hosts, half of them 4.6 s (wall) after READY, the latest 32 s, four past 19 s: late
         # hosts remain at podctl's first look however slow the machine is to start `run`
         late = 250.0
-        _admin(cli).set_timings(boot_late=late)
+        FakeAdmin(node["admin"]).set_timings(boot_late=late)
         cli("up", "--slice", "v5p-512", "--name", "late")
         began = time.monotonic()
         proc = cli("run", "late", "--via", "boot", "--hosts", "0", str(SCRIPTS / "show_args.py"), "hi",
@@ -67,7 +65,6 @@ def test_run_through_the_watchers_of_a_v5p_512_whose_hosts_boot_late_waits_namin
         assert "): their startup-script has not run yet (" in waiting[0] and "of up to 900 s)" in waiting[0], waiting
         assert "no watcher" not in proc.stderr
         assert "started on all 64 hosts" in proc.stderr
-        node = json.loads(cli("fake", "status", "--json").stdout)
         latest = max(late_seconds(f"projects/{node['project']}/locations/{node['zone']}/nodes/late", w, 64, late)
                      for w in range(64)) / TIME_SCALE
         print(f"run --via boot on a v5p-512 whose last host boots {latest:.1f} s after READY: {waited:.1f} s; "
@@ -77,16 +74,23 @@ def test_run_through_the_watchers_of_a_v5p_512_whose_hosts_boot_late_waits_namin
         stop_fake_and_check(cli)
 
 
-@pytest.fixture
-def podctl(tmp_path: Path):
-    with slice_on_daemon(Podctl(tmp_path), "v5p-8", "host") as cli:
-        watchers = {}
-        end = time.monotonic() + 60
-        while watchers != {"host": ["ready"]} and time.monotonic() < end:
-            watchers = cli.json("status", "host")["watchers"]
-            time.sleep(0.3)
-        assert watchers == {"host": ["ready"]}
+@pytest.fixture(scope="module")
+def _host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One daemon and v5p-8 for the cases below (each made, booted and deleted per case
+    cost seconds of CPU on 2 cores); each leaves its host as it found it: its disk freed,
+    its watcher rebooted ready."""
+    tmp = tmp_path_factory.mktemp("host")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    with slice_on_daemon(Podctl(tmp), "v5p-8", "host") as cli:
         yield cli
+
+
+@pytest.fixture
+def podctl(_host: Podctl) -> Podctl:
+    # its watcher ready (read as `podctl status` reads it, in this process: no `podctl` per look)
+    assert boot.eventually(lambda: _ready(_host), every=0.3), boot.watchers(_host, "host")
+    return _host
 
 
 def test_a_full_disk_on_a_host_is_said_through_the_watchers_in_one_line_with_its_cause(podctl):
@@ -112,11 +116,12 @@ def test_a_killed_watcher_is_said_dead_by_status_and_by_a_run_through_it(podctl)
     # WATCH_DEAD_SECONDS - WATCH_BEAT_SECONDS have passed (each `podctl status` asked
     # before then costs a CLI's start, about a second of CPU, for nothing)
     time.sleep(vocabulary.WATCH_DEAD_SECONDS - vocabulary.WATCH_BEAT_SECONDS - 2)
-    said = ""
-    while "dead" not in said and time.monotonic() - killed < 120:
-        said = next((line for line in podctl("status", "host").stdout.splitlines()
-                     if line.startswith("watchers")), "")
-        time.sleep(1.0)
+    # then looked at as `podctl status` looks, from this process, until it says dead; then
+    # said by `podctl status` itself (a beat only ages: what was dead stays dead)
+    assert boot.eventually(lambda: any(w.startswith("dead") for w in boot.watchers(podctl, "host")), 120,
+                           every=0.5), \
+        boot.watchers(podctl, "host")
+    said = next((line for line in podctl("status", "host").stdout.splitlines() if line.startswith("watchers")), "")
     took = time.monotonic() - killed
     assert said.startswith("watchers  0/1 ready (dead on worker 0: last beat "), said
     print(f"status said the killed watcher dead {took:.1f} s after the kill")
@@ -129,12 +134,10 @@ def test_a_killed_watcher_is_said_dead_by_status_and_by_a_run_through_it(podctl)
     # a reboot runs the startup-script again: a new watcher, ready (it takes the pointer left
     # there, and the run it names, stopped by podctl at its failure, ends before its script)
     podctl("fake", "inject", "reboot", "host")
-    end = time.monotonic() + 60
-    while not _ready(podctl) and time.monotonic() < end:
-        time.sleep(0.5)
-    assert _ready(podctl)
+    assert boot.eventually(lambda: _ready(podctl), every=0.3), boot.watchers(podctl, "host")
+    assert "watchers  1/1 ready" in podctl("status", "host").stdout.splitlines()
 
 
 def _ready(cli: Podctl) -> bool:
-    watchers = cli.json("status", "host")["watchers"]["host"]
+    watchers = boot.watchers(cli, "host")
     return len(watchers) == 1 and watchers[0].startswith("ready")

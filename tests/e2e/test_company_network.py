@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from podctl.fake.admin.admin_client import FakeAdmin
-from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
+from podctl.fake.admin.admin_client import FakeAdmin, FakeCompute
+from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 JAX_REQS = Path(__file__).parents[2] / "examples" / "jax_hello" / "requirements.txt"
@@ -28,13 +29,30 @@ DIAL = ("import errno, json, socket, sys, time; s = socket.socket(); s.settimeou
         "print(json.dumps([r, round(time.time() - t, 1)]))")
 
 
-@pytest.fixture
-def cli(tmp_path: Path):
-    podctl = Podctl(tmp_path)
+@pytest.fixture(scope="module")
+def _daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One fake daemon for the cases below (a daemon started, checked and stopped per case
+    costs three `podctl` processes and its own start); each deletes its slices."""
+    tmp = tmp_path_factory.mktemp("company")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    podctl = Podctl(tmp)
     podctl.env["PODCTL_BACKEND"] = "fake"
-    podctl("fake", "start")
-    yield podctl
-    stop_fake_and_check(podctl)
+    try:
+        podctl.admin_url = json.loads(podctl("fake", "start", "--json").stdout)["admin"]  # type: ignore[attr-defined]
+        yield podctl
+    finally:
+        stop_fake_and_check(podctl)
+
+
+@pytest.fixture
+def cli(_daemon: Podctl) -> Iterator[Podctl]:
+    assert FakeAdmin(status(_daemon)["admin"]).is_empty()  # the last case deleted what it made
+    yield _daemon
+    # the default subnet as the fake starts it, Private Google Access off, for the next case
+    fake = status(_daemon)
+    FakeCompute(fake["tpu_api"]).set_private_google_access(fake["project"], fake["zone"].rsplit("-", 1)[0],
+                                                           "default", False)
 
 
 def dial(cli: Podctl, name: str, host: int, address: str, port: int) -> list:
@@ -43,7 +61,11 @@ def dial(cli: Podctl, name: str, host: int, address: str, port: int) -> list:
 
 
 def status(cli: Podctl) -> dict:
-    return json.loads(cli("fake", "status", "--json").stdout)
+    """What `podctl fake status --json` says: the daemon's own answer (admin status), read
+    in this process once the CLI has said where its admin is (one `podctl` per daemon)."""
+    if not hasattr(cli, "admin_url"):
+        cli.admin_url = json.loads(cli("fake", "status", "--json").stdout)["admin"]  # type: ignore[attr-defined]
+    return FakeAdmin(cli.admin_url).status()  # type: ignore[attr-defined]
 
 
 def test_internal_ips_need_private_google_access_and_have_no_route_out(cli):

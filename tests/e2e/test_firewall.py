@@ -63,10 +63,7 @@ def test_an_unknown_network_is_said_as_such(fake):
 
 def test_up_on_a_network_without_ssh_fails_in_one_line_before_anything_is_made(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
-    status = json.loads(podctl("fake", "status", "--json", check=False).stdout or "{}")
-    if not status.get("running"):
-        podctl("ls")  # starts the daemon
-        status = json.loads(podctl("fake", "status", "--json").stdout)
+    status = json.loads(podctl("fake", "start", "--json").stdout)
     FakeAdmin(status["admin"]).add_network("lab", [WEB_ONLY])
     proc = podctl("up", "--slice", "v5p-8", "--name", "fw", "--network", "lab", check=False)
     assert_one_line_error(proc, 2, "network 'lab' has no firewall rule admitting SSH",
@@ -147,7 +144,8 @@ def test_firewalls_insert_as_compute_engine_answers_it(fake):
 
 
 def test_a_bad_allow_is_one_line(podctl):
+    """Refused before the fake is asked: no daemon is needed, and none is started."""
     podctl.env["PODCTL_BACKEND"] = "fake"
-    podctl("fake", "start")
     proc = podctl("fake", "firewall-rules", "create", "x", "--allow", "tcp:ssh", check=False)
     assert_one_line_error(proc, 2, "--allow 'tcp:ssh'")
+    assert not json.loads(podctl("fake", "status", "--json", check=False).stdout or "{}").get("running")

@@ -43,8 +43,11 @@ def fresh_client_cache(cli: Podctl) -> None:
 
 
 def gcs(cli: Podctl) -> Storage:
-    status = json.loads(cli("fake", "status", "--json").stdout)
-    return Storage.connect(DEFAULT_BUCKET, endpoint=status["gcs"])
+    """The fake's bucket, its endpoint asked of `podctl fake status` once per CLI (each
+    `podctl` costs about a second of CPU)."""
+    if not hasattr(cli, "gcs_url"):
+        cli.gcs_url = json.loads(cli("fake", "status", "--json").stdout)["gcs"]  # type: ignore[attr-defined]
+    return Storage.connect(DEFAULT_BUCKET, endpoint=cli.gcs_url)  # type: ignore[attr-defined]
 
 
 def env_objects(store: Storage) -> list[str]:
@@ -181,9 +184,10 @@ def test_build_on_host_builds_once_on_host_0_signed_and_is_refused_through_the_w
     build_log = asyncio.run(gcs(podctl).download_bytes(f"podctl/runs/{run_id_of(first)}/env-build.log")).decode()
     assert "six==" in build_log  # ... it is the run's file
     assert out.count("STARTED") == 2 and "True" in out
-    for name in env_objects(gcs(podctl)):
+    store = gcs(podctl)
+    for name in env_objects(store):
         if name.endswith(".json"):
-            assert set(json.loads(asyncio.run(gcs(podctl).download_bytes(name)))) == {
+            assert set(json.loads(asyncio.run(store.download_bytes(name)))) == {
                 "key", "sha256", "size", "built_by", "python", "packages", "jax", "signature"}
 
 

@@ -25,6 +25,7 @@ import io
 import json
 import stat
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncssh
@@ -52,17 +53,45 @@ print("digest", hashlib.sha256(os.environ["SECRET"].encode()).hexdigest(), flush
 """
 
 
-@pytest.fixture
-def podctl(tmp_path: Path):
+def _sec(tmp: Path) -> Iterator[Podctl]:
     """podctl with a v5p-8 on the fake daemon, its directories under paths with spaces
     (the fake hosts' HOME is then one too); everything deleted and stopped at the end."""
-    cli = Podctl(tmp_path)
-    cli.env.update({"PODCTL_BACKEND": "fake", "PODCTL_STATE_DIR": str(tmp_path / "st ate"),
-                    "PODCTL_CONFIG_DIR": str(tmp_path / "con fig")})
-    cli("up", "--slice", "v5p-8", "--name", "sec")
-    yield cli
-    cli("down", "sec", "--yes", check=False)
-    stop_fake_and_check(cli)
+    cli = Podctl(tmp)
+    cli.env.update({"PODCTL_BACKEND": "fake", "PODCTL_STATE_DIR": str(tmp / "st ate"),
+                    "PODCTL_CONFIG_DIR": str(tmp / "con fig")})
+    try:
+        cli("up", "--slice", "v5p-8", "--name", "sec")
+        yield cli
+    finally:
+        cli("down", "sec", "--yes", check=False)
+        stop_fake_and_check(cli)
+
+
+@pytest.fixture(scope="module")
+def _shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One daemon and v5p-8 for the cases below that leave nothing behind but what
+    `podctl` below puts back (a daemon and a slice made and deleted per case cost four
+    `podctl` processes and the daemon's own start, on 2 cores)."""
+    tmp = tmp_path_factory.mktemp("sec")
+    (tmp / "home").mkdir()
+    yield from _sec(tmp)
+
+
+@pytest.fixture
+def podctl(_shared: Podctl) -> Iterator[Podctl]:
+    """The shared v5p-8; the host-key pins a case damages or changes are put back after it."""
+    pins = Path(_shared.env["PODCTL_CONFIG_DIR"]) / "known_hosts"
+    kept = {path: path.read_bytes() for path in pins.glob("*.json")} if pins.exists() else {}
+    yield _shared
+    for path, data in kept.items():
+        path.write_bytes(data)
+
+
+@pytest.fixture
+def own_podctl(tmp_path: Path) -> Iterator[Podctl]:
+    """A daemon and v5p-8 of the case's own, in its tmp_path (the case stops and starts the
+    daemon, and reads every file under tmp_path)."""
+    yield from _sec(tmp_path)
 
 
 def job_script(tmp_path: Path, text: str) -> Path:
@@ -105,9 +134,11 @@ def test_hostile_names_args_env_and_setup_reach_the_script_byte_exact(podctl, tm
     # no shell ran any of it, here or on the host
     assert not pwned.exists()
     assert not [p for p in tmp_path.rglob("pwned*")], "a hostile value was run by a shell"
+    assert not [p for p in podctl.tmp.rglob("pwned*")], "a hostile value was run by a shell"  # the hosts' homes
 
 
-def test_env_secrets_never_leave_the_config_that_carries_them(podctl, tmp_path):
+def test_env_secrets_never_leave_the_config_that_carries_them(own_podctl, tmp_path):
+    podctl = own_podctl
     script = job_script(tmp_path, USE_SECRET)
     proc = podctl("run", "sec", "--env", f"SECRET={SECRET}", "--json", str(script))
     assert proc.returncode == 0, proc.stderr
