@@ -8,11 +8,19 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_line_error, fake_booting_after_the_test, isolated_environ
+from tests.conftest import (
+    Podctl,
+    assert_one_line_error,
+    fake_booting_after_the_test,
+    isolated_environ,
+    stop_fake_and_check,
+)
 
 
 def test_fake_start_status_stop(podctl):
@@ -145,20 +153,63 @@ def test_help_reads_no_toml_and_imports_no_command_module():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def _boots_late_while_the_v5p_4096_lives(cli: Podctl) -> tuple[threading.Thread, dict]:
+    """Start the example's fake daemon first (its own `podctl fake start` then finds it)
+    with every host's startup-script due later than the v5p-4096 lives, and put the
+    fake's own boot timing back once that slice is deleted, before the v5p-16 is made:
+    the 4096's 512 watchers (65 s of CPU on 2 cores, the whole of this test's cost) never
+    start, the v5p-16's boot as they always do. The boots of a big slice are
+    test_boot_late's (a v5p-512). -> (the thread, what it saw: "error" if anything of
+    the v5p-16 existed before the timing was back)."""
+    from podctl.fake.admin.admin_client import FakeAdmin
+
+    cli("--backend", "fake", "fake", "start")
+    admin = FakeAdmin(cli.json("fake", "status")["admin"])
+    usual = admin.set_timings()["boot_late"]
+    admin.set_timings(boot_late=1e7)
+    seen: dict = {"error": None, "restored": False}
+
+    def names() -> str:
+        return json.dumps(admin.resources())
+
+    def restore_after_the_4096() -> None:
+        try:
+            while "demo-v5p-4096" not in names():
+                time.sleep(0.2)
+            while "demo-v5p-4096" in (now := names()):
+                time.sleep(0.2)
+            if "demo-v5p-16" in now:
+                seen["error"] = f"the v5p-16 was made before the boot timing was back: {now}"
+            admin.set_timings(boot_late=usual)
+            seen["restored"] = True
+        except Exception as e:  # the example failed and stopped the fake: its own assertion says why
+            seen["error"] = seen["error"] or f"{type(e).__name__}: {e}"
+
+    thread = threading.Thread(target=restore_after_the_4096, daemon=True)
+    thread.start()
+    return thread, seen
+
+
 @pytest.mark.host_env
 def test_lifecycle_example_runs(tmp_path):
-    """examples/lifecycle.sh, the CLI's lifecycle, runs and leaves nothing behind."""
+    """examples/lifecycle.sh, the CLI's lifecycle, runs as written and leaves nothing behind."""
     env = isolated_environ(tmp_path)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(["bash", str(repo / "examples" / "lifecycle.sh")], capture_output=True,
-                          text=True, env=env, timeout=1200, cwd=tmp_path)
+    cli = Podctl(tmp_path)
+    thread, seen = _boots_late_while_the_v5p_4096_lives(cli)
+    try:
+        proc = subprocess.run(["bash", str(repo / "examples" / "lifecycle.sh")], capture_output=True,
+                              text=True, env=env, timeout=1200, cwd=tmp_path)
+    finally:
+        stop_fake_and_check(cli)  # the example stops it; a failed one may not have
+    thread.join(timeout=30)
     assert proc.returncode == 0, proc.stderr
+    assert seen["restored"] and seen["error"] is None, seen
     assert "demo-v5p-4096: READY, 512 hosts, topology 8x16x16" in proc.stdout
     assert "[host 0001] Python 3." in proc.stdout  # the image's python3, before any run
     assert "[host 0000] process 0 of 2: devices 8, local 4, sum 992.0" in proc.stdout
     assert "[host 0001] process 1 of 2: devices 8, local 4, sum 992.0" in proc.stdout
     assert "succeeded" in proc.stdout  # `podctl runs`
+    assert "(2 hosts, via boot)" in proc.stdout  # the v5p-16's watchers booted and took the run
     assert "fake cloud stopped" in proc.stdout
-
-
