@@ -195,7 +195,7 @@ def test_budget_check_from_another_identity_stops_the_run_with_grace_before_dele
     # started through the watchers is stopped through GCS by anyone, without trying SSH)
     run_id = podctl(*fake, "run", "team8", "--via", "ssh", "--detach", str(script)).stdout.strip()
     while '"kind": "step"' not in podctl(*fake, "logs", run_id).stdout:
-        time.sleep(0.5)  # the script is training: it has something to lose
+        time.sleep(2)  # the script is training: it has something to lose (a `logs`: ~1 s of CPU)
     deadline = int(podctl.json(*fake, "status", "team8")["labels"]["podctl-deadline"])
     time.sleep(max(0.0, deadline + 1 - time.time()))
     cron = {"PODCTL_CONFIG_DIR": str(podctl.tmp / "cron-config")}  # its own key, not the slice's
