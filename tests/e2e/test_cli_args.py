@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.cli_in_process import nothing_started, podctl_here
 from tests.conftest import assert_one_line_error
 
 
@@ -17,8 +18,15 @@ from tests.conftest import assert_one_line_error
     (["ls", "--backend", "aws"], ["'aws' is not one of 'gcp', 'fake'"]),
     (["run", "--recover", "x", "n", "s.py"], ["--recover"]),
 ])
-def test_a_usage_error_is_one_podctl_error_line_with_exit_2(podctl, args, words):
-    assert_one_line_error(podctl(*args, check=False), 2, *words)
+def test_a_usage_error_is_one_podctl_error_line_with_exit_2(tmp_path, args, words):
+    assert_one_line_error(podctl_here(tmp_path, *args), 2, *words)
+    assert nothing_started(tmp_path)
+
+
+def test_a_usage_error_through_a_podctl_process(podctl):
+    """The cases above run in this process; one through `podctl` itself, as a user types it."""
+    assert_one_line_error(podctl("ls", "--bogus", check=False), 2, "No such option '--bogus'",
+                          "podctl ls --help")
 
 
 def test_backend_works_after_the_subcommand_too(podctl):
@@ -41,5 +49,5 @@ def test_a_required_option_after_the_script_is_podctls_as_there_is_no_other_read
     ["run", "UPPER", __file__],
 ])
 def test_a_slice_name_no_slice_can_have_gets_the_name_check_before_any_call(podctl, args):
-    proc = podctl("--backend", "fake", *args, check=False)
-    assert_one_line_error(proc, 2, "is not a valid slice name")
+    # in this process; the fake daemon it starts is stopped by the `podctl` fixture
+    assert_one_line_error(podctl_here(podctl.tmp, "--backend", "fake", *args), 2, "is not a valid slice name")
