@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_in_process import podctl_here
 from tests.conftest import (
     Podctl,
     assert_one_line_error,
@@ -21,6 +22,12 @@ from tests.conftest import (
     isolated_environ,
     stop_fake_and_check,
 )
+
+
+def _here(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
+    """`podctl ARGS` in this process, for what sets a case up or tears it down; each case
+    keeps its `podctl` processes for what it is about (tests/cli_in_process.py)."""
+    return podctl_here(cli.tmp, *args, env=cli.env, check=True)
 
 
 def test_fake_start_status_stop(podctl):
@@ -68,17 +75,17 @@ def test_queued_multislice_and_env_backend(podctl):
     assert up["valid_until"] is not None
     # no terminal: no spinner control codes, no colours
     assert "\x1b" not in proc.stderr + proc.stdout
-    podctl("down", "ms", "--yes", env=env)
+    _here(podctl, "down", "ms", "--yes", "--backend", "fake")
 
 
 def test_daemon_keeps_slices_across_its_restart(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "keep")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "keep")
     podctl("fake", "stop")
     world = podctl.tmp / "state" / "fake" / "world.json"
     assert stat.S_IMODE(world.stat().st_mode) == 0o600
     listed = podctl.json("--backend", "fake", "ls")  # starts the daemon again
     assert [s["name"] for s in listed] == ["keep"]
-    podctl("--backend", "fake", "down", "keep", "--yes")
+    _here(podctl, "--backend", "fake", "down", "keep", "--yes")
 
 
 def test_ssh_key_is_made_once_and_private(podctl):
@@ -87,10 +94,10 @@ def test_ssh_key_is_made_once_and_private(podctl):
     first = key.read_bytes()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "k2", "--no-wait")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "k2", "--no-wait")
     assert key.read_bytes() == first
     for name in ("k1", "k2"):
-        podctl("--backend", "fake", "down", name, "--yes")
+        _here(podctl, "--backend", "fake", "down", name, "--yes")
 
 
 @pytest.mark.parametrize("slice_name, words", [
@@ -99,7 +106,9 @@ def test_ssh_key_is_made_once_and_private(podctl):
     ("v7x-8", ["TPU7x (Ironwood) is written tpu7x-N"]),
 ])
 def test_bad_slice_names(podctl, slice_name, words):
-    proc = podctl("--backend", "fake", "up", "--slice", slice_name, check=False)
+    # in this process (a fake daemon one starts is stopped by the fixture); through a
+    # `podctl` process: test_down_without_yes_off_a_terminal_refuses
+    proc = podctl_here(podctl.tmp, "--backend", "fake", "up", "--slice", slice_name, env=podctl.env)
     assert_one_line_error(proc, 2, *words)
 
 
@@ -115,13 +124,17 @@ def test_bad_slice_names(podctl, slice_name, words):
     (["down", "nothing-here", "--yes"], 1, ["no slice named"]),
 ])
 def test_bad_input_on_the_fake(podctl, args, code, words):
-    assert_one_line_error(podctl("--backend", "fake", *args, check=False), code, *words)
+    assert_one_line_error(podctl_here(podctl.tmp, "--backend", "fake", *args, env=podctl.env), code, *words)
 
 
 def test_down_without_yes_off_a_terminal_refuses(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "ask")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "ask")
     assert_one_line_error(podctl("--backend", "fake", "down", "ask", check=False), 2, "--yes")
-    podctl("--backend", "fake", "down", "ask", "--yes")
+    # the refusals of test_bad_slice_names and test_bad_input_on_the_fake, through a process
+    assert_one_line_error(podctl("--backend", "fake", "up", "--slice", "v5p-7", check=False), 2, "v5p-8")
+    assert_one_line_error(podctl("--backend", "fake", "status", "nothing-here", check=False), 1,
+                          "no slice named 'nothing-here'")
+    _here(podctl, "--backend", "fake", "down", "ask", "--yes")
 
 
 def test_google_cloud_without_project_or_credentials(podctl):
