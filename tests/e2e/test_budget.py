@@ -136,7 +136,8 @@ def test_run_max_hours_and_budget_check_stop_runs_through_the_cli(podctl):
     assert _here(podctl, *fake, "ls") == []
     # A detached run on a slice whose own deadline passes: `budget check` stops it first.
     _here(podctl, *fake, "up", "--slice", "v5p-8", "--name", "cron8", "--max-hours", "3s")
-    run_id = podctl(*fake, "run", "cron8", "--detach", str(script)).stdout.strip()
+    run_id = podctl_here(podctl.tmp, *fake, "run", "cron8", "--detach", str(script), env=podctl.env,
+                         check=True).stdout.strip()
     deadline = int(_here(podctl, *fake, "status", "cron8")["labels"]["podctl-deadline"])
     time.sleep(max(0.0, deadline + 1 - time.time()))  # a few seconds at most
     reaped = podctl.json(*fake, "budget", "check", "--grace", "30s")
@@ -151,8 +152,8 @@ def _skew_daemon(podctl, hours: float) -> float:
     -> the offset in seconds."""
     from podctl.fake.admin.admin_client import FakeAdmin
 
-    podctl("fake", "start")
-    admin = FakeAdmin(podctl.json("fake", "status", "--json")["admin"])
+    podctl_here(podctl.tmp, "fake", "start", env=podctl.env, check=True)
+    admin = FakeAdmin(_here(podctl, "fake", "status")["admin"])
     scale = admin.set_timings()["time_scale"]
     admin.advance(hours * 3600 * scale)  # simulated seconds: the fake's clock moves by 1/scale
     return hours * 3600
@@ -205,7 +206,8 @@ def test_budget_check_from_another_identity_stops_the_run_with_grace_before_dele
     _here(podctl, *fake, "up", "--slice", "v5p-8", "--name", "team8", "--max-hours", "3s")
     # started over SSH: the cron's own SSH key is refused, and it falls back to GCS (a run
     # started through the watchers is stopped through GCS by anyone, without trying SSH)
-    run_id = podctl(*fake, "run", "team8", "--via", "ssh", "--detach", str(script)).stdout.strip()
+    run_id = podctl_here(podctl.tmp, *fake, "run", "team8", "--via", "ssh", "--detach", str(script),
+                         env=podctl.env, check=True).stdout.strip()
     while '"kind": "step"' not in podctl_here(podctl.tmp, *fake, "logs", run_id, env=podctl.env).stdout:
         time.sleep(1)  # the script is training: it has something to lose
     deadline = int(_here(podctl, *fake, "status", "team8")["labels"]["podctl-deadline"])

@@ -9,18 +9,18 @@ import time
 
 import pytest
 
-from podctl.money import budget
-from podctl.policy import gc
-from podctl.steps import budget_check
+from podctl.base.settings import FAKE_BUCKET
 from podctl.cloud import create as create_step
 from podctl.cloud.describe import describe, list_slices
 from podctl.cloud.names import podctl_labels
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.wait import wait_until
 from podctl.jobs.run_files import save_record
 from podctl.jobs.run_record import RunRecord, new_run_id
-from podctl.base.settings import FAKE_BUCKET
-from podctl.cloud.storage import Storage
+from podctl.money import budget
+from podctl.policy import gc
+from podctl.steps import budget_check
 from tests.cli_in_process import podctl_here
 from tests.conftest import FAST, PARENT, assert_one_line_error
 
