@@ -212,7 +212,7 @@ def test_gc_from_the_cli(podctl):
     def here(*args: str) -> object:
         return json.loads(podctl_here(podctl.tmp, *args, "--json", env=podctl.env, check=True).stdout)
 
-    assert podctl("gc").stdout.strip() == "no leftovers in us-east5-a"
+    assert podctl_here(podctl.tmp, "gc", env=podctl.env, check=True).stdout.strip() == "no leftovers in us-east5-a"
     up = here("up", "--slice", "v5p-8", "--name", "spot-one", "--spot")
     assert up["managed"]
     here("up", "--slice", "v5p-8", "--name", "queued-one", "--queued")
@@ -225,7 +225,7 @@ def test_gc_from_the_cli(podctl):
     deadline = time.time() + 60
     while here("status", "spot-one")["state"] != "PREEMPTED" and time.time() < deadline:
         time.sleep(0.5)
-    dry = podctl.json("gc", "--dry-run")
+    dry = here("gc", "--dry-run")
     assert sorted((d["name"], d["action"], d["deleted"]) for d in dry) == [
         ("ce-over", "delete", False), ("spot-one", "delete", False)]
     text = podctl("gc", "--dry-run").stdout
