@@ -6,9 +6,13 @@ that proves the same refusal through the real command."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+from tests.conftest import Podctl, _share_env_signing_key, stop_fake_and_check
 
 
 def podctl_here(cwd: Path, *args: str, env: dict[str, str] | None = None,
@@ -35,3 +39,19 @@ def podctl_here(cwd: Path, *args: str, env: dict[str, str] | None = None,
 def nothing_started(tmp: Path) -> bool:
     """No fake cloud started and no queue store opened under TMP."""
     return not list(tmp.rglob("daemon.json")) and not list(tmp.rglob("queue.db"))
+
+
+@contextlib.contextmanager
+def shared_daemon(tmp: Path) -> Iterator[Podctl]:
+    """A fake daemon started once in TMP for a module's refusals (tests/e2e/test_jobs_cli.py's
+    `refusing`): each is said before anything is made, so none needs a daemon of its own
+    (about 2 s of CPU to start and stop one). Stopped, and checked to hold nothing billable,
+    at the end."""
+    (tmp / "home").mkdir(exist_ok=True)
+    _share_env_signing_key(tmp / "state")
+    cli = Podctl(tmp)
+    try:
+        podctl_here(tmp, "fake", "start", env=cli.env, check=True)
+        yield cli
+    finally:
+        stop_fake_and_check(cli)

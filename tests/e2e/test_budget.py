@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from podctl.jobs.metrics import read_metrics
 from podctl.jobs.run_files import load_record
 from podctl.money import budget
 from podctl.steps import budget_check
-from tests.cli_in_process import podctl_here
+from tests.cli_in_process import podctl_here, shared_daemon
 from tests.conftest import FAST, PARENT, TIME_SCALE, ZONE, Podctl, assert_one_line_error
 from tests.e2e.test_jobs import make_job
 
@@ -72,6 +73,14 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
     _here(podctl, "--backend", "fake", "down", "roomy", "--yes", "--zone", "us-east5-a")
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One fake daemon for every refusal below (tests/cli_in_process.py, shared_daemon);
+    its end checks that none of them made anything billable."""
+    with shared_daemon(tmp_path_factory.mktemp("refusals")) as cli:
+        yield cli
+
+
 @pytest.mark.parametrize("args, words", [
     # (every zone the fake serves now has a shipped price: an unknown one is refused by
     # budget_labels, test_labels_hold_the_budget_and_the_sooner_deadline)
@@ -81,10 +90,10 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
     (["run", "x", "--max-hours", "1", "--detach", "train.py"], ["drop --detach"]),
     (["budget", "check", "--grace", "never"], ["--grace"]),
 ])
-def test_bad_budgets_are_refused_in_one_line(podctl, args, words):
-    # in this process (a fake daemon one starts is stopped by the fixture); the same refusals
-    # through a `podctl` process: test_run_max_hours_and_budget_check_stop_runs_through_the_cli
-    assert_one_line_error(podctl_here(podctl.tmp, "--backend", "fake", *args, env=podctl.env), 2, *words)
+def test_bad_budgets_are_refused_in_one_line(refusing, args, words):
+    # in this process, on the module's daemon; one of the same refusals through a `podctl`
+    # process: test_run_max_hours_and_budget_check_stop_runs_through_the_cli
+    assert_one_line_error(podctl_here(refusing.tmp, "--backend", "fake", *args, env=refusing.env), 2, *words)
 
 
 def test_the_run_loop_stops_the_run_then_deletes_the_slice(api, fake, isolated, tmp_path):

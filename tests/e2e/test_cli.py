@@ -10,11 +10,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli_in_process import podctl_here
+from tests.cli_in_process import podctl_here, shared_daemon
 from tests.conftest import (
     Podctl,
     assert_one_line_error,
@@ -100,15 +101,23 @@ def test_ssh_key_is_made_once_and_private(podctl):
         _here(podctl, "--backend", "fake", "down", name, "--yes")
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One fake daemon for every refusal below (tests/cli_in_process.py, shared_daemon);
+    its end checks that none of them made anything billable."""
+    with shared_daemon(tmp_path_factory.mktemp("refusals")) as cli:
+        yield cli
+
+
 @pytest.mark.parametrize("slice_name, words", [
     ("v5p-4095", ["v5p-4096"]), ("v5p-7", ["v5p-8"]), ("v5p-0", ["v5p-8"]),
     ("v5p-abc", ["v5p-N"]), ("v3-8", ["unknown TPU generation"]), ("v5p-99999", ["--num-slices"]),
     ("v7x-8", ["TPU7x (Ironwood) is written tpu7x-N"]),
 ])
-def test_bad_slice_names(podctl, slice_name, words):
-    # in this process (a fake daemon one starts is stopped by the fixture); through a
-    # `podctl` process: test_down_without_yes_off_a_terminal_refuses
-    proc = podctl_here(podctl.tmp, "--backend", "fake", "up", "--slice", slice_name, env=podctl.env)
+def test_bad_slice_names(refusing, slice_name, words):
+    # in this process, on the module's daemon; through a `podctl` process:
+    # test_down_without_yes_off_a_terminal_refuses
+    proc = podctl_here(refusing.tmp, "--backend", "fake", "up", "--slice", slice_name, env=refusing.env)
     assert_one_line_error(proc, 2, *words)
 
 
@@ -123,8 +132,8 @@ def test_bad_slice_names(podctl, slice_name, words):
     (["status", "nothing-here"], 1, ["no slice named 'nothing-here'"]),
     (["down", "nothing-here", "--yes"], 1, ["no slice named"]),
 ])
-def test_bad_input_on_the_fake(podctl, args, code, words):
-    assert_one_line_error(podctl_here(podctl.tmp, "--backend", "fake", *args, env=podctl.env), code, *words)
+def test_bad_input_on_the_fake(refusing, args, code, words):
+    assert_one_line_error(podctl_here(refusing.tmp, "--backend", "fake", *args, env=refusing.env), code, *words)
 
 
 def test_down_without_yes_off_a_terminal_refuses(podctl):
