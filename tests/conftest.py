@@ -298,7 +298,8 @@ def fake_booting_after_the_test(cli: Podctl) -> None:
     (the fake's `boot_late`, fake/vm/boot.py: a real big slice's hosts boot for minutes
     after READY): a test of a big slice's up, status and down, which never reaches a host,
     does not start hundreds of watchers on 2 cores (a v5p-4096's 512 cost 65 s of CPU).
-    The boots themselves are test_boot_late's and the lifecycle example's."""
+    The boots themselves are test_boot_late's and the lifecycle example's v5p-16's
+    (test_cli.py, whose v5p-4096 boots late the same way)."""
     from podctl.fake.admin.admin_client import FakeAdmin
 
     cli("--backend", "fake", "fake", "start")
