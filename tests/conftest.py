@@ -248,13 +248,18 @@ class Podctl:
 
 
 def stop_fake_and_check(cli: Podctl) -> None:
-    """The end of a CLI test: stop its fake daemon, and fail if it held anything billable."""
-    status = cli("fake", "status", "--json", check=False)
-    if json.loads(status.stdout or "{}").get("running"):
-        from podctl.fake.admin.admin_client import FakeAdmin
+    """The end of a CLI test: stop its fake daemon, and fail if it held anything billable.
+    Through the library here, not `podctl fake status` and `fake stop` (their CLI is
+    test_cli's): two processes at the end of every CLI test, 1-2 s of CPU each time."""
+    from podctl.base.settings import state_dir
+    from podctl.fake.admin import daemon
+    from podctl.fake.admin.admin_client import FakeAdmin
 
-        leftover = FakeAdmin(json.loads(status.stdout)["admin"]).resources()
-        cli("fake", "stop")
+    fake_dir = state_dir(cli.env) / "fake"  # the CLI's settings' fake_dir
+    status = daemon.status(fake_dir)
+    if status.get("running"):
+        leftover = FakeAdmin(status["admin"]).resources()
+        assert daemon.stop(fake_dir), f"the fake daemon of {fake_dir} would not stop"
         assert not any(leftover.values()), f"the test left billable resources: {leftover}"
 
 
@@ -293,7 +298,8 @@ def fake_booting_after_the_test(cli: Podctl) -> None:
     (the fake's `boot_late`, fake/vm/boot.py: a real big slice's hosts boot for minutes
     after READY): a test of a big slice's up, status and down, which never reaches a host,
     does not start hundreds of watchers on 2 cores (a v5p-4096's 512 cost 65 s of CPU).
-    The boots themselves are test_boot_late's and the lifecycle example's."""
+    The boots themselves are test_boot_late's and the lifecycle example's v5p-16's
+    (test_cli.py, whose v5p-4096 boots late the same way)."""
     from podctl.fake.admin.admin_client import FakeAdmin
 
     cli("--backend", "fake", "fake", "start")

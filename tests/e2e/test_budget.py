@@ -4,25 +4,33 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from podctl.money import budget
 from podctl import steps
-from podctl.steps import budget_check
+from podctl.base.errors import BudgetExceededError
 from podctl.cloud import describe, terminate
 from podctl.cloud.sshkey import ensure_ssh_key
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.up import UpRequest, up
-from podctl.base.errors import BudgetExceededError, InvalidValueError
-from podctl.jobs.run_files import load_record
 from podctl.jobs.metrics import read_metrics
-from tests.conftest import FAST, PARENT, TIME_SCALE, ZONE
-from tests.conftest import assert_one_line_error
+from podctl.jobs.run_files import load_record
+from podctl.money import budget
+from podctl.steps import budget_check
+from tests.cli_in_process import podctl_here, shared_daemon
+from tests.conftest import FAST, PARENT, TIME_SCALE, ZONE, Podctl, assert_one_line_error
 from tests.e2e.test_jobs import make_job
+
+
+def _here(cli: Podctl, *args: str) -> object:
+    """`podctl ARGS --json` in this process, for what sets a case up or reads its state:
+    the `podctl` processes are kept for what each case is about (tests/cli_in_process.py)."""
+    import json
+
+    return json.loads(podctl_here(cli.tmp, *args, "--json", env=cli.env, check=True).stdout)
 
 
 def _budgeted_slice(api, name: str, hours: float, key) -> None:
@@ -56,13 +64,21 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
     assert up_json["labels"]["podctl-max-cost"] == "0_001"
     deadline = int(up_json["labels"]["podctl-deadline"])
     time.sleep(max(0.0, deadline + 1 - time.time()))  # at most about a second
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "roomy", "--zone", "us-east5-a",
-           "--max-cost", "500")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "roomy", "--zone", "us-east5-a",
+          "--max-cost", "500")
     proc = podctl("--backend", "fake", "budget", "check", "--zone", "us-east5-a")
     assert "deleted tiny ($" in proc.stdout and "roomy" not in proc.stdout
     assert "budget reached" in proc.stderr and "deleting slice tiny" in proc.stderr
-    assert [s["name"] for s in podctl.json("--backend", "fake", "ls", "--zone", "us-east5-a")] == ["roomy"]
-    podctl("--backend", "fake", "down", "roomy", "--yes", "--zone", "us-east5-a")
+    assert [s["name"] for s in _here(podctl, "--backend", "fake", "ls", "--zone", "us-east5-a")] == ["roomy"]
+    _here(podctl, "--backend", "fake", "down", "roomy", "--yes", "--zone", "us-east5-a")
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One fake daemon for every refusal below (tests/cli_in_process.py, shared_daemon);
+    its end checks that none of them made anything billable."""
+    with shared_daemon(tmp_path_factory.mktemp("refusals")) as cli:
+        yield cli
 
 
 @pytest.mark.parametrize("args, words", [
@@ -74,8 +90,10 @@ def test_budget_check_from_the_cli_tears_a_tiny_budget_down(podctl):
     (["run", "x", "--max-hours", "1", "--detach", "train.py"], ["drop --detach"]),
     (["budget", "check", "--grace", "never"], ["--grace"]),
 ])
-def test_bad_budgets_are_refused_in_one_line(podctl, args, words):
-    assert_one_line_error(podctl("--backend", "fake", *args, check=False), 2, *words)
+def test_bad_budgets_are_refused_in_one_line(refusing, args, words):
+    # in this process, on the module's daemon; one of the same refusals through a `podctl`
+    # process: test_run_max_hours_and_budget_check_stop_runs_through_the_cli
+    assert_one_line_error(podctl_here(refusing.tmp, "--backend", "fake", *args, env=refusing.env), 2, *words)
 
 
 def test_the_run_loop_stops_the_run_then_deletes_the_slice(api, fake, isolated, tmp_path):
@@ -115,23 +133,27 @@ def test_run_max_hours_and_budget_check_stop_runs_through_the_cli(podctl):
     script.parent.mkdir()
     script.write_text((Path(__file__).parents[1] / "scripts" / "budget_train.py").read_text())
     fake = ("--backend", "fake")
-    podctl(*fake, "up", "--slice", "v5p-8", "--name", "follow8")
+    # a bad budget through a `podctl` process as a user types it (the others: in this process)
+    assert_one_line_error(podctl(*fake, "run", "x", "--max-hours", "1", "--detach", str(script),
+                                 check=False), 2, "drop --detach")
+    _here(podctl, *fake, "up", "--slice", "v5p-8", "--name", "follow8")
     proc = podctl(*fake, "run", "follow8", "--max-hours", "2s", str(script), check=False)
     assert proc.returncode == 1, proc.stderr
     assert "podctl: budget reached (0.0 h of --max-hours" in proc.stderr
     assert "deleting slice follow8" in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("podctl: error: budget reached")
-    assert podctl.json(*fake, "ls") == []
+    assert _here(podctl, *fake, "ls") == []
     # A detached run on a slice whose own deadline passes: `budget check` stops it first.
-    podctl(*fake, "up", "--slice", "v5p-8", "--name", "cron8", "--max-hours", "3s")
-    run_id = podctl(*fake, "run", "cron8", "--detach", str(script)).stdout.strip()
-    deadline = int(podctl.json(*fake, "status", "cron8")["labels"]["podctl-deadline"])
+    _here(podctl, *fake, "up", "--slice", "v5p-8", "--name", "cron8", "--max-hours", "3s")
+    run_id = podctl_here(podctl.tmp, *fake, "run", "cron8", "--detach", str(script), env=podctl.env,
+                         check=True).stdout.strip()
+    deadline = int(_here(podctl, *fake, "status", "cron8")["labels"]["podctl-deadline"])
     time.sleep(max(0.0, deadline + 1 - time.time()))  # a few seconds at most
     reaped = podctl.json(*fake, "budget", "check", "--grace", "30s")
     assert [(r["name"], r["deleted"], r["runs_stopped"]) for r in reaped] == [("cron8", True, [run_id])]
-    record = [r for r in podctl.json(*fake, "runs") if r["run_id"] == run_id][0]
+    record = [r for r in _here(podctl, *fake, "runs") if r["run_id"] == run_id][0]
     assert record["state"] == "stopped" and record["extra"]["stopped_by"] == "budget"
-    assert podctl.json(*fake, "ls") == []
+    assert _here(podctl, *fake, "ls") == []
 
 
 def _skew_daemon(podctl, hours: float) -> float:
@@ -139,8 +161,8 @@ def _skew_daemon(podctl, hours: float) -> float:
     -> the offset in seconds."""
     from podctl.fake.admin.admin_client import FakeAdmin
 
-    podctl("fake", "start")
-    admin = FakeAdmin(podctl.json("fake", "status", "--json")["admin"])
+    podctl_here(podctl.tmp, "fake", "start", env=podctl.env, check=True)
+    admin = FakeAdmin(_here(podctl, "fake", "status")["admin"])
     scale = admin.set_timings()["time_scale"]
     admin.advance(hours * 3600 * scale)  # simulated seconds: the fake's clock moves by 1/scale
     return hours * 3600
@@ -155,7 +177,7 @@ def test_a_slow_clients_max_hours_deadline_is_on_the_services_clock(podctl):
     assert deadline - (time.time() + ahead) == pytest.approx(3600, abs=60)
     proc = podctl("--backend", "fake", "budget", "check", "--zone", "us-east5-a")
     assert "skewed" not in proc.stdout
-    podctl("--backend", "fake", "down", "skewed", "--yes", "--zone", "us-east5-a")
+    _here(podctl, "--backend", "fake", "down", "skewed", "--yes", "--zone", "us-east5-a")
 
 
 def test_budget_check_judges_a_deadline_on_the_services_clock(api, fake, isolated):
@@ -190,13 +212,14 @@ def test_budget_check_from_another_identity_stops_the_run_with_grace_before_dele
     script.parent.mkdir()
     script.write_text((Path(__file__).parents[1] / "scripts" / "budget_train.py").read_text())
     fake = ("--backend", "fake")
-    podctl(*fake, "up", "--slice", "v5p-8", "--name", "team8", "--max-hours", "3s")
+    _here(podctl, *fake, "up", "--slice", "v5p-8", "--name", "team8", "--max-hours", "3s")
     # started over SSH: the cron's own SSH key is refused, and it falls back to GCS (a run
     # started through the watchers is stopped through GCS by anyone, without trying SSH)
-    run_id = podctl(*fake, "run", "team8", "--via", "ssh", "--detach", str(script)).stdout.strip()
-    while '"kind": "step"' not in podctl(*fake, "logs", run_id).stdout:
-        time.sleep(0.5)  # the script is training: it has something to lose
-    deadline = int(podctl.json(*fake, "status", "team8")["labels"]["podctl-deadline"])
+    run_id = podctl_here(podctl.tmp, *fake, "run", "team8", "--via", "ssh", "--detach", str(script),
+                         env=podctl.env, check=True).stdout.strip()
+    while '"kind": "step"' not in podctl_here(podctl.tmp, *fake, "logs", run_id, env=podctl.env).stdout:
+        time.sleep(1)  # the script is training: it has something to lose
+    deadline = int(_here(podctl, *fake, "status", "team8")["labels"]["podctl-deadline"])
     time.sleep(max(0.0, deadline + 1 - time.time()))
     cron = {"PODCTL_CONFIG_DIR": str(podctl.tmp / "cron-config")}  # its own key, not the slice's
     proc = podctl(*fake, "budget", "check", "--grace", "60s", "--json", env=cron)
@@ -205,10 +228,10 @@ def test_budget_check_from_another_identity_stops_the_run_with_grace_before_dele
     assert "could not reach the hosts of team8 over SSH" in proc.stderr
     assert "asked them to stop through GCS" in proc.stderr and "deleting it anyway" not in proc.stderr
     # The script had its SIGTERM and its grace before the slice went: it checkpointed.
-    lines = podctl(*fake, "logs", run_id).stdout
+    lines = podctl_here(podctl.tmp, *fake, "logs", run_id, env=podctl.env, check=True).stdout
     assert '"kind": "checkpoint"' in lines and '"kind": "preempted"' in lines
     assert "stop asked through GCS by budget" in lines
-    record = [r for r in podctl.json(*fake, "runs") if r["run_id"] == run_id][0]
+    record = [r for r in _here(podctl, *fake, "runs") if r["run_id"] == run_id][0]
     assert record["state"] == "stopped" and record["extra"]["stopped_by"] == "budget"
     assert record["exit_code"] is None or record["exit_code"] == 143
-    assert podctl.json(*fake, "ls") == []
+    assert _here(podctl, *fake, "ls") == []

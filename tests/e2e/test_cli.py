@@ -8,11 +8,27 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_line_error, fake_booting_after_the_test, isolated_environ
+from tests.cli_in_process import podctl_here, shared_daemon
+from tests.conftest import (
+    Podctl,
+    assert_one_line_error,
+    fake_booting_after_the_test,
+    isolated_environ,
+    stop_fake_and_check,
+)
+
+
+def _here(cli: Podctl, *args: str) -> subprocess.CompletedProcess:
+    """`podctl ARGS` in this process, for what sets a case up or tears it down; each case
+    keeps its `podctl` processes for what it is about (tests/cli_in_process.py)."""
+    return podctl_here(cli.tmp, *args, env=cli.env, check=True)
 
 
 def test_fake_start_status_stop(podctl):
@@ -60,17 +76,17 @@ def test_queued_multislice_and_env_backend(podctl):
     assert up["valid_until"] is not None
     # no terminal: no spinner control codes, no colours
     assert "\x1b" not in proc.stderr + proc.stdout
-    podctl("down", "ms", "--yes", env=env)
+    _here(podctl, "down", "ms", "--yes", "--backend", "fake")
 
 
 def test_daemon_keeps_slices_across_its_restart(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "keep")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "keep")
     podctl("fake", "stop")
     world = podctl.tmp / "state" / "fake" / "world.json"
     assert stat.S_IMODE(world.stat().st_mode) == 0o600
     listed = podctl.json("--backend", "fake", "ls")  # starts the daemon again
     assert [s["name"] for s in listed] == ["keep"]
-    podctl("--backend", "fake", "down", "keep", "--yes")
+    _here(podctl, "--backend", "fake", "down", "keep", "--yes")
 
 
 def test_ssh_key_is_made_once_and_private(podctl):
@@ -79,10 +95,18 @@ def test_ssh_key_is_made_once_and_private(podctl):
     first = key.read_bytes()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "k2", "--no-wait")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "k2", "--no-wait")
     assert key.read_bytes() == first
     for name in ("k1", "k2"):
-        podctl("--backend", "fake", "down", name, "--yes")
+        _here(podctl, "--backend", "fake", "down", name, "--yes")
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One fake daemon for every refusal below (tests/cli_in_process.py, shared_daemon);
+    its end checks that none of them made anything billable."""
+    with shared_daemon(tmp_path_factory.mktemp("refusals")) as cli:
+        yield cli
 
 
 @pytest.mark.parametrize("slice_name, words", [
@@ -90,8 +114,10 @@ def test_ssh_key_is_made_once_and_private(podctl):
     ("v5p-abc", ["v5p-N"]), ("v3-8", ["unknown TPU generation"]), ("v5p-99999", ["--num-slices"]),
     ("v7x-8", ["TPU7x (Ironwood) is written tpu7x-N"]),
 ])
-def test_bad_slice_names(podctl, slice_name, words):
-    proc = podctl("--backend", "fake", "up", "--slice", slice_name, check=False)
+def test_bad_slice_names(refusing, slice_name, words):
+    # in this process, on the module's daemon; through a `podctl` process:
+    # test_down_without_yes_off_a_terminal_refuses
+    proc = podctl_here(refusing.tmp, "--backend", "fake", "up", "--slice", slice_name, env=refusing.env)
     assert_one_line_error(proc, 2, *words)
 
 
@@ -106,14 +132,18 @@ def test_bad_slice_names(podctl, slice_name, words):
     (["status", "nothing-here"], 1, ["no slice named 'nothing-here'"]),
     (["down", "nothing-here", "--yes"], 1, ["no slice named"]),
 ])
-def test_bad_input_on_the_fake(podctl, args, code, words):
-    assert_one_line_error(podctl("--backend", "fake", *args, check=False), code, *words)
+def test_bad_input_on_the_fake(refusing, args, code, words):
+    assert_one_line_error(podctl_here(refusing.tmp, "--backend", "fake", *args, env=refusing.env), code, *words)
 
 
 def test_down_without_yes_off_a_terminal_refuses(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "ask")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "ask")
     assert_one_line_error(podctl("--backend", "fake", "down", "ask", check=False), 2, "--yes")
-    podctl("--backend", "fake", "down", "ask", "--yes")
+    # the refusals of test_bad_slice_names and test_bad_input_on_the_fake, through a process
+    assert_one_line_error(podctl("--backend", "fake", "up", "--slice", "v5p-7", check=False), 2, "v5p-8")
+    assert_one_line_error(podctl("--backend", "fake", "status", "nothing-here", check=False), 1,
+                          "no slice named 'nothing-here'")
+    _here(podctl, "--backend", "fake", "down", "ask", "--yes")
 
 
 def test_google_cloud_without_project_or_credentials(podctl):
@@ -145,20 +175,63 @@ def test_help_reads_no_toml_and_imports_no_command_module():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def _boots_late_while_the_v5p_4096_lives(cli: Podctl) -> tuple[threading.Thread, dict]:
+    """Start the example's fake daemon first (its own `podctl fake start` then finds it)
+    with every host's startup-script due later than the v5p-4096 lives, and put the
+    fake's own boot timing back once that slice is deleted, before the v5p-16 is made:
+    the 4096's 512 watchers (65 s of CPU on 2 cores, the whole of this test's cost) never
+    start, the v5p-16's boot as they always do. The boots of a big slice are
+    test_boot_late's (a v5p-512). -> (the thread, what it saw: "error" if anything of
+    the v5p-16 existed before the timing was back)."""
+    from podctl.fake.admin.admin_client import FakeAdmin
+
+    cli("--backend", "fake", "fake", "start")
+    admin = FakeAdmin(cli.json("fake", "status")["admin"])
+    usual = admin.set_timings()["boot_late"]
+    admin.set_timings(boot_late=1e7)
+    seen: dict = {"error": None, "restored": False}
+
+    def names() -> str:
+        return json.dumps(admin.resources())
+
+    def restore_after_the_4096() -> None:
+        try:
+            while "demo-v5p-4096" not in names():
+                time.sleep(0.2)
+            while "demo-v5p-4096" in (now := names()):
+                time.sleep(0.2)
+            if "demo-v5p-16" in now:
+                seen["error"] = f"the v5p-16 was made before the boot timing was back: {now}"
+            admin.set_timings(boot_late=usual)
+            seen["restored"] = True
+        except Exception as e:  # the example failed and stopped the fake: its own assertion says why
+            seen["error"] = seen["error"] or f"{type(e).__name__}: {e}"
+
+    thread = threading.Thread(target=restore_after_the_4096, daemon=True)
+    thread.start()
+    return thread, seen
+
+
 @pytest.mark.host_env
 def test_lifecycle_example_runs(tmp_path):
-    """examples/lifecycle.sh, the CLI's lifecycle, runs and leaves nothing behind."""
+    """examples/lifecycle.sh, the CLI's lifecycle, runs as written and leaves nothing behind."""
     env = isolated_environ(tmp_path)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(["bash", str(repo / "examples" / "lifecycle.sh")], capture_output=True,
-                          text=True, env=env, timeout=1200, cwd=tmp_path)
+    cli = Podctl(tmp_path)
+    thread, seen = _boots_late_while_the_v5p_4096_lives(cli)
+    try:
+        proc = subprocess.run(["bash", str(repo / "examples" / "lifecycle.sh")], capture_output=True,
+                              text=True, env=env, timeout=1200, cwd=tmp_path)
+    finally:
+        stop_fake_and_check(cli)  # the example stops it; a failed one may not have
+    thread.join(timeout=30)
     assert proc.returncode == 0, proc.stderr
+    assert seen["restored"] and seen["error"] is None, seen
     assert "demo-v5p-4096: READY, 512 hosts, topology 8x16x16" in proc.stdout
     assert "[host 0001] Python 3." in proc.stdout  # the image's python3, before any run
     assert "[host 0000] process 0 of 2: devices 8, local 4, sum 992.0" in proc.stdout
     assert "[host 0001] process 1 of 2: devices 8, local 4, sum 992.0" in proc.stdout
     assert "succeeded" in proc.stdout  # `podctl runs`
+    assert "(2 hosts, via boot)" in proc.stdout  # the v5p-16's watchers booted and took the run
     assert "fake cloud stopped" in proc.stdout
-
-

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import assert_one_line_error
+from tests.cli_in_process import nothing_started, podctl_here, shared_daemon
+from tests.conftest import Podctl, assert_one_line_error
 
 
 @pytest.mark.parametrize("args, words", [
@@ -17,8 +19,15 @@ from tests.conftest import assert_one_line_error
     (["ls", "--backend", "aws"], ["'aws' is not one of 'gcp', 'fake'"]),
     (["run", "--recover", "x", "n", "s.py"], ["--recover"]),
 ])
-def test_a_usage_error_is_one_podctl_error_line_with_exit_2(podctl, args, words):
-    assert_one_line_error(podctl(*args, check=False), 2, *words)
+def test_a_usage_error_is_one_podctl_error_line_with_exit_2(tmp_path, args, words):
+    assert_one_line_error(podctl_here(tmp_path, *args), 2, *words)
+    assert nothing_started(tmp_path)
+
+
+def test_a_usage_error_through_a_podctl_process(podctl):
+    """The cases above run in this process; one through `podctl` itself, as a user types it."""
+    assert_one_line_error(podctl("ls", "--bogus", check=False), 2, "No such option '--bogus'",
+                          "podctl ls --help")
 
 
 def test_backend_works_after_the_subcommand_too(podctl):
@@ -36,10 +45,19 @@ def test_a_required_option_after_the_script_is_podctls_as_there_is_no_other_read
     podctl("queue", "cancel", "--backend", "fake", str(entries[0]["id"]))
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One fake daemon for every refusal below (tests/cli_in_process.py, shared_daemon);
+    its end checks that none of them made anything billable."""
+    with shared_daemon(tmp_path_factory.mktemp("refusals")) as cli:
+        yield cli
+
+
 @pytest.mark.parametrize("args", [
     ["status", "../../x"], ["down", "../x", "--yes"], ["exec", "a/b", "--", "true"],
     ["run", "UPPER", __file__],
 ])
-def test_a_slice_name_no_slice_can_have_gets_the_name_check_before_any_call(podctl, args):
-    proc = podctl("--backend", "fake", *args, check=False)
-    assert_one_line_error(proc, 2, "is not a valid slice name")
+def test_a_slice_name_no_slice_can_have_gets_the_name_check_before_any_call(refusing, args):
+    # in this process, on the module's daemon
+    assert_one_line_error(podctl_here(refusing.tmp, "--backend", "fake", *args, env=refusing.env), 2,
+                          "is not a valid slice name")

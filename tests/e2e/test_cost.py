@@ -16,7 +16,8 @@ from podctl.host.agent_logs import LogShipper
 from podctl.jobs import run_record
 from podctl.jobs.metrics import read_metrics
 from podctl.jobs.run_record import RunRecord
-from tests.conftest import assert_one_line_error
+from tests.cli_in_process import podctl_here
+from tests.conftest import Podctl, assert_one_line_error
 from tests.unit.test_cost import _metric_lines  # noqa: F401
 
 # ---- prices -------------------------------------------------------------------------
@@ -115,29 +116,41 @@ def test_plan_in_a_region_without_a_price_still_plans_and_names_the_cheapest(pod
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--mfu", "0.4", "--mfu-from",
       "x-20261203-000000-abcd"], ["choose one"]),
 ])
-def test_plan_refuses_nonsense_in_one_line(podctl, args, words):
-    assert_one_line_error(podctl("plan", *args, check=False), 2, *words)
+def test_plan_refuses_nonsense_in_one_line(tmp_path, args, words):
+    # in this process (tests/cli_in_process.py); through a `podctl` process:
+    # test_plan_refuses_nonsense_through_a_podctl_process
+    assert_one_line_error(podctl_here(tmp_path, "plan", *args), 2, *words)
+
+
+def test_plan_refuses_nonsense_through_a_podctl_process(podctl):
+    assert_one_line_error(podctl("plan", "--params", "70B", "--tokens", "lots", "--slice", "v5p-8",
+                                 check=False), 2, "--tokens", "70B")
+
+
+def _here(podctl: Podctl, *args: str) -> object:
+    """`podctl ARGS --json` in this process, for a case's set-up and reads."""
+    return json.loads(podctl_here(podctl.tmp, *args, "--json", env=podctl.env, check=True).stdout)
 
 
 def test_ls_and_cost_show_prices_on_the_fakes_default_zone_and_elsewhere(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "priced")  # us-east5-a
-    podctl("--backend", "fake", "up", "--slice", "v5p-16", "--name", "unpriced", "--zone", "us-central1-a")
-    listed = podctl.json("--backend", "fake", "ls")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "priced")  # us-east5-a
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-16", "--name", "unpriced", "--zone", "us-central1-a")
+    listed = _here(podctl, "--backend", "fake", "ls")
     assert listed[0]["usd_per_hour"] == pytest.approx(16.80) and listed[0]["cost_usd"] >= 0
     human = podctl("--backend", "fake", "ls").stdout
     assert "$/HOUR" in human and "COST" in human and "$16.80" in human
     central = podctl("--backend", "fake", "ls", "--zone", "us-central1-a").stdout
     assert "unpriced" in central and "$33.60" in central  # v5p is priced in us-central1 now
-    assert podctl.json("--backend", "fake", "ls", "--zone", "us-central1-a")[0]["usd_per_hour"] == \
+    assert _here(podctl, "--backend", "fake", "ls", "--zone", "us-central1-a")[0]["usd_per_hour"] == \
         pytest.approx(33.60)
-    one = podctl.json("--backend", "fake", "cost", "priced")
+    one = _here(podctl, "--backend", "fake", "cost", "priced")
     assert (one["chips"], one["usd_per_hour"], one["tier"]) == (4, pytest.approx(16.8), "on-demand")
     assert one["cost_usd"] == pytest.approx(16.8 * one["age_seconds"] / 3600, abs=0.01)
     every = podctl("--backend", "fake", "cost", "--price", "1", "--zone", "us-central1-a")
     assert "unpriced" in every.stdout and "$8.00/h" in every.stdout
     assert every.stdout.splitlines()[0].split() == ["SLICE", "CHIPS", "TIER", "AGE", "USD/HOUR", "COST"]
-    podctl("--backend", "fake", "down", "priced", "--yes")
-    podctl("--backend", "fake", "down", "unpriced", "--yes", "--zone", "us-central1-a")
+    _here(podctl, "--backend", "fake", "down", "priced", "--yes")
+    _here(podctl, "--backend", "fake", "down", "unpriced", "--yes", "--zone", "us-central1-a")
 
 
 def test_cost_and_goodput_of_a_run_and_mfu_from_it(podctl, tmp_path):

@@ -9,18 +9,19 @@ import time
 
 import pytest
 
-from podctl.money import budget
-from podctl.policy import gc
-from podctl.steps import budget_check
+from podctl.base.settings import FAKE_BUCKET
 from podctl.cloud import create as create_step
 from podctl.cloud.describe import describe, list_slices
 from podctl.cloud.names import podctl_labels
+from podctl.cloud.storage import Storage
 from podctl.cloud.types import SliceSpec
 from podctl.cloud.wait import wait_until
 from podctl.jobs.run_files import save_record
 from podctl.jobs.run_record import RunRecord, new_run_id
-from podctl.base.settings import FAKE_BUCKET
-from podctl.cloud.storage import Storage
+from podctl.money import budget
+from podctl.policy import gc
+from podctl.steps import budget_check
+from tests.cli_in_process import podctl_here
 from tests.conftest import FAST, PARENT, assert_one_line_error
 
 
@@ -201,22 +202,33 @@ def test_queue_tick_reaps_its_own_orphans_only(api, fake, tmp_path):
 
 
 def test_gc_from_the_cli(podctl):
+    """`podctl gc` as a user runs it; what sets the case up or reads its state runs in this
+    process (tests/cli_in_process.py), each of those commands' own output is other files'."""
+    import json
+
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl.env["CLOUDSDK_COMPUTE_ZONE"] = "us-east5-a"
-    assert podctl("gc").stdout.strip() == "no leftovers in us-east5-a"
-    up = podctl.json("up", "--slice", "v5p-8", "--name", "spot-one", "--spot")
+
+    def here(*args: str) -> object:
+        return json.loads(podctl_here(podctl.tmp, *args, "--json", env=podctl.env, check=True).stdout)
+
+    assert podctl_here(podctl.tmp, "gc", env=podctl.env, check=True).stdout.strip() == "no leftovers in us-east5-a"
+    up = here("up", "--slice", "v5p-8", "--name", "spot-one", "--spot")
     assert up["managed"]
-    podctl("up", "--slice", "v5p-8", "--name", "queued-one", "--queued")
-    queued = podctl.json("status", "queued-one")
+    here("up", "--slice", "v5p-8", "--name", "queued-one", "--queued")
+    queued = here("status", "queued-one")
     assert queued["valid_until"] == pytest.approx(queued["created"] + 24 * 3600, abs=1)
     # a Compute Engine slice over its budget: `gc` without --api looks on both APIs (the
     # Cloud TPU API does not list a MIG, and its VMs bill as much)
-    podctl("--api", "compute", "up", "--slice", "v5p-8", "--name", "ce-over", "--max-hours", "0.001")
-    podctl("fake", "inject", "preempt", "spot-one", "--grace", "0")
+    over = here("--api", "compute", "up", "--slice", "v5p-8", "--name", "ce-over", "--max-hours", "0.001")
+    podctl_here(podctl.tmp, "fake", "inject", "preempt", "spot-one", "--grace", "0", env=podctl.env, check=True)
     deadline = time.time() + 60
-    while podctl.json("status", "spot-one")["state"] != "PREEMPTED" and time.time() < deadline:
-        time.sleep(0.2)
-    dry = podctl.json("gc", "--dry-run")
+    while here("status", "spot-one")["state"] != "PREEMPTED" and time.time() < deadline:
+        time.sleep(0.5)
+    # its 3.6 s are past (on this machine's clock, the fake's too): not left to how long
+    # the commands above took
+    time.sleep(max(0.0, int(over["labels"]["podctl-deadline"]) + 1 - time.time()))
+    dry = here("gc", "--dry-run")
     assert sorted((d["name"], d["action"], d["deleted"]) for d in dry) == [
         ("ce-over", "delete", False), ("spot-one", "delete", False)]
     text = podctl("gc", "--dry-run").stdout
@@ -224,17 +236,18 @@ def test_gc_from_the_cli(podctl):
     assert "ce-over" in text and "Compute Engine MIG" in text and "budget reached" in text
     done = podctl.json("gc")
     assert sorted((d["name"], d["deleted"]) for d in done) == [("ce-over", True), ("spot-one", True)]
-    assert [s["name"] for s in podctl.json("ls")] == ["queued-one"]
-    assert podctl.json("ls", "--api", "compute") == []
-    # bad input: one line, exit 2, nothing touched
-    assert_one_line_error(podctl("gc", "extra", check=False), 2, "extra")
-    assert_one_line_error(podctl("gc", "--bogus", check=False), 2, "--bogus")
+    assert [s["name"] for s in here("ls")] == ["queued-one"]
+    assert here("ls", "--api", "compute") == []
+    # bad input: one line, exit 2, nothing touched (one through a process, the others here)
     assert_one_line_error(podctl("gc", "--zone", "nowhere-1z", check=False), 2, "nowhere-1z")
-    podctl("down", "queued-one", "--yes")
+    assert_one_line_error(podctl_here(podctl.tmp, "gc", "extra", env=podctl.env), 2, "extra")
+    assert_one_line_error(podctl_here(podctl.tmp, "gc", "--bogus", env=podctl.env), 2, "--bogus")
+    here("down", "queued-one", "--yes")
     # without --api both APIs were listed: nothing to point at; with --api tpu, a MIG made
     # through Compute Engine is not listed, and the empty answer says where to look
     assert podctl("ls").stdout.strip() == "no slices in us-east5-a (project fake-project)"
-    assert "`podctl ls --api compute`" in podctl("--api", "tpu", "ls").stdout
+    assert "`podctl ls --api compute`" in podctl_here(podctl.tmp, "--api", "tpu", "ls", env=podctl.env,
+                                                     check=True).stdout
 
 
 def test_gc_leaves_a_waiting_queued_resource_to_the_services_word_on_its_expiry(api, fake, isolated):

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from podctl.base.settings import endpoint_override, resolve
 from podctl.base.errors import InvalidValueError
+from podctl.base.settings import endpoint_override, resolve
+from tests.cli_in_process import podctl_here
 from tests.conftest import Podctl, assert_one_line_error
 from tests.replay_tpu import PROJECT_NUMBER, Replay
 
@@ -63,6 +65,13 @@ def gcp(tmp_path: Path, key_pem: str):
         assert not replay.nodes and not replay.queued, "the test left billable resources"
 
 
+def _here(gcp: Podctl, *args: str) -> subprocess.CompletedProcess:
+    """`podctl ARGS` on the gcp backend in this process (tests/cli_in_process.py): the
+    one-line errors below; the lifecycles and test_api_disabled_gives_the_link_and_the_command
+    keep their `podctl` processes, the whole path as a user runs it."""
+    return podctl_here(gcp.tmp, *args, env=gcp.env)
+
+
 def test_up_status_ls_down_a_node(gcp):
     up = gcp.json("--backend", "gcp", "up", "--slice", "v5p-8", "--name", "real")
     assert up["created"] and up["ready"] and up["state"] == "READY"
@@ -70,11 +79,11 @@ def test_up_status_ls_down_a_node(gcp):
     assert gcp.replay.jwts_verified + gcp.replay.tokens_issued >= 1
     status = gcp("--backend", "gcp", "status", "real").stdout
     assert "10.20.30.40" in status and "8.8.8.8" in status  # internal and external addresses
-    listed = gcp.json("--backend", "gcp", "ls")
+    listed = json.loads(_here(gcp, "--backend", "gcp", "ls", "--json").stdout)
     assert [s["name"] for s in listed] == ["real"]
     down = gcp.json("--backend", "gcp", "down", "real", "--yes")
     assert down["deleted"] and down["kind"] == "node"
-    assert gcp.json("--backend", "gcp", "ls") == []
+    assert json.loads(_here(gcp, "--backend", "gcp", "ls", "--json").stdout) == []
 
 
 def test_up_status_down_a_queued_resource(gcp):
@@ -88,7 +97,7 @@ def test_up_status_down_a_queued_resource(gcp):
 def test_endpoint_override_from_podctl_toml(gcp, tmp_path: Path):
     url = gcp.env.pop("CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU")
     (tmp_path / "podctl.toml").write_text(f'tpu_endpoint = "{url}"\n')
-    assert gcp.json("--backend", "gcp", "ls") == []
+    assert json.loads(_here(gcp, "--backend", "gcp", "ls", "--json").stdout) == []
 
 
 def test_endpoint_override_forms():
@@ -119,7 +128,7 @@ def test_missing_permission_names_it_and_the_fix(gcp):
         {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
          "domain": "iam.googleapis.com",
          "metadata": {"permission": "tpu.queuedResources.list", "resource": resource}})))
-    proc = gcp("--backend", "gcp", "ls", check=False)
+    proc = _here(gcp, "--backend", "gcp", "ls")
     assert_one_line_error(proc, 1, "tpu.queuedResources.list", PROJECT, "roles/tpu.admin",
                           "gcloud projects add-iam-policy-binding")
 
@@ -145,14 +154,14 @@ def test_quota_names_the_quota_the_region_and_where_to_ask(gcp):
         {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
             "subject": f"project:{PROJECT}",
             "description": "Quota limit 'TPUV5PPerProjectPerRegionForTPUAPI' has been exceeded."}]})))
-    proc = gcp("--backend", "gcp", "up", "--slice", "v5p-8", "--name", "big", check=False)
+    proc = _here(gcp, "--backend", "gcp", "up", "--slice", "v5p-8", "--name", "big")
     assert_one_line_error(proc, 1, "TPUV5PPerProjectPerRegionForTPUAPI", "region us-central1",
                           "iam-admin/quotas")
 
 
 def test_no_credentials_says_how_to_sign_in(gcp):
     del gcp.env["GOOGLE_APPLICATION_CREDENTIALS"]
-    proc = gcp("--backend", "gcp", "ls", check=False)
+    proc = _here(gcp, "--backend", "gcp", "ls")
     assert_one_line_error(proc, 2, "gcloud auth application-default login")
 
 
@@ -161,7 +170,7 @@ def test_endpoint_override_that_does_not_answer(gcp):
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/"
     gcp.env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] = dead
-    proc = gcp("--backend", "gcp", "ls", check=False)
+    proc = _here(gcp, "--backend", "gcp", "ls")
     assert_one_line_error(proc, 2, dead.rstrip("/"), "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU")
 
 
@@ -170,8 +179,8 @@ def test_storage_endpoint_override_with_adc(fake, tmp_path: Path, key_pem: str, 
     here to the fake's GCS emulator, in gcloud's form (with /storage/v1/)."""
     import asyncio
 
-    from podctl.cloud.storage import Storage
     from podctl.base.settings import FAKE_BUCKET, FAKE_USER_TOKEN
+    from podctl.cloud.storage import Storage
 
     # only its token endpoint is used, handing out the token the fake's GCS takes as the
     # user's (the fake checks every bearer, as GCS does)

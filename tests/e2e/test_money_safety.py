@@ -1,6 +1,7 @@
 """Money safety as a user meets it: every way a podctl process is told to stop undoes
 what it created; a deleted slice is not made again; every budget is kept or refused.
-Each case runs the CLI in its own process against the fake cloud's daemon."""
+Each case runs the commands it is about in their own `podctl` process against the fake
+cloud's daemon; what sets it up or reads its state runs in the test's process (`_here`)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,22 @@ from pathlib import Path
 import pytest
 
 from podctl.fake.admin.admin_client import FakeAdmin
+from tests.cli_in_process import podctl_here
 from tests.conftest import Podctl
 
 
+def _here(podctl: Podctl, *args: str) -> subprocess.CompletedProcess:
+    """`podctl ARGS` in this process (tests/cli_in_process.py): a case's set-up and reads."""
+    return podctl_here(podctl.tmp, *args, env=podctl.env, check=True)
+
+
+def _here_json(podctl: Podctl, *args: str) -> object:
+    return json.loads(_here(podctl, *args, "--json").stdout)
+
+
 def _admin(podctl: Podctl) -> FakeAdmin:
-    podctl("fake", "start")
-    return FakeAdmin(podctl.json("fake", "status")["admin"])
+    _here(podctl, "fake", "start")
+    return FakeAdmin(_here_json(podctl, "fake", "status")["admin"])
 
 
 def _spawn(podctl: Podctl, *args: str) -> subprocess.Popen:
@@ -73,26 +84,26 @@ def test_sigterm_or_sighup_during_up_deletes_the_slice_up_created_and_a_second_s
 
 
 def test_up_max_hours_on_an_existing_slice_writes_the_budget_that_budget_check_enforces(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "had")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "had")
     again = podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "had", "--max-hours", "2",
                    "--max-cost", "50", "--json")
     assert "set on had, which already existed" in again.stderr
     assert "never awaited" not in again.stderr, again.stderr  # the labels' update was waited for
     labels = json.loads(again.stdout)["labels"]
     assert labels["podctl-max-cost"] == "50_00" and labels["podctl-deadline"].isdigit()
-    listed = podctl.json("--backend", "fake", "status", "had")
+    listed = _here_json(podctl, "--backend", "fake", "status", "had")
     assert listed["labels"]["podctl-deadline"] == labels["podctl-deadline"]
-    podctl("--backend", "fake", "down", "had", "--yes")
+    _here(podctl, "--backend", "fake", "down", "had", "--yes")
 
 
 def test_up_max_hours_on_an_existing_queued_resource_is_refused_with_a_reason(podctl):
     from tests.conftest import assert_one_line_error
 
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "qr", "--queued")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "qr", "--queued")
     proc = podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "qr", "--queued",
                   "--max-hours", "2", check=False)
     assert_one_line_error(proc, 2, "queued resource", "no budget was set")
-    podctl("--backend", "fake", "down", "qr", "--yes")
+    _here(podctl, "--backend", "fake", "down", "qr", "--yes")
 
 
 def test_queue_add_max_cost_is_priced_as_up_prices_it(podctl, tmp_path):
@@ -105,7 +116,7 @@ def test_queue_add_max_cost_is_priced_as_up_prices_it(podctl, tmp_path):
     script.write_text("print('hi')\n")
     added = podctl.json("--backend", "fake", "queue", "add", "--slice", "v5p-8", "--max-cost", "10",
                         "--zone", "us-central1-a", "--json", str(script))
-    podctl("--backend", "fake", "queue", "cancel", str(added["id"]))
+    _here(podctl, "--backend", "fake", "queue", "cancel", str(added["id"]))
     assert slice_hourly_cost("v5p-8", "us-central1-a", spot=False) == pytest.approx(16.80)
     assert generation_of("v5p-8") == "v5p"
 
@@ -114,13 +125,13 @@ SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 def _runs(podctl: Podctl) -> dict[str, dict]:
-    return {r["run_id"]: r for r in podctl.json("--backend", "fake", "runs")}
+    return {r["run_id"]: r for r in _here_json(podctl, "--backend", "fake", "runs")}
 
 
 def test_down_under_a_detached_run_closes_its_record_as_slice_deleted(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "det")
-    run_id = podctl("--backend", "fake", "run", "det", "--detach", str(SCRIPTS / "sleep_then_exit.py"),
-                    "300").stdout.strip()
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "det")
+    run_id = _here(podctl, "--backend", "fake", "run", "det", "--detach", str(SCRIPTS / "sleep_then_exit.py"),
+                   "300").stdout.strip()
     assert _runs(podctl)[run_id]["state"] == "running"
     down = podctl("--backend", "fake", "down", "det", "--yes")
     assert f"run {run_id} ended with its slice (slice deleted)" in down.stderr
@@ -131,25 +142,26 @@ def test_down_under_a_detached_run_closes_its_record_as_slice_deleted(podctl):
 def test_budget_check_matches_runs_by_slice_identity_and_closes_a_stale_running_record(podctl):
     """A record left `running` by an earlier slice of the same name is closed at once,
     not waited on for the grace period while the over-budget slice bills."""
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "same")
-    stale = podctl("--backend", "fake", "run", "same", "--detach", str(SCRIPTS / "sleep_then_exit.py"),
-                   "300").stdout.strip()
-    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "same")
+    stale = _here(podctl, "--backend", "fake", "run", "same", "--detach", str(SCRIPTS / "sleep_then_exit.py"),
+                  "300").stdout.strip()
+    admin = FakeAdmin(_here_json(podctl, "fake", "status")["admin"])
     admin.preempt("same", grace=0)  # the slice goes; nobody closes the detached run's record
-    podctl("--backend", "fake", "down", "same", "--yes")
+    _here(podctl, "--backend", "fake", "down", "same", "--yes")
     # As a record from before `down` closed such records (or a slice lost some other way):
-    from podctl.jobs.run_files import save_record
-    from podctl.jobs.run_record import RunRecord
-    from podctl.cloud.storage import Storage
     import asyncio
 
-    status = podctl.json("fake", "status")
+    from podctl.cloud.storage import Storage
+    from podctl.jobs.run_files import save_record
+    from podctl.jobs.run_record import RunRecord
+
+    status = _here_json(podctl, "fake", "status")
     gcs = Storage.connect(status["bucket"], endpoint=status["gcs"])
     record = RunRecord.from_json({**_runs(podctl)[stale], "state": "running"})
     asyncio.run(save_record(gcs, record))
     gcs.client._http.close()
     # A new slice of the same name, over its budget at once.
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "same", "--max-cost", "0.0001")
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "same", "--max-cost", "0.0001")
     time.sleep(0.5)
     check = podctl("--backend", "fake", "budget", "check", "--grace", "2m", "--json")
     reaped = json.loads(check.stdout)
@@ -159,8 +171,8 @@ def test_budget_check_matches_runs_by_slice_identity_and_closes_a_stale_running_
 
 
 def test_down_in_another_terminal_is_not_undone_by_run_recover(podctl):
-    podctl("--backend", "fake", "up", "--slice", "v5p-8", "--name", "mine")
-    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    _here(podctl, "--backend", "fake", "up", "--slice", "v5p-8", "--name", "mine")
+    admin = FakeAdmin(_here_json(podctl, "fake", "status")["admin"])
     proc = _spawn(podctl, "--backend", "fake", "run", "mine", "--recover", "2",
                   str(SCRIPTS / "ticker.py"), "2000", "0.05")
     _until(lambda: any(r["state"] == "running" for r in _runs(podctl).values()), "the run is going")

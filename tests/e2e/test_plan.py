@@ -19,6 +19,7 @@ from podctl.money import prices
 from podctl.policy.planner import fit
 from podctl.policy.planner.core import plan
 from podctl.policy.planner.frontier import frontier
+from tests.cli_in_process import podctl_here
 from tests.conftest import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,8 +232,10 @@ def test_the_frontier_prints_and_draws(podctl, tmp_path):
     ["--compare", "v5litepod-8,h100", "--region", "europe-west1"],
     ["--slice", "b200-8", "--spot"], ["--slice", "v6e-256", "--num-slices", "4", "--runs", "3"],
 ])
-def test_json_is_strict_for_every_input(podctl, args):
-    data = _strict(podctl("plan", "--params", "70B", "--tokens", "1T", *args, "--json").stdout)
+def test_json_is_strict_for_every_input(tmp_path, args):
+    # in this process (tests/cli_in_process.py): the JSON is the command's, not the process's
+    data = _strict(podctl_here(tmp_path, "plan", "--params", "70B", "--tokens", "1T", *args, "--json",
+                               check=True).stdout)
     assert data["estimates"]
 
 
@@ -255,8 +258,10 @@ def test_json_is_strict_for_every_input(podctl, args):
     (["--params", "70B", "--tokens", "1T", "--slice", "v5p-8", "--zone", "us-east5-a", "--region",
       "us-east5"], ["choose one"]),
 ])
-def test_bad_input_is_one_line_exit_2(podctl, args, words):
-    assert_one_line_error(podctl("plan", *args, check=False), 2, *words)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, words):
+    # in this process; plan's refusal through a `podctl` process is test_cost.py's
+    # test_plan_refuses_nonsense_through_a_podctl_process
+    assert_one_line_error(podctl_here(tmp_path, "plan", *args), 2, *words)
 
 
 def test_a_system_named_twice_is_folded(podctl):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from podctl.fake.admin.admin_client import FakeAdmin
+from tests.cli_in_process import podctl_here
 from tests.conftest import Podctl, assert_one_line_error, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -26,11 +27,17 @@ class QueueCli(Podctl):
     def db(self) -> Path:
         return self.tmp / "state" / "queue.db"
 
+    def here(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """`podctl ARGS` in this process (tests/cli_in_process.py): what reads the queue's
+        and the fake's state between ticks, and the refusals; the ticks themselves (cron's)
+        and each command's output stay `podctl` processes."""
+        return podctl_here(self.tmp, *args, env=self.env, check=check)
+
     def admin(self) -> FakeAdmin:
-        return FakeAdmin(json.loads(self("fake", "status", "--json").stdout)["admin"])
+        return FakeAdmin(json.loads(self.here("fake", "status", "--json").stdout)["admin"])
 
     def entries(self) -> list[dict]:
-        return json.loads(self("queue", "ls", "--json").stdout)
+        return json.loads(self.here("queue", "ls", "--json").stdout)
 
     def settle(self, limit: float = 120) -> list[dict]:
         deadline = time.monotonic() + limit
@@ -107,7 +114,9 @@ def test_queue_ls_and_show_print_a_names_escapes_newlines_and_bidi_overrides_as_
     (["migrate", "--to", "sqlite:///x.db"], 2, ["--to must be a PostgreSQL URL"]),
 ])
 def test_bad_queue_input(q, args, code, words):
-    assert_one_line_error(q("queue", *args, check=False), code, *words)
+    # in this process; through `podctl` processes: test_a_bad_database_is_refused_and_left_as_it_is
+    # and test_queue_cancel_of_an_entry_that_already_ended_exits_non_zero_and_says_so
+    assert_one_line_error(q.here("queue", *args, check=False), code, *words)
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "newer"])
@@ -126,7 +135,9 @@ def test_a_bad_database_is_refused_and_left_as_it_is(q, damage):
     before = q.db.read_bytes()
     for args in (["ls"], ["tick"], ["show", "1"],
                  ["add", "--slice", "v5p-8", str(SCRIPTS / "show_env.py")]):
-        assert_one_line_error(q("queue", *args, check=False), 1, str(q.db), *words)
+        # `tick` (cron's) through a `podctl` process, the others in this process
+        run = q if args == ["tick"] else q.here
+        assert_one_line_error(run("queue", *args, check=False), 1, str(q.db), *words)
     assert q.db.read_bytes() == before
     assert not Path(f"{q.db}-wal").exists()
 
