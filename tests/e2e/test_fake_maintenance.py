@@ -21,6 +21,7 @@ from podctl.base.errors import FakeCloudError
 from tests.conftest import TIME_SCALE, assert_one_line_error
 from podctl.host import agent_maintenance
 from tests.e2e.test_fake_hosts import _ssh_port  # noqa: F401 - the autouse fixture: the fake's SSH port
+from tests.e2e.test_fake_faults import no_daemon_cli
 from tests.e2e.test_fake_hosts import eventually, make_node, new_key, ports, run
 
 # What a script on the host reads: status code and body of one metadata key.
@@ -223,6 +224,11 @@ def _status_shows_pending_maintenance_health_and_symptoms(podctl, name: str) -> 
     assert as_json["nodes"][0]["symptoms"][0].startswith("MESH_BUILD_FAIL on worker 0")
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory):
+    yield from no_daemon_cli(tmp_path_factory)
+
+
 @pytest.mark.parametrize("args, words", [
     (["maintenance", "st", "--in", "soon"], "--in must be 0 or more seconds"),
     (["maintenance", "st", "--workers", "0,x"], "--workers must be a whole number"),
@@ -233,19 +239,6 @@ def _status_shows_pending_maintenance_health_and_symptoms(podctl, name: str) -> 
 def test_host_fault_bad_input_is_one_line_before_the_daemon_is_asked(refusing, args, words):
     assert_one_line_error(refusing("fake", "inject", *args, check=False), 2, words)
 
-
-@pytest.fixture(scope="module")
-def refusing(tmp_path_factory: pytest.TempPathFactory):
-    """One podctl home for the refusals above, checked once at the end that none of them
-    started the fake's daemon (a `fake status` per case cost a podctl process each)."""
-    from tests.conftest import Podctl, _share_env_signing_key
-
-    tmp = tmp_path_factory.mktemp("refusals")
-    (tmp / "home").mkdir()
-    _share_env_signing_key(tmp / "state")
-    cli = Podctl(tmp)
-    yield cli
-    assert not json.loads(cli("fake", "status", "--json", check=False).stdout or "{}").get("running")
 
 
 @pytest.mark.timeout(900)  # three scenarios, each making the slice again once
