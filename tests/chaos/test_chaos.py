@@ -113,10 +113,19 @@ def _outcome(result: Any) -> str:
     return "finished"
 
 
+def _hosts_boot_after_the_case(kit: Kit) -> None:
+    """Every host's startup-script due later than the case lives (the fake's `boot_late`,
+    set through its admin API as tests/conftest.py's fake_booting_after_the_test does): for
+    a case about the API calls of `up` and `down`, which never reaches a host, no watcher is
+    started and ended per slice."""
+    kit.admin.set_timings(boot_late=1e7)
+
+
 # ---- up ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("code,count", [("503", 2), ("429", 2), ("drop", 1), ("lose", 1)])
 def test_up_survives_failing_calls(kit, code, count):
+    _hosts_boot_after_the_case(kit)
     kit.admin.fail_calls(count, code=code, call="nodes.create")
     info = run(_up(kit, "chaos-up", "v5p-8"))
     assert info.ready and len(kit.admin.resources()["nodes"]) == 1  # one slice, not two
@@ -172,7 +181,7 @@ def test_gcs_outage_during_bundle_upload_is_ridden_out(kit, tmp_path):
 
 @pytest.mark.host_env
 def test_preempted_before_launch_is_recovered(kit):
-    run(_up(kit, "chaos-launch"))
+    run(_up(kit, "chaos-launch", "v5p-8"))  # the launch phase, no multi-host claim: one host's JAX
     record = Record()
     # The slice goes just as the run is being prepared: its start fails, then recovers.
     when_notice = [False]
@@ -237,31 +246,29 @@ def test_a_killed_process_is_relaunched_on_the_same_healthy_slice(kit):
     kit.record("training", "kill host 1's processes (TERM)", "recovers", _outcome(result))
 
 
-def test_ssh_cut_mid_training_does_not_disturb_the_run(kit):
-    info = run(_up(kit, "chaos-ssh", "v5p-16"))
-    record = Record()
-    when_line(record, lambda h, line: line.startswith("tick 5 "),
-              lambda: kit.admin.cut_ssh("chaos-ssh", 0))
-    result = run(_train(kit, "chaos-ssh", record, script=SCRIPTS / "ticker.py", args=["30", "0.05"],
-                        recover=0))
-    assert result.exit_code == 0 and result.recoveries == 0  # the agents are detached
-    run(_check_logs(kit, record, result, len(info.hosts)))
-    assert sum(1 for h, line in record.lines[result.run_id] if line.startswith("tick ")) == 60
-    run(_down(kit, "chaos-ssh"))
-    kit.record("training", "cut host 0's SSH", "finishes", _outcome(result))
-
-
-def test_gcs_outage_mid_training_loses_no_line(kit):
-    info = run(_up(kit, "chaos-gcs", "v5p-16"))
+def test_gcs_outage_then_ssh_cut_mid_training_lose_no_line_and_do_not_disturb_the_run(kit):
+    """Two runs on one v5p-16 (one slice made and deleted, not two): GCS answering 503 for
+    4 s mid-training, then host 0's SSH cut mid-training (last: the cut stays)."""
+    info = run(_up(kit, "chaos-train2", "v5p-16"))
     record = Record()
     when_line(record, lambda h, line: line.startswith("tick 3 "), lambda: kit.admin.gcs_outage(4.0))
-    result = run(_train(kit, "chaos-gcs", record, script=SCRIPTS / "ticker.py", args=["60", "0.1"],
+    result = run(_train(kit, "chaos-train2", record, script=SCRIPTS / "ticker.py", args=["60", "0.1"],
                         recover=0))
     assert result.exit_code == 0
     run(_check_logs(kit, record, result, len(info.hosts)))
     assert sum(1 for h, line in record.lines[result.run_id] if line.startswith("tick ")) == 120
-    run(_down(kit, "chaos-gcs"))
     kit.record("training", "gcs 503 for 4 s", "finishes", _outcome(result))
+
+    record = Record()
+    when_line(record, lambda h, line: line.startswith("tick 5 "),
+              lambda: kit.admin.cut_ssh("chaos-train2", 0))
+    result = run(_train(kit, "chaos-train2", record, script=SCRIPTS / "ticker.py", args=["30", "0.05"],
+                        recover=0))
+    assert result.exit_code == 0 and result.recoveries == 0  # the agents are detached
+    run(_check_logs(kit, record, result, len(info.hosts)))
+    assert sum(1 for h, line in record.lines[result.run_id] if line.startswith("tick ")) == 60
+    run(_down(kit, "chaos-train2"))
+    kit.record("training", "cut host 0's SSH", "finishes", _outcome(result))
 
 
 @pytest.mark.host_env
@@ -312,6 +319,7 @@ def test_gcs_outage_during_a_checkpoint_save(kit):
 
 @pytest.mark.parametrize("code,count", [("503", 2), ("drop", 1), ("lose", 1)])
 def test_down_survives_failing_calls(kit, code, count):
+    _hosts_boot_after_the_case(kit)
     run(_up(kit, "chaos-down", "v5p-8"))
     kit.admin.fail_calls(count, code=code, call="nodes.delete")
     run(steps.down(kit.session, "chaos-down"))
@@ -320,6 +328,7 @@ def test_down_survives_failing_calls(kit, code, count):
 
 
 def test_down_of_a_preempted_slice(kit):
+    _hosts_boot_after_the_case(kit)
     run(_up(kit, "chaos-dp", "v5p-8"))
     kit.admin.preempt("chaos-dp", grace=0)
     run(steps.down(kit.session, "chaos-dp"))

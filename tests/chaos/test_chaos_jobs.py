@@ -24,25 +24,21 @@ async def _start(kit: Kit, info, record: Record, script: str, *args: str):
     return await steps.start_run(kit.session, info, options, sink=record.sink, notice=record.notice)
 
 
-def test_stray_child_at_run_end_finishes_and_is_ended(kit):
+def test_stray_child_at_run_end_finishes_and_is_ended_and_at_stop_is_ended_with_the_script(kit):
+    """Both on one v5p-16 (one slice made and deleted, not two): a run whose script exits 0
+    with its stray child, then a detached one stopped while its stray child lives."""
     info = run(_up(kit, "chaos-stray"))
     record = Record()
 
-    async def go():
+    async def to_its_end():
         job = await _start(kit, info, record, "stray_child.py")
         return job.run_id, await steps.follow_run(job)
 
-    run_id, result = run(go())
+    run_id, result = run(to_its_end())
     assert result.exit_code == 0 and left_alive(run_id) == []
-    run(_down(kit, "chaos-stray"))
     kit.record("training", "stray child, script exits 0", "finishes", "finished; children ended")
 
-
-def test_stray_child_at_stop_is_ended_with_the_script(kit):
-    info = run(_up(kit, "chaos-stray-stop"))
-    record = Record()
-
-    async def go():
+    async def stopped():
         job = await _start(kit, info, record, "stray_child.py", "300")  # a detached run
         run_id = job.run_id
         await job.close()
@@ -50,9 +46,9 @@ def test_stray_child_at_stop_is_ended_with_the_script(kit):
             await asyncio.sleep(0.5)
         return run_id, await steps.stop_run(kit.session, run_id)
 
-    run_id, result = run(go())
-    assert result.stopped and left_alive(run_id) == []
-    run(_down(kit, "chaos-stray-stop"))
+    run_id, stop = run(stopped())
+    assert stop.stopped and left_alive(run_id) == []
+    run(_down(kit, "chaos-stray"))
     kit.record("training", "stray child, podctl stop", "stops", "stopped; no process left")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from podctl.base.retry import RetryPolicy
 from podctl.base.settings import FAKE_BUCKET
 from podctl.cloud.storage import Storage, StorageUnavailable
 from tests.conftest import PARENT, PROJECT, ZONE
-from tests.conftest import assert_one_line_error
+from tests.conftest import Podctl, assert_one_line_error
 from tests.e2e.test_fake_hosts import _ssh_port  # noqa: F401 - the autouse fixture: the fake's SSH port
 from tests.e2e.test_fake_hosts import alive, connect, eventually, make_node, new_key, ports, run
 
@@ -266,8 +267,26 @@ def test_a_preempted_nodes_hosts_are_out_of_reach_and_a_reset_ends_the_grace(fak
 # ---- podctl fake inject, on the daemon ----------------------------------------------------
 
 
-def test_inject_needs_a_running_fake(podctl):
-    proc = podctl("fake", "inject", "cut-ssh", "x", "0", check=False)
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    yield from no_daemon_cli(tmp_path_factory)
+
+
+def no_daemon_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One podctl home for a module's refusals, checked once at its end that none of them
+    started the fake's daemon (a `fake status` after each case cost a podctl process each)."""
+    from tests.conftest import _share_env_signing_key
+
+    tmp = tmp_path_factory.mktemp("refusals")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    cli = Podctl(tmp)
+    yield cli
+    assert not json.loads(cli("fake", "status", "--json", check=False).stdout or "{}").get("running")
+
+
+def test_inject_needs_a_running_fake(refusing):
+    proc = refusing("fake", "inject", "cut-ssh", "x", "0", check=False)
     assert_one_line_error(proc, 1, "the fake cloud is not running; `podctl fake start`")
 
 
@@ -331,8 +350,8 @@ def test_a_member_without_an_email_and_an_unknown_project_are_refused_as_google_
     (["capacity", "lots"], "CHIPS"),
     (["os-login", "--project", ""], "--project must be a non-empty name"),
 ])
-def test_inject_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, words):
-    assert_one_line_error(podctl("fake", "inject", *args, check=False), 2, words)
+def test_inject_bad_input_is_one_line_before_the_daemon_is_asked(refusing, args, words):
+    assert_one_line_error(refusing("fake", "inject", *args, check=False), 2, words)
 
 
 def test_one_table_drives_the_admin_api_its_client_and_the_cli(fake):

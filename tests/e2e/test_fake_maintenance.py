@@ -21,6 +21,7 @@ from podctl.base.errors import FakeCloudError
 from tests.conftest import TIME_SCALE, assert_one_line_error
 from podctl.host import agent_maintenance
 from tests.e2e.test_fake_hosts import _ssh_port  # noqa: F401 - the autouse fixture: the fake's SSH port
+from tests.e2e.test_fake_faults import no_daemon_cli
 from tests.e2e.test_fake_hosts import eventually, make_node, new_key, ports, run
 
 # What a script on the host reads: status code and body of one metadata key.
@@ -117,17 +118,20 @@ def test_an_unhealthy_node_shows_health_and_symptoms(fake, client, node16):
     assert seen.health == tpu_v2.Node.Health.HEALTHY and not seen.symptoms
 
 
-@pytest.mark.parametrize("call, words", [
-    (lambda a: a.maintenance("maint", workers=[2]), "workers 0 to 1, not 2"),
-    (lambda a: a.maintenance("maint", after=-1), "after must be 0 or more seconds"),
-    (lambda a: a.unhealthy("maint", health="SICK"), "health must be one of"),
-    (lambda a: a.unhealthy("maint", symptom="FLU"), "symptom must be one of"),
-    (lambda a: a.slow("maint", 0, factor=0.5), "factor must be a number from 1"),
-    (lambda a: a.crash_loop("maint", 5), "workers 0 to 1, not 5"),
-])
-def test_bad_host_fault_requests_are_refused(fake, node16, call, words):
-    with pytest.raises(FakeCloudError, match=words):
-        call(fake.admin)
+def test_bad_host_fault_requests_are_refused(fake, node16):
+    """Every refusal against one v5p-16 (it was one v5p-16 made per refusal)."""
+    for call, words in [
+        (lambda a: a.maintenance("maint", workers=[2]), "workers 0 to 1, not 2"),
+        (lambda a: a.maintenance("maint", after=-1), "after must be 0 or more seconds"),
+        (lambda a: a.unhealthy("maint", health="SICK"), "health must be one of"),
+        (lambda a: a.unhealthy("maint", symptom="FLU"), "symptom must be one of"),
+        (lambda a: a.slow("maint", 0, factor=0.5), "factor must be a number from 1"),
+        (lambda a: a.crash_loop("maint", 5), "workers 0 to 1, not 5"),
+    ]:
+        with pytest.raises(FakeCloudError, match=words):
+            call(fake.admin)
+    # refused, nothing changed: the node is as it was made
+    assert fake.admin.hosts()["nodes"][node16[0].name]["alive"] == 2
 
 
 def test_slow_and_crash_looping_hosts(fake, node16):
@@ -208,21 +212,24 @@ def test_the_agents_watcher_sees_maintenance_within_its_lead():
                                  300, now)
 
 
-def test_status_shows_pending_maintenance_health_and_symptoms(podctl):
-    podctl.env["PODCTL_BACKEND"] = "fake"
-    podctl("fake", "start")
-    podctl("up", "--slice", "v5p-8", "--name", "st")
-    said = podctl("fake", "inject", "maintenance", "st", "--in", "10h", "--window", "1h").stdout
-    assert said.startswith("st: maintenance of worker(s) 0 from ")
-    said = podctl("fake", "inject", "unhealthy", "st", "--symptom", "MESH_BUILD_FAIL", "--worker", "0").stdout
+def _status_shows_pending_maintenance_health_and_symptoms(podctl, name: str) -> None:
+    """NAME is a fake v5p-16 (workers 0 and 1) nothing runs on any more."""
+    said = podctl("fake", "inject", "maintenance", name, "--in", "10h", "--window", "1h",
+                  "--workers", "0").stdout
+    assert said.startswith(f"{name}: maintenance of worker(s) 0 from ")
+    said = podctl("fake", "inject", "unhealthy", name, "--symptom", "MESH_BUILD_FAIL", "--worker", "0").stdout
     assert "health UNHEALTHY_TENSORFLOW; MESH_BUILD_FAIL on worker 0" in said
-    shown = podctl("status", "st").stdout
+    shown = podctl("status", name).stdout
     assert "UNHEALTHY_TENSORFLOW" in shown and "MESH_BUILD_FAIL on worker 0" in shown
     assert "PENDING SCHEDULED" in shown
-    as_json = podctl.json("status", "st")
-    assert as_json["maintenance"]["st"]["maintenanceStatus"] == "PENDING"
+    as_json = podctl.json("status", name)
+    assert as_json["maintenance"][name]["maintenanceStatus"] == "PENDING"
     assert as_json["nodes"][0]["symptoms"][0].startswith("MESH_BUILD_FAIL on worker 0")
-    podctl("down", "st", "--yes")
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory):
+    yield from no_daemon_cli(tmp_path_factory)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -232,16 +239,21 @@ def test_status_shows_pending_maintenance_health_and_symptoms(podctl):
     (["slow", "st", "0", "--factor", "0"], "--factor must be a number from 1"),
     (["crash-loop", "st", "-1"], "WORKER must be a whole number"),
 ])
-def test_host_fault_bad_input_is_one_line_before_the_daemon_is_asked(podctl, args, words):
-    assert_one_line_error(podctl("fake", "inject", *args, check=False), 2, words)
+def test_host_fault_bad_input_is_one_line_before_the_daemon_is_asked(refusing, args, words):
+    assert_one_line_error(refusing("fake", "inject", *args, check=False), 2, words)
 
 
+
+@pytest.mark.timeout(900)  # three scenarios, each making the slice again once
 def test_a_crash_looping_host_is_named_and_recovery_leaves_its_hardware(tmp_path):
     """Through podctl run: the script podctl's agent starts on worker 1 crashes (SIGSEGV,
     exit 139) a second after each start. Without --recover the run fails naming host
     0001. With --recover the first crash is relaunched in place; the second on the same
     worker is a bad host, so the slice is made again, and on the new hardware the run
-    succeeds; the record names the bad worker."""
+    succeeds; the record names the bad worker.
+
+    Then, on that slice and daemon (one made, not three): a node turned unhealthy, its run
+    recovered on new hardware; and `status` showing pending maintenance, health and symptoms."""
     from pathlib import Path
 
     from tests.conftest import Podctl, slice_on_daemon
@@ -267,36 +279,32 @@ def test_a_crash_looping_host_is_named_and_recovery_leaves_its_hardware(tmp_path
         assert podctl.json("status", "loop")["created"] > before  # new hardware
         record = next(r for r in podctl.json("runs") if r["run_id"] == result["run_id"])
         assert record["extra"]["bad_hosts"] == [1]
+        _a_node_turned_unhealthy_is_shown_and_its_run_recovered_on_new_hardware(podctl, script, "loop")
+        _status_shows_pending_maintenance_health_and_symptoms(podctl, "loop")
 
 
-def test_a_node_turned_unhealthy_is_shown_and_its_run_recovered_on_new_hardware(tmp_path):
+def _a_node_turned_unhealthy_is_shown_and_its_run_recovered_on_new_hardware(podctl, script, sick: str) -> None:
     """A node that reports UNHEALTHY_TENSORFLOW with a symptom, and whose worker's script
     then dies (SIGKILL): `status` shows the health and symptom, and `--recover` makes the
     slice again instead of relaunching on the sick node; the run then succeeds."""
-    from pathlib import Path
-
-    from tests.conftest import Podctl, slice_on_daemon
-
-    script = Path(__file__).parents[1] / "scripts" / "sleep_then_exit.py"
-    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "sick") as podctl:
-        before = podctl.json("status", "sick")["created"]
-        proc = subprocess.Popen([sys.executable, "-m", "podctl", "run", "sick", "--recover", "1",
-                                 "--json", str(script), "8"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=podctl.env, cwd=podctl.tmp)
-        try:
-            podctl("fake", "inject", "unhealthy", "sick", "--health", "UNHEALTHY_TENSORFLOW",
-                   "--symptom", "HBM_OUT_OF_MEMORY", "--worker", "1")
-            shown = podctl.json("status", "sick")
-            assert shown["health"] == "UNHEALTHY_TENSORFLOW"
-            assert any("HBM_OUT_OF_MEMORY" in s for n in shown["nodes"] for s in n["symptoms"])
-            # worker 1's script (not its agent) dies, as an OOM kill does
-            podctl("fake", "inject", "crash-loop", "sick", "1", "--after", "1", "--signal", "KILL")
-            out, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 0, err[-3000:]
-        assert "node sick is UNHEALTHY_TENSORFLOW" in err and "making sick again" in err, err
-        assert json.loads(out)["recoveries"] == 1
-        after = podctl.json("status", "sick")
-        assert after["created"] > before and after["health"] in (None, "HEALTHY")
+    before = podctl.json("status", sick)["created"]
+    proc = subprocess.Popen([sys.executable, "-m", "podctl", "run", sick, "--recover", "1",
+                             "--json", str(script), "8"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=podctl.env, cwd=podctl.tmp)
+    try:
+        podctl("fake", "inject", "unhealthy", sick, "--health", "UNHEALTHY_TENSORFLOW",
+               "--symptom", "HBM_OUT_OF_MEMORY", "--worker", "1")
+        shown = podctl.json("status", sick)
+        assert shown["health"] == "UNHEALTHY_TENSORFLOW"
+        assert any("HBM_OUT_OF_MEMORY" in s for n in shown["nodes"] for s in n["symptoms"])
+        # worker 1's script (not its agent) dies, as an OOM kill does
+        podctl("fake", "inject", "crash-loop", sick, "1", "--after", "1", "--signal", "KILL")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert f"node {sick} is UNHEALTHY_TENSORFLOW" in err and f"making {sick} again" in err, err
+    assert json.loads(out)["recoveries"] == 1
+    after = podctl.json("status", sick)
+    assert after["created"] > before and after["health"] in (None, "HEALTHY")

@@ -68,6 +68,7 @@ def test_the_template_traces_on_request_and_writes_scalars_alone(tmp_path):
 def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tmp_path):
     podctl.env["PODCTL_BACKEND"] = "fake"
     gcs = podctl.json("fake", "start")["gcs"]
+    _profile_bad_input(podctl, gcs)  # on this daemon: one started and stopped, not two
     podctl("up", "--slice", "v5p-16", "--name", "prof")
     try:
         run_id = podctl("run", "prof", "--detach", "--xla-dump", str(TEMPLATE), *TINY, "--steps", "40",
@@ -111,9 +112,9 @@ def test_a_profile_of_a_running_run_lands_in_gcs_and_the_run_finishes(podctl, tm
         podctl("down", "prof", "--yes")
 
 
-def test_profile_bad_input(podctl):
-    podctl.env["PODCTL_BACKEND"] = "fake"
-    gcs = podctl.json("fake", "start")["gcs"]
+def _profile_bad_input(podctl, gcs: str) -> None:
+    """Refusals in one line, against runs recorded in the daemon's GCS (a "gone" one ended,
+    a "live" one no agent answers for)."""
     storage = Storage.connect(FAKE_BUCKET, endpoint=gcs)
     from podctl.jobs.run_files import save_record
     from podctl.jobs.run_record import RunRecord

@@ -45,11 +45,17 @@ def _cont(pid: int) -> None:
 
 
 @pytest.mark.host_env
+@pytest.mark.timeout(1500)
 def test_a_frozen_host_is_named_its_stacks_kept_and_the_run_recovered(podctl):
+    """Three runs on one fake v5p-16 (a daemon and a slice made once, not three times):
+    a script with no stacks handler paused through a stall, a host frozen before its
+    first step, then the template with a host frozen mid-training and recovered."""
     podctl.env["PODCTL_BACKEND"] = "fake"
     podctl("fake", "start")
     fake = podctl.json("fake", "status")
     podctl("up", "--slice", "v5p-16", "--name", "stall")
+    _a_script_without_a_stacks_handler_pauses_through_a_stall_and_finishes(podctl, fake)
+    _a_host_frozen_before_its_first_step_is_a_stall_and_on_stall_stop_ends_the_run(podctl)
     frozen: list[int] = []
     run_ids: list[str] = []
 
@@ -123,38 +129,30 @@ def test_no_first_step_within_the_allowance_after_every_script_started_is_a_stal
     assert StallPolicy(after=60, startup=900).first_step_threshold() == 900
 
 
-@pytest.mark.timeout(600)
-def test_a_host_frozen_before_its_first_step_is_a_stall_and_on_stall_stop_ends_the_run(podctl):
-    podctl.env["PODCTL_BACKEND"] = "fake"
-    podctl("fake", "start")
-    podctl("up", "--slice", "v5p-16", "--name", "early")
+def _a_host_frozen_before_its_first_step_is_a_stall_and_on_stall_stop_ends_the_run(podctl) -> None:
     # Host 1 stops itself at once; host 0 waits for it ("initializing") with no step.
-    done = podctl("run", "early", "--on-stall", "stop", "--stall-after", "20s", "--env",
+    done = podctl("run", "stall", "--on-stall", "stop", "--stall-after", "20s", "--env",
                   "FREEZE_HOST=1", str(SCRIPTS / "freeze_on_host.py"), check=False, timeout=240)
     log = done.stderr
     assert done.returncode != 0, log[-3000:]
     assert "stalled: no first step" in log, log[-3000:]
     assert "host 0001's script is stopped (process state T)" in log, log[-3000:]
     assert "ending it on every host (--on-stall stop)" in log
-    podctl("down", "early", "--yes")
 
 
-@pytest.mark.timeout(600)
-def test_a_script_without_a_stacks_handler_pauses_through_a_stall_and_finishes(podctl):
-    podctl.env["PODCTL_BACKEND"] = "fake"
-    podctl("fake", "start")
-    fake = podctl.json("fake", "status")
-    podctl("up", "--slice", "v5p-8", "--name", "pause")
-    done = podctl("run", "pause", "--stall-after", "5s", "--env", "PAUSE=25",
+def _a_script_without_a_stacks_handler_pauses_through_a_stall_and_finishes(podctl, fake: dict) -> None:
+    """Neither host's script has a SIGUSR1 handler: taking their stacks pauses both, kills neither."""
+    done = podctl("run", "stall", "--stall-after", "5s", "--env", "PAUSE=25",
                   str(SCRIPTS / "pause_steps.py"), check=False, timeout=240)
     log = done.stderr
     assert done.returncode == 0, log[-3000:]  # before: "host 0000 exited 138" (SIGUSR1)
-    assert "stalled: no step for" in log and "stacks of 1 of 1 hosts in gs://" in log, log[-3000:]
+    assert "stalled: no step for" in log and "stacks of 2 of 2 hosts in gs://" in log, log[-3000:]
     assert done.stdout.count('"kind": "step"') == 10 and "done" in done.stdout
     storage = Storage.connect(FAKE_BUCKET, endpoint=fake["gcs"])
     run_id = next(line.split("run ", 1)[1].split()[0] for line in log.splitlines()
-                  if " on pause (" in line)
-    (stacks,) = run_sync(storage.list(f"podctl/runs/{run_id}/stacks/"))
-    text = run_sync(storage.download_bytes(stacks.name)).decode()
-    assert "faulthandler: not asked" in text and "wchan" in text
-    podctl("down", "pause", "--yes")
+                  if " on stall (" in line)
+    stacks = run_sync(storage.list(f"podctl/runs/{run_id}/stacks/"))
+    assert sorted(o.name.rsplit("/", 1)[-1] for o in stacks) == ["host-0000.txt", "host-0001.txt"]
+    for kept in stacks:
+        text = run_sync(storage.download_bytes(kept.name)).decode()
+        assert "faulthandler: not asked" in text and "wchan" in text

@@ -9,10 +9,13 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from podctl.fake.admin.admin_client import FakeAdmin
-from tests.conftest import Podctl
+from tests.conftest import Podctl, _share_env_signing_key, stop_fake_and_check
 from tests.e2e.test_recovery import _collect, _start, _wait_for
 
 TICKER = Path(__file__).parents[1] / "scripts" / "ticker.py"
@@ -21,8 +24,6 @@ TICKER = Path(__file__).parents[1] / "scripts" / "ticker.py"
 def _follow_recovering(podctl: Podctl) -> tuple[subprocess.Popen, list[str], str, FakeAdmin]:
     """`podctl run m1 --recover 3 ticker.py` following in the background, started ->
     (the process, its stderr lines as they come, the run id, the fake's admin)."""
-    podctl.env["PODCTL_BACKEND"] = "fake"
-    podctl("fake", "start")
     admin = FakeAdmin(podctl.json("fake", "status")["admin"])
     podctl("up", "--slice", "v5p-8", "--name", "m1")
     proc = _start(podctl, "run", "m1", "--recover", "3", str(TICKER), "100000", "0.2")
@@ -32,6 +33,23 @@ def _follow_recovering(podctl: Podctl) -> tuple[subprocess.Popen, list[str], str
     _wait_for(err, "started on all", proc)
     run_id = re.search(r"run (\S+) on m1", "".join(err)).group(1)
     return proc, err, run_id, admin
+
+
+@pytest.fixture(scope="module")
+def podctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One fake daemon for the module: each case makes m1, and takes it down at its end
+    (_end); a daemon started and stopped per case cost about 4 s of CPU each. At the end
+    the daemon is stopped and checked to hold nothing billable."""
+    tmp = tmp_path_factory.mktemp("final")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    cli = Podctl(tmp)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    cli("fake", "start")
+    try:
+        yield cli
+    finally:
+        stop_fake_and_check(cli)
 
 
 def _record(podctl: Podctl, run_id: str) -> dict:

@@ -14,15 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Podctl, slice_on_daemon
+from tests.conftest import Podctl, _share_env_signing_key, slice_on_daemon
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 STRAY = str(SCRIPTS / "stray_child.py")
 
 
-@pytest.fixture
-def podctl(tmp_path: Path):
-    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "stray") as cli:
+@pytest.fixture(scope="module")
+def podctl(tmp_path_factory: pytest.TempPathFactory):
+    """One daemon and v5p-16 "stray" for the module's cases: each starts and ends its own
+    run on it, and none changes the slice (a daemon and a slice each cost about 4 s of CPU)."""
+    tmp = tmp_path_factory.mktemp("stray")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    with slice_on_daemon(Podctl(tmp), "v5p-16", "stray") as cli:
         yield cli
 
 
@@ -72,10 +77,21 @@ def start_client(podctl: Podctl, *args: str) -> tuple[subprocess.Popen, str]:
 
 
 def wait_for_line(podctl: Podctl, run_id: str, text: str, hosts: int = 2) -> None:
+    """Until TEXT is in the lines of RUN_ID from HOSTS hosts, read from the fake's GCS in
+    this process (a `podctl logs` process each half second cost about a second of CPU
+    each; the CLI's own `logs` is test_jobs_cli's)."""
+    import asyncio
+
+    from podctl.base.settings import FAKE_BUCKET
+    from podctl.cloud.storage import Storage
+    from podctl.jobs.logs import LogReader
+
+    storage = Storage.connect(FAKE_BUCKET, endpoint=podctl.json("fake", "status")["gcs"])
     deadline = time.time() + 90
     while time.time() < deadline:
-        out = podctl("logs", run_id, "--host", "all", check=False).stdout
-        if sum(text in line for line in out.splitlines()) >= hosts:
+        lines: list[str] = []
+        asyncio.run(LogReader(storage, run_id, hosts, lambda _, line: lines.append(line)).follow(follow=False))
+        if sum(text in line for line in lines) >= hosts:
             return
         time.sleep(0.5)
     raise AssertionError(f"never saw {text!r} from {hosts} hosts")
@@ -91,7 +107,7 @@ def test_run_returns_with_the_scripts_exit_code_when_it_exits_and_its_children_a
     assert "left 2 processes running; ending them" in proc.stdout
     run_id = next(l.split()[2] for l in proc.stderr.splitlines() if l.startswith("podctl: run "))
     assert left_alive(run_id) == []
-    assert json.loads(podctl("runs", "--json").stdout)[0]["state"] == "succeeded"
+    assert {r["run_id"]: r for r in json.loads(podctl("runs", "--json").stdout)}[run_id]["state"] == "succeeded"
 
 
 def test_ctrl_c_leaves_no_agent_and_no_child_of_the_script_alive(podctl):
