@@ -3,7 +3,7 @@ same two trainings (STEPS steps, then resumed for MORE more) run directly as two
 processes with `jax.distributed` and a local checkpoint directory: no fake cloud, no
 SSH, no GCS, no environment to build or fetch.
 
-    python benchmarks/bench_demo.py [--steps 30] [--more-steps 10] [--rounds 1]
+    python benchmarks/bench_demo.py [--steps 20] [--more-steps 10] [--rounds 1]
                                     [--before DIR]   # a checkout of an earlier podctl
 
 Each configuration runs in the same benchmark run, alternating: per round, every
@@ -116,7 +116,7 @@ def demo(tree: Path, state: Path, a: argparse.Namespace) -> tuple[float, dict[st
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--more-steps", type=int, default=10)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1)

@@ -86,7 +86,7 @@ def _printer(say: Callable[[str], None]) -> Callable[[str], None]:
     return echo
 
 
-def run_demo(*, steps: int = 30, more_steps: int = 10, checkpoint_every: int = 10,
+def run_demo(*, steps: int = 20, more_steps: int = 10, checkpoint_every: int = 10,
              say: Callable[[str], None] = print) -> DemoSummary:
     from podctl.api import connect
 
@@ -183,8 +183,8 @@ def render(summary: DemoSummary, say: Callable[[str], None] = print) -> None:
     say(f"runs         {s.run_ids[0]} (steps {s.first_steps[0]}-{s.first_steps[1]})")
     say(f"             {s.run_ids[1]} (resumed, steps {s.resumed_steps[0]}-{s.resumed_steps[1]})")
     say(f"loss         {loss}")
-    say(f"checkpoints  steps {', '.join(map(str, s.checkpoint_steps)) or 'none'} kept; older ones "
-        f"were pruned (the template keeps the latest {KEEP}: --keep N)")
+    say(f"checkpoints  steps {', '.join(map(str, s.checkpoint_steps)) or 'none'} kept (the template "
+        f"keeps the latest {KEEP}: --keep N)")
     env = ", ".join(f"{k[4:]} {v:.1f}s" for k, v in s.phases.items() if k.startswith("env_"))
     said = [f"{k} {v:.1f}s" + (f" [environment: {env}]" if k == "bundle" and env else "")
             for k, v in s.phases.items() if not k.startswith("env_")]

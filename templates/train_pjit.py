@@ -744,6 +744,25 @@ class ProfileRequests:
         os.replace(tmp, os.path.join(self.dir, f"profile-{active['id']}.done"))
 
 
+def compiled_everywhere(step_fn, state, batch, timeout_s: float = 1800.0) -> None:
+    """The train step compiled here (jit keeps it: the first call runs it), then wait until
+    every process has compiled it too. On CPU devices the step's collectives go through
+    Gloo, which waits only 30 s for a peer (`GetKeyValue() timed out`, an abort): a resume
+    whose host 0 loads the step from its compilation cache while another host compiles it
+    on busy cores passed that. The coordination service's barrier waits as long as a
+    compile may take."""
+    import jax
+
+    if jax.process_count() == 1:
+        return
+    step_fn.lower(state, batch).compile()
+    from jax._src import distributed  # the client orbax's barriers use too
+
+    client = distributed.global_state.client
+    if client is not None:
+        client.wait_at_barrier("train_pjit_step_compiled", int(timeout_s * 1000))
+
+
 # ---- main -------------------------------------------------------------------------
 
 class Built:
@@ -1037,6 +1056,8 @@ def main(argv: list[str] | None = None) -> int:
         t_batch = time.time()
         batch = data.global_batch(step, batch_sharding, b.batch, b.micro)
         host_s = time.time() - t_batch  # this host's own work: nothing here waits for a peer
+        if first:
+            compiled_everywhere(step_fn, state, batch)
         state, loss_arr = step_fn(state, batch)
         loss = float(loss_arr)  # waits for the step: the time below is the step's
         step += 1

@@ -150,6 +150,10 @@ def install(plan: env_lock.EnvPlan, tree: Path) -> None:
         scripts.rmdir()
 
 
+# compileall -x, after site-packages' own path: a file inside a folder named test or tests
+_TEST_SUITES = r"[/\\](?:.*[/\\])?tests?[/\\]"
+
+
 def compile_bytecode(tree: Path, python: str, shipped: Path | None) -> bool:
     """The packages' bytecode, compiled once here by a Python PYTHON (the archive's own
     CPython SHIPPED, else this machine's of that version), as `pip install` compiles by
@@ -158,7 +162,9 @@ def compile_bytecode(tree: Path, python: str, shipped: Path | None) -> bool:
     does. `unchecked-hash`: the environment never changes once unpacked (its archive is
     checked by sha256), so Python need not look at the sources again. False where no such
     Python runs here (the hosts compile at import, as before); a file that does not compile
-    is left without, as pip leaves it."""
+    is left without, as pip leaves it. The packages' own test suites (a `test` or `tests`
+    folder: 672 of jax's environment's 4,028 modules, 30% of the compile's CPU) are left out:
+    no library imports them, and a host that runs one compiles it then."""
     site = tree / "lib" / f"python{python}" / "site-packages"
     interpreter = shipped / "bin" / f"python{python}" if shipped is not None else None
     if interpreter is None or not interpreter.exists():
@@ -167,7 +173,7 @@ def compile_bytecode(tree: Path, python: str, shipped: Path | None) -> bool:
     if interpreter is None or not site.is_dir():
         return False
     argv = [str(interpreter), "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
-            str(site)]
+            "-x", re.escape(str(site)) + _TEST_SUITES, str(site)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
     try:
         children.run(argv, timeout=_UV_TIMEOUT, stdin=subprocess.DEVNULL, env=env)

@@ -134,9 +134,15 @@ def test_the_client_compiles_the_bytecode_with_a_python_of_the_hosts_version(tmp
     site.mkdir(parents=True)
     (site / "six.py").write_text("X = 1\n")
     (site / "broken.py").write_text("def (:\n")  # left without, as pip leaves it
+    for suite in ("six/tests", "six/test", "six/tests/deep"):  # a package's test suite: never imported
+        (site / suite).mkdir(parents=True, exist_ok=True)
+        (site / suite / "test_six.py").write_text("X = 1\n")
+    (site / "six" / "testing.py").write_text("X = 1\n")  # numpy.testing and the like: imported
     assert env_build.compile_bytecode(tree, "3.12", None)
     _compiled_once_on_the_client(site)
     assert sorted(p.name for p in (site / "__pycache__").iterdir()) == ["six.cpython-312.pyc"]
+    assert sorted(p.relative_to(site).as_posix() for p in site.rglob("*.pyc")) == [
+        "__pycache__/six.cpython-312.pyc", "six/__pycache__/testing.cpython-312.pyc"]
     assert not env_build.compile_bytecode(tree, "2.1", None)  # no such Python here: the hosts compile
 
 
