@@ -312,10 +312,12 @@ def test_which_path_a_run_takes():
         _paths(_slice(old), "boot", "ssh")
     with pytest.raises(InvalidValueError, match="--via ssh"):
         _paths(_slice(ours, none), None, "boot")
-    # a Compute Engine MIG carries the watcher, but no pointer reaches it yet: said as such,
-    # not as "made by another podctl" (whose fix, `podctl up` again, would not help)
-    with pytest.raises(InvalidValueError, match="Compute Engine MIG.*no Compute Engine form.*--via ssh"):
-        _paths(replace(_slice(ours), api="compute"), "boot", None)
+    # a Compute Engine MIG: its watchers take the pointer from each VM's own metadata
+    # (cloud/providers/compute_metadata.py), so it goes the same ways as a Cloud TPU node
+    assert _paths(replace(_slice(ours), api="compute"), "boot", None) == ["boot"]
+    assert _paths(replace(_slice(ours), api="compute"), None, None) == ["boot", "ssh"]
+    with pytest.raises(InvalidValueError, match="--via ssh"):
+        _paths(replace(_slice(old), api="compute"), "boot", None)
     with pytest.raises(InvalidValueError, match="--build-on host needs --via ssh"):
         _paths(_slice(ours), "boot", None, signing_key=True)
     with pytest.raises(InvalidValueError, match="PODCTL_VIA 'pigeon'.*auto, boot or ssh"):
