@@ -84,12 +84,16 @@ def test_a_multi_host_tpu7x_slice_is_a_mig_that_runs_jax_and_goes_whole(podctl):
         first, second = result["attempts"]
         assert result["recoveries"] == 1 and first["reason"] and second["reason"] is None, result
         assert second["start_step"] >= 2 and second["last_step"] == 8, result
-        # no step lost: the second attempt went on from the last checkpoint the first one
-        # saved, and only the steps after it (at most --checkpoint-every's 2) were done again
+        # nothing lost but what a VM gone without notice must lose: the second attempt went on
+        # from the last checkpoint the first one committed, and only the steps after it were
+        # done again
         before = log.split("recovering (attempt 2", 1)[0]
         saved = [int(step) for step in re.findall(r'"kind": "checkpoint", "step": (\d+)', before)]
-        assert second["start_step"] == max(saved), (saved, result)
-        assert first["steps_lost"] == first["last_step"] - second["start_step"] <= 2, result
+        # (the template says a checkpoint when its write begins, and orbax writes it in the
+        # background: the one under way when the VM went may not have committed, so the
+        # second attempt starts from it or from the one before, never further back)
+        assert second["start_step"] in saved and second["start_step"] >= max(saved) - 2, (saved, result)
+        assert first["steps_lost"] == first["last_step"] - second["start_step"] <= 4, result  # two intervals
     finally:  # a failed test too: its MIG must not outlive it
         podctl("down", "iw16", "--yes", *TPU7X_ZONE, check=False)
     assert not any(_admin(podctl).resources().values())  # no MIG, template, policy or VM
