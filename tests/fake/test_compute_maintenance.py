@@ -10,25 +10,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 import requests
 
-from podctl.cloud.connect import compute_engine_at
 from podctl.cloud.create import CreateRequest
 from podctl.cloud.types import SliceSpec
-from podctl.cloud.wait import WaitPolicy
 from tests.conftest import PROJECT, TIME_SCALE, raw_api
-
-ZONE = "us-central1-c"
-PARENT = f"projects/{PROJECT}/locations/{ZONE}"
-FAST = WaitPolicy(initial=0.05, maximum=0.2, jitter=0.0, timeout=60)
-
-
-@pytest.fixture
-def provider(fake):
-    opened = compute_engine_at(fake.tpu_api_url)
-    yield opened
-    opened.close()
+from tests.fake.compute_support import FAST, PARENT, ZONE
 
 
 def _metadata_server(fake, node: str, worker: int, path: str) -> requests.Response:

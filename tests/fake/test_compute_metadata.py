@@ -11,22 +11,10 @@ import asyncio
 
 import pytest
 
-from podctl.cloud.connect import compute_engine_at
 from podctl.cloud.create import CreateRequest
 from podctl.cloud.types import SliceSpec
-from podctl.cloud.wait import WaitPolicy
 from tests.conftest import PROJECT, raw_api
-
-ZONE = "us-central1-c"
-PARENT = f"projects/{PROJECT}/locations/{ZONE}"
-FAST = WaitPolicy(initial=0.05, maximum=0.2, jitter=0.0, timeout=60)
-
-
-@pytest.fixture
-def provider(fake):
-    opened = compute_engine_at(fake.tpu_api_url)
-    yield opened
-    opened.close()
+from tests.fake.compute_support import FAST, PARENT, ZONE
 
 
 @pytest.fixture
