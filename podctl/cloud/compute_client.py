@@ -119,7 +119,7 @@ class ComputeApi:
         return result
 
     async def until_done(self, project: str, scope: str, op: compute_v1.Operation, what: str,
-                         timeout: float = 300.0) -> None:
+                         timeout: float = 300.0) -> compute_v1.Operation:
         """Poll OP until DONE; its error (Compute Engine's errors[] of an operation) raised
         translated, as a failed call's would be."""
         deadline = time.monotonic() + timeout
@@ -132,7 +132,8 @@ class ComputeApi:
             op = await self.operation(project, scope, op.name)
         errors = list(op.error.errors) if op.error else []
         if errors:
-            raise operation_error(errors, what)
+            raise operation_error(errors, what, _where(scope).get("zone", ""))
+        return op
 
 
 # Compute Engine's 403 names what is missing: "Required 'compute.instanceGroupManagers.create'
@@ -162,13 +163,35 @@ def compute_words(error: PodctlError, cause: BaseException, what: str) -> Podctl
     return error
 
 
-def operation_error(errors: list[Any], what: str) -> PodctlError:
+STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+# Compute Engine's quota words, in an operation's or a managed instance's error: "Quota
+# 'N2_CPUS' exceeded.  Limit: 8.0 in region northamerica-northeast1." (quoted whole in
+# GoogleCloudPlatform/pubsec-declarative-toolkit#625; mesosphere-backup/terraform-dcos#61)
+_QUOTA_WORDS = re.compile(r"Quota '([^']+)' exceeded\.\s+Limit: ([0-9.]+) (?:in (region|zone) ([a-z0-9-]+)|globally)")
+
+
+def operation_error(errors: list[Any], what: str, zone: str = "") -> PodctlError:
+    """Compute Engine's errors[] ({code, message}: a finished operation's, or what a MIG's
+    last attempt at its VMs met) -> podctl's error in one line, with what to do: a stockout
+    the same StockoutError as the Cloud TPU API's, a quota the same QuotaExceededError."""
     from podctl.base.errors import CloudError, QuotaExceededError, StockoutError
 
-    text = "; ".join(f"{e.code}: {e.message}" for e in errors)
+    text = "; ".join(dict.fromkeys(f"{e.code}: {e.message}" for e in errors))
     codes = {e.code for e in errors}
-    if codes & {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"}:
-        return StockoutError(f"no capacity while {what} ({text}); try later or another zone.")
+    if codes & set(STOCKOUT_CODES):
+        where = f" in {zone}" if zone else ""
+        return StockoutError(f"no TPU capacity{where} right now (stockout) while {what} ({text}). Try "
+                             "another zone (--zone), flex-start that waits for capacity (--queued), "
+                             "or later.")
     if any(c.startswith("QUOTA") for c in codes):
-        return QuotaExceededError(f"quota exceeded while {what} ({text}).")
+        found = next((m for m in (_QUOTA_WORDS.search(str(e.message)) for e in errors) if m), None)
+        if found:
+            name, limit, scope, where = found.groups()
+            at = f"in {scope} {where}" if scope else "globally"
+            return QuotaExceededError(
+                f"quota {name} exceeded while {what} (limit {limit} {at}): request more at "
+                "https://console.cloud.google.com/iam-admin/quotas (filter by that name) or use a "
+                "smaller slice.")
+        return QuotaExceededError(f"quota exceeded while {what} ({text}): request more in the console "
+                                  "(IAM & Admin > Quotas) or use a smaller slice.")
     return CloudError(f"{what} failed: {text}")

@@ -71,3 +71,19 @@ def template_slice(description: str) -> tuple[str, str] | None:
 def resize_request_name(name: str) -> str:
     """The flex-start resize request of slice NAME (a sub-resource of its MIG)."""
     return derived(name, "flex")
+
+
+def operation_path(project: str, scope: str, name: str) -> str:
+    """A Compute Engine operation as one name another process can follow (the queue keeps a
+    create's): 'projects/P/zones/Z/operations/N' (or regions/R, or global)."""
+    return f"projects/{project}/{scope}/operations/{name}"
+
+
+_OPERATION_PATH = re.compile(r"projects/([^/]+)/((?:zones|regions)/[^/]+|global)/operations/([^/]+)")
+
+
+def parse_operation(path: str) -> tuple[str, str, str] | None:
+    """operation_path's name -> (project, scope, name); None for any other (a Cloud TPU
+    operation is 'projects/P/locations/Z/operations/N')."""
+    found = _OPERATION_PATH.fullmatch(path)
+    return (found[1], found[2], found[3]) if found else None

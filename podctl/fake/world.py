@@ -129,6 +129,9 @@ class World:
     reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
     migs: dict[str, dict[str, Any]] = field(default_factory=dict)
     compute_ops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # error codes the next MIG inserts' operations end with, in order (the fault
+    # `mig-error`; compute_tpu.insert_refusal)
+    compute_insert_errors: list[str] = field(default_factory=list)
 
     # ---- time ---------------------------------------------------------------
 

@@ -33,3 +33,10 @@ def test_derived_names_fit_compute_engines_63_characters_and_keep_long_names_apa
     long_a, long_b = "a" * 60 + "-x", "a" * 60 + "-y"
     made = {names.template_name(long_a), names.template_name(long_b)}
     assert len(made) == 2 and all(len(n) <= 63 and n.endswith("-tpl") for n in made)
+
+
+def test_an_operation_path_names_its_scope_and_a_cloud_tpu_one_is_not_compute_engines():
+    for scope in ("zones/us-central1-c", "regions/us-central1", "global"):
+        path = names.operation_path("p-1", scope, "operation-17-ab")
+        assert names.parse_operation(path) == ("p-1", scope, "operation-17-ab")
+    assert names.parse_operation("projects/p-1/locations/us-central1-c/operations/op-1") is None

@@ -172,6 +172,9 @@ class BothApis:
         return await maker.create(request)
 
     async def creation_outcome(self, operation_name: str) -> CreationOutcome | None:
+        # a MIG's insert is 'projects/P/zones/Z/operations/N', a node's '.../locations/Z/...'
+        if compute_names.parse_operation(operation_name) is not None:
+            return await self.compute.creation_outcome(operation_name)
         return await self.tpu.creation_outcome(operation_name)
 
     async def describe(self, parent: str, name: str, kind: Kind | None = None) -> SliceInfo:

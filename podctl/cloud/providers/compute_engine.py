@@ -39,10 +39,11 @@ from podctl.base.errors import (
 )
 from podctl.cloud import compute_names as names
 from podctl.cloud import compute_requests as req
-from podctl.cloud.compute_client import ComputeApi
+from podctl.cloud.compute_client import STOCKOUT_CODES, ComputeApi, operation_error
 from podctl.cloud.create import CreateRequest, Creation, CreationOutcome
 from podctl.cloud.describe import Kind
 from podctl.cloud.names import validate_name
+from podctl.cloud.operations import Operation
 from podctl.cloud.placement import Placement
 from podctl.cloud.providers import compute_metadata
 from podctl.cloud.types import GuestEntry, Host, NodeInfo, SliceInfo
@@ -126,21 +127,26 @@ class ComputeEngine:
             op = await self.api.call("instanceGroupManagers.insert", f"creating MIG {plan.name}",
                                      self.api.migs.insert_unary, project=plan.project, zone=plan.zone,
                                      instance_group_manager_resource=plan.mig, mutates=True)
+            made.append(("mig", plan.name))
+            # DONE once the group exists, its VMs not yet made (instanceGroupManagers.insert's
+            # reference); an error here (a quota, a stockout, something not found) means no
+            # MIG: said as the cloud said it, and what this call made is deleted below
+            scope = f"zones/{plan.zone}"
+            inserted = await self.api.until_done(plan.project, scope, op, f"creating MIG {plan.name}")
             if plan.resize is not None:  # flex-start: the MIG must exist before its resize request
-                made.append(("mig", plan.name))
-                await self.api.until_done(plan.project, f"zones/{plan.zone}", op, f"creating MIG {plan.name}")
                 op = await self.api.call(
                     "instanceGroupManagerResizeRequests.insert", f"asking for {plan.name}'s flex-start VMs",
                     self.api.resize_requests.insert_unary, project=plan.project, zone=plan.zone,
                     instance_group_manager=plan.name, instance_group_manager_resize_request_resource=plan.resize,
                     mutates=True)
-                await self.api.until_done(plan.project, f"zones/{plan.zone}", op,
-                                          f"asking for {plan.name}'s flex-start VMs")
+                await self.api.until_done(plan.project, scope, op, f"asking for {plan.name}'s flex-start VMs")
         except BaseException:
             with contextlib.suppress(PodctlError):
                 await asyncio.shield(self._remove(plan.project, plan.region, made, plan.zone))
             raise
-        return Creation(request.name, "node", None)
+        # the MIG's insert, by a name another process can follow (the queue: creation_outcome)
+        return Creation(request.name, "node", Operation(names.operation_path(plan.project, scope, inserted.name),
+                                                        done=True))
 
     async def _remove(self, project: str, region: str, made: list[tuple[str, str]], zone: str = "") -> None:
         for kind, name in reversed(made):
@@ -165,7 +171,24 @@ class ComputeEngine:
                 continue
 
     async def creation_outcome(self, operation_name: str) -> CreationOutcome | None:
-        return None  # a MIG's insert is followed by describing the slice, not by its operation
+        """How the MIG's insert (create's Creation names it) ended; None where it is no
+        Compute Engine operation or the service has forgotten it. A MIG made is DONE with
+        no error even while its VMs are not (their errors are the slice's state)."""
+        parsed = names.parse_operation(operation_name)
+        if parsed is None:
+            return None
+        project, scope, name = parsed
+        try:
+            op = await self.api.operation(project, scope, name)
+        except NotFoundError:
+            return None
+        if op.status != compute_v1.Operation.Status.DONE:
+            return CreationOutcome(done=False)
+        errors = list(op.error.errors)
+        if not errors:
+            return CreationOutcome(done=True)
+        said = operation_error(errors, f"creating {op.target_link.rsplit('/', 1)[-1]}", scope.partition("/")[2])
+        return CreationOutcome(done=True, stockout=isinstance(said, StockoutError), error=str(said))
 
     async def describe(self, parent: str, name: str, kind: Kind | None = None) -> SliceInfo:
         validate_name(name)
@@ -308,8 +331,8 @@ class ComputeEngine:
                          clock: Clock | None = None, progress: Progress | None = None) -> SliceInfo:
         async def probe() -> SliceInfo | None:
             info = await self.describe(parent, name)
-            if info.state == "STOCKOUT":
-                raise StockoutError(f"{name}: {info.error}")
+            if info.state in ("STOCKOUT", "QUOTA_EXCEEDED"):  # what the MIG met making its VMs
+                raise info_error(info)
             if info.state in ("FAILED", "ORPHANED"):
                 raise SliceLostError(f"{name}: {info.error}; `podctl down {name}`, then `podctl up` again.")
             if info.state == "DELETING":
@@ -455,8 +478,8 @@ def _orphan(project: str, zone: str, name: str, template: compute_v1.InstanceTem
 def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: list[Any],
            topologies: list[Any]) -> tuple[str, str | None]:
     """The slice's state in podctl's words (READY, CREATING, REPAIRING, DELETING, STOCKOUT,
-    FAILED: a topology that could not form, or VMs the MIG cannot make) and, for the last
-    two, why."""
+    QUOTA_EXCEEDED, FAILED: a topology that could not form, or VMs the MIG cannot make) and,
+    for the last three, why (each managed instance's lastAttempt errors, `CODE: message`)."""
     actions = {m.current_action for m in instances}
     if "DELETING" in actions or mig.current_actions.deleting:
         return "DELETING", None
@@ -465,8 +488,10 @@ def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: 
             said = "; ".join(e.message for e in t.state_details.error.errors) or "no reason given"
             return "FAILED", f"its accelerator topology {t.accelerator_topology} could not form ({said})"
     errors = [e for m in instances for e in m.last_attempt.errors.errors]
-    if any(e.code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED") for e in errors):
-        return "STOCKOUT", "; ".join(dict.fromkeys(e.message for e in errors))
+    if any(e.code in STOCKOUT_CODES for e in errors):
+        return "STOCKOUT", "; ".join(dict.fromkeys(f"{e.code}: {e.message}" for e in errors))
+    if any(e.code.startswith("QUOTA") for e in errors):  # passes only when someone raises it
+        return "QUOTA_EXCEEDED", "; ".join(dict.fromkeys(f"{e.code}: {e.message}" for e in errors))
     # Anything else the MIG's last attempt met (a reservation that does not exist, a quota)
     # does not pass by waiting: the MIG would try again and again while `up` waited out
     # its timeout. Rate limits do pass.
@@ -480,3 +505,11 @@ def _state(mig: compute_v1.InstanceGroupManager, instances: list[Any], running: 
     if "RECREATING" in actions:
         return "REPAIRING", None
     return "CREATING", None
+
+
+def info_error(info: SliceInfo) -> PodctlError:
+    """A STOCKOUT or QUOTA_EXCEEDED slice's error (its VMs' last attempt) as podctl's: the
+    same StockoutError or QuotaExceededError a failed operation gives (compute_client.py)."""
+    errors = [compute_v1.Errors(code=code, message=message)
+              for code, _, message in (part.partition(": ") for part in (info.error or "").split("; "))]
+    return operation_error(errors, f"making {info.name}'s VMs", info.zone)

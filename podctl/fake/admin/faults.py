@@ -421,6 +421,21 @@ FAULTS += (
 )
 
 
+def _mig_error(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
+    cloud.world.compute_insert_errors.append(args["code"])
+    return {"pending": list(cloud.world.compute_insert_errors)}
+
+
+FAULTS += (
+    Fault("mig-error", "the next Compute Engine MIG insert's operation ends DONE with CODE in "
+          "its error.errors[] (no MIG is made)",
+          (Arg("code", "choice", "The error's code.", default="QUOTA_EXCEEDED",
+               choices=("QUOTA_EXCEEDED", "ZONE_RESOURCE_POOL_EXHAUSTED", "RESOURCE_NOT_FOUND"),
+               flag="--code", metavar="CODE"),),
+          _mig_error, lambda a, r: f"the next MIG insert fails with {a['code']}"),
+)
+
+
 def _preempt_vm(cloud: FakeCloud, args: dict[str, Any]) -> dict[str, Any]:
     """One VM of a MIG preempted: its processes killed at once (a spot VM's notice is not
     modelled), the MIG recreating it for `timings.node_create`; it boots again (its

@@ -338,6 +338,13 @@ def _insert_mig(world: World, project: str, zone: str, body: dict[str, Any]) -> 
             raise _invalid("resource.resourcePolicies.workloadPolicy", "the policy is in another region")
     sliced = _slice_of(world, project, zone, template, size, policy)
     _no_flex_vms_but_by_request(template, size)
+    if world.compute_insert_errors:  # the insert's operation fails: no MIG is made
+        code = world.compute_insert_errors.pop(0)
+        op = _operation(world, project, f"zones/{zone}", "insert", f"zones/{zone}/instanceGroupManagers/{name}",
+                        done=False)
+        finish_operation(world, f"{project}/zones/{zone}/{op['name']}",
+                         insert_refusal(world, code, project, zone, template, policy_link))
+        return op
     base = str(body.get("baseInstanceName") or name)
     mig = {"kind": "compute#instanceGroupManager", "name": name, "id": str(secrets.randbelow(2**62)),
            "creationTimestamp": rfc3339(world.now()), "baseInstanceName": base,
@@ -394,6 +401,47 @@ def reservation_refusal(world: World, project: str, zone: str, template: dict[st
     return None
 
 
+def quota_metric(sliced: topology.SliceType) -> str:
+    """The name a quota refusal gives a generation's chips (the fake's guess: Compute
+    Engine's own TPU quota names were not found; its CPU ones read 'N2_CPUS')."""
+    return f"{sliced.generation.key.upper()}_CHIPS"
+
+
+def quota_refusal(world: World, project: str, zone: str, sliced: topology.SliceType) -> dict[str, str] | None:
+    """QUOTA_EXCEEDED (a managed instance's lastAttempt error) where the project's chip
+    quota (`POST /admin/quota`: the same as the Cloud TPU API's, kept per zone) cannot hold
+    SLICED beside what the project's slices in the zone already hold; else None."""
+    limit = world.quota.get(f"{project}/{zone}")
+    if limit is None:
+        return None
+    prefix = f"projects/{project}/locations/{zone}/"
+    used = sum(n["_chips"] for n in world.nodes.values() if n["name"].startswith(prefix)
+               and not n.get("_refused") and not n.get("_stockout"))
+    if used + sliced.chips <= limit:
+        return None
+    # Compute Engine's words ("Quota 'N2_CPUS' exceeded.  Limit: 8.0 in region R.")
+    return {"code": "QUOTA_EXCEEDED", "message": f"Quota '{quota_metric(sliced)}' exceeded.  Limit: "
+            f"{float(limit)} in region {zone.rsplit('-', 1)[0]}."}
+
+
+def insert_refusal(world: World, code: str, project: str, zone: str, template: dict[str, Any],
+                   policy_link: str) -> tuple[str, str]:
+    """The error a failed MIG insert's operation carries for CODE, in Compute Engine's words."""
+    if code == "QUOTA_EXCEEDED":
+        machine = template["properties"]["machineType"]
+        gen, _ = _machine_types()[machine]
+        limit = world.quota.get(f"{project}/{zone}", 0)
+        return code, (f"Quota '{gen.key.upper()}_CHIPS' exceeded.  Limit: {float(limit)} in region "
+                      f"{zone.rsplit('-', 1)[0]}.")
+    if code == STOCKOUT:
+        return code, (f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available "
+                      "to fulfill the request.  Try a different zone, or try again later.")
+    affinity = template["properties"].get("reservationAffinity") or {}
+    missing = (str((affinity.get("values") or [""])[0]) or _tail(policy_link)
+               or f"projects/{project}/zones/{zone}/reservations/unnamed")
+    return code, f"The resource '{missing}' was not found"
+
+
 def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: int) -> None:
     """SIZE VMs of the MIG's slice, all at once (a TPU slice is made whole or not at all):
     RUNNING `timings.node_create` later where the zone has the chips, else left CREATING with
@@ -414,7 +462,7 @@ def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: 
         "runtimeVersion": sliced.generation.default_runtime_version, "_api": "compute", "_zone": zone,
         "_chips": sliced.chips, "_hosts": sliced.hosts, "_reserved": False, "_mig": mig["selfLink"],
     }
-    refused = reservation_refusal(world, project, zone, template)
+    refused = reservation_refusal(world, project, zone, template) or quota_refusal(world, project, zone, sliced)
     if refused is not None:
         node["_refused"] = refused  # its VMs are never made; each instance's lastAttempt says why
     elif sliced.chips <= world.free_chips(zone):
