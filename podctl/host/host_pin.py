@@ -111,6 +111,19 @@ def tpu_env_value(attrs: dict[str, Any], name: str) -> str:
     return ""
 
 
+def slice_node(attrs: dict[str, Any]) -> str:
+    """The node (slice) this host is a VM of, from what its metadata server says: a Cloud TPU
+    node's VM names it in `tpu-env` (NODE_ID); a Compute Engine VM, which no Cloud TPU node
+    owns, is named by the MIG that made it, its `created-by` attribute
+    (projects/NUMBER/zones/Z/instanceGroupManagers/NAME, set by Compute Engine on every VM a
+    MIG makes). "" where neither says."""
+    node = tpu_env_value(attrs, "NODE_ID")
+    if node:
+        return node
+    _, sep, mig = str(attrs.get("created-by") or "").rpartition("/instanceGroupManagers/")
+    return mig if sep and mig and "/" not in mig else ""
+
+
 def signed_body(pointer: dict[str, Any]) -> dict[str, Any]:
     """The outer pointer's body, parsed (its signature not checked yet): ValueError for
     an unsigned one."""
@@ -143,7 +156,7 @@ def check(text: str, sig: str, body: dict[str, Any], pin: dict[str, Any] | None,
         raise PinRefusal("the pointer is signed by no key pinned at the slice's creation")
     if body.get("pin") != pin["id"]:
         raise PinRefusal("the pointer was signed for another slice")
-    node = tpu_env_value(attrs, "NODE_ID")
+    node = slice_node(attrs)
     if not node or body.get("node") != node:
         raise PinRefusal(f"the pointer was signed for node {body.get('node')!r}, not this one ({node!r})")
     expires = body.get("expires")

@@ -52,7 +52,16 @@ def test_a_vms_maintenance_is_the_slices_as_a_cloud_tpu_nodes_is(fake, provider)
         assert _metadata_server(fake, node, 0, "upcoming-maintenance").status_code == 404
         fake.admin.advance(250)  # within the 60-s notice
         assert _metadata_server(fake, node, 1, "maintenance-event").text == "TERMINATE_ON_HOST_MAINTENANCE"
-        assert asyncio.run(provider.describe(PARENT, "mt")).nodes[0].health == "HEALTHY"
+        noticed = asyncio.run(provider.describe(PARENT, "mt"))
+        assert noticed.nodes[0].health == "HEALTHY"
+        # until its window the VM runs as any (Compute Engine's notice changes nothing of the
+        # VM's status): RUNNING, no current action, the slice READY with both hosts
+        with raw_api(f"{fake.tpu_api_url}/compute/v1/projects/{PROJECT}/zones/{ZONE}") as http:
+            managed = http("POST", "instanceGroupManagers/mt/listManagedInstances").json()["managedInstances"]
+            statuses = [http("GET", f"instances/{vm}").json()["status"] for vm in vms]
+        assert {(m["instanceStatus"], m["currentAction"]) for m in managed} == {("RUNNING", "NONE")}
+        assert statuses == ["RUNNING", "RUNNING"]
+        assert noticed.state == "READY" and len(noticed.hosts) == 2 and noticed.ready
 
         fake.admin.advance(100)  # the window began
         ongoing = asyncio.run(provider.describe(PARENT, "mt"))

@@ -100,3 +100,44 @@ def test_a_key_is_set_on_every_vm_by_its_fingerprint_and_a_remade_vm_has_only_it
         assert provider.api.calls["instances.setMetadata"] == 4
     finally:
         asyncio.run(provider.delete(PARENT, info))
+
+
+def test_a_vms_metadata_server_says_what_a_compute_engine_vm_of_a_mig_says(fake, provider, http):
+    """Each VM's metadata server: its instance's own name, hostname and id (instances.get's),
+    `created-by` (its MIG) and `instance-template` as Compute Engine sets them on a MIG's VMs,
+    the TPU attributes in the VMs' worker order, and nothing naming a Cloud TPU node (no
+    NODE_ID or SERVICE_NAME tpu.googleapis.com in tpu-env); the host's own code finds its
+    slice from that (host/host_pin.py)."""
+    import json
+
+    import requests
+
+    from podctl.fake.vm.metadata import numeric_project
+    from podctl.host import host_pin
+
+    request = CreateRequest(parent=PARENT, name="mds", spec=SliceSpec.build("tpu7x-16"),  # 2 VMs
+                            labels={"podctl-managed": "true"}, ssh_keys="podctl:ssh-ed25519 AAAA podctl")
+    asyncio.run(provider.create(request))
+    info = asyncio.run(provider.wait_ready(PARENT, "mds", policy=FAST))
+    try:
+        vms = _vms(http, "mds")
+        number = numeric_project(PROJECT)
+        for worker, vm in enumerate(vms):
+            host = fake.hosts.nodes[f"{PARENT}/nodes/mds"].hosts[worker]
+
+            def read(path: str, host=host) -> str:
+                return requests.get(f"http://{host.metadata_host}/computeMetadata/v1/instance/{path}",
+                                    headers={"Metadata-Flavor": "Google"}, timeout=30).text
+
+            assert read("name") == vm and read("hostname") == f"{vm}.{ZONE}.c.{PROJECT}.internal"
+            assert read("id") == http("GET", f"instances/{vm}").json()["id"]
+            attrs = json.loads(read("attributes/?recursive=true"))
+            assert attrs["created-by"] == f"projects/{number}/zones/{ZONE}/instanceGroupManagers/mds"
+            assert attrs["instance-template"] == f"projects/{number}/global/instanceTemplates/mds-tpl"
+            assert (attrs["agent-worker-number"], attrs["accelerator-type"]) == (str(worker), "tpu7x-16")
+            assert [e.split(":")[0] for e in attrs["worker-network-endpoints"].split(",")] == vms
+            env = dict(line.split(": ", 1) for line in attrs["tpu-env"].splitlines())
+            assert "NODE_ID" not in env and "SERVICE_NAME" not in env and env["WORKER_ID"] == f"'{worker}'"
+            assert host_pin.slice_node(attrs) == "mds"
+    finally:
+        asyncio.run(provider.delete(PARENT, info))

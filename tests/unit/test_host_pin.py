@@ -178,3 +178,15 @@ def test_a_pin_that_is_not_one_is_refused(signer):
         with pytest.raises(host_pin.PinRefusal):
             host_pin.parse_pin(bad)
     assert base64.b64decode(json.loads(signer.pointer({"a": 1}))["sig"])  # base64, as the host reads it
+
+
+def test_a_host_finds_its_slice_in_tpu_env_or_on_compute_engine_in_the_mig_that_made_it():
+    """A Cloud TPU node's VM: NODE_ID in tpu-env. A Compute Engine VM has none (no Cloud TPU
+    node owns it); its `created-by` attribute names its MIG, which is podctl's slice."""
+    assert host_pin.slice_node(ATTRS) == NODE
+    made = {"tpu-env": "ACCELERATOR_TYPE: 'tpu7x-16'\nWORKER_ID: '1'\n",
+            "created-by": "projects/123456789012/zones/us-central1-c/instanceGroupManagers/iw16"}
+    assert host_pin.slice_node(made) == "iw16"
+    for other in ({}, {"created-by": "projects/1/zones/z/instanceGroups/iw16"},
+                  {"created-by": "projects/1/zones/z/instanceGroupManagers/"}):
+        assert host_pin.slice_node(other) == ""

@@ -461,6 +461,7 @@ def _make_vms(world: World, mig: dict[str, Any], project: str, zone: str, size: 
         "labels": dict(props.get("labels") or {}), "metadata": metadata,
         "runtimeVersion": sliced.generation.default_runtime_version, "_api": "compute", "_zone": zone,
         "_chips": sliced.chips, "_hosts": sliced.hosts, "_reserved": False, "_mig": mig["selfLink"],
+        "_vm_names": names, "_template": template["selfLink"],  # what each VM's metadata server says
     }
     refused = reservation_refusal(world, project, zone, template) or quota_refusal(world, project, zone, sliced)
     if refused is not None:

@@ -8,7 +8,8 @@ find it through `GCE_METADATA_HOST` (as google-auth and podctl's agent do), sinc
 answers carry `Metadata-Flavor: Google`, a directory answers with its keys (one a
 line, directories with a trailing `/`) or, with `?recursive=true`, as JSON.
 
-Served: project/project-id and numeric-project-id; instance/ id, name, hostname, zone,
+Served: project/project-id and numeric-project-id; instance/ id, name, hostname, zone
+(a Compute Engine VM's its instance's: compute_tpu.py's name and id),
 preempted (`TRUE` once the node is preempted, during its notice), maintenance-event
 (`NONE`, or `TERMINATE_ON_HOST_MAINTENANCE` from 60 s before a maintenance) and
 upcoming-maintenance (JSON, 404 when none is planned; see maintenance.py),
@@ -16,7 +17,8 @@ upcoming-maintenance (JSON, 404 when none is planned; see maintenance.py),
 value changes, `last_etag`, `timeout_sec`; every answer carries an `ETag`, crc32 of the
 answer's body), service-accounts/default/ (email, scopes, token), attributes/ (the node's
 metadata, the TPU VM attributes agent-worker-number, accelerator-type,
-worker-network-endpoints, tpu-env; a patched map shows here only
+worker-network-endpoints, tpu-env; a Compute Engine VM's also created-by and
+instance-template, and no Cloud TPU node's NODE_ID or SERVICE_NAME in tpu-env; a patched map shows here only
 `timings.metadata_propagation` after its patch is done), and guest-attributes/NAMESPACE/KEY, which the
 host may PUT and the TPU API's getGuestAttributes then returns (World.guest_attributes).
 """
@@ -47,8 +49,33 @@ DIRECTORY_POLL = 1.0  # s between looks of one on a directory, beside the node's
 
 
 def hostname(node: dict[str, Any], worker: int) -> str:
-    """A TPU VM's hostname: t1v-n-<8 hex of the node>-w-<worker>."""
+    """A Cloud TPU node's VM's hostname: t1v-n-<8 hex of the node>-w-<worker>; a Compute
+    Engine VM's is its instance name (a MIG's BASE-xxxx), as every Compute Engine VM's."""
+    vm_names = node.get("_vm_names") or []
+    if node.get("_api") == "compute" and worker < len(vm_names):
+        return str(vm_names[worker])
     return f"t1v-n-{zlib.crc32(str(node.get('id', node['name'])).encode()):08x}-w-{worker}"
+
+
+def instance_id(node: dict[str, Any], worker: int) -> str:
+    """instance/id: a Compute Engine VM's is the id instances.get gives (compute_tpu.py: a
+    crc32 of its name); a Cloud TPU node's VMs' the fake's own number."""
+    if node.get("_api") == "compute":
+        return str(zlib.crc32(hostname(node, worker).encode()))
+    return str(zlib.crc32(f"{node.get('id')}/{worker}".encode()))
+
+
+def compute_attributes(node: dict[str, Any], project: str, zone: str) -> dict[str, str]:
+    """What Compute Engine adds to a MIG's VM's attributes: `created-by` (the MIG) and
+    `instance-template`, with the project's number as Google writes them; none on a
+    Cloud TPU node's VMs."""
+    if node.get("_api") != "compute":
+        return {}
+    number = numeric_project(project)
+    mig = str(node["name"]).rsplit("/", 1)[-1]
+    template = str(node.get("_template") or "").rsplit("/", 1)[-1]
+    return {"created-by": f"projects/{number}/zones/{zone}/instanceGroupManagers/{mig}",
+            "instance-template": f"projects/{number}/global/instanceTemplates/{template}"}
 
 
 def numeric_project(project: str) -> str:
@@ -75,6 +102,7 @@ def tree(host: Host) -> dict[str, Any]:
     # a patch reaches the hosts after its propagation delay; a Compute Engine VM's map is its own
     metadata = compute_vm_metadata.host_view(node, host.index)
     attributes = {str(k): str(v) for k, v in metadata.items()}
+    attributes.update(compute_attributes(node, project, zone))
     attributes.update({
         "agent-worker-number": str(host.index),
         "accelerator-type": str(node.get("acceleratorType", "")),
@@ -91,7 +119,7 @@ def tree(host: Host) -> dict[str, Any]:
     return {
         "project": {"project-id": project, "numeric-project-id": numeric_project(project)},
         "instance": {
-            "id": str(zlib.crc32(f"{node.get('id')}/{host.index}".encode())),
+            "id": instance_id(node, host.index),
             "name": names[host.index], "hostname": f"{names[host.index]}.{zone}.c.{project}.internal",
             "zone": f"projects/{numeric_project(project)}/zones/{zone}",
             "preempted": "TRUE" if host.preempted else "FALSE",
@@ -135,6 +163,8 @@ def tpu_env(host: Host, project: str) -> dict[str, str]:
            "UID": str(node.get("id", "")), "WORKER_ID": str(host.index), "WRAP": kind.wrap,
            "ZONE": zone}
     env.update(_megascale(host.node.manager.world, node))
+    if node.get("_api") == "compute":  # no Cloud TPU node: nothing names the VM as one's worker
+        del env["NODE_ID"], env["SERVICE_NAME"]
     return env
 
 
