@@ -74,6 +74,7 @@ def test_a_quota_shortfall_stays_below_target_with_each_vms_last_attempt_and_end
     fake.admin.set_quota(8, project=PROJECT, zone=ZONE)  # a tpu7x-32 is 16 chips (4 VMs of 4)
     try:
         creation = asyncio.run(provider.create(_request("qx", "tpu7x-32")))
+        asyncio.run(provider._inserted(PARENT, "qx", creation))  # the MIG is made, its VMs not
         with raw_api(f"{fake.tpu_api_url}/compute/v1/projects/{PROJECT}") as http:
             listed = http("POST", f"zones/{ZONE}/instanceGroupManagers/qx/listManagedInstances")
         compute_v1.InstanceGroupManagersListManagedInstancesResponse.from_json(listed.text,
@@ -104,6 +105,7 @@ def test_creation_outcome_follows_a_mig_insert_by_its_operation_name(fake, provi
     creation = asyncio.run(provider.create(_request("ok", "tpu7x-8")))
     name = str(creation.operation_name)
     assert compute_names.parse_operation(name) is not None and f"/zones/{ZONE}/" in name
+    asyncio.run(provider.wait_ready(PARENT, "ok", creation=creation, policy=FAST))  # follows it too
     outcome = asyncio.run(provider.creation_outcome(name))
     assert outcome is not None and outcome.done and not outcome.stockout
     asyncio.run(provider.delete(PARENT, asyncio.run(provider.describe(PARENT, "ok"))))

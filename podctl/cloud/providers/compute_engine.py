@@ -128,12 +128,9 @@ class ComputeEngine:
                                      self.api.migs.insert_unary, project=plan.project, zone=plan.zone,
                                      instance_group_manager_resource=plan.mig, mutates=True)
             made.append(("mig", plan.name))
-            # DONE once the group exists, its VMs not yet made (instanceGroupManagers.insert's
-            # reference); an error here (a quota, a stockout, something not found) means no
-            # MIG: said as the cloud said it, and what this call made is deleted below
             scope = f"zones/{plan.zone}"
-            inserted = await self.api.until_done(plan.project, scope, op, f"creating MIG {plan.name}")
             if plan.resize is not None:  # flex-start: the MIG must exist before its resize request
+                await self.api.until_done(plan.project, scope, op, f"creating MIG {plan.name}")
                 op = await self.api.call(
                     "instanceGroupManagerResizeRequests.insert", f"asking for {plan.name}'s flex-start VMs",
                     self.api.resize_requests.insert_unary, project=plan.project, zone=plan.zone,
@@ -144,9 +141,11 @@ class ComputeEngine:
             with contextlib.suppress(PodctlError):
                 await asyncio.shield(self._remove(plan.project, plan.region, made, plan.zone))
             raise
-        # the MIG's insert, by a name another process can follow (the queue: creation_outcome)
-        return Creation(request.name, "node", Operation(names.operation_path(plan.project, scope, inserted.name),
-                                                        done=True))
+        # the MIG's insert, followed by wait_ready here and by creation_outcome from another
+        # process (the queue's): DONE once the group exists, its VMs not yet made
+        # (instanceGroupManagers.insert's reference), or with error.errors[] and no MIG
+        return Creation(request.name, "node", Operation(names.operation_path(plan.project, scope, op.name),
+                                                        done=plan.resize is not None))
 
     async def _remove(self, project: str, region: str, made: list[tuple[str, str]], zone: str = "") -> None:
         for kind, name in reversed(made):
@@ -326,9 +325,28 @@ class ComputeEngine:
                                                           ("policy", names.policy_name(info.name))])
         return info
 
+    async def _inserted(self, parent: str, name: str, creation: Creation | None) -> None:
+        """CREATION's MIG insert followed to DONE; where it failed (no MIG was made: a quota,
+        a stockout, something not found) the template and policy are deleted here, since
+        `up`'s undo finds no slice to delete, and its error raised in the cloud's words."""
+        parsed = names.parse_operation(creation.operation.name) if creation and creation.operation else None
+        if parsed is None or (creation is not None and creation.operation is not None and creation.operation.done):
+            return
+        project, scope, op_name = parsed
+        try:
+            op = await self.api.operation(project, scope, op_name)
+            await self.api.until_done(project, scope, op, f"creating MIG {name}")
+        except PodctlError:
+            with contextlib.suppress(PodctlError):
+                await asyncio.shield(self._remove(project, names.region_of(names.parse_parent(parent)[1]), [
+                    ("template", names.template_name(name)), ("policy", names.policy_name(name))]))
+            raise
+
     async def wait_ready(self, parent: str, name: str, *, kind: Kind | None = None,
                          creation: Creation | None = None, policy: WaitPolicy | None = None,
                          clock: Clock | None = None, progress: Progress | None = None) -> SliceInfo:
+        await self._inserted(parent, name, creation)
+
         async def probe() -> SliceInfo | None:
             info = await self.describe(parent, name)
             if info.state in ("STOCKOUT", "QUOTA_EXCEEDED"):  # what the MIG met making its VMs
