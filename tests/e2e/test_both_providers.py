@@ -71,12 +71,13 @@ def test_the_python_api_lifecycle_runs_on_either_provider(api, fake_dir):
 
 
 def test_the_queue_makes_runs_on_and_deletes_a_slice_on_either_provider(api, tmp_path):
-    """A tick with --api (PODCTL_API) makes the entry's slice through that provider, follows
-    its create, runs the script and deletes the slice: nothing left."""
+    """A tick with PODCTL_API (as `queue tick --api`) makes the entry's slice through that
+    provider, follows its create, runs the script and deletes the slice: nothing left."""
     q = QueueCli(tmp_path)
-    q.env.update(PODCTL_BACKEND="fake", PODCTL_API=api)
+    q.env.update(PODCTL_BACKEND="fake")
     try:
         q.here("queue", "add", "--slice", "v5p-8", str(SCRIPTS / "many_lines.py"), "5")
+        q.env["PODCTL_API"] = api  # an entry keeps no API: the tick's settings choose it
         [entry] = q.settle(limit=300)
         assert entry["state"] == "succeeded", entry
     finally:
