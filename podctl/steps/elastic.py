@@ -76,6 +76,12 @@ def slice_ids(info: SliceInfo) -> list[int]:
     return sorted({h.slice_index for h in info.hosts})
 
 
+def serving_slices(info: SliceInfo) -> set[int]:
+    """The slices of INFO whose node is READY, by the cloud's word alone (no host asked):
+    what the queue's tick, which asks no host, goes by."""
+    return {n.hosts[0].slice_index for n in info.nodes if n.state == "READY" and n.hosts}
+
+
 def on_slices(info: SliceInfo, ids: set[int]) -> SliceInfo:
     """INFO with only the nodes of slices IDS (their hosts keep their slice index:
     host_config renumbers them)."""
