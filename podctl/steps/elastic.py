@@ -79,7 +79,7 @@ def slice_ids(info: SliceInfo) -> list[int]:
 def serving_slices(info: SliceInfo) -> set[int]:
     """The slices of INFO whose node is READY, by the cloud's word alone (no host asked):
     what the queue's tick, which asks no host, goes by."""
-    return {n.hosts[0].slice_index for n in info.nodes if n.state == "READY" and n.hosts}
+    return info.ready_slices
 
 
 def on_slices(info: SliceInfo, ids: set[int]) -> SliceInfo:
