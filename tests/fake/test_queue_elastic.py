@@ -33,9 +33,19 @@ def _notes(queue: Queue) -> list[str]:
     return [ev["note"] for ev in queue.events() if ev["event"] == "elastic"]
 
 
+def _printed(queue: Queue, run_id: str) -> list[str]:
+    """What RUN_ID's hosts printed, host 0's (the steps script's leader) first, from GCS."""
+    from podctl.jobs.logs import LogReader
+
+    lines: list[str] = []
+    run_sync(LogReader(queue.storage, run_id, 1, lambda host, line: lines.append(line)).follow(follow=False))
+    return lines
+
+
 def _running(queue: Queue, entry_id: int, attempt: int, what: str):
-    return queue.until(lambda es: es[entry_id].state == "running" and es[entry_id].attempt == attempt,
-                       what)[entry_id]
+    """Tick until attempt ATTEMPT of the entry runs and its script has stepped."""
+    return queue.until(lambda es: es[entry_id].state == "running" and es[entry_id].attempt == attempt
+                       and len(_printed(queue, es[entry_id].run_id)) > 3, what)[entry_id]
 
 
 def _lose(queue: Queue, fake, name: str) -> None:
@@ -64,6 +74,12 @@ def test_an_elastic_entry_goes_on_on_the_survivors_and_grows_back(queue, fake):
     assert e.attempts[1]["outcome"] == "grown" and e.attempts[2]["slices"] == [0, 1, 2]
     e = queue.settle()[entry.id]
     assert e.state == "succeeded" and [a["outcome"] for a in e.attempts] == ["shrunk", "grown", "succeeded"]
+    # each relaunch starts where the run before it stopped: the survivors' checkpoint at
+    # its SIGTERM (the grown-back slice gets that state, not an older one)
+    printed = [_printed(queue, a["run_id"]) for a in e.attempts]
+    for before, after in zip(printed, printed[1:]):  # host 0's lines first: the leader's
+        saved = [line.removeprefix("checkpoint at ") for line in before if line.startswith("checkpoint at ")]
+        assert len(saved) == 1 and int(saved[0]) > 0 and after[0] == f"start at {saved[0]}", (before, after[:3])
     notes = _notes(queue)
     assert any("going on on the 2 that serve (slice 0, 2)" in n for n in notes), notes
     assert any("asking for slice 1 of" in n for n in notes) and any("growing back to 3 of 3" in n for n in notes)
