@@ -31,7 +31,7 @@ from podctl.queue import entry_names, execution
 from podctl.queue.cloud_view import lost_reason
 from podctl.queue.entry import Entry
 from podctl.steps import SliceInfo
-from podctl.steps.elastic import ElasticPolicy, Requests, on_slices, serving_slices
+from podctl.steps.elastic import ElasticPolicy, Requests, never_back, on_slices, serving_slices
 
 if TYPE_CHECKING:
     from podctl.queue.machine import Machine
@@ -138,10 +138,14 @@ async def _waiting(m: Machine, e: Entry, info: SliceInfo, live: set[int]) -> Non
         await m.start(e, narrowed(info, live))
         return
     since = float(current.get("lost_at") or m.ctx.now())
-    if not live or m.ctx.now() - since > policy_of(e).grow_deadline:
-        await _requests(m, e).withdraw("past --grow-deadline", info, set(range(k)) - live)
-        await m.lost(e, info, f"{len(live)} of {k} slices serve, below --min-slices {floor}"
-                     f"{'' if not live else ', past --grow-deadline'}: making all {k} again")
+    never = never_back(info, set(range(k)) - live)
+    hopeless = k - len(never) < floor  # too many requests failed for the floor ever to be met
+    if not live or hopeless or m.ctx.now() - since > policy_of(e).grow_deadline:
+        why = ("no slice serves" if not live else f"the request for slice {_named(never)} failed"
+               if hopeless else "past --grow-deadline")
+        await _requests(m, e).withdraw(why, info, set(range(k)) - live)
+        await m.lost(e, info, f"{len(live)} of {k} slices serve, below --min-slices {floor}, "
+                     f"{why}: making all {k} again")
         return
     await _requests(m, e).ask(info, set(range(k)) - live)
 

@@ -85,21 +85,57 @@ def test_an_elastic_entry_goes_on_on_the_survivors_and_grows_back(queue, fake):
     assert any("asking for slice 1 of" in n for n in notes) and any("growing back to 3 of 3" in n for n in notes)
 
 
-def test_an_elastic_entrys_failed_request_is_deleted_and_the_run_goes_on(queue, fake):
-    entry = queue.add("resumable_steps.py", "120", tier="spot", valid_for=3600, num_slices=3,
-                      elastic=True)
+def test_an_elastic_entrys_failed_request_is_deleted_and_the_run_goes_on_until_below_its_floor(queue, fake):
+    """Slice 1's re-ask FAILED (its window closed in a stockout): deleted, said once, the
+    run goes on on 2 (at --min-slices 2). Slice 2 lost then: its re-ask fails at once
+    (the same window), so the floor can never be met: no wait to the deadline, the slice
+    made again whole."""
+    entry = queue.add("resumable_steps.py", "100", tier="spot", valid_for=3600, num_slices=3,
+                      elastic=True, min_slices=2)
     e = _running(queue, entry.id, 1, "running on 3 slices")
+    first = e.slice_name
     try:
-        _lose(queue, fake, e.slice_name)
+        _lose(queue, fake, first)
         e = _running(queue, entry.id, 2, "running on the survivors")
         fake.admin.advance(7200)  # the window of the re-ask closes in the stockout: FAILED
-        queue.until(lambda es: f"{e.slice_name}-1" not in _members(queue, e.slice_name), "request deleted")
+        queue.until(lambda es: f"{first}-1" not in _members(queue, first), "request deleted")
+        failed = [n for n in _notes(queue) if "failed" in n]
+        assert len(failed) == 1 and f"deleting {first}-1, no longer asked for" in failed[0], failed
+        assert queue.entry(entry.id).state == "running"  # on 2 of 3
+        fake.admin.preempt(f"{first}-2")
+        fake.admin.advance(100)
+        e = queue.until(lambda es: es[entry.id].slice_name != first, "made again whole")[entry.id]
     finally:
         fake.admin.inject("capacity", "unlimited")
-    failed = [n for n in _notes(queue) if "failed" in n]
-    assert len(failed) == 1 and f"deleting {e.slice_name}-1, no longer asked for" in failed[0], failed
+    assert e.attempts[2]["error"] == ("1 of 3 slices serve, below --min-slices 2, the request for "
+                                    "slice 1, 2 failed: making all 3 again")
     e = queue.settle()[entry.id]
-    assert e.state == "succeeded" and [a["outcome"] for a in e.attempts] == ["shrunk", "succeeded"]
+    assert e.state == "succeeded" and [a["outcome"] for a in e.attempts] == [
+        "shrunk", "shrunk", "lost", "succeeded"]
+
+
+def test_below_its_floor_an_elastic_entry_waits_with_no_run_then_goes_on(queue, fake):
+    """Issue 39's check on the queue: 2 of 3 lost with --min-slices 2: no run on 1 slice;
+    the entry goes on once a lost one is back."""
+    entry = queue.add("resumable_steps.py", "60", tier="spot", num_slices=3, elastic=True, min_slices=2)
+    e = _running(queue, entry.id, 1, "running on 3 slices")
+    try:
+        fake.admin.inject("stockout")
+        for index in (1, 2):
+            fake.admin.preempt(f"{e.slice_name}-{index}")
+        fake.admin.advance(100)
+        e = queue.until(lambda es: es[entry.id].attempt == 2, "below the floor")[entry.id]
+        assert e.state == "starting" and e.attempts[-1]["waiting"] and e.attempts[-1]["slices"] == [0]
+        for _ in range(3):  # no run while below the floor; the lost ones asked for again
+            queue.tick()
+        assert queue.entry(entry.id).state == "starting" and not _printed(queue, e.run_id)
+        assert set(_members(queue, e.slice_name).values()) == {"ACTIVE", "WAITING_FOR_RESOURCES"}
+    finally:
+        fake.admin.inject("capacity", "unlimited")
+    fake.admin.advance(100)
+    e = queue.settle()[entry.id]
+    assert e.state == "succeeded" and e.attempt == 2 and e.attempts[0]["outcome"] == "shrunk"
+    assert len(e.attempts[-1]["slices"]) >= 2 and any("serve again: going on on slice" in n for n in _notes(queue))
 
 
 @pytest.mark.parametrize("args, words", [
