@@ -161,7 +161,8 @@ def _row(e: Any) -> str:
     state = e.state + (f" ({slice_state})" if slice_state else "") + (
         " (waits: quota)" if e.state == "pending" and e.waiting else "") + (
         " (preempting)" if e.state == "running" and (e.current() or {}).get("preempting") else "")
-    line = (f"{e.id:>5}  {shown(e.name)[:24]:24s} {shown(e.owner)[:24]:24s} {e.accelerator_type:10s} "
+    kind = (f"{e.num_slices}x" if e.num_slices > 1 else "") + e.accelerator_type  # 3xv5p-8: a multislice
+    line = (f"{e.id:>5}  {shown(e.name)[:24]:24s} {shown(e.owner)[:24]:24s} {kind:10s} "
             f"{e.tier:9s} {priority_word(e.priority):>6}  {shown(state):36s} {e.attempt}/{e.max_attempts}"
             f"  exit {code:>3s}  {e.run_id or ''}")
     if e.state == "pending" and e.waiting:
