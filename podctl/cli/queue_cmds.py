@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from podctl.cli.common import COUNT, POSITIVE, Context, ScriptCommand, guarded, slice_help
+from podctl.cli.common import COUNT, POSITIVE, Context, Number, ScriptCommand, guarded, refuse_blank, slice_help
 from podctl.cli.queue_store import open_queue as _store
 from podctl.cli.queue_store import opener as _opener
 from podctl.cli.slice_cmds import json_option, pass_context, where_options
@@ -61,6 +61,15 @@ def _me(ctx: Context) -> str:
 @click.option("--queued", is_flag=True, help="An on-demand queued resource, which waits for capacity.")
 @click.option("--valid-for", default=None, metavar="DURATION",
               help="How long the queued resource may wait for capacity (e.g. 2h; default 24h).")
+@click.option("--num-slices", default=1, show_default=True, type=COUNT,
+              help="Multislice: K slices joined over the data-center network (queued).")
+@click.option("--elastic", is_flag=True,
+              help="With --num-slices K: one queued resource per slice; when one is lost the run "
+              "goes on on the others, the lost one is asked for again, and the run grows back.")
+@click.option("--min-slices", default=None, type=Number(whole=True, low=1, high=4096), metavar="N",
+              help="With --elastic: below N slices the run waits (no step) for lost ones (default 1).")
+@click.option("--grow-deadline", default=None, metavar="DURATION",
+              help="With --elastic: stop asking for lost slices after this long (default 6h).")
 @click.option("--max-hours", type=POSITIVE, default=None, help="Stop the run after this many hours.")
 @click.option("--max-cost", type=POSITIVE, default=None, metavar="USD",
               help="Stop the run once its slice has cost this much (needs a known price).")
@@ -86,7 +95,8 @@ def _me(ctx: Context) -> str:
 @json_option
 @pass_context
 def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], priority: str,
-        spot: bool, queued: bool, valid_for: str | None, max_hours: float | None,
+        spot: bool, queued: bool, valid_for: str | None, num_slices: int, elastic: bool,
+        min_slices: int | None, grow_deadline: str | None, max_hours: float | None,
         max_cost: float | None, max_attempts: int, name: str | None, env_pairs: tuple[str, ...],
         env_files: tuple[Path, ...],
         workdir: Path | None, via: str | None, preflight: bool, project: str | None, zone: str | None,
@@ -104,6 +114,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
 
         if spot and queued:
             raise InvalidValueError("--spot and --queued are two tiers: choose one.")
+        refuse_blank(grow_deadline, "--grow-deadline")  # '' is a mistake, not the default 6h
         if name is not None:
             check_name(name, "--name")
         spec = RunSpec(script=script, args=tuple(args), workdir=workdir,
@@ -112,7 +123,9 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
             slice_type=slice_type, spec=spec, name=name, priority=parse_priority(priority),
             tier="spot" if spot else "queued" if queued else "on-demand",
             valid_for=parse_duration(valid_for, "--valid-for") if valid_for else None,
-            max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts, via=via)
+            max_hours=max_hours, max_cost=max_cost, max_attempts=max_attempts, via=via,
+            num_slices=num_slices, elastic=elastic, min_slices=min_slices,
+            grow_deadline=parse_duration(grow_deadline, "--grow-deadline") if grow_deadline else None)
         adding.validate(request)
         settings = ctx.settings(project, zone, bucket)
         adding.check_api(settings.api)
@@ -120,7 +133,7 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         if preflight:  # before anything is bundled or stored
             from podctl.cli.preflight_cmds import compile_checked
 
-            request.preflight = compile_checked(slice_type, spec).to_json()
+            request.preflight = compile_checked(slice_type, spec, num_slices=num_slices).to_json()
         bucket_name = settings.require_bucket()
         with _store() as store:  # first: a bad db is refused before anything is uploaded
             digest, inside = run_sync(adding.bundle_now(
@@ -131,7 +144,10 @@ def add(ctx: Context, slice_type: str, script: Path, args: tuple[str, ...], prio
         if as_json:
             emit_json(entry.to_json())
         else:
-            click.echo(f"queued {entry.id} ({shown(entry.name)}: {entry.accelerator_type} {entry.tier}, "
+            count = f"{entry.num_slices} x " if entry.num_slices > 1 else ""
+            elastic_word = " elastic" if entry.elastic else ""
+            click.echo(f"queued {entry.id} ({shown(entry.name)}: {count}{entry.accelerator_type} {entry.tier}"
+                       f"{elastic_word}, "
                        f"bundle {digest[:12]})")
 
     guarded(action)
@@ -145,7 +161,8 @@ def _row(e: Any) -> str:
     state = e.state + (f" ({slice_state})" if slice_state else "") + (
         " (waits: quota)" if e.state == "pending" and e.waiting else "") + (
         " (preempting)" if e.state == "running" and (e.current() or {}).get("preempting") else "")
-    line = (f"{e.id:>5}  {shown(e.name)[:24]:24s} {shown(e.owner)[:24]:24s} {e.accelerator_type:10s} "
+    kind = (f"{e.num_slices}x" if e.num_slices > 1 else "") + e.accelerator_type  # 3xv5p-8: a multislice
+    line = (f"{e.id:>5}  {shown(e.name)[:24]:24s} {shown(e.owner)[:24]:24s} {kind:10s} "
             f"{e.tier:9s} {priority_word(e.priority):>6}  {shown(state):36s} {e.attempt}/{e.max_attempts}"
             f"  exit {code:>3s}  {e.run_id or ''}")
     if e.state == "pending" and e.waiting:

@@ -178,6 +178,20 @@ class SliceInfo:
         return parse_topology(self.topology) * self.num_slices if self.topology else 0
 
     @property
+    def ready_slices(self) -> set[int]:
+        """The slices whose node is READY, by the cloud's word alone (no host asked)."""
+        return {n.hosts[0].slice_index for n in self.nodes if n.state == "READY" and n.hosts}
+
+    @property
+    def billed_chips(self) -> int:
+        """The chips billed now: an elastic slice's (members) only on its nodes that exist
+        and bill (a lost slice asked for again has none until it is READY; one deleted at
+        --grow-deadline has none at all); any other slice's, all of them."""
+        if not self.members or not self.topology:
+            return self.chips
+        return parse_topology(self.topology) * sum(1 for n in self.nodes if n.state in BILLABLE_STATES)
+
+    @property
     def age_seconds(self) -> float:
         return max(0.0, self.observed - self.created)
 

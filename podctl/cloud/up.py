@@ -64,7 +64,9 @@ def create_request_of(request: UpRequest, labels: dict[str, str]) -> create_step
                                      placement=request.placement, extra_metadata=dict(request.metadata))
 
 
-def _check_reusable(info: SliceInfo, request: UpRequest) -> None:
+def _check_reusable(info: SliceInfo, request: UpRequest, *, state: bool = True) -> None:
+    """INFO may be reused for REQUEST (podctl's, the owner's, the same spec) and, with
+    STATE, can run now; else one line that says why and what to do."""
     if not info.managed:
         raise SpecMismatchError(f"a slice named {info.name!r} exists but was not created by podctl; "
                                 "choose another --name.")
@@ -77,6 +79,8 @@ def _check_reusable(info: SliceInfo, request: UpRequest) -> None:
         raise SpecMismatchError(
             f"slice {info.name!r} exists with another spec ({'; '.join(diffs)}); choose another "
             f"--name, or `podctl down {info.name}` first.")
+    if not state:
+        return
     if info.state == "DELETING":
         raise SliceLostError(f"slice {info.name!r} is being deleted; wait for it, then `podctl up` again.")
     if slice_lost_reason(info):
@@ -88,8 +92,45 @@ def _check_reusable(info: SliceInfo, request: UpRequest) -> None:
                              f"`podctl down {info.name}`, then `podctl up` again.")
 
 
+def degraded(info: SliceInfo) -> dict[int, str] | None:
+    """An elastic slice (`up --elastic`: members) that holds some of its slices READY but
+    not all -> each slice it lacks and its queued resource's state ("deleted": none, as
+    at --grow-deadline); None for any other slice, or one with no slice READY."""
+    if not info.members or info.state == "DELETING":
+        return None
+    serving = info.ready_slices
+    if not serving or len(serving) >= info.num_slices:
+        return None
+    states = {m.index: m.state for m in info.members}
+    return {i: states.get(i, "deleted") for i in range(info.num_slices) if i not in serving}
+
+
+async def _say_degraded(api: SliceProvider, request: UpRequest, info: SliceInfo,
+                        lost: dict[int, str]) -> None:
+    """A second `up` of an elastic slice that lost a slice: no wait for it (in a stockout,
+    hours: until --timeout), but the lost slice asked for again if it is SUSPENDED, and
+    one line that says what is there."""
+    words = []
+    names = {m.index: m.name for m in info.members}
+    for index, state in sorted(lost.items()):
+        if state == "SUSPENDED":
+            await api.ask_again(request.parent, names[index])
+            state = "SUSPENDED, asked for again now"
+        words.append(f"slice {index} {state}")
+    held = info.num_slices - len(lost)
+    raise SliceLostError(
+        f"slice {info.name!r} exists with {held} of its {info.num_slices} slices READY "
+        f"({'; '.join(words)}): not waiting for the rest; `podctl run --recover N --elastic` "
+        f"goes on on those and grows back, or `podctl down {info.name}` and `podctl up` for all "
+        f"{info.num_slices} now.")
+
+
 async def _reuse(api: SliceProvider, request: UpRequest, info: SliceInfo, clock: Clock,
                  progress: Progress | None) -> UpResult:
+    lost = degraded(info) if request.wait else None
+    if lost:
+        _check_reusable(info, request, state=False)  # podctl's, the owner's, the same spec
+        await _say_degraded(api, request, info, lost)
     _check_reusable(info, request)
     if request.wait and not info.ready:
         info = await api.wait_ready(request.parent, request.name, kind=info.kind,

@@ -253,5 +253,7 @@ def slice_cost(info: SliceInfo, *, override: float | None = None,
                             generation=generation)
     if price is None:
         return SliceCost(None, None, None)
-    hourly = info.chips * price.usd_per_chip_hour
+    # the slices that bill now: an elastic slice that lost one (or deleted it at
+    # --grow-deadline) is priced at the slices it holds, its cost so far at that rate
+    hourly = info.billed_chips * price.usd_per_chip_hour
     return SliceCost(price, hourly, hourly * info.age_seconds / 3600)

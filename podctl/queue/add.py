@@ -30,10 +30,15 @@ class AddRequest:
     max_attempts: int = 3
     preflight: dict[str, Any] | None = None  # the report of `queue add --preflight`
     via: str | None = None  # `queue add --via` (None: the ticker's PODCTL_VIA, else auto)
+    num_slices: int = 1  # `queue add --num-slices K`: a multislice
+    elastic: bool = False  # one queued resource per slice; a lost one asked for again alone
+    min_slices: int | None = None  # with elastic: below it the run waits (None: 1)
+    grow_deadline: float | None = None  # with elastic: seconds to ask for a lost slice (None: 6 h)
 
 
 def validate(request: AddRequest) -> None:
     parse_slice(request.slice_type)  # InvalidSliceError says what is wrong
+    check_slices(request)
     request.spec.check()
     spec = request.spec
     # an entry keeps its bundle, arguments and env; its environment is its bundle's own
@@ -58,6 +63,30 @@ def validate(request: AddRequest) -> None:
         check_name(request.name, "--name")
     if request.via is not None:
         steps.check_via(request.via, "queue add --via")
+
+
+def check_slices(request: AddRequest) -> None:
+    """--num-slices, --elastic and its floor and deadline, as `up` and `run` take them."""
+    from podctl.base.topology import parse_multislice
+    from podctl.steps.elastic import ElasticPolicy
+
+    check_number(request.num_slices, "--num-slices", whole=True, low=1)
+    if request.num_slices > 1:
+        parse_multislice(request.slice_type, request.num_slices)  # a type that cannot be one
+    if not request.elastic:
+        given = [flag for flag, value in (("--min-slices", request.min_slices),
+                                          ("--grow-deadline", request.grow_deadline)) if value is not None]
+        if given:
+            raise InvalidValueError(f"{given[0]} goes with --elastic.")
+        return
+    if request.num_slices < 2:
+        raise InvalidValueError("--elastic makes one queued resource per slice and goes on on the "
+                                "others when one is lost: give --num-slices 2 or more.")
+    if request.min_slices is not None:
+        check_number(request.min_slices, "--min-slices", whole=True, low=1)
+        ElasticPolicy(min_slices=request.min_slices).check(request.num_slices)
+    if request.grow_deadline is not None:
+        check_number(request.grow_deadline, "--grow-deadline", above=0)
 
 
 def check_api(api: str | None) -> None:
@@ -94,5 +123,6 @@ def add(store: QueueStore, request: AddRequest, *, project: str, zone: str, buck
                   priority=request.priority, tier=request.tier, valid_for=request.valid_for,
                   max_hours=request.max_hours, max_cost=request.max_cost,
                   max_attempts=request.max_attempts, preflight=request.preflight, owner=owner,
-                  via=request.via)
+                  via=request.via, num_slices=request.num_slices, elastic=request.elastic,
+                  min_slices=request.min_slices, grow_deadline=request.grow_deadline)
     return store.add(entry)

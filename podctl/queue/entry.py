@@ -69,6 +69,14 @@ class Entry:
     # `queue add --via`: how its run reaches the hosts (a channel's name or auto); None:
     # the ticker's settings (PODCTL_VIA), else the registry's default (auto)
     via: str | None = None
+    # `queue add --num-slices K`: K slices of the type (multislice, MEGASCALE_*); with
+    # --elastic, one queued resource per slice (`up --elastic`): a lost one is asked for
+    # again alone while the run goes on on the rest (steps/elastic.py), not above
+    # --min-slices (None: 1) and no longer than --grow-deadline (seconds; None: 6 h)
+    num_slices: int = 1
+    elastic: bool = False
+    min_slices: int | None = None
+    grow_deadline: float | None = None
 
     @property
     def terminal(self) -> bool:
@@ -83,7 +91,7 @@ class Entry:
 
     @property
     def chips(self) -> int:
-        return chips_of(self.accelerator_type)
+        return chips_of(self.accelerator_type) * self.num_slices
 
     def chip_hours(self, since: float, now: float) -> float:
         """Chip-hours its slices held between SINCE and NOW: from each attempt's READY
@@ -125,6 +133,8 @@ def decode(row: dict[str, Any]) -> Entry:
     data = {k: row[k] for k in COLUMNS if k in row}
     for key in JSON_FIELDS:
         data[key] = None if data.get(key) is None else json.loads(data[key])
+    if "elastic" in data:  # SQLite keeps a flag as 0 or 1
+        data["elastic"] = bool(data["elastic"])
     return Entry(**data)
 
 

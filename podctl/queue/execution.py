@@ -16,6 +16,7 @@ from podctl.queue.context import TickContext
 from podctl.queue.entry import Entry
 from podctl.queue.sealing import SealedEnv
 from podctl.steps import SliceInfo
+from podctl.steps.elastic import ElasticPolicy
 
 
 def run_options(entry: Entry) -> steps.RunOptions:
@@ -31,7 +32,10 @@ def run_options(entry: Entry) -> steps.RunOptions:
         raise ConfigError(f"entry {entry.id}'s --env values are sealed to the tickers registered "
                           "when it was added, and this ticker's key is not one of them: copy a "
                           "registered ticker's state-dir queue-ticker.key here, or add it again.")
-    spec = steps.RunSpec(script=Path(entry.script), args=tuple(entry.args), env=dict(entry.env))
+    env = dict(entry.env)
+    if entry.elastic:  # what the template reads of an elastic run: K, the batch kept
+        env.update(ElasticPolicy().env(entry.num_slices))
+    spec = steps.RunSpec(script=Path(entry.script), args=tuple(entry.args), env=env)
     return steps.RunOptions(spec, hosts="all", bundle_hash=entry.bundle_hash, resume=resumed,
                             extra={"parent": resumed, "attempt": entry.attempt} if resumed else {},
                             detach=True, once=True, run_id=entry.run_id, via=entry.via)

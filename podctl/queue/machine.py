@@ -37,7 +37,7 @@ from podctl.base.errors import (
     TransientError,
 )
 from podctl.base.failures import dead_state, infrastructure_reason
-from podctl.queue import entry_names, execution, provision
+from podctl.queue import elastic_entry, entry_names, execution, provision
 from podctl.queue.cloud_view import World, lost_reason
 from podctl.queue.context import TickContext
 from podctl.queue.entry import Entry
@@ -64,12 +64,13 @@ def needs_cleanup(e: Entry) -> bool:
 
 
 def hourly_cost(entry: Entry) -> float | None:
-    """The entry's slice's price per hour; None without a price (max_cost is then not
-    enforced: `queue add` refuses a --max-cost it cannot price)."""
+    """The entry's slices' price per hour (K of them: --num-slices); None without a price
+    (max_cost is then not enforced: `queue add` refuses a --max-cost it cannot price)."""
     try:
-        return slice_hourly_cost(entry.accelerator_type, entry.zone, spot=entry.tier == "spot")
+        rate = slice_hourly_cost(entry.accelerator_type, entry.zone, spot=entry.tier == "spot")
     except PodctlError:
         return None
+    return None if rate is None else rate * entry.num_slices
 
 
 class Machine:
@@ -129,6 +130,8 @@ class Machine:
             return
         if e.state == "provisioning":
             await self.provisioning(e, info)
+        elif e.elastic and info is not None and info.members:  # a lost slice is lost alone
+            await elastic_entry.step(self, e, info)
         elif info is None or lost_reason(info):
             if e.state == "running" and await self.stopped_by_owner(e, info, None):
                 return

@@ -32,7 +32,9 @@ ROLES = (USER, TICKER, ADMIN)
 REQUEST_V2 = ("name", "accelerator_type", "project", "zone", "bucket", "script", "bundle_hash",
               "args", "env", "priority", "tier", "valid_for", "max_hours", "max_cost",
               "max_attempts", "created")
-REQUEST = (*REQUEST_V2, "via")  # schema 3: `queue add --via` is the request's too
+REQUEST_V3 = (*REQUEST_V2, "via")  # schema 3: `queue add --via` is the request's too
+# schema 4: `queue add --num-slices K --elastic` (and its floor and deadline) too
+REQUEST = (*REQUEST_V3, "num_slices", "elastic", "min_slices", "grow_deadline")
 
 
 def _guard(columns: tuple[str, ...]) -> str:
@@ -106,6 +108,15 @@ def _create_roles(cur: Any) -> None:
 def v3(cur: Any) -> None:
     """`queue add --via`: a column, and the request's guard made again to hold it."""
     cur.execute("ALTER TABLE podctl.entries ADD COLUMN via TEXT")
+    cur.execute(_guard(REQUEST_V3))
+
+
+def v4(cur: Any) -> None:
+    """`queue add --num-slices K --elastic`: columns (an old entry is one slice, not
+    elastic), and the request's guard made again to hold them."""
+    cur.execute("ALTER TABLE podctl.entries ADD COLUMN num_slices BIGINT NOT NULL DEFAULT 1, "
+                "ADD COLUMN elastic BOOLEAN NOT NULL DEFAULT false, ADD COLUMN min_slices BIGINT, "
+                "ADD COLUMN grow_deadline DOUBLE PRECISION")
     cur.execute(_guard(REQUEST))
 
 

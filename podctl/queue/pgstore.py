@@ -85,7 +85,7 @@ def _v1(cur: Any) -> None:
     cur.execute("CREATE TABLE podctl.teams (member TEXT PRIMARY KEY, team TEXT NOT NULL)")
 
 
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1, 2: pg_roles.v2, 3: pg_roles.v3}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1, 2: pg_roles.v2, 3: pg_roles.v3, 4: pg_roles.v4}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

@@ -18,10 +18,13 @@ def parent_of(entry: Entry) -> str:
 
 def options_of(entry: Entry, token: str) -> steps.SliceOptions:
     """on-demand: a plain node (a stockout fails its creation; the entry backs off);
-    spot and queued: a queued resource, which waits for capacity by itself. Named in the
-    entry already, labelled as the queue's (the labels are how a tick knows its own)."""
+    spot and queued: a queued resource, which waits for capacity by itself; K slices: a
+    queued resource, or with --elastic K of them (one per slice), as `up --elastic` makes
+    them. Named in the entry already, labelled as the queue's (the labels are how a tick
+    knows its own)."""
     return steps.SliceOptions(
         slice_type=entry.accelerator_type, name=entry.slice_name, queued=entry.tier != "on-demand",
+        num_slices=entry.num_slices, elastic=entry.elastic,
         spot=entry.tier == "spot", valid_for=None if entry.valid_for is None else str(entry.valid_for),
         wait=False, labels=entry_names.labels(token, entry.id))
 

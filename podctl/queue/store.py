@@ -64,8 +64,16 @@ def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE entries ADD COLUMN via TEXT")  # `queue add --via`; NULL: the ticker's
 
 
+def _v5(conn: sqlite3.Connection) -> None:
+    """`queue add --num-slices K --elastic`: an old entry is one slice, not elastic."""
+    conn.execute("ALTER TABLE entries ADD COLUMN num_slices INTEGER NOT NULL DEFAULT 1")
+    conn.execute("ALTER TABLE entries ADD COLUMN elastic INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE entries ADD COLUMN min_slices INTEGER")
+    conn.execute("ALTER TABLE entries ADD COLUMN grow_deadline REAL")
+
+
 # version -> the function that brings a database from version-1 to it
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

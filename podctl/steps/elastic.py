@@ -76,6 +76,22 @@ def slice_ids(info: SliceInfo) -> list[int]:
     return sorted({h.slice_index for h in info.hosts})
 
 
+def serving_slices(info: SliceInfo) -> set[int]:
+    """The slices of INFO whose node is READY, by the cloud's word alone (no host asked):
+    what the queue's tick, which asks no host, goes by."""
+    return info.ready_slices
+
+
+def never_back(info: SliceInfo, lost: set[int]) -> set[int]:
+    """Of LOST, the slices of an elastic slice (one queued resource each) that can no
+    longer come back: their request FAILED (its window closed), is being deleted, or is
+    gone. None for any other slice (a lost host may answer again)."""
+    if not info.members:
+        return set()
+    asked = {m.index for m in info.members if m.state not in ("FAILED", "DELETING")}
+    return lost - asked
+
+
 def on_slices(info: SliceInfo, ids: set[int]) -> SliceInfo:
     """INFO with only the nodes of slices IDS (their hosts keep their slice index:
     host_config renumbers them)."""
@@ -192,10 +208,13 @@ async def plan(session: Session, full: SliceInfo, policy: ElasticPolicy, notice:
     deadline = time.monotonic() + policy.grow_deadline
     said = False
     while len(live) < policy.min_slices:
-        if time.monotonic() > deadline:
+        never = never_back(current, set(range(k)) - live)
+        if time.monotonic() > deadline or k - len(never) < policy.min_slices:
             await requests.withdraw("past --grow-deadline", current, set(range(k)) - live)
+            why = (f"the request for slice {_named(never)} failed" if never and k - len(never)
+                   < policy.min_slices else "past the deadline")
             notice(f"elastic: {len(live)} of {k} slices answer, below --min-slices "
-                   f"{policy.min_slices}, past the deadline: making all {k} again")
+                   f"{policy.min_slices}, {why}: making all {k} again")
             return None
         if not said:
             said = True

@@ -64,6 +64,39 @@ def test_one_queued_resource_per_slice_lost_alone_asked_again_alone(api, fake):
     assert not any(fake.admin.resources().values()), fake.admin.resources()
 
 
+def test_a_second_up_of_an_elastic_slice_that_lost_one_says_so_at_once_and_asks_again(api, fake):
+    """Issue 39: `up` again of an elastic slice with a lost slice neither waits for it (in
+    a stockout, until --timeout) nor advises deleting the survivors: one line, the lost
+    slice asked for again if SUSPENDED; `ls` prices the slices it holds."""
+    from podctl.base.errors import SliceLostError
+    from podctl.cloud.wait import WaitPolicy
+    from podctl.money.cost import slice_cost
+
+    spec = SliceSpec.build("v5p-8", num_slices=3, tier="spot", elastic=True)
+    request = UpRequest(parent=PARENT, name="dg", spec=spec, ssh_keys=KEY, owner="tester", policy=FAST)
+    whole = slice_cost(run(up(api, request)).info).usd_per_hour
+    patient = UpRequest(parent=PARENT, name="dg", spec=spec, ssh_keys=KEY, owner="tester",
+                        policy=WaitPolicy(initial=0.02, maximum=0.2, timeout=3600))
+    fake.admin.inject("stockout")
+    try:
+        fake.admin.preempt("dg-1")
+        fake.admin.advance(100)
+        with pytest.raises(SliceLostError) as said:
+            run(asyncio.wait_for(up(api, patient), 60))
+        assert ("slice 'dg' exists with 2 of its 3 slices READY (slice 1 SUSPENDED, asked for again "
+                "now): not waiting for the rest") in str(said.value) and "\n" not in str(said.value)
+        fake.admin.advance(100)
+        held = run(describe.describe(api, PARENT, "dg"))
+        assert {m.name: m.state for m in held.members}["dg-1"] == "WAITING_FOR_RESOURCES"
+        assert slice_cost(held).usd_per_hour == pytest.approx(whole * 2 / 3)  # two slices bill
+        with pytest.raises(SliceLostError, match="slice 1 WAITING_FOR_RESOURCES"):  # no wait either
+            run(asyncio.wait_for(up(api, patient), 60))
+        run(terminate.terminate(api, PARENT, "dg", policy=FAST))
+    finally:
+        fake.admin.inject("capacity", "unlimited")
+    assert not any(fake.admin.resources().values()), fake.admin.resources()
+
+
 def test_elastic_needs_two_slices():
     with pytest.raises(InvalidValueError, match="--num-slices 2 or more"):
         SliceSpec.build("v5p-8", elastic=True)

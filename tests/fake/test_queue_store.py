@@ -110,7 +110,7 @@ def test_a_postgresql_queue_from_a_newer_podctl_is_refused(pg_url):
     open_store(Path("/nonexistent"), pg_url).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE podctl.meta SET value = '99' WHERE key = 'schema'")
-    with pytest.raises(QueueDatabaseError, match="schema 99; this podctl knows up to 3: upgrade podctl"):
+    with pytest.raises(QueueDatabaseError, match="schema 99; this podctl knows up to 4: upgrade podctl"):
         open_store(Path("/nonexistent"), pg_url)
 
 
@@ -125,7 +125,8 @@ def test_a_postgresql_queue_of_schema_2_gains_via_its_entries_kept_and_their_req
     with open_store(Path("/nonexistent"), pg_url) as store:
         store.add(_entry())
     with psycopg.connect(pg_url, autocommit=True) as conn:  # as the podctl before --via left it
-        conn.execute("ALTER TABLE podctl.entries DROP COLUMN via")
+        conn.execute("ALTER TABLE podctl.entries DROP COLUMN via, DROP COLUMN num_slices, "
+                     "DROP COLUMN elastic, DROP COLUMN min_slices, DROP COLUMN grow_deadline")
         conn.execute(pg_roles._guard(pg_roles.REQUEST_V2))
         conn.execute("UPDATE podctl.meta SET value = '2' WHERE key = 'schema'")
     with open_store(Path("/nonexistent"), pg_url) as store:
@@ -134,7 +135,7 @@ def test_a_postgresql_queue_of_schema_2_gains_via_its_entries_kept_and_their_req
         new = store.add(_entry(via="ssh"))
         assert store.get(new.id).via == "ssh"
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert conn.execute("SELECT value FROM podctl.meta WHERE key = 'schema'").fetchone()[0] == "3"
+        assert conn.execute("SELECT value FROM podctl.meta WHERE key = 'schema'").fetchone()[0] == "4"
         source = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'entry_guard'").fetchone()[0]
     assert "NEW.via" in source
 

@@ -99,3 +99,45 @@ def test_once_the_gone_hosts_ended_the_follow_the_stop_is_not_waited_for_long(mo
     assert took < 0.5 and let_go
     took, let_go = asyncio.run(settle(False))
     assert took >= 0.5 and not let_go  # still waiting for the stop when cut off
+
+
+def test_below_the_floor_with_the_lost_requests_failed_it_makes_all_again_at_once(monkeypatch):
+    """--min-slices 3 of 3, slices 1 and 2 lost, slice 1's request FAILED (its window
+    closed): the floor can never be met again, so the run does not wait to the deadline
+    (hours, no step) but is made again whole, said in one line; the FAILED request deleted."""
+    import dataclasses
+
+    from podctl.base.settings import Settings
+    from podctl.cloud.types import Member
+    from podctl.steps import elastic
+    from podctl.steps.session import Session
+
+    full = _slices(3)
+    members = (Member(0, "el-0", "ACTIVE"), Member(1, "el-1", "FAILED"), Member(2, "el-2", "SUSPENDED"))
+    now = dataclasses.replace(full, nodes=full.nodes[:1], members=members, state="FAILED")
+    deleted: list[str] = []
+    asked: list[str] = []
+
+    class Api:
+        async def describe(self, parent: str, name: str) -> SliceInfo:
+            return now
+
+        async def stop_asking(self, parent: str, member: str) -> None:
+            deleted.append(member)
+
+        async def ask_again(self, parent: str, member: str) -> None:
+            asked.append(member)
+
+    async def answering(session, info, ids=None) -> set[int]:
+        return info.ready_slices if ids is None else info.ready_slices & ids
+
+    monkeypatch.setattr(elastic, "answering_slices", answering)
+    settings = Settings(backend="gcp", project="p", zone="z", config_dir=Path("/nonexistent"),
+                        state_dir=Path("/nonexistent"))
+    said: list[str] = []
+    policy = ElasticPolicy(min_slices=3, poll_seconds=3600.0)  # a wait would hang the test
+    planned = elastic.plan(Session(settings, Api()), full, policy, said.append)  # type: ignore[arg-type]
+    assert asyncio.run(asyncio.wait_for(planned, 10)) is None  # a wait would be the bug
+    assert asked == ["el-2"] and "el-1" in deleted
+    assert said[-1] == ("elastic: 1 of 3 slices answer, below --min-slices 3, the request for "
+                        "slice 1 failed: making all 3 again")

@@ -51,6 +51,30 @@ def test_elastic_on_one_slice_is_said_at_the_start_and_a_floor_above_it_refused(
         ElasticPolicy(min_slices=4).check(3)
 
 
+def test_an_elastic_slice_that_lost_a_member_is_priced_at_the_slices_it_holds():
+    """`podctl ls` after --grow-deadline deleted slice 1 of 3 (or while it is asked for
+    again): two slices bill, not three; a plain multislice is priced whole."""
+    from podctl.cloud.types import Host, Member, NodeInfo
+    from podctl.money.cost import slice_cost
+
+    def node(i: int, state: str = "READY") -> NodeInfo:
+        return NodeInfo(name=f"el-{i}", state=state, health=None, accelerator_type="v5p-8",
+                        topology="2x2x1", hosts=(Host(i, 0, f"10.0.0.{i}", 22),), spot=False,
+                        created=0.0, labels={}, queued_resource=f"el-{i}")
+
+    full = dataclasses.replace(_slice(), num_slices=3, nodes=(node(0), node(1), node(2)),
+                               members=tuple(Member(i, f"el-{i}", "ACTIVE") for i in range(3)))
+    lost = dataclasses.replace(full, nodes=(node(0), node(2)),
+                               members=(Member(0, "el-0", "ACTIVE"), Member(2, "el-2", "ACTIVE")))
+    asked = dataclasses.replace(lost, members=(*lost.members, Member(1, "el-1", "WAITING_FOR_RESOURCES")))
+    whole = slice_cost(full).usd_per_hour
+    assert whole and full.billed_chips == full.chips == 12
+    for held in (lost, asked):
+        assert held.billed_chips == 8 and slice_cost(held).usd_per_hour == pytest.approx(whole * 2 / 3)
+    plain = dataclasses.replace(full, members=(), nodes=(node(0),))  # no members: priced as made
+    assert plain.billed_chips == 12
+
+
 def test_a_generation_the_chosen_api_does_not_make_is_refused_before_it_is_asked(
         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(provider.ENV, raising=False)

@@ -48,6 +48,12 @@ def test_a_sqlite_queue_of_the_last_schema_is_grown_in_place_its_entries_kept(tm
     with sqlite_store.Store(path) as store:
         (old,) = store.entries()
         assert (old.name, old.state, old.owner, old.waiting, old.via) == ("old", "running", "", None, None)
+        # schema 5 (`queue add --num-slices K --elastic`): an old entry is one slice, not elastic
+        assert (old.num_slices, old.elastic, old.min_slices, old.grow_deadline) == (1, False, None, None)
+        new = store.add(_entry(num_slices=3, elastic=True, min_slices=2, grow_deadline=600.0))
+        got = store.get(new.id)
+        assert (got.num_slices, got.elastic, got.min_slices, got.grow_deadline) == (3, True, 2, 600.0)
+        assert got.chips == 3 * old.chips  # quotas count every slice
         store.set_quota(Quota("alice", 1.0, 4))
         assert store.quotas() == [Quota("alice", 1.0, 4)]
 
