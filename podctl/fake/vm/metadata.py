@@ -312,6 +312,8 @@ def _verbatim(parts: list[str]) -> int:
 
 
 def _body(value: Any, recursive: bool, parts: list[str]) -> str:
+    if value is None:  # the key went while a wait_for_change watched it (a preempted VM's): its 404 follows
+        return ""
     if isinstance(value, str):
         return value
     if recursive:
