@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from podctl.fake.admin.admin_client import FakeAdmin, FakeCompute
+from tests.cli_in_process import podctl_here
 from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, stop_fake_and_check
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -56,7 +57,11 @@ def cli(_daemon: Podctl) -> Iterator[Podctl]:
 
 
 def dial(cli: Podctl, name: str, host: int, address: str, port: int) -> list:
-    proc = cli("exec", name, "--hosts", str(host), "--", "python3", "-c", DIAL, address, str(port))
+    """DIAL from NAME's HOST: `podctl exec` through its own command in this process
+    (tests/cli_in_process.py; the same SSH to the host, without the second of CPU a
+    `podctl` process spends importing); `exec ... env` below stays a `podctl` process."""
+    proc = podctl_here(cli.tmp, "exec", name, "--hosts", str(host), "--", "python3", "-c", DIAL, address,
+                       str(port), env=cli.env, check=True)
     return json.loads(proc.stdout.split("] ", 1)[1])
 
 

@@ -12,6 +12,7 @@ import pytest
 from podctl.cloud.firewall import ComputeReader, check_ssh
 from podctl.base.errors import InvalidValueError
 from podctl.fake.admin.admin_client import FakeAdmin
+from tests.cli_in_process import nothing_started
 from tests.conftest import PROJECT, assert_one_line_error
 
 SSH_RULE = {"name": "lab-ssh", "sourceRanges": ["0.0.0.0/0"], "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}]}
@@ -143,9 +144,10 @@ def test_firewalls_insert_as_compute_engine_answers_it(fake):
                 {"IPProtocol": "tcp", "ports": [port]}]})
 
 
-def test_a_bad_allow_is_one_line(podctl):
-    """Refused before the fake is asked: no daemon is needed, and none is started."""
+def test_a_bad_allow_is_one_line(podctl, tmp_path):
+    """Refused before the fake is asked: no daemon is needed, and none is started (no
+    daemon's state under the test's directory: read here, not by a `podctl fake status`)."""
     podctl.env["PODCTL_BACKEND"] = "fake"
     proc = podctl("fake", "firewall-rules", "create", "x", "--allow", "tcp:ssh", check=False)
     assert_one_line_error(proc, 2, "--allow 'tcp:ssh'")
-    assert not json.loads(podctl("fake", "status", "--json", check=False).stdout or "{}").get("running")
+    assert nothing_started(tmp_path)

@@ -5,6 +5,7 @@ whether the nodes can use the bucket, and ends at once, in one line, when they c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,9 @@ from podctl.fake.storage.gcs import DEFAULT_BUCKET
 from podctl.cloud.storage import fake_grant
 from podctl.jobs import identity
 from podctl.base.settings import FAKE_USER_TOKEN
-from tests.conftest import PARENT, Podctl, assert_one_line_error, stop_fake_and_check
+from podctl.fake.admin.admin_client import FakeAdmin
+from tests.boot_support import run_states
+from tests.conftest import PARENT, Podctl, _share_env_signing_key, assert_one_line_error, stop_fake_and_check
 from tests.e2e.test_fake_hosts import RUNTIME
 
 SCOPE = "https://www.googleapis.com/auth/"
@@ -121,7 +125,10 @@ def test_on_the_fake_the_refusal_names_podctl_fake_grant_and_can_leave_the_slice
 
 
 def _script(tmp: Path) -> Path:
-    script = tmp / "hello.py"
+    """A script in a workdir of its own (TMP's state/ is the test's, not a shared daemon's
+    client's, so a run from TMP would bundle it)."""
+    (tmp / "work").mkdir(exist_ok=True)
+    script = tmp / "work" / "hello.py"
     script.write_text("print('hello from', __import__('os').environ['PODCTL_PROCESS_ID'])\n")
     return script
 
@@ -166,7 +173,52 @@ def test_fake_start_not_secure_sets_a_secure_fake_back_as_older_organisations(tm
         stop_fake_and_check(cli)
 
 
-def test_through_the_watchers_a_secure_project_fails_the_run_with_the_same_line_as_over_ssh(tmp_path):
+@pytest.fixture(scope="module")
+def _secure_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One secure-by-default fake daemon (`podctl fake start --secure`) for the three cases
+    below that each started their own (about 3 s of CPU per daemon started and stopped):
+    each makes and deletes its own slice, and starts with no grant (`secure`)."""
+    tmp = tmp_path_factory.mktemp("secure")
+    (tmp / "home").mkdir()
+    _share_env_signing_key(tmp / "state")
+    cli = Podctl(tmp)
+    cli.env["PODCTL_BACKEND"] = "fake"
+    try:
+        started = json.loads(cli("fake", "start", "--secure", "--json").stdout)
+        assert started["secure"] is True
+        cli.admin = FakeAdmin(started["admin"])  # type: ignore[attr-defined]
+        yield cli
+    finally:
+        stop_fake_and_check(cli)
+
+
+@pytest.fixture
+def secure(_secure_daemon: Podctl) -> Iterator[Podctl]:
+    """The shared secure daemon as a case's own: holding nothing, no role granted to
+    anyone (a case before may have granted the nodes' account both), and at the end
+    holding nothing billable again (the case deleted its slice)."""
+    admin: FakeAdmin = _secure_daemon.admin  # type: ignore[attr-defined]
+    assert admin.is_empty()
+    policy = admin.set_iam()["iam"]
+    assert policy["secure"] is True
+    for bucket, roles in policy.get("buckets", {}).items():
+        for role, members in roles.items():
+            for member in list(members):
+                admin.set_iam(bucket=bucket, member=member, role=role, remove=True)
+    yield _secure_daemon
+    leftover = admin.resources()
+    assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+
+
+def _on_host(cli: Podctl, name: str, run_dir: str, file: str) -> Path:
+    """FILE of an SSH run's directory on NAME's host 0, on the fake host's own disk: a look
+    that costs no `podctl exec` process (about a second of CPU each, in a poll)."""
+    hosts = Path(cli.env["PODCTL_STATE_DIR"]) / "fake" / "hosts"
+    found = list(hosts.glob(f"*/*/{name}/host-0000/home/*/{run_dir}/{file}"))
+    return found[0] if found else hosts / "absent"
+
+
+def test_through_the_watchers_a_secure_project_fails_the_run_with_the_same_line_as_over_ssh(secure, tmp_path):
     """`run --via boot` with SSH closed: the first node's worker 0's watcher asks GCS as
     worker 0 does over SSH (before it says `ready`, and every beat while denied: its
     podctl/roles), and the run fails in the same one line (the account, the role, the
@@ -176,10 +228,9 @@ def test_through_the_watchers_a_secure_project_fails_the_run_with_the_same_line_
     def refused(proc, *words: str) -> None:
         assert_one_line_error(proc, 1, *words)
 
-    cli = Podctl(tmp_path)
-    cli.env["PODCTL_BACKEND"] = "fake"
+    cli = secure
+    runs_before = run_states(cli)  # the shared daemon's bucket: the cases' before this one
     try:
-        cli("fake", "start", "--secure")
         cli("up", "--slice", "v5p-8", "--name", "bsecure")
         cli("fake", "inject", "no-ssh", "bsecure")
         script = _script(tmp_path)
@@ -190,21 +241,19 @@ def test_through_the_watchers_a_secure_project_fails_the_run_with_the_same_line_
         cli("fake", "grant", member, "roles/storage.objectAdmin")
         proc = cli("run", "bsecure", "--via", "boot", str(script), check=False, timeout=90)
         refused(proc, "storage.buckets.get denied", "roles/storage.legacyBucketReader")
-        assert cli.json("runs") == []  # the refused made no run: no record, nothing on the hosts
+        # the refused made no run: no record, nothing on the hosts
+        assert {r["run_id"] for r in cli.json("runs")} == set(runs_before)
         cli("fake", "grant", member, "roles/storage.legacyBucketReader")
         done = cli("run", "bsecure", "--via", "boot", str(script), check=False, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "hello from 0" in done.stdout and "via boot" in done.stderr
     finally:
         cli("down", "bsecure", "--yes", check=False)
-        stop_fake_and_check(cli)
 
 
-def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted(tmp_path):
-    cli = Podctl(tmp_path)
-    cli.env["PODCTL_BACKEND"] = "fake"
+def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted(secure, tmp_path):
+    cli = secure  # started with --secure (its fixture checks that the daemon said so)
     try:
-        assert json.loads(cli("fake", "start", "--secure", "--json").stdout)["secure"] is True
         cli("up", "--slice", "v5p-8", "--name", "secure")
         script = _script(tmp_path)
         began = time.monotonic()
@@ -226,17 +275,18 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         # watchers' runs live in the boot user's home).
         run_id = cli("run", "secure", "--detach", "--via", "ssh", str(SCRIPTS / "ticker.py"), "600",
                      "0.1").stdout.strip()
-        on_host = f"~/.podctl/runs/{run_id}"
+        on_host = f".podctl/runs/{run_id}"
         deadline = time.monotonic() + 60
-        while "tick 3 " not in cli("exec", "secure", "--", f"cat {on_host}/output.log", check=False).stdout:
+        while not _on_host(cli, "secure", on_host, "output.log").exists() or \
+                "tick 3 " not in _on_host(cli, "secure", on_host, "output.log").read_text(errors="replace"):
             assert time.monotonic() < deadline, "the script never ticked"
             time.sleep(0.5)
         cli("fake", "grant", member, "roles/storage.objectAdmin", "--revoke")
         deadline, status = time.monotonic() + 60, None
         while status is None and time.monotonic() < deadline:
-            shown = cli("exec", "secure", "--", f"cat {on_host}/status.json", check=False)
-            status = json.loads(shown.stdout.split("] ", 1)[-1]) if shown.returncode == 0 else None
-            time.sleep(1)
+            with contextlib.suppress(OSError, ValueError):  # not there yet, or half-written
+                status = json.loads(_on_host(cli, "secure", on_host, "status.json").read_text())
+            time.sleep(0.5)
         assert status is not None, "the agent never ended"
         assert status["error"].startswith("GCS refused the host's account") and "403" in status["error"]
         assert status["exit_code"] == 143  # its script got SIGTERM
@@ -266,16 +316,13 @@ def test_a_secure_by_default_project_fails_the_run_naming_the_role_until_granted
         assert "stopped sending heartbeats" not in err
     finally:
         cli("down", "secure", "--yes", check=False)
-        stop_fake_and_check(cli)
 
 
-def test_a_bucket_that_does_not_exist_is_said_so_not_blamed_on_the_nodes_roles(tmp_path):
+def test_a_bucket_that_does_not_exist_is_said_so_not_blamed_on_the_nodes_roles(secure, tmp_path):
     """The nodes get 403 for a bucket that does not exist as for one they may not use:
     a mistyped --bucket is told as missing (as the user sees it), not as roles to grant."""
-    cli = Podctl(tmp_path)
-    cli.env["PODCTL_BACKEND"] = "fake"
+    cli = secure
     try:
-        cli("fake", "start", "--secure")
         cli("up", "--slice", "v5p-8", "--name", "typo")
         proc = cli("run", "typo", "--bucket", "no-such-bucket", str(_script(tmp_path)), check=False,
                    timeout=90)
@@ -283,7 +330,6 @@ def test_a_bucket_that_does_not_exist_is_said_so_not_blamed_on_the_nodes_roles(t
         assert "roles/" not in proc.stderr
     finally:
         cli("down", "typo", "--yes", check=False)
-        stop_fake_and_check(cli)
 
 
 def test_a_refusal_mid_run_is_not_waited_out_as_an_outage(tmp_path):

@@ -19,6 +19,7 @@ from podctl.base.errors import PermissionDeniedError
 from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.fake.api.oslogin import FAKE_ACCOUNT, posix_username
 from podctl.base.settings import FAKE_ACCOUNT as CLIENT_ACCOUNT
+from tests.boot_support import fake_status, run_states
 from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, slice_on_daemon
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "show_env.py")
@@ -38,7 +39,15 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
 
 
 def _admin(cli: Podctl) -> FakeAdmin:
-    return FakeAdmin(cli.json("fake", "status")["admin"])
+    """The shared daemon's admin, its address asked of `podctl fake status` once per module
+    (tests/boot_support.py), not once per look (about a second of CPU each)."""
+    return FakeAdmin(fake_status(cli)["admin"])
+
+
+def _os_login(cli: Podctl, on: bool = True) -> None:
+    """The switch a case needs, through the daemon's admin in this process: `podctl fake
+    inject os-login` (and its --off) keep their own words checked in the cases that say them."""
+    _admin(cli).inject("os-login", off=not on)
 
 
 def _user_seen(proc) -> str | None:
@@ -57,8 +66,8 @@ def test_with_os_login_on_a_run_logs_in_as_the_posix_username(cli):
 
 
 def test_with_podctls_os_login_path_off_the_run_fails_as_on_google(cli):
-    cli("fake", "inject", "os-login")
-    before = len(json.loads(cli("runs", "--json").stdout))
+    _os_login(cli)
+    before = set(run_states(cli))  # the runs' records in GCS, read in this process
     proc = cli("run", "osl", *SSH, SCRIPT, "USER", check=False, env={"PODCTL_OSLOGIN": "off"})
     assert_one_line_error(proc, 1, "refused podctl's SSH key for podctl", "OS Login",
                           "PODCTL_OSLOGIN=off")
@@ -66,11 +75,11 @@ def test_with_podctls_os_login_path_off_the_run_fails_as_on_google(cli):
     hosts = _admin(cli).hosts()["nodes"]
     assert all(node["sessions"] == 0 and node["connections"] == 0 for node in hosts.values()), hosts
     runs = json.loads(cli("runs", "--json").stdout)
-    assert all(r["state"] not in ("running", "starting") for r in runs[:len(runs) - before]), runs
+    assert all(r["state"] not in ("running", "starting") for r in runs if r["run_id"] not in before), runs
 
 
 def test_an_import_the_api_refuses_stops_the_run_before_it_starts(cli):
-    cli("fake", "inject", "os-login")
+    _os_login(cli)
     proc = cli("run", "osl", *SSH, SCRIPT, "USER", check=False, env={"CLOUDSDK_CORE_ACCOUNT": "other@example.com"})
     assert_one_line_error(proc, 1, "uses OS Login", "other@example.com", "roles/compute.osAdminLogin",
                           "gcloud projects add-iam-policy-binding fake-project --member=user:other@example.com")
@@ -87,14 +96,14 @@ def test_each_user_logs_in_to_their_own_home_as_the_login_profile_says(cli):
     """A TPU VM gives every user /home/USER: the OS Login user and podctl's own user
     (ssh-keys metadata) do not share one home, and neither sees what the other left."""
     said = 'echo "HOME=$HOME PWD=$PWD"; ls; echo mine > left-by-$USER'
-    cli("fake", "inject", "os-login")
+    _os_login(cli)
     on = cli("exec", "osl", "--", "bash", "-c", said).stdout
-    profile = requests.get(f"{cli.json('fake', 'status')['tpu_api']}/v1/users/{FAKE_ACCOUNT}/loginProfile",
+    profile = requests.get(f"{fake_status(cli)['tpu_api']}/v1/users/{FAKE_ACCOUNT}/loginProfile",
                            params={"projectId": "fake-project"}, timeout=10).json()
     home = profile["posixAccounts"][0]["homeDirectory"]
     assert home == f"/home/{POSIX_USER}"
     assert f"/host-0000{home} PWD=" in on and on.count(f"/host-0000{home}") == 2, on
-    cli("fake", "inject", "os-login", "--off")
+    _os_login(cli, on=False)
     off = cli("exec", "osl", "--", "bash", "-c", said).stdout
     assert "/host-0000/home/podctl PWD=" in off and f"left-by-{POSIX_USER}" not in off, off
 

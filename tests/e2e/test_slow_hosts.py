@@ -11,20 +11,24 @@ import pytest
 from podctl.base.errors import UsageError
 from podctl.fake.admin.admin_client import FakeAdmin
 from podctl.steps.slow_hosts import SlowHostPolicy, SlowHostWatch, paces, slow_hosts
+from tests.cli_in_process import nothing_started, podctl_here
 from tests.conftest import assert_one_line_error
 from tests.e2e.test_recovery import TEMPLATE, TINY, run_with_fault
 
 
-def test_slow_host_options_bad_input(podctl):
+def test_slow_host_options_bad_input(podctl, tmp_path):
+    """Refused before any cloud is asked: the first through a `podctl` process, the others
+    through the same command in this process (tests/cli_in_process.py); none starts a fake."""
     podctl.env["PODCTL_BACKEND"] = "fake"
     script = str(TEMPLATE)
     assert_one_line_error(podctl("run", "x", "--on-slow-host", "recover", script, check=False), 2,
                           "--on-slow-host recover makes the slice again and relaunches the run: "
                           "it goes with --recover N.")
-    assert_one_line_error(podctl("run", "x", "--detach", "--on-slow-host", "recover", script,
-                                 check=False), 2, "--on-slow-host recover needs podctl to watch")
-    assert_one_line_error(podctl("run", "x", "--slow-host-after", "soon", script, check=False), 2,
-                          "--slow-host-after")
+    assert_one_line_error(podctl_here(tmp_path, "run", "x", "--detach", "--on-slow-host", "recover", script,
+                                      env=podctl.env), 2, "--on-slow-host recover needs podctl to watch")
+    assert_one_line_error(podctl_here(tmp_path, "run", "x", "--slow-host-after", "soon", script,
+                                      env=podctl.env), 2, "--slow-host-after")
+    assert nothing_started(tmp_path)
     with pytest.raises(UsageError, match="--on-slow-host 'later'"):
         SlowHostPolicy("later")
 
@@ -32,8 +36,7 @@ def test_slow_host_options_bad_input(podctl):
 @pytest.mark.host_env
 def test_a_slow_host_is_named_and_left_behind(podctl):
     podctl.env["PODCTL_BACKEND"] = "fake"
-    podctl("fake", "start")
-    admin = FakeAdmin(podctl.json("fake", "status")["admin"])
+    admin = FakeAdmin(podctl.json("fake", "start")["admin"])  # start's own answer: no `fake status`
     podctl("up", "--slice", "v5p-16", "--name", "slowp")
     code, log, out = run_with_fault(
         podctl, ["run", "slowp", "--recover", "1", "--on-slow-host", "recover",
