@@ -93,9 +93,7 @@ class Queue:
             if done(entries):
                 return entries
             assert time.monotonic() < deadline, f"never {what}: {entries}"
-            # an entry moves on the fake's clock in 0.3 s steps, a run takes seconds: a pass
-            # every 0.1 s (a tick's CPU each) saw nothing new most times
-            time.sleep(0.4)
+            time.sleep(0.1)
 
     def settle(self, limit: float = 90) -> dict[int, Entry]:
         """Tick until every entry has ended and nothing it made is left in the fake."""
