@@ -47,7 +47,8 @@ def _as(cli: QueueCli, who: str) -> dict[str, str]:
 
 
 def _add(cli: QueueCli, who: str, *args: str) -> dict:
-    return json.loads(cli("queue", "add", "--json", "--slice", "v5p-8", *args, env=_as(cli, who)).stdout)
+    """`queue add` as WHO, in this process (its own command's output: tests/e2e/test_queue.py)."""
+    return json.loads(cli.here("queue", "add", "--json", "--slice", "v5p-8", *args, env=_as(cli, who)).stdout)
 
 
 def _ticker(cli: QueueCli, log: Path) -> subprocess.Popen:
@@ -58,10 +59,10 @@ def _ticker(cli: QueueCli, log: Path) -> subprocess.Popen:
 
 
 def test_three_tickers_under_sigkill_make_one_slice_per_attempt_and_one_start_per_run(team, tmp_path):
-    team("queue", "quota", "set", ALICE, "--max-chips", "4")  # her entries go one at a time
+    team.here("queue", "quota", "set", ALICE, "--max-chips", "4")  # her entries go one at a time
     ids = [_add(team, who, str(SCRIPTS / "many_lines.py"), "6")["id"]
            for who in (ALICE, BOB, ALICE, BOB)]
-    team("fake", "start")
+    team.here("fake", "start")
     chance = random.Random(7)
     logs = [tmp_path / f"ticker{i}.log" for i in range(3)]
     tickers = [_ticker(team, log) for log in logs]
@@ -96,7 +97,7 @@ def test_three_tickers_under_sigkill_make_one_slice_per_attempt_and_one_start_pe
     assert all(by_id[i]["attempt"] == 1 for i in ids)
     assert team.admin().stats()["by_call"]["nodes.create"] == 4  # one slice per attempt
     for i in ids:  # one start per run: every line once
-        lines = team("logs", by_id[i]["run_id"]).stdout.splitlines()
+        lines = team.here("logs", by_id[i]["run_id"]).stdout.splitlines()
         assert [line.split("] ", 1)[1] for line in lines] == [f"0 {n}" for n in range(6)]
     # alice's quota held throughout: her second entry asked for a slice after her first ended
     first, second = (by_id[ids[0]]["attempts"][0], by_id[ids[2]]["attempts"][0])
@@ -105,13 +106,13 @@ def test_three_tickers_under_sigkill_make_one_slice_per_attempt_and_one_start_pe
 
 
 def test_quota_priority_and_owners_as_a_team_sees_them(team):
-    team("queue", "quota", "set", ALICE, "--max-chips", "4", "--chip-hours-week", "1000")
+    team.here("queue", "quota", "set", ALICE, "--max-chips", "4", "--chip-hours-week", "1000")
     normal_a = _add(team, ALICE, "--name", "ablation-a", str(SCRIPTS / "many_lines.py"), "3")
     normal_b = _add(team, ALICE, "--name", "ablation-b", str(SCRIPTS / "many_lines.py"), "3")
     urgent = _add(team, ALICE, "--priority", "high", "--name", "urgent", str(SCRIPTS / "many_lines.py"), "3")
     bobs = _add(team, BOB, "--name", "bobs", str(SCRIPTS / "many_lines.py"), "3")
     assert (urgent["owner"], urgent["priority"], bobs["owner"]) == (ALICE, 100, BOB)
-    team("queue", "tick")
+    team("queue", "tick")  # cron's, a process
     states = {e["id"]: e for e in team.entries()}
     assert states[urgent["id"]]["state"] == "provisioning"  # high first, though added last
     assert states[bobs["id"]]["state"] == "provisioning"  # bob has no quota to wait on
@@ -119,35 +120,36 @@ def test_quota_priority_and_owners_as_a_team_sees_them(team):
         assert states[waiting["id"]]["state"] == "pending"
         assert states[waiting["id"]]["waiting"] == (
             f"quota: {ALICE} holds 4 of 4 chips at once; this needs 4")
-    text = team("queue", "ls").stdout
+    text = team.here("queue", "ls").stdout
     assert "pending (waits: quota)" in text and "ablation-a" in text and "  high  " in text
     assert f"quota: {ALICE} holds 4 of 4 chips at once" in text
-    mine = team("queue", "ls", "--mine", "--json", env=_as(team, BOB)).stdout
+    mine = team.here("queue", "ls", "--mine", "--json", env=_as(team, BOB)).stdout
     assert [e["id"] for e in json.loads(mine)] == [bobs["id"]]
-    quotas = json.loads(team("queue", "quota", "ls", "--json").stdout)
+    quotas = json.loads(team.here("queue", "quota", "ls", "--json").stdout)
     assert quotas == [{"name": ALICE, "chip_hours_week": 1000.0, "max_chips": 4,
                        "used_chip_hours_7d": 0.0, "chips_now": 4, "source": "queue"}]
-    shown = team("queue", "show", str(urgent["id"])).stdout
+    shown = team.here("queue", "show", str(urgent["id"])).stdout
     assert f"owner            {ALICE}" in shown and "chip_hours" in shown
     assert "pending -> provisioning by postgres" in shown  # who moved it: the tick's role
     for e in (normal_a, normal_b, urgent):  # each cancels their own
-        team("queue", "cancel", str(e["id"]), env=_as(team, ALICE))
-    team("queue", "cancel", str(bobs["id"]), env=_as(team, BOB))
-    assert f"running -> cancelled by {BOB}" in team("queue", "show", str(bobs["id"])).stdout or (
-        f"provisioning -> cancelled by {BOB}" in team("queue", "show", str(bobs["id"])).stdout)
+        team.here("queue", "cancel", str(e["id"]), env=_as(team, ALICE))
+    team.here("queue", "cancel", str(bobs["id"]), env=_as(team, BOB))
+    shown = team.here("queue", "show", str(bobs["id"])).stdout
+    assert f"running -> cancelled by {BOB}" in shown or f"provisioning -> cancelled by {BOB}" in shown
     team.settle()
 
 
 def test_migrate_moves_a_machines_queue_with_its_history_and_runs_it_there(team, pg_url):
     local = {"PODCTL_QUEUE_URL": ""}  # this machine's SQLite queue
-    done = json.loads(team("queue", "add", "--json", "--slice", "v5p-8", str(SCRIPTS / "many_lines.py"),
-                           "2", env=local).stdout)
-    team("queue", "cancel", str(done["id"]), env=local)
-    waiting = json.loads(team("queue", "add", "--json", "--slice", "v5p-8",
-                              str(SCRIPTS / "many_lines.py"), "2", env=local).stdout)
-    team("queue", "quota", "set", BOB, "--max-chips", "8", env=local)
-    team("queue", "team", "set", "research", ALICE, BOB, env=local)
-    before = json.loads(team("queue", "ls", "--json", env=local).stdout)
+    # what sets it up and reads it in this process; the move itself is a `podctl` process
+    done = json.loads(team.here("queue", "add", "--json", "--slice", "v5p-8", str(SCRIPTS / "many_lines.py"),
+                                "2", env=local).stdout)
+    team.here("queue", "cancel", str(done["id"]), env=local)
+    waiting = json.loads(team.here("queue", "add", "--json", "--slice", "v5p-8",
+                                   str(SCRIPTS / "many_lines.py"), "2", env=local).stdout)
+    team.here("queue", "quota", "set", BOB, "--max-chips", "8", env=local)
+    team.here("queue", "team", "set", "research", ALICE, BOB, env=local)
+    before = json.loads(team.here("queue", "ls", "--json", env=local).stdout)
     with sqlite3.connect(team.db) as db:
         token = db.execute("SELECT value FROM meta WHERE key = 'token'").fetchone()[0]
 
@@ -156,18 +158,18 @@ def test_migrate_moves_a_machines_queue_with_its_history_and_runs_it_there(team,
     assert not team.db.exists() and team.db.with_name("queue.db.migrated").exists()
     after = team.entries()
     assert after == before  # ids, states, attempts, owners: all of it
-    assert "research: alice@example.com, bob@example.com" in team("queue", "team", "ls").stdout
-    again = team("queue", "migrate", "--to", pg_url, check=False)
+    assert "research: alice@example.com, bob@example.com" in team.here("queue", "team", "ls").stdout
+    again = team.here("queue", "migrate", "--to", pg_url, check=False)
     assert_one_line_error(again, 1, "no queue on this machine")
     # the moved entry runs from the team's queue, under the same token (its slices' names)
     entries = team.settle()
     assert {e["id"]: e["state"] for e in entries} == {done["id"]: "cancelled", waiting["id"]: "succeeded"}
     assert entries[-1]["attempts"][0]["slice"] == f"q-{token}-{waiting['id']}-1"
     # a non-empty team queue takes no second machine's queue
-    team("queue", "add", "--slice", "v5p-8", str(SCRIPTS / "many_lines.py"), "1", env=local)
-    refused = team("queue", "migrate", "--to", pg_url, check=False)
+    team.here("queue", "add", "--slice", "v5p-8", str(SCRIPTS / "many_lines.py"), "1", env=local)
+    refused = team.here("queue", "migrate", "--to", pg_url, check=False)
     assert_one_line_error(refused, 1, "already has 2 entries", "migrate into an empty one")
-    team("queue", "cancel", "1", env=local)
+    team.here("queue", "cancel", "1", env=local)
 
 
 @pytest.mark.parametrize("url, args, code, words", [
@@ -177,9 +179,16 @@ def test_migrate_moves_a_machines_queue_with_its_history_and_runs_it_there(team,
     ("postgresql://podctl:hunter2@127.0.0.1:9/queue", ("queue", "tick"), 1, "cannot reach"),
     ("postgresql://podctl:hunter2@127.0.0.1:9/queue", ("queue", "show", "1"), 1, "cannot reach"),
 ])
-def test_a_bad_or_unreachable_queue_database_is_one_line_without_its_password(team, url, args, code,
+def test_a_bad_or_unreachable_queue_database_is_one_line_without_its_password(tmp_path, url, args, code,
                                                                               words):
-    proc = team(*args, check=False, env={"PODCTL_QUEUE_URL": url})
+    """Said before any database answers: no queue of the team's, and in this process but
+    for cron's tick, a `podctl` process that proves the same path."""
+    cli = QueueCli(tmp_path)
+    cli.env.update(PODCTL_BACKEND="fake", PODCTL_QUEUE_URL=url)
+    try:
+        proc = (cli if args == ("queue", "tick") else cli.here)(*args, check=False)
+    finally:
+        stop_fake_and_check(cli)
     assert_one_line_error(proc, code, words)
     assert "hunter2" not in proc.stderr + proc.stdout
 
@@ -199,7 +208,7 @@ def test_tick_loop_rides_out_the_database_going_away_and_finishes_the_run(tmp_pa
     ticker = None
     try:
         entry = _add(cli, ALICE, str(SCRIPTS / "many_lines.py"), "4")
-        cli("fake", "start")
+        cli.here("fake", "start")
         ticker = _ticker(cli, log)
         deadline = time.monotonic() + 90
         while cli.entries()[0]["state"] != "running":
@@ -210,7 +219,7 @@ def test_tick_loop_rides_out_the_database_going_away_and_finishes_the_run(tmp_pa
         while '"tick_failed"' not in log.read_text():
             assert time.monotonic() < deadline and ticker.poll() is None, log.read_text()[-2000:]
             time.sleep(0.3)
-        assert_one_line_error(cli("queue", "ls", check=False), 1, "cannot reach the queue database")
+        assert_one_line_error(cli.here("queue", "ls", check=False), 1, "cannot reach the queue database")
         server = pgserver.get_server(data, cleanup_mode="delete")  # back, same data
         deadline = time.monotonic() + 90
         while (e := cli.entries()[0])["state"] not in TERMINAL:

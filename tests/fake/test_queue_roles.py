@@ -18,6 +18,7 @@ from podctl.queue.interface import Quota
 from podctl.queue.pgstore import PgStore
 from podctl.queue.sealing import KEY_FILE, SealedEnv
 from podctl.queue.shares import Ledger, Shares
+from tests.cli_in_process import podctl_here
 from tests.conftest import assert_one_line_error
 from tests.pg_support import role_url
 from tests.unit.test_queue_store import _entry
@@ -153,10 +154,20 @@ def test_quotas_and_teams_need_the_admin_role_and_no_owner_can_be_named(roles, t
 
 
 def _podctl(url: str, home: Path, *args: str) -> subprocess.CompletedProcess:
+    """`podctl ARGS` as the role of URL, a process of its own: the one refusal below that
+    proves the others' path through the real command."""
     env = {**os.environ, "PODCTL_QUEUE_URL": url, "PODCTL_BACKEND": "fake",
            "PODCTL_STATE_DIR": str(home / "state"), "PODCTL_CONFIG_DIR": str(home / "config")}
     return subprocess.run([sys.executable, "-m", "podctl", *args], env=env, cwd=home,
                           capture_output=True, text=True, timeout=120)
+
+
+def _here(url: str, home: Path, *args: str) -> subprocess.CompletedProcess:
+    """`podctl ARGS` as the role of URL in this process (tests/cli_in_process.py): the same
+    parsing, store and error guard without a process's 0.5-1 s of imports."""
+    return podctl_here(home, *args, env={"PODCTL_QUEUE_URL": url, "PODCTL_BACKEND": "fake",
+                                         "PODCTL_STATE_DIR": str(home / "state"),
+                                         "PODCTL_CONFIG_DIR": str(home / "config")})
 
 
 def test_the_cli_says_each_refusal_in_one_line(roles, tmp_path):
@@ -165,17 +176,17 @@ def test_the_cli_says_each_refusal_in_one_line(roles, tmp_path):
     bob = roles[BOB]
     assert_one_line_error(_podctl(bob, tmp_path, "queue", "cancel", str(entry.id)), 1,
                           f"no queue entry {entry.id} of role {BOB}'s")
-    assert_one_line_error(_podctl(bob, tmp_path, "queue", "quota", "set", BOB, "--clear"), 1,
+    assert_one_line_error(_here(bob, tmp_path, "queue", "quota", "set", BOB, "--clear"), 1,
                           "need podctl_admin", "permission denied for table quotas")
-    assert_one_line_error(_podctl(bob, tmp_path, "queue", "team", "set", "t", BOB), 1, "need podctl_admin")
-    assert_one_line_error(_podctl(roles["admin"], tmp_path, "queue", "quota", "set", BOB,
-                                  "--chip-hours-week", "nan"), 2, "--chip-hours-week")
+    assert_one_line_error(_here(bob, tmp_path, "queue", "team", "set", "t", BOB), 1, "need podctl_admin")
+    assert_one_line_error(_here(roles["admin"], tmp_path, "queue", "quota", "set", BOB,
+                                "--chip-hours-week", "nan"), 2, "--chip-hours-week")
     for huge in ("10^30", "1" + "0" * 30):
-        assert_one_line_error(_podctl(roles[ALICE], tmp_path, "queue", "add", "--slice", "v5p-8",
-                                      "--priority", huge, "t.py"), 2, "--priority")
-    shown = _podctl(roles[ALICE], tmp_path, "queue", "show", str(entry.id)).stdout
+        assert_one_line_error(_here(roles[ALICE], tmp_path, "queue", "add", "--slice", "v5p-8",
+                                    "--priority", huge, "t.py"), 2, "--priority")
+    shown = _here(roles[ALICE], tmp_path, "queue", "show", str(entry.id)).stdout
     assert f"owner            {ALICE}" in shown and f"added -> pending by {ALICE}" in shown
-    assert _podctl(roles[ALICE], tmp_path, "queue", "ls", "--mine", "--json").stdout.count('"id"') == 1
+    assert _here(roles[ALICE], tmp_path, "queue", "ls", "--mine", "--json").stdout.count('"id"') == 1
 
 
 def test_a_user_cannot_migrate_or_register_a_ticker_key(roles, tmp_path):
