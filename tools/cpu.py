@@ -19,10 +19,12 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def main() -> int:
+def run_reaping(argv: list[str]) -> tuple[int, float]:
+    """ARGV run to its end as this subreaper's child, then up to 60 s for the daemons it
+    left to stop (each reaped here) -> (its exit code, its wall seconds)."""
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     started = time.monotonic()
-    code = subprocess.Popen(sys.argv[1:]).wait()
+    code = subprocess.Popen(argv).wait()
     wall = time.monotonic() - started
     deadline = time.monotonic() + 60  # daemons the command left stop within this
     while time.monotonic() < deadline:
@@ -31,6 +33,11 @@ def main() -> int:
                 time.sleep(0.2)
         except ChildProcessError:
             break
+    return code, wall
+
+
+def main() -> int:
+    code, wall = run_reaping(sys.argv[1:])
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"CPU {usage.ru_utime:.1f} user {usage.ru_stime:.1f} sys, {wall:.1f} s wall", file=sys.stderr)
     return code

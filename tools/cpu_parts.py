@@ -14,17 +14,16 @@ benchmarks/README.md (issue 36's section) has the figures.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import resource
-import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
 
-PR_SET_CHILD_SUBREAPER = 36
+from cpu import run_reaping  # tools/cpu.py: the subreaper that counts daemons too
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -96,7 +95,6 @@ def main() -> int:
     argv, out = sys.argv[1:], None
     if argv[:1] == ["--json"]:
         out, argv = argv[1], argv[2:]
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sampler, done = Sampler(), threading.Event()
 
     def loop() -> None:
@@ -106,16 +104,7 @@ def main() -> int:
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
-    started = time.monotonic()
-    code = subprocess.Popen(argv).wait()
-    wall = time.monotonic() - started
-    deadline = time.monotonic() + 60  # daemons the command left stop within this
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                time.sleep(0.2)
-        except ChildProcessError:
-            break
+    code, wall = run_reaping(argv)
     done.set()
     thread.join()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
