@@ -252,15 +252,31 @@ def stop_fake_and_check(cli: Podctl) -> None:
     Through the library here, not `podctl fake status` and `fake stop` (their CLI is
     test_cli's): two processes at the end of every CLI test, 1-2 s of CPU each time."""
     from podctl.base.settings import state_dir
+
+    stop_fake_dir_and_check(state_dir(cli.env) / "fake")  # the CLI's settings' fake_dir
+
+
+def stop_fake_dir_and_check(fake_dir: Path) -> None:
+    """Stop the fake daemon of FAKE_DIR if it runs, and fail if it held anything billable."""
     from podctl.fake.admin import daemon
     from podctl.fake.admin.admin_client import FakeAdmin
 
-    fake_dir = state_dir(cli.env) / "fake"  # the CLI's settings' fake_dir
     status = daemon.status(fake_dir)
     if status.get("running"):
         leftover = FakeAdmin(status["admin"]).resources()
         assert daemon.stop(fake_dir), f"the fake daemon of {fake_dir} would not stop"
         assert not any(leftover.values()), f"the test left billable resources: {leftover}"
+
+
+@pytest.fixture
+def fake_dir() -> Iterator[Path]:
+    """The isolated state dir's fake daemon (a Python API test's `backend="fake"`), stopped
+    and checked empty at the end even when the test failed before its own teardown."""
+    from podctl.base.settings import state_dir
+
+    where = state_dir() / "fake"
+    yield where
+    stop_fake_dir_and_check(where)
 
 
 @contextlib.contextmanager

@@ -13,25 +13,9 @@ import pytest
 
 import podctl
 from podctl.fake.admin import daemon
-from podctl.base.settings import state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).parents[1] / "scripts"
-
-
-@pytest.fixture
-def fake_dir():
-    """The isolated state dir's fake daemon; stopped (and checked empty) at the end
-    even when the test failed before its own teardown."""
-    where = state_dir() / "fake"
-    yield where
-    current = daemon.status(where)
-    if current.get("running"):
-        from podctl.fake.admin.admin_client import FakeAdmin
-
-        leftover = FakeAdmin(current["admin"]).resources()
-        daemon.stop(where)
-        assert not any(leftover.values()), f"the test left billable resources: {leftover}"
 
 
 def test_public_surface_is_what_the_docs_say():

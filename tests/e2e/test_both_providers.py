@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 
 import podctl
-from podctl.base.settings import state_dir
-from podctl.fake.admin import daemon
 from tests.conftest import Podctl, stop_fake_and_check
 from tests.e2e.test_queue import QueueCli
 
@@ -37,20 +35,6 @@ heavy = pytest.mark.skipif(SWITCH not in ("compute", "both"),
 @pytest.fixture(params=APIS)
 def api(request) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def fake_dir():
-    """The isolated state dir's fake daemon, stopped and checked empty at the end."""
-    where = state_dir() / "fake"
-    yield where
-    current = daemon.status(where)
-    if current.get("running"):
-        from podctl.fake.admin.admin_client import FakeAdmin
-
-        leftover = FakeAdmin(current["admin"]).resources()
-        daemon.stop(where)
-        assert not any(leftover.values()), f"the test left billable resources: {leftover}"
 
 
 def test_the_python_api_lifecycle_runs_on_either_provider(api, fake_dir):
