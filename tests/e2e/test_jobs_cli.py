@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -12,28 +13,68 @@ from pathlib import Path
 
 import pytest
 
+from podctl.base.vocabulary import LIVE_RUN_STATES
+from podctl.host import run_layout
+from tests import boot_support as boot
 from tests.conftest import Podctl, _share_env_signing_key, assert_one_line_error, slice_on_daemon
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
-@pytest.fixture
-def podctl(tmp_path: Path):
-    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "cli16") as cli:
-        yield cli
-
-
 @pytest.fixture(scope="module")
-def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
-    """One v5p-16 "cli16" for every refusal below: each is said before anything changes, so
-    none needs a slice of its own (a daemon and a slice made and deleted for each of
-    them cost about 4 s of CPU, 10-25 s of a worker's time on 2 cores)."""
-    tmp = tmp_path_factory.mktemp("refusals")
+def _cli16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podctl]:
+    """One daemon and v5p-16 "cli16" for every case that needs only a ready slice with no
+    run on it: the refusals, and the runs that end (or are stopped) before their case does.
+    A daemon and a v5p-16 made and deleted per case cost about 4 s of CPU each, 10-25 s
+    of a worker's time on 2 cores; under pytest-xdist each worker that runs one of these
+    cases makes this once. `podctl` below checks that each case leaves it as it found it."""
+    tmp = tmp_path_factory.mktemp("cli16")
     (tmp / "home").mkdir()
     _share_env_signing_key(tmp / "state")
     with slice_on_daemon(Podctl(tmp), "v5p-16", "cli16") as cli:
         yield cli
-        assert cli.json("runs") == []  # not one of them started a run
+
+
+@pytest.fixture
+def podctl(_cli16: Podctl) -> Iterator[Podctl]:
+    """The shared ready v5p-16; after the case no run of it is live (the next case's run
+    would be refused as busy) and the fake holds what it held before (nothing billable
+    made and left)."""
+    billable = boot.admin(_cli16).resources()
+    yield _cli16
+    assert boot.eventually(lambda: not _live_runs(_cli16), 60, every=0.5), \
+        f"the case left runs live on the shared slice: {_live_runs(_cli16)}"
+    assert boot.admin(_cli16).resources() == billable, "the case left billable resources"
+
+
+@pytest.fixture
+def refusing(podctl: Podctl) -> Iterator[Podctl]:
+    """The shared slice, for a refusal: each is said before anything changes."""
+    before = boot.run_states(podctl)
+    yield podctl
+    assert boot.run_states(podctl) == before  # not one of them started a run
+
+
+@pytest.fixture
+def own16(tmp_path: Path) -> Iterator[Podctl]:
+    """A daemon and v5p-16 "cli16" of the case's own, for a case that changes the slice or
+    the fake for good (each says why where it asks for this)."""
+    with slice_on_daemon(Podctl(tmp_path), "v5p-16", "cli16") as cli:
+        yield cli
+
+
+def _live_runs(cli: Podctl) -> list[str]:
+    return [run for run, state in boot.run_states(cli).items() if state in LIVE_RUN_STATES]
+
+
+def _host_log(cli: Podctl, run_id: str, host: int) -> str:
+    """HOST's log chunks of RUN_ID so far, from GCS as `podctl logs --host HOST` reads them,
+    in this process: a poll of them costs an HTTP call per look, not a `podctl` process."""
+    async def read() -> str:
+        bucket = boot.store(cli)
+        found = await bucket.list(run_layout.log_prefix(run_id, host))
+        return "".join([(await bucket.download_bytes(o.name)).decode(errors="replace") for o in found])
+    return asyncio.run(read())
 
 
 def test_run_streams_host_lines_and_exits_with_the_jobs_code(podctl):
@@ -69,7 +110,10 @@ def test_a_secret_comes_from_podctls_environment_or_an_env_file_so_argv_never_ho
     assert "hunter2" not in listing and "file-secret" not in listing and "FROM_FILE" in listing
 
 
-def test_logs_after_the_client_was_killed_show_every_line(podctl):
+def test_logs_after_the_client_was_killed_show_every_line(own16):
+    # its own slice: the SIGKILLed client's leftovers (its state, its hosts' agents) are not
+    # the next case's to find
+    podctl = own16
     cmd = [sys.executable, "-m", "podctl", "run", "cli16", "--hosts", "all",
            str(SCRIPTS / "many_lines.py"), "3000"]
     client = subprocess.Popen(cmd, env=podctl.env, cwd=podctl.tmp, stdout=subprocess.PIPE,
@@ -121,7 +165,9 @@ def test_bad_job_input(refusing, args, code, words):
     assert_one_line_error(refusing(*args, check=False), code, *words)
 
 
-def test_a_slice_that_is_not_ready_is_refused(podctl):
+def test_a_slice_that_is_not_ready_is_refused(own16):
+    # its own fake: the capacity it takes away stays taken
+    podctl = own16
     from podctl.fake.admin.admin_client import FakeAdmin
 
     FakeAdmin(json.loads(podctl("fake", "status", "--json").stdout)["admin"]).capacity(0)
@@ -179,7 +225,10 @@ def test_exec_runs_one_argument_as_a_shell_command_line_and_quotes_several(podct
 
 
 @pytest.mark.host_env
-def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(podctl):
+def test_jax_distributed_initialize_with_no_arguments_finds_the_slice_as_on_a_tpu_vm(own16):
+    # its own slice: its hosts get a jax environment (the shared slice's cases expect bare
+    # hosts), and this minutes-long case is scheduled first, apart from the others
+    podctl = own16
     # the hosts are bare: jax comes from the requirements, built once and shipped (under
     # pytest-xdist this run may be the session's first, which builds it: minutes)
     # A v5p-16 with external IPs (podctl's default): each host's two addresses differ
@@ -270,10 +319,8 @@ def test_on_a_terminal_an_environment_install_shows_one_progress_line_and_a_file
 def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):
     run_id = podctl("run", "cli16", "--detach", "--env", "FAIL_HOST=0", "--env", "FAIL_CODE=255",
                     "--keep-going", str(SCRIPTS / "exit_on_host.py")).stdout.strip()
-    deadline = time.time() + 60
-    while "[host 0000] host 0 failing" not in podctl("logs", run_id).stdout:
-        assert time.time() < deadline, "host 0 never failed"
-        time.sleep(0.5)
+    assert boot.eventually(lambda: "host 0 failing" in _host_log(podctl, run_id, 0), 60, every=0.5), \
+        "host 0 never failed"
     podctl("stop", run_id, "--no-wait")  # host 1 waits to be stopped
     proc = podctl("logs", run_id, "--follow", check=False)
     assert proc.returncode == 255
@@ -282,7 +329,9 @@ def test_logs_follow_says_why_a_run_ended_badly_not_only_its_exit_code(podctl):
 
 def test_logs_shows_host_0_by_default_as_run_does_and_runs_has_a_header(podctl):
     run_id = podctl("run", "cli16", "--detach", str(SCRIPTS / "many_lines.py"), "5").stdout.strip()
-    podctl("logs", run_id, "--follow", "--host", "all")  # until it ends
+    # until it ends: its record, in this process (the words checked are `logs`' and `runs`')
+    assert boot.eventually(lambda: boot.run_states(podctl).get(run_id, "starting") not in LIVE_RUN_STATES,
+                           60, every=0.5)
     shown = podctl("logs", run_id).stdout.splitlines()
     assert shown == [f"[host 0000] 0 {i}" for i in range(5)]
     listed = podctl("runs").stdout.splitlines()
@@ -322,6 +371,8 @@ def test_a_5000_deep_json_line_is_shown_as_text_and_the_run_and_its_reports_succ
 
 
 def test_a_gcs_outage_as_the_run_ends_loses_no_line(podctl):
+    # the shared slice: the client catches up only once GCS answers again, so the outage is
+    # over when the case is (a failed case ends it below, for the next case's sake)
     # 90 s: longer than the agent's former last flush (12 tries, about 63 s) and status upload
     go = podctl.tmp / "go"
     client = subprocess.Popen(
@@ -337,6 +388,7 @@ def test_a_gcs_outage_as_the_run_ends_loses_no_line(podctl):
         if client.poll() is None:
             client.kill()
             client.wait()
+            boot.admin(podctl).inject("gcs-outage", "0")
     assert client.returncode == 0, err
     assert out.splitlines() == [f"[host 0000] line {i}" for i in range(9)]
     assert "GCS cannot be reached" in err and "caught up" in err
@@ -351,12 +403,12 @@ def test_a_10_mb_line_comes_back_as_one_line(podctl):
     assert lines[0] == "[host 0000] " + expected
 
 
-def test_logs_follow_after_down_ends_at_once_saying_the_slice_was_deleted(podctl):
+def test_logs_follow_after_down_ends_at_once_saying_the_slice_was_deleted(own16):
+    # its own slice: it deletes it
+    podctl = own16
     run_id = podctl("run", "cli16", "--detach", str(SCRIPTS / "ticker.py"), "100000", "0.5").stdout.strip()
-    deadline = time.time() + 60
-    while "[host 0000] tick 2 of" not in podctl("logs", run_id).stdout:
-        assert time.time() < deadline, "the run never ticked"
-        time.sleep(0.5)
+    assert boot.eventually(lambda: "tick 2 of" in _host_log(podctl, run_id, 0), 60, every=0.5), \
+        "the run never ticked"
     podctl("down", "cli16", "--yes")
     proc = podctl("logs", run_id, "--follow", check=False)
     assert proc.returncode == 255 and "[host 0000] tick 1 of 100000" in proc.stdout
@@ -366,10 +418,9 @@ def test_logs_follow_after_down_ends_at_once_saying_the_slice_was_deleted(podctl
 
 def test_a_second_run_on_a_busy_slice_is_refused_and_the_first_finishes_untouched(podctl):
     first = podctl("run", "cli16", "--detach", str(SCRIPTS / "ticker.py"), "150", "0.2").stdout.strip()
-    deadline = time.time() + 60
-    while "tick 1 of 150" not in podctl("logs", first).stdout:  # its agent holds the hosts now
-        assert time.time() < deadline, "the first run never started"
-        time.sleep(0.5)
+    # its agent holds the hosts once it ticks
+    assert boot.eventually(lambda: "tick 1 of 150" in _host_log(podctl, first, 0), 60, every=0.5), \
+        "the first run never started"
     second = podctl("run", "cli16", str(SCRIPTS / "show_args.py"), check=False)
     assert_one_line_error(second, 1, f"busy with run {first}", f"podctl stop {first}")
     follow = podctl("logs", first, "--follow", "--host", "all")
@@ -381,10 +432,8 @@ def test_a_second_run_on_a_busy_slice_is_refused_and_the_first_finishes_untouche
 
 def test_a_run_started_while_the_last_one_stops_waits_for_it_to_let_go(podctl):
     first = podctl("run", "cli16", "--detach", str(SCRIPTS / "linger_on_stop.py"), "3").stdout.strip()
-    deadline = time.time() + 60
-    while "tick 1" not in podctl("logs", first).stdout:
-        assert time.time() < deadline, "the first run never started"
-        time.sleep(0.5)
+    assert boot.eventually(lambda: "tick 1" in _host_log(podctl, first, 0), 60, every=0.5), \
+        "the first run never started"
     podctl("stop", first, "--no-wait")  # the script lingers 3 s, as one saving a checkpoint
     proc = podctl("run", "cli16", "--hosts", "all", str(SCRIPTS / "others_on_host.py"), "linger_on_stop.py")
     assert sorted(proc.stdout.splitlines()) == ["[host 0000] OTHERS 0", "[host 0001] OTHERS 0"]
