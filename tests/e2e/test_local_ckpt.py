@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.e2e.test_jobs_cli import podctl  # noqa: F401  (the fake v5p-16 "cli16" fixture)
+from tests.e2e.test_jobs_cli import own16 as podctl  # noqa: F401  (a fake v5p-16 "cli16" of the case's own)
 from tests.e2e.test_template import SCRIPT, TINY, metrics, of
 
 ARGS = [*TINY, "--checkpoint-every", "4", "--local-every", "2"]

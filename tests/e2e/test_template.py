@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_one_line_error, user_credentials
-from tests.e2e.test_jobs_cli import podctl  # noqa: F401  (the fake v5p-16 "cli16" fixture)
+from tests.e2e.test_jobs_cli import own16 as podctl  # noqa: F401  (a fake v5p-16 "cli16" of the case's own)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "templates" / "train_pjit.py"
 TINY = ["--layers", "2", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "64",
